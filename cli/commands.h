@@ -1,0 +1,11 @@
+// Each subcommand of `attend` lives in its own file and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace attend::cli {
+
+// Adds `attend info`: version, threads, GEMM backend and CPU features.
+void add_info_command(CLI::App& app);
+
+}  // namespace attend::cli

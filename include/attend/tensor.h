@@ -1,0 +1,116 @@
+// Shape, Tensor (owning) and TensorView (borrowing).
+//
+// A Tensor owns one contiguous, 64-byte aligned, row-major float buffer. It is move-only: copies are
+// explicit (`clone()`), so a large buffer is never duplicated by accident. A TensorView is a pointer
+// and a shape into storage someone else owns; it never frees anything.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace attend {
+
+class Shape {
+ public:
+  static constexpr int kMaxRank = 6;
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims);
+  explicit Shape(std::span<const int64_t> dims);
+
+  int rank() const { return rank_; }
+  // Dimension i; negative i counts from the end (-1 is the last dimension).
+  int64_t operator[](int i) const;
+  int64_t numel() const;
+  const int64_t* begin() const { return dims_.data(); }
+  const int64_t* end() const { return dims_.data() + rank_; }
+  bool operator==(const Shape& other) const;
+  std::string str() const;  // "[2, 3]"
+
+ private:
+  std::array<int64_t, kMaxRank> dims_{};
+  int rank_ = 0;
+};
+
+class TensorView {
+ public:
+  TensorView() = default;
+  TensorView(float* data, Shape shape) : data_(data), shape_(shape) {}
+
+  float* data() const { return data_; }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return shape_.numel(); }
+  int64_t size(int dim) const { return shape_[dim]; }
+  std::span<float> span() const { return {data_, static_cast<size_t>(numel())}; }
+  float& operator[](int64_t i) const { return data_[i]; }
+
+  // The i-th slice along the first dimension: shape [d1, d2, ...].
+  TensorView row(int64_t i) const;
+  // The same elements under another shape with the same element count.
+  TensorView reshaped(Shape shape) const;
+
+ private:
+  float* data_ = nullptr;
+  Shape shape_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Shape shape);  // zero-filled
+  Tensor(Shape shape, std::span<const float> values);
+  Tensor(Shape shape, std::initializer_list<float> values)
+      : Tensor(shape, std::span<const float>(values.begin(), values.size())) {}
+
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  static Tensor zeros(Shape shape) { return Tensor(shape); }
+  static Tensor full(Shape shape, float value);
+  Tensor clone() const;
+
+  float* data() { return storage_.get(); }
+  const float* data() const { return storage_.get(); }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return shape_.numel(); }
+  int64_t size(int dim) const { return shape_[dim]; }
+  int rank() const { return shape_.rank(); }
+  std::span<float> span() { return {data(), static_cast<size_t>(numel())}; }
+  std::span<const float> span() const { return {data(), static_cast<size_t>(numel())}; }
+  float& operator[](int64_t i) { return data()[i]; }
+  float operator[](int64_t i) const { return data()[i]; }
+
+  TensorView view() { return {data(), shape_}; }
+  // Changes the shape in place; the element count must stay the same.
+  void reshape(Shape shape);
+  void fill(float value);
+  void zero() { fill(0.0f); }
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float[], FreeDeleter> storage_;
+  Shape shape_{0};  // a default Tensor is empty
+};
+
+// Throws attend::Error naming `what` and both shapes when `a` and `b` differ.
+void check_same_shape(const Shape& a, const Shape& b, const char* what);
+
+}  // namespace attend
+
+template <>
+struct fmt::formatter<attend::Shape> : fmt::formatter<std::string> {
+  auto format(const attend::Shape& shape, format_context& ctx) const {
+    return fmt::formatter<std::string>::format(shape.str(), ctx);
+  }
+};

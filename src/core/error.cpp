@@ -1,0 +1,7 @@
+#include <attend/error.h>
+
+namespace attend {
+
+Error::~Error() = default;
+
+}  // namespace attend

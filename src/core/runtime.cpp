@@ -1,0 +1,37 @@
+#include <attend/runtime.h>
+
+#include "kernels/gemm.h"
+#include "kernels/parallel.h"
+
+#include <fmt/format.h>
+
+#include <thread>
+#include <utility>
+
+namespace attend {
+
+const char* version() { return ATTEND_VERSION; }
+
+void set_num_threads(int n) { kernels::set_num_threads(n); }
+int num_threads() { return kernels::num_threads(); }
+
+RuntimeInfo runtime_info() {
+  RuntimeInfo info;
+  info.version = version();
+  info.gemm_backend = kernels::gemm_backend();
+  // __builtin_cpu_supports needs a literal, so each feature is spelled out once here.
+  const std::pair<const char*, bool> features[] = {
+      {"avx512f", __builtin_cpu_supports("avx512f")},       {"avx512bw", __builtin_cpu_supports("avx512bw")},
+      {"avx512vl", __builtin_cpu_supports("avx512vl")},     {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+      {"avx512vnni", __builtin_cpu_supports("avx512vnni")}, {"avx2", __builtin_cpu_supports("avx2")},
+      {"fma", __builtin_cpu_supports("fma")},
+  };
+  for (const auto& [name, present] : features)
+    if (present) info.cpu_isa += (info.cpu_isa.empty() ? "" : " ") + std::string(name);
+  if (info.cpu_isa.empty()) info.cpu_isa = "sse2";
+  info.threads = kernels::num_threads();
+  info.cores = static_cast<int>(std::thread::hardware_concurrency());
+  return info;
+}
+
+}  // namespace attend

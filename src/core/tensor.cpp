@@ -1,0 +1,90 @@
+#include <attend/error.h>
+#include <attend/tensor.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace attend {
+
+Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+
+Shape::Shape(std::span<const int64_t> dims) {
+  check(dims.size() <= kMaxRank, "a shape has at most {} dimensions, got {}", kMaxRank, dims.size());
+  for (int64_t d : dims) check(d >= 0, "shape dimensions must be non-negative, got {}", d);
+  std::copy(dims.begin(), dims.end(), dims_.begin());
+  rank_ = static_cast<int>(dims.size());
+}
+
+int64_t Shape::operator[](int i) const {
+  int j = i < 0 ? i + rank_ : i;
+  check(j >= 0 && j < rank_, "dimension {} out of range for shape {}", i, str());
+  return dims_[j];
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  return n;
+}
+
+bool Shape::operator==(const Shape& other) const {
+  return rank_ == other.rank_ && std::equal(begin(), end(), other.begin());
+}
+
+std::string Shape::str() const { return fmt::format("[{}]", fmt::join(begin(), end(), ", ")); }
+
+TensorView TensorView::row(int64_t i) const {
+  check(shape_.rank() >= 1 && i >= 0 && i < shape_[0], "row {} out of range for shape {}", i, shape_.str());
+  Shape rest(std::span<const int64_t>(shape_.begin() + 1, shape_.end()));
+  return {data_ + i * rest.numel(), rest};
+}
+
+TensorView TensorView::reshaped(Shape shape) const {
+  check(shape.numel() == numel(), "cannot view shape {} as {}: element counts {} and {} differ", shape_.str(),
+        shape.str(), numel(), shape.numel());
+  return {data_, shape};
+}
+
+void Tensor::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+Tensor::Tensor(Shape shape) : shape_(shape) {
+  size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
+  size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);  // aligned_alloc wants a multiple
+  auto* p = static_cast<float*>(std::aligned_alloc(64, rounded));
+  check(p != nullptr, "out of memory allocating a tensor of shape {} ({} bytes)", shape.str(), bytes);
+  std::memset(p, 0, rounded);
+  storage_.reset(p);
+}
+
+Tensor::Tensor(Shape shape, std::span<const float> values) : Tensor(shape) {
+  check(static_cast<int64_t>(values.size()) == shape.numel(), "tensor of shape {} needs {} values, got {}",
+        shape.str(), shape.numel(), values.size());
+  std::copy(values.begin(), values.end(), data());
+}
+
+Tensor Tensor::full(Shape shape, float value) {
+  Tensor t(shape);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(shape_);
+  if (numel() > 0) std::memcpy(t.data(), data(), static_cast<size_t>(numel()) * sizeof(float));
+  return t;
+}
+
+void Tensor::reshape(Shape shape) {
+  check(shape.numel() == numel(), "cannot reshape {} to {}: element counts {} and {} differ", shape_.str(),
+        shape.str(), numel(), shape.numel());
+  shape_ = shape;
+}
+
+void Tensor::fill(float value) { std::fill_n(data(), numel(), value); }
+
+void check_same_shape(const Shape& a, const Shape& b, const char* what) {
+  check(a == b, "{}: shapes {} and {} differ", what, a.str(), b.str());
+}
+
+}  // namespace attend

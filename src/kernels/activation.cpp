@@ -1,0 +1,96 @@
+#include "kernels/activation.h"
+
+#include "kernels/parallel.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace attend::kernels {
+namespace {
+
+constexpr int64_t kGrain = 1 << 14;
+constexpr double kSqrt2OverPi = 0.7978845608028654;  // √(2/π)
+constexpr double kGeluCubic = 0.044715;
+
+template <typename T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+template <typename T>
+T forward_one(Activation a, T x) {
+  switch (a) {
+    case Activation::ReLU: return x > T(0) ? x : T(0);
+    case Activation::GELU: return T(0.5) * x * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+    case Activation::GELUTanh:
+      return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
+    case Activation::SiLU: return x * sigmoid(x);
+  }
+  return x;
+}
+
+template <typename T>
+T derivative_one(Activation a, T x) {
+  switch (a) {
+    case Activation::ReLU: return x > T(0) ? T(1) : T(0);
+    case Activation::GELU: {
+      T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+      T pdf = std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+      return cdf + x * pdf;
+    }
+    case Activation::GELUTanh: {
+      T u = T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
+      T t = std::tanh(u);
+      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
+    }
+    case Activation::SiLU: {
+      T s = sigmoid(x);
+      return s * (T(1) + x * (T(1) - s));
+    }
+  }
+  return T(1);
+}
+
+}  // namespace
+
+template <typename T>
+void activation_forward(Activation a, T* out, const T* inp, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = forward_one(a, inp[i]);
+  });
+}
+
+template <typename T>
+void activation_backward(Activation a, T* dinp, const T* dout, const T* inp, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) dinp[i] += dout[i] * derivative_one(a, inp[i]);
+  });
+}
+
+template <typename T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = forward_one(Activation::SiLU, gate[i]) * up[i];
+  });
+}
+
+template <typename T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      dgate[i] += dout[i] * up[i] * derivative_one(Activation::SiLU, gate[i]);
+      dup[i] += dout[i] * forward_one(Activation::SiLU, gate[i]);
+    }
+  });
+}
+
+#define ATTEND_INSTANTIATE(T)                                                          \
+  template void activation_forward<T>(Activation, T*, const T*, int64_t);              \
+  template void activation_backward<T>(Activation, T*, const T*, const T*, int64_t);   \
+  template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                    \
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);
+ATTEND_INSTANTIATE(float)
+ATTEND_INSTANTIATE(double)
+#undef ATTEND_INSTANTIATE
+
+}  // namespace attend::kernels

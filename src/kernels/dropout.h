@@ -1,0 +1,27 @@
+// Inverted dropout and the scaled residual add   (003 §12.1, 000 §3.4).
+#pragma once
+
+#include <cstdint>
+
+namespace attend::kernels {
+
+// Keeps element i when random_uniform(seed, offset + i) ≥ p and scales kept elements by 1/(1 − p),
+// so the expected output equals the input and evaluation needs no rescaling. The mask is a pure
+// function of (seed, offset + i): backward regenerates it instead of storing it, and the result is the
+// same for any thread count. p = 0 copies; p = 1 drops everything.
+template <typename T>
+void dropout_forward(T* out, const T* inp, int64_t n, float p, uint64_t seed, uint64_t offset);
+
+// dinp += dout · mask / (1 − p), with the forward's mask.
+template <typename T>
+void dropout_backward(T* dinp, const T* dout, int64_t n, float p, uint64_t seed, uint64_t offset);
+
+// h_{l+1} = h_l + α·F(h_l): out = h + alpha · f.
+template <typename T>
+void residual_forward(T* out, const T* h, const T* f, int64_t n, T alpha);
+
+// dh += dout;  df += α · dout.
+template <typename T>
+void residual_backward(T* dh, T* df, const T* dout, int64_t n, T alpha);
+
+}  // namespace attend::kernels

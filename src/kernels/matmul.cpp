@@ -1,0 +1,64 @@
+#include "kernels/matmul.h"
+
+#include "kernels/gemm.h"
+#include "kernels/parallel.h"
+
+#include <cstring>
+
+namespace attend::kernels {
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
+  // Start from the bias rows and let the GEMM accumulate onto them (beta = 1): one pass over `out`.
+  if (bias != nullptr) {
+    parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(T));
+    });
+  }
+  gemm<T>(false, true, N, OC, C, T(1), inp, C, weight, C, bias != nullptr ? T(1) : T(0), out, OC);
+}
+
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
+                     int64_t C, int64_t OC) {
+  if (dinp != nullptr) gemm<T>(false, false, N, C, OC, T(1), dout, OC, weight, C, T(1), dinp, C);
+  if (dweight != nullptr) gemm<T>(true, false, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+  if (dbias != nullptr) {
+    // Each thread owns a block of output channels and walks the rows: no races, fixed order.
+    parallel_for(OC, 64, [&](int64_t o0, int64_t o1) {
+      for (int64_t n = 0; n < N; ++n) {
+        const T* row = dout + n * OC;
+        for (int64_t o = o0; o < o1; ++o) dbias[o] += row[o];
+      }
+    });
+  }
+}
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C) {
+  parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) std::memcpy(out + n * C, table + int64_t{ids[n]} * C, C * sizeof(T));
+  });
+}
+
+template <typename T>
+void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N, int64_t C) {
+  parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
+    for (int64_t n = 0; n < N; ++n) {
+      T* dst = dtable + int64_t{ids[n]} * C;
+      const T* src = dout + n * C;
+      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    }
+  });
+}
+
+#define ATTEND_INSTANTIATE(T)                                                                           \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);           \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t);                     \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t);
+ATTEND_INSTANTIATE(float)
+ATTEND_INSTANTIATE(double)
+#undef ATTEND_INSTANTIATE
+
+}  // namespace attend::kernels

@@ -1,0 +1,45 @@
+// The linear layer's matmul and the token embedding, forward and backward.
+//
+// Weights use PyTorch's nn.Linear layout: weight is (OC, C), so out = inp · weightᵀ + bias.
+// Backward *adds* into every gradient buffer; the caller zeroes them.
+#pragma once
+
+#include <cstdint>
+
+namespace attend::kernels {
+
+// out = inp · weightᵀ + bias                          (000 §2.1: Z = XW + b)
+template <typename T>
+void matmul_forward(T* out,             // (N, OC)
+                    const T* inp,       // (N, C)
+                    const T* weight,    // (OC, C)
+                    const T* bias,      // (OC) or nullptr
+                    int64_t N, int64_t C, int64_t OC);
+
+// dinp += dout · weight;  dweight += doutᵀ · inp;  dbias += Σ_n dout[n]
+// Any of dinp, dweight, dbias may be nullptr when that gradient is not wanted.
+template <typename T>
+void matmul_backward(T* dinp,           // (N, C)
+                     T* dweight,        // (OC, C)
+                     T* dbias,          // (OC)
+                     const T* dout,     // (N, OC)
+                     const T* inp,      // (N, C)
+                     const T* weight,   // (OC, C)
+                     int64_t N, int64_t C, int64_t OC);
+
+// out[n] = table[ids[n]]: the embedding is a lookup, i.e. one-hot(ids) · table (000 §8.2).
+template <typename T>
+void embedding_forward(T* out,            // (N, C)
+                       const int32_t* ids,  // (N), each in [0, V)
+                       const T* table,    // (V, C)
+                       int64_t N, int64_t C);
+
+// dtable[ids[n]] += dout[n]: the transpose of the lookup is a scatter-add. Rows that repeat an id
+// accumulate; threads split the channels, so the sum order is fixed and results are reproducible.
+template <typename T>
+void embedding_backward(T* dtable,           // (V, C)
+                        const T* dout,       // (N, C)
+                        const int32_t* ids,  // (N)
+                        int64_t N, int64_t C);
+
+}  // namespace attend::kernels

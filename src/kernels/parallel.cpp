@@ -1,0 +1,11 @@
+#include "kernels/parallel.h"
+
+#include <omp.h>
+
+namespace attend::kernels {
+
+int num_threads() { return omp_get_max_threads(); }
+
+void set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }
+
+}  // namespace attend::kernels

@@ -1,0 +1,29 @@
+// The one threading helper: OpenMP behind a small interface.
+//
+// parallel_for splits [0, n) into one contiguous chunk per thread (static schedule), so which thread
+// does which element never depends on timing. Work smaller than `grain` runs on the calling thread.
+#pragma once
+
+#include <cstdint>
+
+namespace attend::kernels {
+
+int num_threads();
+// Sets the threads used by every kernel and by the GEMM backend. n <= 0 means all cores.
+void set_num_threads(int n);
+
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& fn) {
+  if (n <= 0) return;
+  int threads = num_threads();
+  if (threads <= 1 || n <= grain) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  int64_t chunks = n / (grain > 0 ? grain : 1);
+  if (chunks > threads) chunks = threads;
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(chunks))
+  for (int64_t c = 0; c < chunks; ++c) fn(n * c / chunks, n * (c + 1) / chunks);
+}
+
+}  // namespace attend::kernels

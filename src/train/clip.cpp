@@ -1,0 +1,23 @@
+#include "train/clip.h"
+
+#include <cmath>
+
+namespace attend::train {
+
+double global_grad_norm(std::span<Parameter* const> params) {
+  double sumsq = 0.0;
+  for (const Parameter* p : params)
+    for (float g : p->grad.span()) sumsq += double{g} * g;
+  return std::sqrt(sumsq);
+}
+
+double clip_grad_norm(std::span<Parameter* const> params, double max_norm) {
+  const double norm = global_grad_norm(params);
+  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  const float scale = static_cast<float>(max_norm / norm);
+  for (Parameter* p : params)
+    for (float& g : p->grad.span()) g *= scale;
+  return norm;
+}
+
+}  // namespace attend::train

@@ -1,0 +1,18 @@
+// Global-norm gradient clipping (003 §13.3, 004 §9.4):  g̃ = min(1, c/‖g‖₂) · g,
+// where ‖g‖₂ is the norm of all parameters' gradients taken together.
+#pragma once
+
+#include <attend/parameter.h>
+
+#include <span>
+
+namespace attend::train {
+
+// ‖g‖₂ over every parameter's gradient, summed in double.
+double global_grad_norm(std::span<Parameter* const> params);
+
+// Scales every gradient by min(1, max_norm/‖g‖₂) and returns ‖g‖₂ before clipping.
+// A non-finite norm is returned as is and nothing is scaled: the caller decides to skip the step.
+double clip_grad_norm(std::span<Parameter* const> params, double max_norm);
+
+}  // namespace attend::train
