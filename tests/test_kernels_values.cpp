@@ -1,0 +1,261 @@
+// Kernel values: fp32 against the fp64 oracle, the GEMM backend against plain loops, and the
+// properties each operation must have (rows of a softmax sum to one, ALiBi's published slopes, ...).
+#include "kernels/activation.h"
+#include "kernels/dropout.h"
+#include "kernels/gemm.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/position.h"
+#include "kernels/similarity.h"
+#include "kernels/softmax.h"
+#include "testing.h"
+
+#include <attend/runtime.h>
+#include <fmt/format.h>
+
+#include <limits>
+#include <numeric>
+
+namespace attend::kernels {
+namespace {
+
+using testing::cast;
+using testing::expect_all_close;
+using testing::kFloatTolerance;
+using testing::random_vector;
+
+TEST(Gemm, OneDnnMatchesReferenceForEveryTransposeAndOddSizes) {
+  const int64_t M = 37, N = 29, K = 131;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      auto a = cast<float>(random_vector(M * K, 1)), b = cast<float>(random_vector(K * N, 2));
+      auto c_fast = cast<float>(random_vector(M * N, 3));
+      auto c_ref = c_fast;
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      gemm<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c_fast.data(), N);
+      gemm_reference<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c_ref.data(), N);
+      expect_all_close(c_fast, c_ref, 1e-5, fmt::format("gemm trans_a={} trans_b={}", ta, tb));
+    }
+  }
+}
+
+TEST(Gemm, EmptyInnerDimensionOnlyScales) {
+  std::vector<float> c = {1, 2, 3, 4};
+  gemm<float>(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 3.0f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{3, 6, 9, 12}));
+}
+
+TEST(Matmul, FloatMatchesDoubleForwardAndBackward) {
+  const int64_t N = 33, C = 65, OC = 17;
+  auto x = random_vector(N * C, 1), w = random_vector(OC * C, 2), b = random_vector(OC, 3), up = random_vector(N * OC, 4);
+  std::vector<double> out(N * OC), dx(N * C), dw(OC * C), db(OC);
+  matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+  matmul_backward(dx.data(), dw.data(), db.data(), up.data(), x.data(), w.data(), N, C, OC);
+  auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b), upf = cast<float>(up);
+  std::vector<float> outf(N * OC), dxf(N * C), dwf(OC * C), dbf(OC);
+  matmul_forward(outf.data(), xf.data(), wf.data(), bf.data(), N, C, OC);
+  matmul_backward(dxf.data(), dwf.data(), dbf.data(), upf.data(), xf.data(), wf.data(), N, C, OC);
+  expect_all_close(outf, out, kFloatTolerance, "out");
+  expect_all_close(dxf, dx, kFloatTolerance, "dinp");
+  expect_all_close(dwf, dw, kFloatTolerance, "dweight");
+  expect_all_close(dbf, db, kFloatTolerance, "dbias");
+}
+
+TEST(Norm, FloatLayerNormAndRMSNormMatchDouble) {
+  const int64_t N = 9, C = 257;
+  auto x = random_vector(N * C, 1, -5, 7), w = random_vector(C, 2), b = random_vector(C, 3);
+  std::vector<double> out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+  auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);
+  std::vector<float> outf(N * C), meanf(N), rstdf(N);
+  layernorm_forward(outf.data(), meanf.data(), rstdf.data(), xf.data(), wf.data(), bf.data(), N, C, 1e-5f);
+  expect_all_close(outf, out, kFloatTolerance, "layernorm");
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6);
+  rmsnorm_forward(outf.data(), rstdf.data(), xf.data(), wf.data(), N, C, 1e-6f);
+  expect_all_close(outf, out, kFloatTolerance, "rmsnorm");
+}
+
+TEST(Norm, LayerNormOutputHasZeroMeanUnitVariance) {
+  const int64_t N = 4, C = 64;
+  auto x = random_vector(N * C, 7, 100, 103);  // a large mean: the two-pass variance must not cancel
+  std::vector<double> w(C, 1.0), out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), static_cast<double*>(nullptr), N, C, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < C; ++c) m += out[n * C + c] / C;
+    for (int64_t c = 0; c < C; ++c) v += (out[n * C + c] - m) * (out[n * C + c] - m) / C;
+    EXPECT_NEAR(m, 0.0, 1e-12);
+    EXPECT_NEAR(v, 1.0, 1e-9);
+  }
+}
+
+TEST(Softmax, RowsSumToOneAndFloatMatchesDouble) {
+  const int64_t N = 5, V = 1000;
+  auto z = random_vector(N * V, 1, -20, 20);
+  std::vector<double> p(N * V);
+  softmax_forward(p.data(), z.data(), N, V, 0.7);
+  for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(std::accumulate(p.begin() + n * V, p.begin() + (n + 1) * V, 0.0), 1.0, 1e-12);
+  auto zf = cast<float>(z);
+  std::vector<float> pf(N * V);
+  softmax_forward(pf.data(), zf.data(), N, V, 0.7f);
+  expect_all_close(pf, p, kFloatTolerance, "softmax");
+}
+
+TEST(Softmax, FullyMaskedRowGivesZerosNotNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> z = {-inf, -inf, -inf, 1.0f, -inf, 1.0f};
+  std::vector<float> p(6);
+  softmax_forward(p.data(), z.data(), 2, 3, 1.0f);
+  EXPECT_EQ(p[0], 0.0f);
+  EXPECT_EQ(p[1], 0.0f);
+  EXPECT_EQ(p[2], 0.0f);
+  EXPECT_FLOAT_EQ(p[3], 0.5f);
+  EXPECT_EQ(p[4], 0.0f);
+  std::vector<float> dp = {1, 2, 3, 1, 2, 3}, dz(6);
+  softmax_backward(dz.data(), dp.data(), p.data(), 2, 3, 1.0f);
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(dz[j], 0.0f);
+}
+
+TEST(Softmax, TemperatureSharpensAndFlattens) {
+  std::vector<double> z = {1.0, 2.0, 3.0}, cold(3), hot(3);
+  softmax_forward(cold.data(), z.data(), 1, 3, 0.01);
+  softmax_forward(hot.data(), z.data(), 1, 3, 1000.0);
+  EXPECT_NEAR(cold[2], 1.0, 1e-12);          // τ → 0: argmax
+  for (double p : hot) EXPECT_NEAR(p, 1.0 / 3, 1e-3);  // τ → ∞: uniform
+}
+
+TEST(LogSoftmax, EqualsLogOfSoftmax) {
+  const int64_t N = 3, V = 17;
+  auto z = random_vector(N * V, 2, -5, 5);
+  std::vector<double> p(N * V), logp(N * V);
+  softmax_forward(p.data(), z.data(), N, V, 1.0);
+  log_softmax_forward(logp.data(), z.data(), N, V);
+  for (int64_t i = 0; i < N * V; ++i) EXPECT_NEAR(logp[i], std::log(p[i]), 1e-12);
+}
+
+TEST(Activations, FloatMatchesDoubleAndKnownValues) {
+  auto x = random_vector(1001, 3, -6, 6);
+  auto xf = cast<float>(x);
+  for (Activation a : {Activation::ReLU, Activation::GELU, Activation::GELUTanh, Activation::SiLU}) {
+    std::vector<double> y(x.size());
+    std::vector<float> yf(x.size());
+    activation_forward(a, y.data(), x.data(), static_cast<int64_t>(x.size()));
+    activation_forward(a, yf.data(), xf.data(), static_cast<int64_t>(x.size()));
+    expect_all_close(yf, y, kFloatTolerance, activation_name(a));
+  }
+  // GELU(1) = Φ(1) = 0.841344746..., SiLU(1) = σ(1) = 0.731058578...; the tanh form is within 1e-3.
+  double one = 1.0, y = 0.0;
+  activation_forward(Activation::GELU, &y, &one, 1);
+  EXPECT_NEAR(y, 0.8413447460685429, 1e-15);
+  activation_forward(Activation::SiLU, &y, &one, 1);
+  EXPECT_NEAR(y, 0.7310585786300049, 1e-15);
+  activation_forward(Activation::GELUTanh, &y, &one, 1);
+  EXPECT_NEAR(y, 0.8413447460685429, 1e-3);
+}
+
+TEST(Dropout, KeepsAboutOneMinusPAndPreservesTheMean) {
+  const int64_t n = 200000;
+  std::vector<float> x(n, 1.0f), y(n);
+  dropout_forward(y.data(), x.data(), n, 0.25f, 7, 0);
+  int64_t kept = 0;
+  double sum = 0;
+  for (float v : y) {
+    kept += v != 0.0f;
+    sum += v;
+    ASSERT_TRUE(v == 0.0f || v == 1.0f / 0.75f);
+  }
+  // Binomial(n, 0.75): standard deviation √(n·0.75·0.25) ≈ 194, so ±1000 is over 5σ.
+  EXPECT_NEAR(static_cast<double>(kept), 0.75 * n, 1000.0);
+  EXPECT_NEAR(sum / n, 1.0, 0.01);
+}
+
+TEST(Dropout, ZeroAndOneAndSameMaskForAnyThreadCount) {
+  const int64_t n = 100000;
+  std::vector<float> x(n, 2.0f), y(n);
+  dropout_forward(y.data(), x.data(), n, 0.0f, 1, 0);
+  EXPECT_EQ(y, x);
+  dropout_forward(y.data(), x.data(), n, 1.0f, 1, 0);
+  EXPECT_EQ(y, std::vector<float>(n, 0.0f));
+  const int threads = attend::num_threads();
+  std::vector<float> one(n), many(n);
+  attend::set_num_threads(1);
+  dropout_forward(one.data(), x.data(), n, 0.5f, 99, 12345);
+  attend::set_num_threads(2);
+  dropout_forward(many.data(), x.data(), n, 0.5f, 99, 12345);
+  attend::set_num_threads(threads);
+  EXPECT_EQ(one, many);
+}
+
+TEST(Positions, AlibiSlopesArePublishedGeometricSequences) {
+  std::vector<double> s8(8), s12(12);
+  alibi_slopes(s8.data(), 8);
+  for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(s8[h], std::pow(2.0, -(h + 1)));  // 1/2, 1/4, ..., 1/256
+  alibi_slopes(s12.data(), 12);
+  for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(s12[h], std::pow(2.0, -(h + 1)));
+  // The 4 extra heads take every other slope of the 16-head sequence: 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+  for (int h = 8; h < 12; ++h) EXPECT_DOUBLE_EQ(s12[h], std::pow(2.0, -0.5 - (h - 8)));
+}
+
+TEST(Positions, AlibiBiasIsMinusSlopeTimesDistance) {
+  const int64_t H = 2, Tq = 3, Tk = 5;
+  double slopes[2] = {0.5, 0.25};
+  std::vector<double> scores(H * Tq * Tk, 1.0);
+  alibi_bias_forward(scores.data(), slopes, H, Tq, Tk, 2);  // queries at positions 2, 3, 4
+  EXPECT_DOUBLE_EQ(scores[0 * Tk + 0], 1.0 - 0.5 * 2);      // head 0, query pos 2, key 0
+  EXPECT_DOUBLE_EQ(scores[2 * Tk + 4], 1.0);                // head 0, query pos 4, key 4
+  EXPECT_DOUBLE_EQ(scores[(Tq + 1) * Tk + 0], 1.0 - 0.25 * 3);  // head 1, query pos 3, key 0
+}
+
+TEST(Positions, T5BucketsMatchTheReferenceImplementation) {
+  // Values of Hugging Face's T5Attention._relative_position_bucket (worked by hand, and checked
+  // against PyTorch in test_torch_golden.cpp).
+  EXPECT_EQ(t5_relative_bucket(0, true, 32, 128), 0);
+  EXPECT_EQ(t5_relative_bucket(-1, true, 32, 128), 1);
+  EXPECT_EQ(t5_relative_bucket(1, true, 32, 128), 17);
+  EXPECT_EQ(t5_relative_bucket(-7, true, 32, 128), 7);
+  EXPECT_EQ(t5_relative_bucket(-8, true, 32, 128), 8);      // first logarithmic bucket
+  EXPECT_EQ(t5_relative_bucket(-20, true, 32, 128), 10);    // 8 + ⌊log(20/8)/log(16)·8⌋
+  EXPECT_EQ(t5_relative_bucket(-200, true, 32, 128), 15);   // clamped to the last bucket
+  EXPECT_EQ(t5_relative_bucket(200, true, 32, 128), 31);
+  EXPECT_EQ(t5_relative_bucket(5, false, 32, 128), 0);      // causal: the future is bucket 0
+  EXPECT_EQ(t5_relative_bucket(-20, false, 32, 128), 17);   // 16 + ⌊log(20/16)/log(8)·16⌋
+  EXPECT_EQ(t5_relative_bucket(-200, false, 32, 128), 31);
+}
+
+TEST(Positions, RopeScalingFormulas) {
+  const int64_t d = 64;
+  RopeScaling plain;
+  EXPECT_DOUBLE_EQ(rope_frequency(0, d, plain), 1.0);
+  EXPECT_NEAR(rope_frequency(16, d, plain), std::pow(10000.0, -0.5), 1e-15);
+  RopeScaling base;  // base scaling by α = 4: θ_i = (4·10000)^(−2i/d)
+  base.base_scale = 4.0;
+  EXPECT_NEAR(rope_frequency(16, d, base), std::pow(40000.0, -0.5), 1e-15);
+  RopeScaling ntk;  // NTK-aware by s = 8: base' = 10000·8^(d/(d−2)); the lowest frequency shrinks by ≈ 8
+  ntk.ntk_factor = 8.0;
+  EXPECT_NEAR(rope_frequency(d / 2 - 1, d, ntk), rope_frequency(d / 2 - 1, d, plain) / 8.0, 1e-18);
+  EXPECT_DOUBLE_EQ(rope_frequency(0, d, ntk), 1.0);  // the highest frequency is untouched
+}
+
+TEST(Similarity, MipsTopKMatchesBruteForce) {
+  const int64_t M = 5, N = 300, C = 16, k = 7;
+  auto q = cast<float>(random_vector(M * C, 1)), keys = cast<float>(random_vector(N * C, 2));
+  std::vector<int32_t> idx(M * k);
+  std::vector<float> scores(M * k), scratch(M * N);
+  mips_topk(idx.data(), scores.data(), scratch.data(), q.data(), keys.data(), M, N, C, k);
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<std::pair<double, int32_t>> all;
+    for (int32_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += double{q[m * C + c]} * keys[j * C + c];
+      all.push_back({-s, j});
+    }
+    std::sort(all.begin(), all.end());
+    for (int64_t i = 0; i < k; ++i) {
+      EXPECT_EQ(idx[m * k + i], all[i].second) << "query " << m << " rank " << i;
+      EXPECT_NEAR(scores[m * k + i], -all[i].first, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attend::kernels

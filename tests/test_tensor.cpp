@@ -1,0 +1,79 @@
+#include <attend/error.h>
+#include <attend/parameter.h>
+#include <attend/tensor.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace attend {
+namespace {
+
+TEST(Shape, BasicsAndFormatting) {
+  Shape s{2, 3, 4};
+  EXPECT_EQ(s.rank(), 3);
+  EXPECT_EQ(s.numel(), 24);
+  EXPECT_EQ(s[-1], 4);
+  EXPECT_EQ(s.str(), "[2, 3, 4]");
+  EXPECT_EQ(fmt::format("{}", s), "[2, 3, 4]");
+  EXPECT_EQ(Shape{}.numel(), 1);
+  EXPECT_THROW(s[3], Error);
+  EXPECT_THROW((Shape{2, -1}), Error);
+  EXPECT_THROW((Shape{1, 1, 1, 1, 1, 1, 1}), Error);
+}
+
+TEST(Tensor, ZeroInitialisedAndAligned) {
+  Tensor t({3, 5});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+  for (float v : t.span()) EXPECT_EQ(v, 0.0f);
+  Tensor empty;
+  EXPECT_EQ(empty.numel(), 0);
+  empty.fill(1.0f);  // a no-op, not a crash
+}
+
+TEST(Tensor, CloneIsDeepAndMoveTransfers) {
+  Tensor a({2, 2}, {1, 2, 3, 4});
+  Tensor b = a.clone();
+  b[0] = 9;
+  EXPECT_EQ(a[0], 1);
+  Tensor c = std::move(a);
+  EXPECT_EQ(c[3], 4);
+}
+
+TEST(Tensor, ViewsBorrowTheStorage) {
+  Tensor t({2, 3}, {1, 2, 3, 4, 5, 6});
+  TensorView row = t.view().row(1);
+  EXPECT_EQ(row.shape(), Shape{3});
+  row[0] = 40;
+  EXPECT_EQ(t[3], 40);
+  TensorView flat = t.view().reshaped({6});
+  EXPECT_EQ(flat[5], 6);
+  EXPECT_THROW(t.view().reshaped({4}), Error);
+  EXPECT_THROW(t.view().row(2), Error);
+}
+
+TEST(Tensor, ReshapeChecksTheElementCount) {
+  Tensor t({2, 3});
+  t.reshape({3, 2});
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+  try {
+    t.reshape({4, 2});
+    FAIL() << "expected attend::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[3, 2]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[4, 2]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Tensor({2, 2}, {1, 2, 3}), Error);
+}
+
+TEST(Parameter, GradientHasTheValuesShape) {
+  Parameter p("h.0.mlp.c_fc.weight", {4, 3});
+  EXPECT_EQ(p.grad.shape(), p.value.shape());
+  p.grad.fill(1.0f);
+  p.zero_grad();
+  for (float g : p.grad.span()) EXPECT_EQ(g, 0.0f);
+  EXPECT_EQ(p.numel(), 12);
+}
+
+}  // namespace
+}  // namespace attend
