@@ -1,9 +1,10 @@
 #include "kernels/activation.h"
 
 #include "kernels/parallel.h"
+#include "kernels/vec_math.h"
 
-#include <cmath>
 #include <numbers>
+#include <type_traits>
 
 namespace attend::kernels {
 namespace {
@@ -14,72 +15,84 @@ constexpr double kGeluCubic = 0.044715;
 
 template <typename T>
 T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
+  return T(1) / (T(1) + vec::exp(-x));
 }
 
-template <typename T>
-T forward_one(Activation a, T x) {
-  switch (a) {
-    case Activation::ReLU: return x > T(0) ? x : T(0);
-    case Activation::GELU: return T(0.5) * x * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
-    case Activation::GELUTanh:
-      return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
-    case Activation::SiLU: return x * sigmoid(x);
-  }
-  return x;
+template <Activation A, typename T>
+T forward_one(T x) {
+  if constexpr (A == Activation::ReLU) return x > T(0) ? x : T(0);
+  if constexpr (A == Activation::GELU) return T(0.5) * x * (T(1) + vec::erf(x * T(std::numbers::sqrt2 / 2)));
+  if constexpr (A == Activation::GELUTanh)
+    return T(0.5) * x * (T(1) + vec::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
+  if constexpr (A == Activation::SiLU) return x * sigmoid(x);
 }
 
-template <typename T>
-T derivative_one(Activation a, T x) {
-  switch (a) {
-    case Activation::ReLU: return x > T(0) ? T(1) : T(0);
-    case Activation::GELU: {
-      T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
-      T pdf = std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
-      return cdf + x * pdf;
-    }
-    case Activation::GELUTanh: {
-      T u = T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x);
-      T t = std::tanh(u);
-      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
-    }
-    case Activation::SiLU: {
-      T s = sigmoid(x);
-      return s * (T(1) + x * (T(1) - s));
-    }
+template <Activation A, typename T>
+T derivative_one(T x) {
+  if constexpr (A == Activation::ReLU) return x > T(0) ? T(1) : T(0);
+  if constexpr (A == Activation::GELU) {
+    T cdf = T(0.5) * (T(1) + vec::erf(x * T(std::numbers::sqrt2 / 2)));
+    T pdf = vec::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+    return cdf + x * pdf;
   }
-  return T(1);
+  if constexpr (A == Activation::GELUTanh) {
+    T t = vec::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x));
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
+  }
+  if constexpr (A == Activation::SiLU) {
+    T s = sigmoid(x);
+    return s * (T(1) + x * (T(1) - s));
+  }
+}
+
+// Calls fn with the activation as a compile-time constant, so each kind gets its own SIMD loop.
+template <typename F>
+void dispatch(Activation a, F&& fn) {
+  switch (a) {
+    case Activation::ReLU: return fn(std::integral_constant<Activation, Activation::ReLU>{});
+    case Activation::GELU: return fn(std::integral_constant<Activation, Activation::GELU>{});
+    case Activation::GELUTanh: return fn(std::integral_constant<Activation, Activation::GELUTanh>{});
+    case Activation::SiLU: return fn(std::integral_constant<Activation, Activation::SiLU>{});
+  }
 }
 
 }  // namespace
 
 template <typename T>
 void activation_forward(Activation a, T* out, const T* inp, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = forward_one(a, inp[i]);
+  dispatch(a, [&](auto kind) {
+    parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) out[i] = forward_one<decltype(kind)::value>(inp[i]);
+    });
   });
 }
 
 template <typename T>
 void activation_backward(Activation a, T* dinp, const T* dout, const T* inp, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) dinp[i] += dout[i] * derivative_one(a, inp[i]);
+  dispatch(a, [&](auto kind) {
+    parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) dinp[i] += dout[i] * derivative_one<decltype(kind)::value>(inp[i]);
+    });
   });
 }
 
 template <typename T>
 void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = forward_one(Activation::SiLU, gate[i]) * up[i];
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) out[i] = forward_one<Activation::SiLU>(gate[i]) * up[i];
   });
 }
 
 template <typename T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
     for (int64_t i = i0; i < i1; ++i) {
-      dgate[i] += dout[i] * up[i] * derivative_one(Activation::SiLU, gate[i]);
-      dup[i] += dout[i] * forward_one(Activation::SiLU, gate[i]);
+      dgate[i] += dout[i] * up[i] * derivative_one<Activation::SiLU>(gate[i]);
+      dup[i] += dout[i] * forward_one<Activation::SiLU>(gate[i]);
     }
   });
 }

@@ -2,6 +2,7 @@
 
 #include "kernels/parallel.h"
 #include "kernels/softmax.h"
+#include "kernels/vec_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,9 +25,7 @@ int64_t cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t*
       const T* z = logits + n * V;
       double loss = lse[n] - (1.0 - alpha) * z[targets[n]];
       if (alpha != 0.0) {
-        double sum = 0.0;
-        for (int64_t j = 0; j < V; ++j) sum += z[j];
-        loss -= alpha / static_cast<double>(V) * sum;
+        loss -= alpha / static_cast<double>(V) * vec::sum<T>(V, [&](int64_t j) { return z[j]; });
       }
       losses[n] = static_cast<T>(loss);
     }
@@ -44,8 +43,9 @@ void cross_entropy_backward(T* dlogits, const T* dlosses, const T* logits, const
       if (targets[n] == ignore_index) continue;
       const T* z = logits + n * V;
       T* dz = dlogits + n * V;
-      const double g = dlosses[n];
-      for (int64_t j = 0; j < V; ++j) dz[j] += static_cast<T>(g * (std::exp(double{z[j]} - lse[n]) - uniform));
+      const T g = dlosses[n], row_lse = lse[n], u = static_cast<T>(uniform);
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) dz[j] += g * (vec::exp(z[j] - row_lse) - u);
       dz[targets[n]] -= static_cast<T>(g * (1.0 - alpha));
     }
   });

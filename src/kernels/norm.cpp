@@ -1,6 +1,7 @@
 #include "kernels/norm.h"
 
 #include "kernels/parallel.h"
+#include "kernels/vec_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,14 +11,13 @@ namespace {
 
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)); }
 
-// Column-blocked reduction over rows for the parameter gradients: each thread owns a block of
-// channels, so there are no races and the summation order never depends on the thread count.
-// `term(n, c)` gives row n's contribution to channel c.
-template <typename T, typename Term>
-void accumulate_columns(T* grad, int64_t N, int64_t C, Term&& term) {
+// Parameter gradients reduce over rows. Each thread owns a block of channels and walks every row, so
+// there are no races and the summation order never depends on the thread count. `update(n, c0, c1)`
+// adds row n's contribution to channels [c0, c1).
+template <typename Update>
+void reduce_rows_by_channel_block(int64_t N, int64_t C, Update&& update) {
   parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = c0; c < c1; ++c) grad[c] += term(n, c);
+    for (int64_t n = 0; n < N; ++n) update(n, c0, c1);
   });
 }
 
@@ -29,52 +29,62 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
   parallel_for(N, row_grain(C), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* x = inp + n * C;
-      double sum = 0.0;
-      for (int64_t c = 0; c < C; ++c) sum += x[c];
-      const double mu = sum / C;
-      double var = 0.0;  // two-pass variance: no cancellation when |μ| ≫ σ
-      for (int64_t c = 0; c < C; ++c) var += (x[c] - mu) * (x[c] - mu);
-      var /= C;
-      const double r = 1.0 / std::sqrt(var + eps);
+      const T m = static_cast<T>(vec::sum<T>(C, [&](int64_t c) { return x[c]; }) / C);
+      // Two-pass variance: no cancellation when |μ| ≫ σ.
+      const double var = vec::sum<T>(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); }) / C;
+      const T r = static_cast<T>(1.0 / std::sqrt(var + eps));
       T* y = out + n * C;
-      for (int64_t c = 0; c < C; ++c) {
-        T xhat = static_cast<T>((x[c] - mu) * r);
-        y[c] = xhat * weight[c] + (bias != nullptr ? bias[c] : T(0));
+      if (bias != nullptr) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c];
       }
-      mean[n] = static_cast<T>(mu);
-      rstd[n] = static_cast<T>(r);
+      mean[n] = m;
+      rstd[n] = r;
     }
   });
 }
+
+// The per-row and per-channel-block loops of the backward passes, as functions of plain values.
+// They are kept out of line on purpose: GCC 12 stops vectorizing an `omp simd` loop once it is inlined
+// into the loop over rows ("latch block not empty"), and one call per row costs nothing.
+namespace {
+
+// dx += r·(g − mean(g) − x̂·mean(g ⊙ x̂)) for one row, g = dy ⊙ γ, x̂ = (x − μ)·r (μ = 0 for RMSNorm).
+template <typename T>
+[[gnu::noinline]] void norm_backward_row(T* dx, const T* dy, const T* x, const T* weight, T mu, T r, bool centre, int64_t C) {
+  const T mean_g = centre ? static_cast<T>(vec::sum<T>(C, [&](int64_t c) { return dy[c] * weight[c]; }) / C) : T(0);
+  const T mean_gx =
+      static_cast<T>(vec::sum<T>(C, [&](int64_t c) { return dy[c] * weight[c] * ((x[c] - mu) * r); }) / C);
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) dx[c] += r * (dy[c] * weight[c] - mean_g - (x[c] - mu) * r * mean_gx);
+}
+
+// dγ += dy ⊙ x̂ and dβ += dy (when dbias is given) over channels [c0, c1) of one row.
+template <typename T>
+[[gnu::noinline]] void norm_param_grads_row(T* dweight, T* dbias, const T* dy, const T* x, T mu, T r, int64_t c0, int64_t c1) {
+#pragma omp simd
+  for (int64_t c = c0; c < c1; ++c) dweight[c] += dy[c] * ((x[c] - mu) * r);
+  if (dbias != nullptr) {
+#pragma omp simd
+    for (int64_t c = c0; c < c1; ++c) dbias[c] += dy[c];
+  }
+}
+
+}  // namespace
 
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int64_t N, int64_t C) {
   parallel_for(N, row_grain(C), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* x = inp + n * C;
-      const T* dy = dout + n * C;
-      const double mu = mean[n], r = rstd[n];
-      double mean_g = 0.0, mean_gx = 0.0;
-      for (int64_t c = 0; c < C; ++c) {
-        double g = double{dy[c]} * weight[c];
-        mean_g += g;
-        mean_gx += g * (x[c] - mu) * r;
-      }
-      mean_g /= C;
-      mean_gx /= C;
-      T* dx = dinp + n * C;
-      for (int64_t c = 0; c < C; ++c) {
-        double xhat = (x[c] - mu) * r;
-        double g = double{dy[c]} * weight[c];
-        dx[c] += static_cast<T>(r * (g - mean_g - xhat * mean_gx));
-      }
-    }
+    for (int64_t n = n0; n < n1; ++n)
+      norm_backward_row(dinp + n * C, dout + n * C, inp + n * C, weight, mean[n], rstd[n], true, C);
   });
-  accumulate_columns(dweight, N, C, [&](int64_t n, int64_t c) {
-    return static_cast<T>(dout[n * C + c] * ((inp[n * C + c] - mean[n]) * rstd[n]));
+  reduce_rows_by_channel_block(N, C, [&](int64_t n, int64_t c0, int64_t c1) {
+    norm_param_grads_row(dweight, dbias, dout + n * C, inp + n * C, mean[n], rstd[n], c0, c1);
   });
-  if (dbias != nullptr) accumulate_columns(dbias, N, C, [&](int64_t n, int64_t c) { return dout[n * C + c]; });
 }
 
 template <typename T>
@@ -82,12 +92,12 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, 
   parallel_for(N, row_grain(C), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* x = inp + n * C;
-      double sumsq = 0.0;
-      for (int64_t c = 0; c < C; ++c) sumsq += double{x[c]} * x[c];
-      const double r = 1.0 / std::sqrt(sumsq / C + eps);
+      const double sumsq = vec::sum<T>(C, [&](int64_t c) { return x[c] * x[c]; });
+      const T r = static_cast<T>(1.0 / std::sqrt(sumsq / C + eps));
       T* y = out + n * C;
-      for (int64_t c = 0; c < C; ++c) y[c] = static_cast<T>(x[c] * r) * weight[c];
-      rstd[n] = static_cast<T>(r);
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
+      rstd[n] = r;
     }
   });
 }
@@ -96,19 +106,12 @@ template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
                       int64_t C) {
   parallel_for(N, row_grain(C), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* x = inp + n * C;
-      const T* dy = dout + n * C;
-      const double r = rstd[n];
-      double mean_gx = 0.0;
-      for (int64_t c = 0; c < C; ++c) mean_gx += double{dy[c]} * weight[c] * x[c] * r;
-      mean_gx /= C;
-      T* dx = dinp + n * C;
-      for (int64_t c = 0; c < C; ++c) dx[c] += static_cast<T>(r * (double{dy[c]} * weight[c] - x[c] * r * mean_gx));
-    }
+    for (int64_t n = n0; n < n1; ++n)
+      norm_backward_row(dinp + n * C, dout + n * C, inp + n * C, weight, T(0), rstd[n], false, C);
   });
-  accumulate_columns(dweight, N, C,
-                     [&](int64_t n, int64_t c) { return static_cast<T>(dout[n * C + c] * (inp[n * C + c] * rstd[n])); });
+  reduce_rows_by_channel_block(N, C, [&](int64_t n, int64_t c0, int64_t c1) {
+    norm_param_grads_row(dweight, static_cast<T*>(nullptr), dout + n * C, inp + n * C, T(0), rstd[n], c0, c1);
+  });
 }
 
 #define ATTEND_INSTANTIATE(T)                                                                                  \

@@ -1,6 +1,7 @@
 #include "kernels/softmax.h"
 
 #include "kernels/parallel.h"
+#include "kernels/vec_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,47 +16,50 @@ int64_t row_grain(int64_t V) { return std::max<int64_t>(1, 16384 / std::max<int6
 template <typename T>
 T row_max(const T* z, int64_t V) {
   T m = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < V; ++j) m = std::max(m, z[j]);
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < V; ++j) m = z[j] > m ? z[j] : m;
   return m;
+}
+
+// Σ_j exp(z_j − c), summed in double. The exponentials are computed in T: vectorized for float.
+template <typename T>
+double sum_exp(const T* z, T c, int64_t V) {
+  return vec::sum<T>(V, [&](int64_t j) { return vec::exp(z[j] - c); });
 }
 
 }  // namespace
 
 template <typename T>
 void softmax_forward(T* out, const T* inp, int64_t N, int64_t V, T temperature) {
-  const double inv_t = 1.0 / static_cast<double>(temperature);
+  const T inv_t = T(1) / temperature;
   parallel_for(N, row_grain(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* z = inp + n * V;
       T* p = out + n * V;
-      T m = row_max(z, V);
+      const T m = row_max(z, V);
       if (m == -std::numeric_limits<T>::infinity()) {  // every entry masked: no distribution to form
         std::fill_n(p, V, T(0));
         continue;
       }
-      double sum = 0.0;
-      for (int64_t j = 0; j < V; ++j) {
-        double e = std::exp((static_cast<double>(z[j]) - m) * inv_t);
-        p[j] = static_cast<T>(e);
-        sum += e;
-      }
-      const double inv_sum = 1.0 / sum;
-      for (int64_t j = 0; j < V; ++j) p[j] = static_cast<T>(p[j] * inv_sum);
+      const double sum = vec::sum<T>(V, [&](int64_t j) { return p[j] = vec::exp((z[j] - m) * inv_t); });
+      const T inv_sum = static_cast<T>(1.0 / sum);
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) p[j] *= inv_sum;
     }
   });
 }
 
 template <typename T>
 void softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64_t V, T temperature) {
-  const double inv_t = 1.0 / static_cast<double>(temperature);
+  const T inv_t = T(1) / temperature;
   parallel_for(N, row_grain(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* dp = dout + n * V;
       const T* p = out + n * V;
       T* dz = dinp + n * V;
-      double dot = 0.0;
-      for (int64_t j = 0; j < V; ++j) dot += static_cast<double>(dp[j]) * p[j];
-      for (int64_t j = 0; j < V; ++j) dz[j] += static_cast<T>(inv_t * p[j] * (dp[j] - dot));
+      const T dot_t = static_cast<T>(vec::sum<T>(V, [&](int64_t j) { return dp[j] * p[j]; }));
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) dz[j] += inv_t * p[j] * (dp[j] - dot_t);
     }
   });
 }
@@ -70,9 +74,7 @@ void logsumexp_forward(T* out, const T* inp, int64_t N, int64_t V) {
         out[n] = m;  // log of an empty sum
         continue;
       }
-      double sum = 0.0;
-      for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(z[j]) - m);
-      out[n] = static_cast<T>(m + std::log(sum));
+      out[n] = static_cast<T>(m + std::log(sum_exp(z, m, V)));
     }
   });
 }
@@ -84,8 +86,9 @@ void logsumexp_backward(T* dinp, const T* dout, const T* inp, const T* out, int6
       if (out[n] == -std::numeric_limits<T>::infinity()) continue;
       const T* z = inp + n * V;
       T* dz = dinp + n * V;
-      for (int64_t j = 0; j < V; ++j)
-        dz[j] += static_cast<T>(dout[n] * std::exp(static_cast<double>(z[j]) - out[n]));
+      const T g = dout[n], lse = out[n];
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) dz[j] += g * vec::exp(z[j] - lse);
     }
   });
 }
@@ -94,9 +97,11 @@ template <typename T>
 void log_softmax_forward(T* out, const T* inp, int64_t N, int64_t V) {
   parallel_for(N, row_grain(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
-      T lse;
-      logsumexp_forward(&lse, inp + n * V, 1, V);
-      for (int64_t j = 0; j < V; ++j) out[n * V + j] = inp[n * V + j] - lse;
+      const T* z = inp + n * V;
+      const T m = row_max(z, V);
+      const T lse = static_cast<T>(m + std::log(sum_exp(z, m, V)));
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) out[n * V + j] = z[j] - lse;
     }
   });
 }
@@ -107,9 +112,9 @@ void log_softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64
     for (int64_t n = n0; n < n1; ++n) {
       const T* dy = dout + n * V;
       const T* y = out + n * V;
-      double total = 0.0;
-      for (int64_t j = 0; j < V; ++j) total += dy[j];
-      for (int64_t j = 0; j < V; ++j) dinp[n * V + j] += static_cast<T>(dy[j] - std::exp(double{y[j]}) * total);
+      const T total_t = static_cast<T>(vec::sum<T>(V, [&](int64_t j) { return dy[j]; }));
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) dinp[n * V + j] += dy[j] - vec::exp(y[j]) * total_t;
     }
   });
 }

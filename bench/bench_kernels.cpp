@@ -1,0 +1,96 @@
+// Memory-bound kernels, forward + backward, in GB/s of compulsory traffic (each array read or written
+// once), beside the machine's own memory bandwidth measured in the same run (a STREAM-style triad).
+//
+//   build/bench/attend_bench --benchmark_filter='Bandwidth|Kernel' --benchmark_counters_tabular=true
+#include "kernels/activation.h"
+#include "kernels/norm.h"
+#include "kernels/parallel.h"
+#include "kernels/softmax.h"
+
+#include <attend/rng.h>
+#include <attend/runtime.h>
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint64_t seed) {
+  attend::Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = 4.0f * rng.uniform() - 2.0f;
+  return v;
+}
+
+void set_bandwidth(benchmark::State& state, double bytes_per_iteration) {
+  state.counters["GB/s"] = benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = static_cast<double>(attend::num_threads());
+}
+
+// a = b + s·c over 3 × 128 MiB: 2 reads + 1 write per element (write-allocate not counted, as STREAM).
+void BM_Bandwidth_Triad(benchmark::State& state) {
+  attend::set_num_threads(static_cast<int>(state.range(0)));
+  const int64_t n = int64_t{32} << 20;
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  for (auto _ : state) {
+    attend::kernels::parallel_for(n, 1 << 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + 3.0f * c[i];
+    });
+    benchmark::ClobberMemory();
+  }
+  set_bandwidth(state, 3.0 * n * sizeof(float));
+}
+
+// Softmax over (4096, 2048) rows: forward reads z, writes p; backward reads dp, p, and adds into dz.
+void BM_Kernel_SoftmaxForwardBackward(benchmark::State& state) {
+  attend::set_num_threads(static_cast<int>(state.range(0)));
+  const int64_t N = 4096, V = 2048;
+  auto z = random_floats(N * V, 1), dp = random_floats(N * V, 2);
+  std::vector<float> p(N * V), dz(N * V);
+  for (auto _ : state) {
+    attend::kernels::softmax_forward(p.data(), z.data(), N, V, 1.0f);
+    attend::kernels::softmax_backward(dz.data(), dp.data(), p.data(), N, V, 1.0f);
+    benchmark::ClobberMemory();
+  }
+  set_bandwidth(state, (2.0 + 4.0) * N * V * sizeof(float));
+}
+
+// LayerNorm over (8192, 768): forward reads x, writes y; backward reads dy, x and adds into dx.
+void BM_Kernel_LayerNormForwardBackward(benchmark::State& state) {
+  attend::set_num_threads(static_cast<int>(state.range(0)));
+  const int64_t N = 8192, C = 768;
+  auto x = random_floats(N * C, 1), dy = random_floats(N * C, 2), w = random_floats(C, 3), b = random_floats(C, 4);
+  std::vector<float> y(N * C), dx(N * C), dw(C), db(C), mean(N), rstd(N);
+  for (auto _ : state) {
+    attend::kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    attend::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                                        rstd.data(), N, C);
+    benchmark::ClobberMemory();
+  }
+  set_bandwidth(state, (2.0 + 4.0) * N * C * sizeof(float));
+}
+
+// GELU (tanh form, GPT-2's) over (8192, 3072): forward reads x, writes y; backward reads dy, x, adds into dx.
+void BM_Kernel_GeluForwardBackward(benchmark::State& state) {
+  attend::set_num_threads(static_cast<int>(state.range(0)));
+  const int64_t n = int64_t{8192} * 3072;
+  auto x = random_floats(n, 1), dy = random_floats(n, 2);
+  std::vector<float> y(n), dx(n);
+  for (auto _ : state) {
+    attend::kernels::activation_forward(attend::Activation::GELUTanh, y.data(), x.data(), n);
+    attend::kernels::activation_backward(attend::Activation::GELUTanh, dx.data(), dy.data(), x.data(), n);
+    benchmark::ClobberMemory();
+  }
+  set_bandwidth(state, (2.0 + 4.0) * n * sizeof(float));
+}
+
+void threads_1_2(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK(BM_Bandwidth_Triad)->Apply(threads_1_2);
+BENCHMARK(BM_Kernel_SoftmaxForwardBackward)->Apply(threads_1_2);
+BENCHMARK(BM_Kernel_LayerNormForwardBackward)->Apply(threads_1_2);
+BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
+
+}  // namespace

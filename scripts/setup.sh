@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets Attend up on Debian 12: installs the Debian packages it needs (once), then configures and
+# builds it in Release for this machine's CPU. Safe to run again: it only does what is missing.
+#
+#   scripts/setup.sh               # packages + build into build/
+#   scripts/setup.sh --with-peers  # also PyTorch 1.13 (python3-torch), for bench/ and tools/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ cmake ninja-build pkg-config             # toolchain
+  libdnnl-dev                                  # oneDNN: the GEMM backend (docs/ARCHITECTURE.md)
+  libfmt-dev nlohmann-json3-dev libcli11-dev   # formatting, JSON, the command line
+  libgtest-dev libbenchmark-dev                # tests and benchmarks
+  libopenblas-dev                              # only for bench/: OpenBLAS as a peer in the GEMM benchmark
+)
+if [[ "${1:-}" == "--with-peers" ]]; then
+  packages+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTEND_NATIVE=ON >/dev/null
+cmake --build build -j "$jobs"
+echo "setup: built build/attend ($(build/attend --version))"
