@@ -8,6 +8,7 @@
 #include "kernels/position.h"
 #include "kernels/similarity.h"
 #include "kernels/softmax.h"
+#include "kernels/vec_math.h"
 #include "testing.h"
 
 #include <attend/runtime.h>
@@ -37,6 +38,25 @@ TEST(Gemm, OneDnnMatchesReferenceForEveryTransposeAndOddSizes) {
       expect_all_close(c_fast, c_ref, 1e-5, fmt::format("gemm trans_a={} trans_b={}", ta, tb));
     }
   }
+}
+
+TEST(Gemm, RowSplitAcrossThreadsMatchesReference) {
+  // M ≥ 256 · threads takes the path where each thread multiplies its own rows of C.
+  const int64_t M = 700, N = 45, K = 70;
+  const int threads = attend::num_threads();
+  attend::set_num_threads(2);
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      auto a = cast<float>(random_vector(M * K, 4)), b = cast<float>(random_vector(K * N, 5));
+      auto c_fast = cast<float>(random_vector(M * N, 6));
+      auto c_ref = c_fast;
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      gemm<float>(ta, tb, M, N, K, 1.5f, a.data(), lda, b.data(), ldb, 1.0f, c_fast.data(), N);
+      gemm_reference<float>(ta, tb, M, N, K, 1.5f, a.data(), lda, b.data(), ldb, 1.0f, c_ref.data(), N);
+      expect_all_close(c_fast, c_ref, 1e-5, fmt::format("split gemm trans_a={} trans_b={}", ta, tb));
+    }
+  }
+  attend::set_num_threads(threads);
 }
 
 TEST(Gemm, EmptyInnerDimensionOnlyScales) {
@@ -255,6 +275,42 @@ TEST(Similarity, MipsTopKMatchesBruteForce) {
       EXPECT_NEAR(scores[m * k + i], -all[i].first, 1e-5);
     }
   }
+}
+
+}  // namespace
+}  // namespace attend::kernels
+
+namespace attend::kernels {
+namespace {
+
+// The vectorizable float functions against the C library in double, over their whole useful range.
+TEST(VecMath, FloatExpTanhErfAccuracy) {
+  double worst_exp = 0, worst_tanh = 0, worst_erf = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -87.0f + 175.0f * static_cast<float>(i) / 2000000.0f;
+    const double e = std::exp(double{x});
+    worst_exp = std::max(worst_exp, std::abs(vec::exp(x) - e) / e);
+    const float t = x / 8.0f;  // tanh and erf saturate beyond |x| ≈ 10
+    worst_tanh = std::max(worst_tanh, std::abs(vec::tanh(t) - std::tanh(double{t})));
+    worst_erf = std::max(worst_erf, std::abs(vec::erf(t) - std::erf(double{t})));
+  }
+  EXPECT_LT(worst_exp, 3e-7);   // ≈ 2.5 ulp
+  EXPECT_LT(worst_tanh, 3e-7);  // absolute
+  EXPECT_LT(worst_erf, 3e-7);   // absolute: Abramowitz & Stegun's 1.5e-7 plus float rounding
+  EXPECT_EQ(vec::exp(0.0f), 1.0f);
+  EXPECT_EQ(vec::exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(vec::exp(-100.0f), 0.0f);
+  EXPECT_TRUE(std::isfinite(vec::exp(100.0f)));
+  EXPECT_EQ(vec::tanh(50.0f), 1.0f);
+  EXPECT_EQ(vec::tanh(-50.0f), -1.0f);
+}
+
+TEST(VecMath, BlockedSumIsAccurateOverLongRows) {
+  // 1e6 terms of 0.1f: a naive float running sum is off by ~1%; the blocked sum must not be.
+  const int64_t n = 1000000;
+  const double total = vec::sum<float>(n, [](int64_t) { return 0.1f; });
+  EXPECT_NEAR(total, n * double{0.1f}, 1e-6 * n);
+  EXPECT_DOUBLE_EQ(vec::sum<float>(5, [](int64_t j) { return float(j); }), 10.0);  // shorter than one lane group
 }
 
 }  // namespace

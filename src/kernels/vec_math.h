@@ -17,7 +17,7 @@ inline float exp(float x) {
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding it rounds to the nearest integer
   const bool underflow = x < -87.33654f;  // e^x below float's smallest normal: return 0 (also for −∞)
-  x = x > 88.72283f ? 88.72283f : x;      // e^x at float's largest finite value
+  x = x > 88.3762626f ? 88.3762626f : x;  // keeps k ≤ 127: e^88.376 ≈ 2.4e38, still finite
   x = x < -87.33654f ? -87.33654f : x;
   const float k = (x * kLog2e + kRound) - kRound;
   const float r = (x - k * kLn2Hi) - k * kLn2Lo;
@@ -38,8 +38,9 @@ inline double exp(double x) { return std::exp(x); }
 inline float tanh(float x) { return 1.0f - 2.0f / (exp(2.0f * x) + 1.0f); }
 inline double tanh(double x) { return std::tanh(x); }
 
-// erf by Abramowitz & Stegun 7.1.26: erf(x) = 1 − (a₁t + … + a₅t⁵)e^{−x²}, t = 1/(1 + p|x|),
-// odd in x; absolute error ≤ 1.5e-7, about float's resolution near 1.
+// erf, odd in x. For |x| ≥ 0.5, Abramowitz & Stegun 7.1.26: erf(x) = 1 − (a₁t + … + a₅t⁵)e^{−x²},
+// t = 1/(1 + p|x|), absolute error ≤ 1.5e-7. Below 0.5 that form loses digits to the cancellation in
+// 1 − (…), so the Maclaurin series (2/√π)Σ(−1)ⁿx^{2n+1}/(n!(2n+1)) is used, to x¹⁵ (error < 1e-10).
 inline float erf(float x) {
   const float a = x < 0.0f ? -x : x;
   const float t = 1.0f / (1.0f + 0.3275911f * a);
@@ -48,7 +49,18 @@ inline float erf(float x) {
   poly = poly * t + 1.421413741f;
   poly = poly * t - 0.284496736f;
   poly = poly * t + 0.254829592f;
-  const float y = 1.0f - poly * t * exp(-a * a);
+  const float large = 1.0f - poly * t * exp(-a * a);
+  const float a2 = a * a;
+  float series = -1.0f / 75600.0f;  // the coefficients 1/(n!(2n+1)) with alternating signs, n = 7 … 0
+  series = series * a2 + 1.0f / 9360.0f;
+  series = series * a2 - 1.0f / 1320.0f;
+  series = series * a2 + 1.0f / 216.0f;
+  series = series * a2 - 1.0f / 42.0f;
+  series = series * a2 + 1.0f / 10.0f;
+  series = series * a2 - 1.0f / 3.0f;
+  series = series * a2 + 1.0f;
+  const float small = 1.1283791671f * a * series;  // 2/√π
+  const float y = a < 0.5f ? small : large;
   return x < 0.0f ? -y : y;
 }
 inline double erf(double x) { return std::erf(x); }
