@@ -2,34 +2,25 @@
 
 #include "kernels/parallel.h"
 
-#include <attend/rng.h>
 
 namespace attend::kernels {
 namespace {
 
 constexpr int64_t kGrain = 1 << 14;
 
-// The scale applied to element i: 1/(1 − p) if kept, 0 if dropped.
-template <typename T>
-T keep_scale(int64_t i, float p, uint64_t seed, uint64_t offset) {
-  if (p <= 0.0f) return T(1);
-  if (p >= 1.0f) return T(0);
-  return random_uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? T(1) / (T(1) - T(p)) : T(0);
-}
-
 }  // namespace
 
 template <typename T>
 void dropout_forward(T* out, const T* inp, int64_t n, float p, uint64_t seed, uint64_t offset) {
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] * keep_scale<T>(i, p, seed, offset);
+    for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] * dropout_keep_scale<T>(offset + i, p, seed);
   });
 }
 
 template <typename T>
 void dropout_backward(T* dinp, const T* dout, int64_t n, float p, uint64_t seed, uint64_t offset) {
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) dinp[i] += dout[i] * keep_scale<T>(i, p, seed, offset);
+    for (int64_t i = i0; i < i1; ++i) dinp[i] += dout[i] * dropout_keep_scale<T>(offset + i, p, seed);
   });
 }
 

@@ -1,9 +1,20 @@
 // Inverted dropout and the scaled residual add   (003 §12.1, 000 §3.4).
 #pragma once
 
+#include <attend/rng.h>
+
 #include <cstdint>
 
 namespace attend::kernels {
+
+// The factor inverted dropout applies to element `index` of stream `seed`: 1/(1 − p) if kept, 0 if
+// dropped. Forward and backward (and attention's tiles) all call this, so they agree on the mask.
+template <typename T>
+inline T dropout_keep_scale(uint64_t index, float p, uint64_t seed) {
+  if (p <= 0.0f) return T(1);
+  if (p >= 1.0f) return T(0);
+  return random_uniform(seed, index) >= p ? T(1) / (T(1) - T(p)) : T(0);
+}
 
 // Keeps element i when random_uniform(seed, offset + i) ≥ p and scales kept elements by 1/(1 − p),
 // so the expected output equals the input and evaluation needs no rescaling. The mask is a pure

@@ -11,6 +11,9 @@ namespace attend::kernels {
 int num_threads();
 // Sets the threads used by every kernel and by the GEMM backend. n <= 0 means all cores.
 void set_num_threads(int n);
+// Inside parallel_for: which of its chunks (0 .. num_threads()−1) the calling thread runs; 0 outside.
+// Kernels use it to pick a per-thread slice of their workspace.
+int thread_index();
 
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& fn) {

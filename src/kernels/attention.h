@@ -1,0 +1,114 @@
+// Scaled dot-product attention, softmax(QKᵀ·scale + bias + mask)·V   (000 §5, 002 §2-5, 004 §10),
+// forward and backward, in three forms that share one description of the problem:
+//
+//   attention_reference_*  materialises the (B, H, Tq, Tk) probabilities: the oracle for the others;
+//   flash_attention_*      tiles keys and queries with an online softmax (004 §10.2): memory O(T·d),
+//                          backward recomputes each tile's scores from the saved log-sum-exp;
+//   linear_attention_*     φ(x) = elu(x) + 1 feature maps (002 §5.3), O(T·d²), causal by running sums.
+//
+// Layout: q is (B, Tq, H, d_head), k and v are (B, Tk, Hkv, d_head), the output is (B, Tq, H, d_head):
+// the natural reshape of a (B, T, C) projection. Head h reads key/value head h / (H / Hkv), which covers
+// multi-head (Hkv = H), grouped-query (H a multiple of Hkv) and multi-query (Hkv = 1) attention.
+#pragma once
+
+#include <cstdint>
+
+namespace attend::kernels {
+
+template <typename T>
+struct AttentionParams {
+  int64_t B = 1, Tq = 1, Tk = 1;
+  int64_t n_heads = 1, n_kv_heads = 1, d_head = 64;
+  double scale = 0.125;  // 1/√d_head: keeps the scores' variance near 1 (002 §2.2)
+
+  // Masks: a masked score is −∞. A query row with every key masked gives zeros and zero gradient.
+  bool causal = false;                   // query i (at position q_offset + i) sees keys j ≤ q_offset + i
+  int64_t q_offset = 0;                  // absolute position of query 0; keys start at position 0
+  const int32_t* key_lengths = nullptr;  // (B): keys j ≥ key_lengths[b] are padding; nullptr = none
+  const uint8_t* mask = nullptr;         // (B, Tq, Tk): nonzero = may attend; nullptr = none
+
+  // Position-dependent score biases (000 §6.3). RoPE is applied to q and k before attention.
+  const double* alibi_slopes = nullptr;  // (H): adds −m_h·|pos_i − j|
+  const T* t5_table = nullptr;           // (num_buckets, H): adds table[bucket(j − pos_i), h]
+  int32_t t5_num_buckets = 32;
+  int32_t t5_max_distance = 128;
+  bool t5_bidirectional = true;
+
+  // Attention dropout on the probabilities (003 §12.1): element (b, h, i, j) is kept when
+  // random_uniform(dropout_seed, dropout_offset + ((b·H + h)·Tq + i)·Tk + j) ≥ dropout.
+  float dropout = 0.0f;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
+
+  int64_t group_size() const { return n_heads / n_kv_heads; }
+};
+
+// ---- Reference -------------------------------------------------------------------------------------
+
+// S = scale·QKᵀ + bias (masked: −∞), P = softmax(S), P̃ = dropout(P), out = P̃V.
+// probs keeps P (before dropout) for backward.
+template <typename T>
+void attention_reference_forward(T* out,          // (B, Tq, H, d_head)
+                                 T* probs,        // (B, H, Tq, Tk)
+                                 const T* q,      // (B, Tq, H, d_head)
+                                 const T* k,      // (B, Tk, Hkv, d_head)
+                                 const T* v,      // (B, Tk, Hkv, d_head)
+                                 const AttentionParams<T>& p);
+
+// With P̃ = P ⊙ M/(1 − p_drop):
+//   dV += P̃ᵀ dO;   dP̃ = dO Vᵀ;   dP = dP̃ ⊙ M/(1 − p_drop);
+//   dS = P ⊙ (dP − rowsum(dP ⊙ P))          (the softmax Jacobian, 002 §1.4)
+//   dQ += scale · dS K;   dK += scale · dSᵀ Q;   dtable[bucket, h] += dS   (T5 only)
+template <typename T>
+void attention_reference_backward(T* dq, T* dk, T* dv,  // accumulated, shapes as q, k, v
+                                  T* dt5_table,         // (num_buckets, H), accumulated, or nullptr
+                                  const T* dout,        // (B, Tq, H, d_head)
+                                  const T* probs,       // (B, H, Tq, Tk) from forward
+                                  const T* q, const T* k, const T* v, const AttentionParams<T>& p);
+
+// ---- Tiled (FlashAttention) ------------------------------------------------------------------------
+
+// Elements of scratch memory the tiled kernels need: per-thread tiles, the T5 bucket table and the
+// backward's row sums D, O(threads·tile² + B·H·Tq + Tk), never O(Tq·Tk).
+template <typename T>
+int64_t flash_attention_workspace_size(const AttentionParams<T>& p, int threads);
+
+// Per query tile, for each key tile: S = scale·Q Kᵀ + bias; m' = max(m, rowmax S);
+// l ← l·e^{m−m'} + Σ e^{S−m'};  O ← O·e^{m−m'} + e^{S−m'}·V.  Finally O /= l and lse = m + log l.
+// Key tiles wholly above the causal diagonal or beyond a sequence's length are skipped.
+template <typename T>
+void flash_attention_forward(T* out,        // (B, Tq, H, d_head)
+                             T* lse,        // (B, H, Tq): log-sum-exp of each score row, for backward
+                             const T* q, const T* k, const T* v, const AttentionParams<T>& p,
+                             T* workspace);  // flash_attention_workspace_size(...) elements
+
+// FlashAttention-2's backward: D_i = rowsum(dO_i ⊙ O_i); for each key tile and each query tile,
+// recompute P = exp(S − lse), then dV += P̃ᵀdO, dS = P ⊙ (dP − D), dQ += scale·dS K, dK += scale·dSᵀQ.
+// Threads own (batch, key/value head) pairs, so dK and dV never race.
+template <typename T>
+void flash_attention_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* dout,
+                              const T* out,  // (B, Tq, H, d_head) from forward
+                              const T* lse,  // (B, H, Tq) from forward
+                              const T* q, const T* k, const T* v, const AttentionParams<T>& p,
+                              T* workspace);
+
+// ---- Linear attention ------------------------------------------------------------------------------
+
+// out_i = φ(q_i)ᵀ S / φ(q_i)ᵀ z with S = Σ_j φ(k_j) v_jᵀ, z = Σ_j φ(k_j) and φ(x) = elu(x) + 1 > 0.
+// Causal: the sums run over j ≤ i. Uses n_heads, n_kv_heads, d_head, B, Tq (= Tk), causal; ignores the
+// rest. O(T·d²) time and O(d²) memory per head.
+template <typename T>
+int64_t linear_attention_workspace_size(const AttentionParams<T>& p, int threads);
+
+template <typename T>
+void linear_attention_forward(T* out, const T* q, const T* k, const T* v, const AttentionParams<T>& p,
+                              T* workspace);
+
+// With num_i = φ(q_i)ᵀS and den_i = φ(q_i)ᵀz:  dnum_i = dO_i/den_i,  dden_i = −dO_i·out_i/den_i,
+//   dφ(q_i) = S dnum_i + z dden_i;   dφ(k_j) = G_j v_j + g_j;   dv_j = G_jᵀ φ(k_j),
+// where G_j = Σ_i φ(q_i) dnum_iᵀ and g_j = Σ_i φ(q_i) dden_i over the queries that see key j
+// (all of them, or i ≥ j when causal: a reverse scan). φ'(x) = 1 for x > 0, eˣ otherwise.
+template <typename T>
+void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                               const AttentionParams<T>& p, T* workspace);
+
+}  // namespace attend::kernels
