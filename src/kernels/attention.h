@@ -6,8 +6,9 @@
 //                          backward recomputes each tile's scores from the saved log-sum-exp;
 //   linear_attention_*     φ(x) = elu(x) + 1 feature maps (002 §5.3), O(T·d²), causal by running sums.
 //
-// Layout: q is (B, Tq, H, d_head), k and v are (B, Tk, Hkv, d_head), the output is (B, Tq, H, d_head):
-// the natural reshape of a (B, T, C) projection. Head h reads key/value head h / (H / Hkv), which covers
+// Layout: q is (B, Tq, H, d_head), k and v are (B, kv_rows, Hkv, d_head) of which the first Tk rows of
+// each sequence are used, the output is (B, Tq, H, d_head): the natural reshape of a (B, T, C)
+// projection, or a KV cache preallocated for kv_rows positions. Head h reads key/value head h / (H / Hkv), which covers
 // multi-head (Hkv = H), grouped-query (H a multiple of Hkv) and multi-query (Hkv = 1) attention.
 #pragma once
 
@@ -19,6 +20,7 @@ template <typename T>
 struct AttentionParams {
   int64_t B = 1, Tq = 1, Tk = 1;
   int64_t n_heads = 1, n_kv_heads = 1, d_head = 64;
+  int64_t kv_capacity = 0;  // rows per sequence in k and v (≥ Tk): a KV cache's max_T; 0 means Tk
   double scale = 0.125;  // 1/√d_head: keeps the scores' variance near 1 (002 §2.2)
 
   // Masks: a masked score is −∞. A query row with every key masked gives zeros and zero gradient.
@@ -40,6 +42,7 @@ struct AttentionParams {
   uint64_t dropout_seed = 0, dropout_offset = 0;
 
   int64_t group_size() const { return n_heads / n_kv_heads; }
+  int64_t kv_rows() const { return kv_capacity > 0 ? kv_capacity : Tk; }
 };
 
 // ---- Reference -------------------------------------------------------------------------------------
@@ -94,8 +97,8 @@ void flash_attention_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* dout,
 // ---- Linear attention ------------------------------------------------------------------------------
 
 // out_i = φ(q_i)ᵀ S / φ(q_i)ᵀ z with S = Σ_j φ(k_j) v_jᵀ, z = Σ_j φ(k_j) and φ(x) = elu(x) + 1 > 0.
-// Causal: the sums run over j ≤ i. Uses n_heads, n_kv_heads, d_head, B, Tq (= Tk), causal; ignores the
-// rest. O(T·d²) time and O(d²) memory per head.
+// Causal: the sums run over j ≤ i. Self-attention only: uses n_heads, n_kv_heads, d_head, B, Tq (= Tk)
+// and causal, and ignores the rest (masks, biases, dropout, kv_capacity). O(T·d²) time and O(d²) memory per head.
 template <typename T>
 int64_t linear_attention_workspace_size(const AttentionParams<T>& p, int threads);
 

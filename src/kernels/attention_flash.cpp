@@ -14,7 +14,7 @@
 namespace attend::kernels {
 namespace {
 
-constexpr int64_t kBr = 64;   // query rows per tile
+constexpr int64_t kBr = 128;   // query rows per tile
 constexpr int64_t kBc = 128;  // keys per tile
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -61,6 +61,45 @@ T* row_sums(T* workspace, const AttentionParams<T>& p, int threads) {
   return workspace + threads * per_thread_size(p) + detail::t5_bucket_table_size(p);  // int32 fits in T
 }
 
+// One row of the online softmax (kept out of line so its loops vectorize, see norm.cpp): folds the
+// scores s[0..bc) into the running maximum m and sum l, overwrites s with e^{s − m'} and returns the
+// factor e^{m − m'} by which the row's output accumulator must be rescaled. A row whose keys are all
+// masked so far gets s = 0 and factor 1.
+template <typename T>
+[[gnu::noinline]] T online_softmax_row(T* s, int64_t bc, T& m, T& l) {
+  T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t c = 0; c < bc; ++c) mx = s[c] > mx ? s[c] : mx;
+  const T m_new = m > mx ? m : mx;
+  if (m_new == -std::numeric_limits<T>::infinity()) {
+    std::fill_n(s, bc, T(0));
+    return T(1);
+  }
+  const T rescale = vec::exp(m - m_new);  // 0 on the first visible tile (m = −∞)
+  const T row_sum = static_cast<T>(vec::sum<T>(bc, [&](int64_t c) { return s[c] = vec::exp(s[c] - m_new); }));
+  l = l * rescale + row_sum;
+  m = m_new;
+  return rescale;
+}
+
+// P = exp(S − lse) for one row of the backward; rows whose lse is −∞ (all masked) get P = 0.
+template <typename T>
+[[gnu::noinline]] void probabilities_row(T* s, int64_t bc, T row_lse) {
+  if (row_lse == -std::numeric_limits<T>::infinity()) {
+    std::fill_n(s, bc, T(0));
+    return;
+  }
+#pragma omp simd
+  for (int64_t c = 0; c < bc; ++c) s[c] = vec::exp(s[c] - row_lse);
+}
+
+// dS = P ⊙ (dP − D) for one row without dropout (with dropout the caller applies the mask first).
+template <typename T>
+[[gnu::noinline]] void score_gradient_row(T* ds, const T* prob, int64_t bc, T Di) {
+#pragma omp simd
+  for (int64_t c = 0; c < bc; ++c) ds[c] = prob[c] * (ds[c] - Di);
+}
+
 }  // namespace
 
 template <typename T>
@@ -90,23 +129,13 @@ void flash_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
       for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
         const int64_t j1 = std::min(j0 + kBc, Tk), bc = j1 - j0;
         if (detail::tile_is_masked(p, b, i0, i1, j0, j1)) continue;
-        const T* K = k + ((b * Tk + j0) * Hkv + kvh) * D;
-        const T* V = v + ((b * Tk + j0) * Hkv + kvh) * D;
+        const T* K = k + ((b * p.kv_rows() + j0) * Hkv + kvh) * D;
+        const T* V = v + ((b * p.kv_rows() + j0) * Hkv + kvh) * D;
         gemm<T>(false, true, br, bc, D, static_cast<T>(p.scale), Q, H * D, K, Hkv * D, T(0), t.S, kBc);
         if (!detail::tile_is_plain(p, b, i0, i1, j0, j1)) detail::bias_and_mask(t.S, kBc, p, buckets, b, h, i0, i1, j0, j1);
         for (int64_t r = 0; r < br; ++r) {
           T* s = t.S + r * kBc;
-          T mx = kNegInf;
-          for (int64_t c = 0; c < bc; ++c) mx = s[c] > mx ? s[c] : mx;
-          const T m_new = std::max(t.m[r], mx);
-          if (m_new == kNegInf) {  // every key so far is masked for this row
-            std::fill_n(s, bc, T(0));
-            continue;
-          }
-          const T rescale = vec::exp(t.m[r] - m_new);  // e^{m − m'}; 0 on the first visible tile
-          const T row_sum = static_cast<T>(vec::sum<T>(bc, [&](int64_t c) { return s[c] = vec::exp(s[c] - m_new); }));
-          t.l[r] = t.l[r] * rescale + row_sum;
-          t.m[r] = m_new;
+          const T rescale = online_softmax_row(s, bc, t.m[r], t.l[r]);
           if (rescale != T(1)) {
             T* o = t.acc + r * D;
             for (int64_t d = 0; d < D; ++d) o[d] *= rescale;
@@ -155,8 +184,8 @@ void flash_attention_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* dout, 
       const int64_t b = w / Hkv, kvh = w % Hkv;
       for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
         const int64_t j1 = std::min(j0 + kBc, Tk), bc = j1 - j0;
-        const T* K = k + ((b * Tk + j0) * Hkv + kvh) * D;
-        const T* V = v + ((b * Tk + j0) * Hkv + kvh) * D;
+        const T* K = k + ((b * p.kv_rows() + j0) * Hkv + kvh) * D;
+        const T* V = v + ((b * p.kv_rows() + j0) * Hkv + kvh) * D;
         std::fill_n(t.acc, bc * D, T(0));   // dK of this key tile
         std::fill_n(t.acc2, bc * D, T(0));  // dV of this key tile
         for (int64_t h = kvh * p.group_size(); h < (kvh + 1) * p.group_size(); ++h) {
@@ -170,15 +199,9 @@ void flash_attention_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* dout, 
             if (!detail::tile_is_plain(p, b, i0, i1, j0, j1))
               detail::bias_and_mask(t.S, kBc, p, buckets, b, h, i0, i1, j0, j1);
             for (int64_t r = 0; r < br; ++r) {
-              const T row_lse = lse[(b * H + h) * Tq + i0 + r];
               T* s = t.S + r * kBc;
               T* s2 = t.S2 + r * kBc;
-              if (row_lse == -std::numeric_limits<T>::infinity()) {
-                std::fill_n(s, bc, T(0));
-                std::fill_n(s2, bc, T(0));
-                continue;
-              }
-              for (int64_t c = 0; c < bc; ++c) s[c] = vec::exp(s[c] - row_lse);
+              probabilities_row(s, bc, lse[(b * H + h) * Tq + i0 + r]);
               for (int64_t c = 0; c < bc; ++c)  // P̃
                 s2[c] = p.dropout > 0.0f ? s[c] * dropout_keep_scale<T>(detail::dropout_index(p, b, h, i0 + r, j0 + c),
                                                                         p.dropout, p.dropout_seed)
@@ -188,14 +211,11 @@ void flash_attention_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* dout, 
             gemm<T>(false, true, br, bc, D, T(1), dO, H * D, V, Hkv * D, T(0), t.S2, kBc);  // dP̃ = dO Vᵀ
             for (int64_t r = 0; r < br; ++r) {  // dS = P ⊙ (dP − D), dP = dP̃ ⊙ M/(1 − p)
               const T Di = Dsum[(b * H + h) * Tq + i0 + r];
-              const T* s = t.S + r * kBc;
               T* s2 = t.S2 + r * kBc;
-              for (int64_t c = 0; c < bc; ++c) {
-                const T keep = p.dropout > 0.0f ? dropout_keep_scale<T>(detail::dropout_index(p, b, h, i0 + r, j0 + c),
-                                                                        p.dropout, p.dropout_seed)
-                                                : T(1);
-                s2[c] = s[c] * (s2[c] * keep - Di);
-              }
+              if (p.dropout > 0.0f)
+                for (int64_t c = 0; c < bc; ++c)
+                  s2[c] *= dropout_keep_scale<T>(detail::dropout_index(p, b, h, i0 + r, j0 + c), p.dropout, p.dropout_seed);
+              score_gradient_row(s2, t.S + r * kBc, bc, Di);
               if (dt5_table != nullptr)
                 for (int64_t c = 0; c < bc; ++c)
                   t.dtable[detail::t5_bucket(buckets, p, i0 + r, j0 + c) * H + h] += s2[c];
@@ -206,8 +226,8 @@ void flash_attention_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* dout, 
           }
         }
         for (int64_t c = 0; c < bc; ++c) {
-          T* dkj = dk + ((b * Tk + j0 + c) * Hkv + kvh) * D;
-          T* dvj = dv + ((b * Tk + j0 + c) * Hkv + kvh) * D;
+          T* dkj = dk + ((b * p.kv_rows() + j0 + c) * Hkv + kvh) * D;
+          T* dvj = dv + ((b * p.kv_rows() + j0 + c) * Hkv + kvh) * D;
           for (int64_t d = 0; d < D; ++d) {
             dkj[d] += t.acc[c * D + d];
             dvj[d] += t.acc2[c * D + d];

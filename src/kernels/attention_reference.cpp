@@ -20,7 +20,7 @@ void attention_reference_forward(T* out, T* probs, const T* q, const T* k, const
       const T* qi = q + ((b * Tq + i) * H + h) * D;
       T* P = probs + r * Tk;
       for (int64_t j = 0; j < Tk; ++j) {  // S_ij = scale · q_i · k_j
-        const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
+        const T* kj = k + ((b * p.kv_rows() + j) * Hkv + kvh) * D;
         double dot = 0.0;
         for (int64_t d = 0; d < D; ++d) dot += double{qi[d]} * kj[d];
         P[j] = static_cast<T>(dot * p.scale);
@@ -35,7 +35,7 @@ void attention_reference_forward(T* out, T* probs, const T* q, const T* k, const
       for (int64_t d = 0; d < D; ++d) oi[d] = T(0);
       for (int64_t j = 0; j < Tk; ++j) {
         const T pj = P[j] * dropout_keep_scale<T>(detail::dropout_index(p, b, h, i, j), p.dropout, p.dropout_seed);
-        const T* vj = v + ((b * Tk + j) * Hkv + kvh) * D;
+        const T* vj = v + ((b * p.kv_rows() + j) * Hkv + kvh) * D;
         for (int64_t d = 0; d < D; ++d) oi[d] += pj * vj[d];
       }
     }
@@ -60,8 +60,8 @@ void attention_reference_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* do
             double rowdot = 0.0;  // Σ_j dP_ij P_ij
             for (int64_t j = 0; j < Tk; ++j) {
               const T keep = dropout_keep_scale<T>(detail::dropout_index(p, b, h, i, j), p.dropout, p.dropout_seed);
-              const T* vj = v + ((b * Tk + j) * Hkv + kvh) * D;
-              T* dvj = dv + ((b * Tk + j) * Hkv + kvh) * D;
+              const T* vj = v + ((b * p.kv_rows() + j) * Hkv + kvh) * D;
+              T* dvj = dv + ((b * p.kv_rows() + j) * Hkv + kvh) * D;
               double dpt = 0.0;  // dP̃_ij = dO_i · v_j
               for (int64_t d = 0; d < D; ++d) {
                 dpt += double{doi[d]} * vj[d];
@@ -75,8 +75,8 @@ void attention_reference_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* do
             for (int64_t j = 0; j < Tk; ++j) {
               const T dS = static_cast<T>(P[j] * (dP[j] - rowdot));
               if (dS == T(0)) continue;  // masked keys (P = 0) contribute nothing
-              const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
-              T* dkj = dk + ((b * Tk + j) * Hkv + kvh) * D;
+              const T* kj = k + ((b * p.kv_rows() + j) * Hkv + kvh) * D;
+              T* dkj = dk + ((b * p.kv_rows() + j) * Hkv + kvh) * D;
               for (int64_t d = 0; d < D; ++d) {
                 dqi[d] += static_cast<T>(p.scale) * dS * kj[d];
                 dkj[d] += static_cast<T>(p.scale) * dS * qi[d];

@@ -1,0 +1,104 @@
+#include "infer/kv_cache.h"
+
+#include "kernels/convert.h"
+
+#include <attend/error.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace attend::infer {
+
+const char* cache_storage_name(CacheStorage s) {
+  switch (s) {
+    case CacheStorage::F32: return "f32";
+    case CacheStorage::F16: return "f16";
+    case CacheStorage::I8: return "int8";
+  }
+  return "?";
+}
+
+CacheStorage parse_cache_storage(std::string_view name) {
+  if (name == "f32" || name == "fp32") return CacheStorage::F32;
+  if (name == "f16" || name == "fp16") return CacheStorage::F16;
+  if (name == "int8" || name == "i8") return CacheStorage::I8;
+  throw Error(fmt::format("unknown KV cache storage '{}': expected f32, f16 or int8", name));
+}
+
+int64_t KVCache::memory_bytes(const KVCacheConfig& c) {
+  const int64_t rows = 2 * c.n_layers * c.batch * c.max_T * c.n_kv_heads;
+  switch (c.storage) {
+    case CacheStorage::F32: return rows * c.d_head * 4;
+    case CacheStorage::F16: return rows * c.d_head * 2;
+    case CacheStorage::I8: return rows * (c.d_head + 4);  // int8 values and one float scale per row
+  }
+  return 0;
+}
+
+KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
+  check(c.n_layers > 0 && c.batch > 0 && c.max_T > 0 && c.n_kv_heads > 0 && c.d_head > 0,
+        "KV cache: every size must be positive, got n_layers={} batch={} max_T={} n_kv_heads={} d_head={}", c.n_layers,
+        c.batch, c.max_T, c.n_kv_heads, c.d_head);
+  rows_per_layer_ = c.batch * c.max_T * c.n_kv_heads;
+  const int64_t rows = 2 * c.n_layers * rows_per_layer_;
+  switch (c.storage) {
+    case CacheStorage::F32: f32_.assign(rows * c.d_head, 0.0f); break;
+    case CacheStorage::F16: f16_.assign(rows * c.d_head, 0); break;
+    case CacheStorage::I8:
+      i8_.assign(rows * c.d_head, 0);
+      scales_.assign(rows, 0.0f);
+      break;
+  }
+}
+
+int64_t KVCache::row(int64_t layer, bool value, int64_t b, int64_t pos) const {
+  return ((2 * layer + (value ? 1 : 0)) * config_.batch + b) * config_.max_T * config_.n_kv_heads +
+         pos * config_.n_kv_heads;
+}
+
+void KVCache::write(int64_t layer, int64_t pos, const float* k, const float* v, int64_t T_new) {
+  const auto& c = config_;
+  check(layer >= 0 && layer < c.n_layers, "KV cache: layer {} out of range [0, {})", layer, c.n_layers);
+  check(pos >= 0 && T_new >= 0 && pos + T_new <= c.max_T,
+        "KV cache: writing positions [{}, {}) but the cache holds {} positions (max_T); the sequence is longer "
+        "than the context the cache was built for",
+        pos, pos + T_new, c.max_T);
+  const int64_t n_rows = T_new * c.n_kv_heads;  // consecutive rows of one sequence
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int which = 0; which < 2; ++which) {
+      const float* src = (which == 0 ? k : v) + b * n_rows * c.d_head;
+      const int64_t first = row(layer, which == 1, b, pos);
+      switch (c.storage) {
+        case CacheStorage::F32:
+          std::memcpy(&f32_[first * c.d_head], src, n_rows * c.d_head * sizeof(float));
+          break;
+        case CacheStorage::F16: kernels::float_to_half(&f16_[first * c.d_head], src, n_rows * c.d_head); break;
+        case CacheStorage::I8:
+          kernels::quantize_rows_int8(&i8_[first * c.d_head], &scales_[first], src, n_rows, c.d_head);
+          break;
+      }
+    }
+  }
+}
+
+const float* KVCache::read(int64_t layer, int64_t length, bool value) {
+  const auto& c = config_;
+  check(layer >= 0 && layer < c.n_layers, "KV cache: layer {} out of range [0, {})", layer, c.n_layers);
+  check(length >= 0 && length <= c.max_T, "KV cache: reading {} positions of a cache of {}", length, c.max_T);
+  if (c.storage == CacheStorage::F32) return &f32_[row(layer, value, 0, 0) * c.d_head];
+  std::vector<float>& out = decoded_[value ? 1 : 0];
+  out.resize(rows_per_layer_ * c.d_head);
+  const int64_t n_rows = length * c.n_kv_heads;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const int64_t first = row(layer, value, b, 0);
+    float* dst = &out[b * c.max_T * c.n_kv_heads * c.d_head];
+    if (c.storage == CacheStorage::F16) kernels::half_to_float(dst, &f16_[first * c.d_head], n_rows * c.d_head);
+    else kernels::dequantize_rows_int8(dst, &i8_[first * c.d_head], &scales_[first], n_rows, c.d_head);
+  }
+  return out.data();
+}
+
+const float* KVCache::keys(int64_t layer, int64_t length) { return read(layer, length, false); }
+const float* KVCache::values(int64_t layer, int64_t length) { return read(layer, length, true); }
+
+}  // namespace attend::infer

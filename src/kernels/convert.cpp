@@ -1,0 +1,51 @@
+#include "kernels/convert.h"
+
+#include "kernels/parallel.h"
+
+#include <cmath>
+
+namespace attend::kernels {
+
+// GCC 12 has _Float16 on x86-64; with -mf16c (implied by -march=native here) the conversions compile to
+// vcvtps2ph / vcvtph2ps, otherwise to a correct software routine.
+void float_to_half(uint16_t* out, const float* inp, int64_t n) {
+  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      _Float16 h = static_cast<_Float16>(inp[i]);
+      __builtin_memcpy(&out[i], &h, sizeof(h));
+    }
+  });
+}
+
+void half_to_float(float* out, const uint16_t* inp, int64_t n) {
+  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      _Float16 h;
+      __builtin_memcpy(&h, &inp[i], sizeof(h));
+      out[i] = static_cast<float>(h);
+    }
+  });
+}
+
+void quantize_rows_int8(int8_t* out, float* scales, const float* inp, int64_t N, int64_t C) {
+  parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* x = inp + n * C;
+      float amax = 0.0f;
+      for (int64_t c = 0; c < C; ++c) amax = std::fmax(amax, std::fabs(x[c]));
+      const float scale = amax / 127.0f;
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<int8_t>(std::lrintf(x[c] * inv));
+      scales[n] = scale;
+    }
+  });
+}
+
+void dequantize_rows_int8(float* out, const int8_t* inp, const float* scales, int64_t N, int64_t C) {
+  parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<float>(inp[n * C + c]) * scales[n];
+  });
+}
+
+}  // namespace attend::kernels
