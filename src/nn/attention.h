@@ -1,0 +1,115 @@
+// Multi-head attention as a layer (000 §6.1, 001 §9-10, 002 §2-4): projections W_Q, W_K, W_V, W_O around
+// the attention kernels, for MHA, GQA and MQA (n_kv_heads), self- and cross-attention, every positional
+// scheme that acts inside attention, attention dropout, and a KV cache for generation.
+//
+//   out = Concat(head_1, …, head_H) W_Oᵀ + b_O,   head_h = softmax(q_h k_{g(h)}ᵀ·scale + bias + mask) v_{g(h)}
+//
+// Parameters follow PyTorch's nn.MultiheadAttention where it has them: self-attention keeps W_Q, W_K, W_V
+// fused in one (H + 2·Hkv)·d_head × d_model matrix ("qkv", rows q then k then v, like in_proj_weight), so
+// one GEMM projects all three; cross-attention has "q" and a fused "kv".
+#pragma once
+
+#include "kernels/attention.h"
+#include "kernels/position.h"
+
+#include <attend/parameter.h>
+#include <attend/rng.h>
+#include <attend/tensor.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attend::infer {
+class KVCache;
+}
+
+namespace attend::nn {
+
+// Positional schemes applied inside attention; learned and sinusoidal encodings live at the embedding.
+enum class PositionScheme { None, RoPE, ALiBi, T5 };
+const char* position_scheme_name(PositionScheme s);
+PositionScheme parse_position_scheme(std::string_view name);  // none, rope, alibi, t5
+
+// How the scores are computed. Flash is exact and O(T·d) in memory; Reference materialises the scores
+// (the oracle); Linear replaces softmax by φ(q)ᵀφ(k) with φ = elu + 1, a different model.
+enum class AttentionKernel { Flash, Reference, Linear };
+const char* attention_kernel_name(AttentionKernel k);
+AttentionKernel parse_attention_kernel(std::string_view name);  // flash, reference, linear
+
+struct AttentionConfig {
+  int64_t d_model = 512;       // e.g. 768
+  int64_t n_heads = 8;         // e.g. 12
+  int64_t n_kv_heads = 0;      // 0 means n_heads (MHA); 1 is MQA; a divisor of n_heads is GQA
+  bool bias = true;            // biases on the projections: GPT-2 and BERT yes, LLaMA and T5 no
+  bool causal = false;         // decoder self-attention
+  bool cross = false;          // keys and values from another sequence (the encoder's output)
+  double scale = 0.0;          // score scale; 0 means 1/√d_head (T5 uses 1)
+  PositionScheme position = PositionScheme::None;
+  kernels::RopeScaling rope;   // base, base scaling, NTK factor, position interpolation
+  int32_t t5_num_buckets = 32;
+  int32_t t5_max_distance = 128;
+  float dropout = 0.0f;        // on the attention probabilities, in training only; e.g. 0.1
+  AttentionKernel kernel = AttentionKernel::Flash;
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t d_head() const { return d_model / n_heads; }
+  // Throws attend::Error naming the field when sizes are inconsistent or options cannot be combined.
+  void validate() const;
+};
+
+// What one call needs besides the activations.
+struct AttentionCall {
+  const int32_t* key_lengths = nullptr;  // (B): keys at or past the length are padding; nullptr = none
+  const uint8_t* mask = nullptr;         // (B, Tq, Tk): nonzero = may attend; nullptr = none
+  int64_t position = 0;                  // absolute position of the first query (> 0 when decoding)
+  bool training = false;                 // enables dropout
+  Rng* rng = nullptr;                    // dropout's stream, required when training with dropout > 0
+  infer::KVCache* cache = nullptr;       // generation: keys/values are written at `position` and read back
+  int64_t cache_layer = 0;
+};
+
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention(std::string name, const AttentionConfig& config);
+
+  const AttentionConfig& config() const { return config_; }
+  std::vector<Parameter*> parameters();
+
+  // x (B, Tq, d_model) → (B, Tq, d_model). Cross-attention also takes context (B, Tk, d_model).
+  // Keeps what backward needs.
+  Tensor forward(const Tensor& x, const Tensor* context, const AttentionCall& call);
+
+  // dout (B, Tq, d_model) → dx; adds into every parameter's grad. For cross-attention the gradient of the
+  // context is left in context_grad(). Requires the preceding forward (and no KV cache).
+  Tensor backward(const Tensor& dout);
+  const Tensor& context_grad() const { return dcontext_; }
+
+ private:
+  // The kernels' description of the call that forward saved (without the KV cache's capacity).
+  kernels::AttentionParams<float> kernel_params() const;
+
+  std::string name_;
+  AttentionConfig config_;
+  // qkv (self) or q + kv (cross), o, and T5's relative_attention_bias (num_buckets, H).
+  Parameter w_qkv_, b_qkv_, w_q_, b_q_, w_kv_, b_kv_, w_o_, b_o_, t5_table_;
+  std::vector<double> alibi_slopes_;
+
+  // Saved by forward for backward.
+  struct Saved {
+    int64_t B = 0, Tq = 0, Tk = 0, position = 0;
+    const int32_t* key_lengths = nullptr;
+    const uint8_t* mask = nullptr;
+    float dropout = 0.0f;
+    uint64_t dropout_seed = 0, dropout_offset = 0;
+    bool used_cache = false;
+  } saved_;
+  Tensor x_, context_;      // the inputs (copies: the caller may reuse its buffers)
+  Tensor q_, k_, v_;        // (B, Tq, H, d_head), (B, Tk, Hkv, d_head): after RoPE
+  Tensor attn_;             // (B, Tq, H, d_head): the heads before W_O
+  Tensor stats_;            // flash: (B, H, Tq) log-sum-exp; reference: (B, H, Tq, Tk) probabilities
+  Tensor dcontext_;
+};
+
+}  // namespace attend::nn
