@@ -211,6 +211,13 @@ TEST(AttentionLayer, BadShapesNameBothShapes) {
   AttentionCall call;
   call.key_lengths = lengths.data();
   expect_error_mentions([&] { self.forward(Tensor({2, 5, 16}), nullptr, call); }, {"key length 9", "[0, 5]"});
+  std::vector<uint8_t> mask(2 * 5 * 4, 1);
+  AttentionCall masked;
+  masked.mask = mask.data(), masked.mask_shape = Shape{2, 5, 4};
+  expect_error_mentions([&] { self.forward(Tensor({2, 5, 16}), nullptr, masked); }, {"mask", "[2, 5, 4]", "[2, 5, 5]"});
+  mask.resize(2 * 5 * 5, 1);
+  masked.mask = mask.data(), masked.mask_shape = Shape{2, 5, 5};
+  self.forward(Tensor({2, 5, 16}), nullptr, masked);  // the right shape is accepted
   self.forward(Tensor({2, 5, 16}), nullptr, {});
   expect_error_mentions([&] { self.backward(Tensor({2, 4, 16})); }, {"[2, 4, 16]", "[2, 5, 16]"});
 }

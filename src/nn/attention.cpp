@@ -166,6 +166,9 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
     check(call.position == 0 || c.kernel != AttentionKernel::Linear,
           "attention '{}': the linear kernel starts at position 0", name_);
   }
+  if (call.mask != nullptr)
+    check(call.mask_shape == Shape({B, Tq, Tk}), "attention '{}': mask has shape {}, expected [batch, queries, keys] = {}",
+          name_, call.mask_shape, Shape({B, Tq, Tk}));
   if (call.key_lengths != nullptr)
     for (int64_t b = 0; b < B; ++b)
       check(call.key_lengths[b] >= 0 && call.key_lengths[b] <= Tk,

@@ -62,7 +62,8 @@ struct AttentionConfig {
 // What one call needs besides the activations.
 struct AttentionCall {
   const int32_t* key_lengths = nullptr;  // (B): keys at or past the length are padding; nullptr = none
-  const uint8_t* mask = nullptr;         // (B, Tq, Tk): nonzero = may attend; nullptr = none
+  const uint8_t* mask = nullptr;         // nonzero = may attend; nullptr = none
+  Shape mask_shape;                      // the mask's shape, which must be [B, Tq, Tk]
   int64_t position = 0;                  // absolute position of the first query (> 0 when decoding)
   bool training = false;                 // enables dropout
   Rng* rng = nullptr;                    // dropout's stream, required when training with dropout > 0
