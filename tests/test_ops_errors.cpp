@@ -3,6 +3,8 @@
 #include <attend/log.h>
 #include <attend/ops.h>
 
+#include "testing.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,15 +13,8 @@
 namespace attend {
 namespace {
 
-// Runs `fn`, expects attend::Error, and checks that each of `needles` appears in its message.
-template <typename F>
-void expect_error_mentions(F&& fn, std::vector<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected attend::Error mentioning " << needles.front();
-  } catch (const Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what();
-  }
+void expect_error_mentions(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+  testing::expect_error_mentions<Error>(fn, needles);
 }
 
 TEST(OpsErrors, MatmulNamesBothShapes) {

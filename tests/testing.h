@@ -81,4 +81,15 @@ inline void expect_gradient(const std::string& what, std::vector<double>& x, con
   expect_all_close(analytic, numeric, tolerance, "gradient " + what + " (analytic vs finite differences)");
 }
 
+// Runs `fn`, expects it to throw E, and checks that each of `needles` appears in the message.
+template <typename E, typename F>
+void expect_error_mentions(F&& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception mentioning " << needles.front();
+  } catch (const E& e) {
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message: " << e.what();
+  }
+}
+
 }  // namespace attend::testing

@@ -19,6 +19,16 @@ T phi_derivative(T x) {
   return x > T(0) ? T(1) : std::exp(x);
 }
 
+// S += φ(k) vᵀ and z += φ(k) for one key: fk receives φ(k).
+template <typename T>
+void accumulate_key(T* S, T* z, T* fk, const T* kj, const T* vj, int64_t D) {
+  for (int64_t a = 0; a < D; ++a) fk[a] = phi(kj[a]);
+  for (int64_t a = 0; a < D; ++a) {
+    z[a] += fk[a];
+    for (int64_t c = 0; c < D; ++c) S[a * D + c] += fk[a] * vj[c];
+  }
+}
+
 // Per-thread scratch: S and G are (D, D); z, g, the φ rows, num and the row gradients are (D).
 template <typename T>
 int64_t per_thread_size(const AttentionParams<T>& p) {
@@ -44,14 +54,9 @@ void linear_attention_forward(T* out, const T* q, const T* k, const T* v, const 
       const int64_t b = w / H, h = w % H, kvh = h / p.group_size();
       std::fill_n(S, D * D, T(0));
       std::fill_n(z, D, T(0));
-      auto add_key = [&](int64_t j) {  // S += φ(k_j) v_jᵀ, z += φ(k_j)
-        const T* kj = k + ((b * Tn + j) * Hkv + kvh) * D;
-        const T* vj = v + ((b * Tn + j) * Hkv + kvh) * D;
-        for (int64_t a = 0; a < D; ++a) fk[a] = phi(kj[a]);
-        for (int64_t a = 0; a < D; ++a) {
-          z[a] += fk[a];
-          for (int64_t c = 0; c < D; ++c) S[a * D + c] += fk[a] * vj[c];
-        }
+      auto add_key = [&](int64_t j) {
+        const int64_t row = ((b * Tn + j) * Hkv + kvh) * D;
+        accumulate_key(S, z, fk, k + row, v + row, D);
       };
       if (!p.causal)
         for (int64_t j = 0; j < Tn; ++j) add_key(j);
@@ -99,11 +104,8 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
         std::fill_n(S, D * D, T(0));
         std::fill_n(z, D, T(0));
         auto add_key = [&](int64_t j) {
-          const T* vj = key_phi(j);
-          for (int64_t a = 0; a < D; ++a) {
-            z[a] += fk[a];
-            for (int64_t c = 0; c < D; ++c) S[a * D + c] += fk[a] * vj[c];
-          }
+          const int64_t row = ((b * Tn + j) * Hkv + kvh) * D;
+          accumulate_key(S, z, fk, k + row, v + row, D);
         };
         if (!p.causal)
           for (int64_t j = 0; j < Tn; ++j) add_key(j);
