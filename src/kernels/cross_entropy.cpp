@@ -16,7 +16,7 @@ int64_t cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t*
   const double alpha = label_smoothing;
   int64_t counted = 0;
   for (int64_t n = 0; n < N; ++n) counted += targets[n] != ignore_index;
-  parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(V, 1)), [&](int64_t n0, int64_t n1) {
+  parallel_for(N, row_grain(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       if (targets[n] == ignore_index) {
         losses[n] = T(0);
@@ -38,7 +38,7 @@ void cross_entropy_backward(T* dlogits, const T* dlosses, const T* logits, const
                             int64_t N, int64_t V, T label_smoothing, int32_t ignore_index) {
   const double alpha = label_smoothing;
   const double uniform = alpha / static_cast<double>(V);
-  parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(V, 1)), [&](int64_t n0, int64_t n1) {
+  parallel_for(N, row_grain(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       if (targets[n] == ignore_index) continue;
       const T* z = logits + n * V;

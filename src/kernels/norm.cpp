@@ -9,7 +9,6 @@
 namespace attend::kernels {
 namespace {
 
-int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)); }
 
 // Parameter gradients reduce over rows. Each thread owns a block of channels and walks every row, so
 // there are no races and the summation order never depends on the thread count. `update(n, c0, c1)`

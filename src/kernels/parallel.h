@@ -15,6 +15,12 @@ void set_num_threads(int n);
 // Kernels use it to pick a per-thread slice of their workspace.
 int thread_index();
 
+// The grain for row-wise kernels: enough rows that a thread gets about 16k elements to pay for waking it.
+inline int64_t row_grain(int64_t row_length) {
+  const int64_t rows = 16384 / (row_length > 1 ? row_length : 1);
+  return rows > 1 ? rows : 1;
+}
+
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;

@@ -11,7 +11,6 @@ namespace attend::kernels {
 namespace {
 
 // Rows per parallel chunk: enough work per thread to pay for waking it.
-int64_t row_grain(int64_t V) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(V, 1)); }
 
 template <typename T>
 T row_max(const T* z, int64_t V) {
@@ -25,6 +24,15 @@ T row_max(const T* z, int64_t V) {
 template <typename T>
 double sum_exp(const T* z, T c, int64_t V) {
   return vec::sum<T>(V, [&](int64_t j) { return vec::exp(z[j] - c); });
+}
+
+// log Σ_j exp(z_j) = m + log Σ_j exp(z_j − m) with m the row maximum; −∞ (the log of an empty sum) when
+// every entry is −∞.
+template <typename T>
+T row_logsumexp(const T* z, int64_t V) {
+  const T m = row_max(z, V);
+  if (m == -std::numeric_limits<T>::infinity()) return m;
+  return static_cast<T>(m + std::log(sum_exp(z, m, V)));
 }
 
 }  // namespace
@@ -67,15 +75,7 @@ void softmax_backward(T* dinp, const T* dout, const T* out, int64_t N, int64_t V
 template <typename T>
 void logsumexp_forward(T* out, const T* inp, int64_t N, int64_t V) {
   parallel_for(N, row_grain(V), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* z = inp + n * V;
-      T m = row_max(z, V);
-      if (m == -std::numeric_limits<T>::infinity()) {
-        out[n] = m;  // log of an empty sum
-        continue;
-      }
-      out[n] = static_cast<T>(m + std::log(sum_exp(z, m, V)));
-    }
+    for (int64_t n = n0; n < n1; ++n) out[n] = row_logsumexp(inp + n * V, V);
   });
 }
 
@@ -98,8 +98,7 @@ void log_softmax_forward(T* out, const T* inp, int64_t N, int64_t V) {
   parallel_for(N, row_grain(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* z = inp + n * V;
-      const T m = row_max(z, V);
-      const T lse = static_cast<T>(m + std::log(sum_exp(z, m, V)));
+      const T lse = row_logsumexp(z, V);
 #pragma omp simd
       for (int64_t j = 0; j < V; ++j) out[n * V + j] = z[j] - lse;
     }
