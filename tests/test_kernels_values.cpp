@@ -25,37 +25,31 @@ using testing::expect_all_close;
 using testing::kFloatTolerance;
 using testing::random_vector;
 
-TEST(Gemm, OneDnnMatchesReferenceForEveryTransposeAndOddSizes) {
-  const int64_t M = 37, N = 29, K = 131;
+// gemm<float> (oneDNN) against the plain loops for all four transpose combinations.
+void expect_gemm_matches_reference(int64_t M, int64_t N, int64_t K, float alpha, float beta, uint64_t seed,
+                                   const std::string& what) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      auto a = cast<float>(random_vector(M * K, 1)), b = cast<float>(random_vector(K * N, 2));
-      auto c_fast = cast<float>(random_vector(M * N, 3));
+      auto a = cast<float>(random_vector(M * K, seed)), b = cast<float>(random_vector(K * N, seed + 1));
+      auto c_fast = cast<float>(random_vector(M * N, seed + 2));
       auto c_ref = c_fast;
       const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-      gemm<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c_fast.data(), N);
-      gemm_reference<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c_ref.data(), N);
-      expect_all_close(c_fast, c_ref, 1e-5, fmt::format("gemm trans_a={} trans_b={}", ta, tb));
+      gemm<float>(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c_fast.data(), N);
+      gemm_reference<float>(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c_ref.data(), N);
+      expect_all_close(c_fast, c_ref, 1e-5, fmt::format("{} trans_a={} trans_b={}", what, ta, tb));
     }
   }
 }
 
+TEST(Gemm, OneDnnMatchesReferenceForEveryTransposeAndOddSizes) {
+  expect_gemm_matches_reference(37, 29, 131, 0.5f, 2.0f, 1, "gemm");
+}
+
 TEST(Gemm, RowSplitAcrossThreadsMatchesReference) {
   // M ≥ 256 · threads takes the path where each thread multiplies its own rows of C.
-  const int64_t M = 700, N = 45, K = 70;
   const int threads = attend::num_threads();
   attend::set_num_threads(2);
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      auto a = cast<float>(random_vector(M * K, 4)), b = cast<float>(random_vector(K * N, 5));
-      auto c_fast = cast<float>(random_vector(M * N, 6));
-      auto c_ref = c_fast;
-      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-      gemm<float>(ta, tb, M, N, K, 1.5f, a.data(), lda, b.data(), ldb, 1.0f, c_fast.data(), N);
-      gemm_reference<float>(ta, tb, M, N, K, 1.5f, a.data(), lda, b.data(), ldb, 1.0f, c_ref.data(), N);
-      expect_all_close(c_fast, c_ref, 1e-5, fmt::format("split gemm trans_a={} trans_b={}", ta, tb));
-    }
-  }
+  expect_gemm_matches_reference(700, 45, 70, 1.5f, 1.0f, 4, "split gemm");
   attend::set_num_threads(threads);
 }
 

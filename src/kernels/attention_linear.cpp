@@ -29,6 +29,19 @@ void accumulate_key(T* S, T* z, T* fk, const T* kj, const T* vj, int64_t D) {
   }
 }
 
+// For one query: fq = φ(q), num = φ(q)ᵀS; returns the denominator φ(q)ᵀz. The output row is num/den.
+template <typename T>
+T query_row(T* num, T* fq, const T* qi, const T* S, const T* z, int64_t D) {
+  for (int64_t a = 0; a < D; ++a) fq[a] = phi(qi[a]);
+  T den = 0;
+  for (int64_t a = 0; a < D; ++a) den += fq[a] * z[a];
+  for (int64_t c = 0; c < D; ++c) {
+    num[c] = 0;
+    for (int64_t a = 0; a < D; ++a) num[c] += fq[a] * S[a * D + c];
+  }
+  return den;
+}
+
 // Per-thread scratch: S and G are (D, D); z, g, the φ rows, num and the row gradients are (D).
 template <typename T>
 int64_t per_thread_size(const AttentionParams<T>& p) {
@@ -50,6 +63,7 @@ void linear_attention_forward(T* out, const T* q, const T* k, const T* v, const 
     T* z = S + D * D;                                         // Σ φ(k_j), (D)
     T* fq = z + D;
     T* fk = fq + D;
+    T* num = fk + D;
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t b = w / H, h = w % H, kvh = h / p.group_size();
       std::fill_n(S, D * D, T(0));
@@ -62,16 +76,9 @@ void linear_attention_forward(T* out, const T* q, const T* k, const T* v, const 
         for (int64_t j = 0; j < Tn; ++j) add_key(j);
       for (int64_t i = 0; i < Tn; ++i) {
         if (p.causal) add_key(i);
-        const T* qi = q + ((b * Tn + i) * H + h) * D;
+        const T den = query_row(num, fq, q + ((b * Tn + i) * H + h) * D, S, z, D);
         T* oi = out + ((b * Tn + i) * H + h) * D;
-        for (int64_t a = 0; a < D; ++a) fq[a] = phi(qi[a]);
-        T den = 0;
-        for (int64_t a = 0; a < D; ++a) den += fq[a] * z[a];
-        for (int64_t c = 0; c < D; ++c) {
-          T num = 0;
-          for (int64_t a = 0; a < D; ++a) num += fq[a] * S[a * D + c];
-          oi[c] = num / den;
-        }
+        for (int64_t c = 0; c < D; ++c) oi[c] = num[c] / den;
       }
     }
   });
@@ -114,13 +121,9 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
           const T* qi = q + ((b * Tn + i) * H + h) * D;
           const T* doi = dout + ((b * Tn + i) * H + h) * D;
           T* dnum = row_grads + ((b * H + h) * Tn + i) * (D + 1);
-          for (int64_t a = 0; a < D; ++a) fq[a] = phi(qi[a]);
-          T den = 0;
-          for (int64_t a = 0; a < D; ++a) den += fq[a] * z[a];
+          const T den = query_row(num, fq, qi, S, z, D);
           T dout_dot_out = 0;  // dO_i · out_i = dO_i · num_i / den_i
           for (int64_t c = 0; c < D; ++c) {
-            num[c] = 0;
-            for (int64_t a = 0; a < D; ++a) num[c] += fq[a] * S[a * D + c];
             dout_dot_out += doi[c] * num[c] / den;
             dnum[c] = doi[c] / den;
           }
