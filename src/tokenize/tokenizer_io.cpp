@@ -1,0 +1,531 @@
+// Loading and saving tokenizers: Hugging Face tokenizer.json (read and written), GPT-2's encoder.json +
+// vocab.bpe, and SentencePiece .model files. Every error names the file and the entry at fault.
+#include "tokenize/sentencepiece.h"
+#include "tokenize/tokenizer_impl.h"
+#include "tokenize/unicode.h"
+
+#include <attend/error.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace attend {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace tokenize;
+
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "{}: cannot open for reading", path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json parse_json(std::string_view text, std::string_view origin) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+}
+
+// Typed access that names the field: "tokenizer.json: model.unk_id is a string, expected an integer".
+struct Reader {
+  std::string_view origin;
+
+  const json& field(const json& obj, std::string_view path, std::string_view name) const {
+    check(obj.is_object(), "{}: {} is {}, expected an object", origin, path, obj.type_name());
+    auto it = obj.find(name);
+    check(it != obj.end(), "{}: {} has no field '{}'", origin, path, name);
+    return *it;
+  }
+  const json* optional(const json& obj, std::string_view name) const {
+    if (!obj.is_object()) return nullptr;
+    auto it = obj.find(name);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::string string(const json& v, std::string_view path) const {
+    check(v.is_string(), "{}: {} is {}, expected a string", origin, path, v.type_name());
+    return v.get<std::string>();
+  }
+  int64_t integer(const json& v, std::string_view path) const {
+    check(v.is_number_integer(), "{}: {} is {}, expected an integer", origin, path, v.type_name());
+    return v.get<int64_t>();
+  }
+  bool boolean(const json* v, std::string_view path, bool fallback) const {
+    if (!v) return fallback;
+    check(v->is_boolean(), "{}: {} is {}, expected true or false", origin, path, v->type_name());
+    return v->get<bool>();
+  }
+};
+
+// ---- base64, for SentencePiece's precompiled_charsmap inside tokenizer.json ----
+
+constexpr std::string_view kBase64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64_encode(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    if (i + 2 < in.size()) v |= uint8_t(in[i + 2]);
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kBase64[(v >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? kBase64[v & 63] : '=';
+  }
+  return out;
+}
+
+std::string base64_decode(std::string_view in, std::string_view what) {
+  std::string out;
+  uint32_t v = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    const size_t k = kBase64.find(c);
+    check(k != std::string_view::npos, "{}: invalid base64 character '{}'", what, c);
+    v = (v << 6) | static_cast<uint32_t>(k);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((v >> bits) & 0xFF);
+    }
+  }
+  return out;
+}
+
+// Visits every pre-tokeniser / normaliser / decoder in a possibly nested {"type": "Sequence", ...}.
+template <typename F>
+void for_each_component(const json* node, F&& fn) {
+  if (!node || !node->is_object()) return;
+  const std::string type = node->value("type", "");
+  if (type == "Sequence") {
+    for (const char* list : {"pretokenizers", "normalizers", "decoders", "processors"})
+      if (auto it = node->find(list); it != node->end() && it->is_array())
+        for (const json& child : *it) for_each_component(&child, fn);
+    return;
+  }
+  fn(*node, type);
+}
+
+// The model's vocabulary as a dense id -> token table.
+std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool byte_letters) {
+  check(vocab.is_object(), "{}: model.vocab is {}, expected an object of token: id", r.origin, vocab.type_name());
+  std::vector<std::string> tokens(vocab.size());
+  std::vector<bool> seen(vocab.size(), false);
+  for (const auto& [token, id_json] : vocab.items()) {
+    const int64_t id = r.integer(id_json, fmt::format("model.vocab[{:?}]", token));
+    check(id >= 0 && id < static_cast<int64_t>(tokens.size()),
+          "{}: model.vocab[{:?}] has id {}, expected 0 to {} (ids must be dense)", r.origin, token, id, tokens.size() - 1);
+    check(!seen[static_cast<size_t>(id)], "{}: model.vocab gives id {} to two tokens", r.origin, id);
+    seen[static_cast<size_t>(id)] = true;
+    if (byte_letters) {
+      auto bytes = gpt2_letters_to_bytes(token);
+      check(bytes.has_value(), "{}: model.vocab token {:?} (id {}) is not written in GPT-2's byte letters", r.origin, token, id);
+      tokens[static_cast<size_t>(id)] = std::move(*bytes);
+    } else {
+      tokens[static_cast<size_t>(id)] = token;
+    }
+  }
+  return tokens;
+}
+
+std::vector<BpeModel::Merge> read_merges(const json& merges, const Reader& r, const BpeModel& vocab_only,
+                                         bool byte_letters) {
+  check(merges.is_array(), "{}: model.merges is {}, expected an array", r.origin, merges.type_name());
+  std::vector<BpeModel::Merge> out;
+  out.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const json& m = merges[i];
+    std::string left, right;
+    if (m.is_string()) {  // "Ġ t"
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      check(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
+            "{}: model.merges[{}] is {:?}, expected two tokens separated by one space", r.origin, i, s);
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else {
+      check(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
+            "{}: model.merges[{}] is {}, expected \"left right\" or [\"left\", \"right\"]", r.origin, i, m.dump());
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    }
+    auto id_of = [&](const std::string& t) {
+      std::optional<std::string> bytes = byte_letters ? gpt2_letters_to_bytes(t) : std::optional<std::string>(t);
+      const int32_t id = bytes ? vocab_only.find(*bytes) : -1;
+      check(id >= 0, "{}: model.merges[{}] names {:?}, which is not in model.vocab", r.origin, i, t);
+      return id;
+    };
+    out.push_back({id_of(left), id_of(right)});
+  }
+  return out;
+}
+
+void read_added_tokens(const json& j, const Reader& r, Tokenizer::Impl& m) {
+  const json* added = r.optional(j, "added_tokens");
+  if (!added) return;
+  check(added->is_array(), "{}: added_tokens is {}, expected an array", r.origin, added->type_name());
+  for (size_t i = 0; i < added->size(); ++i) {
+    const json& t = (*added)[i];
+    const std::string path = fmt::format("added_tokens[{}]", i);
+    AddedToken a;
+    a.id = static_cast<int32_t>(r.integer(r.field(t, path, "id"), path + ".id"));
+    a.content = r.string(r.field(t, path, "content"), path + ".content");
+    a.special = r.boolean(r.optional(t, "special"), path + ".special", true);
+    m.added.push_back(std::move(a));
+  }
+}
+
+// Roles named by the post-processor (BOS/EOS or CLS/SEP templates) and by padding.
+void read_roles(const json& j, const Reader& r, Tokenizer::Impl& m) {
+  auto bind = [&](SpecialRole role, const std::string& content) {
+    for (const AddedToken& t : m.added)
+      if (t.content == content) m.roles[static_cast<size_t>(role)] = t.id;
+  };
+  for_each_component(r.optional(j, "post_processor"), [&](const json& p, const std::string& type) {
+    if (type == "TemplateProcessing" && p.contains("single") && p["single"].is_array()) {
+      const json& single = p["single"];
+      const bool wordpiece = m.kind == TokenizerKind::WordPiece;
+      if (!single.empty() && single.front().contains("SpecialToken"))
+        bind(wordpiece ? SpecialRole::Cls : SpecialRole::Bos, single.front()["SpecialToken"].value("id", ""));
+      if (single.size() > 1 && single.back().contains("SpecialToken"))
+        bind(wordpiece ? SpecialRole::Sep : SpecialRole::Eos, single.back()["SpecialToken"].value("id", ""));
+    } else if ((type == "BertProcessing" || type == "RobertaProcessing") && p.contains("cls") && p.contains("sep")) {
+      bind(SpecialRole::Cls, p["cls"][0].get<std::string>());
+      bind(SpecialRole::Sep, p["sep"][0].get<std::string>());
+    }
+  });
+  if (const json* padding = r.optional(j, "padding"); padding && padding->contains("pad_token"))
+    bind(SpecialRole::Pad, (*padding)["pad_token"].get<std::string>());
+}
+
+std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view origin) {
+  const Reader r{origin};
+  check(j.is_object(), "{}: the top level is {}, expected an object", origin, j.type_name());
+  const json& model = r.field(j, "the top level", "model");
+  std::string type = model.is_object() ? model.value("type", "") : "";
+  if (type.empty()) {  // older files leave the model type out
+    if (model.contains("merges")) type = "BPE";
+    else if (model.contains("vocab") && model["vocab"].is_array()) type = "Unigram";
+    else if (model.contains("continuing_subword_prefix")) type = "WordPiece";
+  }
+  auto m = std::make_unique<Tokenizer::Impl>();
+  read_added_tokens(j, r, *m);
+  const json* normalizer = r.optional(j, "normalizer");
+  const json* pre_tokenizer = r.optional(j, "pre_tokenizer");
+  const json* decoder = r.optional(j, "decoder");
+
+  if (type == "BPE") {
+    m->kind = TokenizerKind::BPE;
+    bool byte_level = false;
+    auto find_byte_level = [&](const json& c, const std::string& t) {
+      if (t == "ByteLevel") {
+        byte_level = true;
+        if (c.value("add_prefix_space", false)) m->add_prefix_space = true;
+      } else if (t == "Split") {
+        const json& pattern = r.field(c, "pre_tokenizer Split", "pattern");
+        std::string regex = pattern.contains("Regex") ? r.string(pattern["Regex"], "Split.pattern.Regex")
+                                                      : r.string(r.field(pattern, "Split.pattern", "String"), "Split.pattern.String");
+        check(c.value("behavior", "Isolated") == "Isolated",
+              "{}: pre_tokenizer Split has behavior {}, only Isolated is supported", origin, c.value("behavior", ""));
+        if (regex != kGpt2Pattern) m->regex.emplace(regex);
+      }
+    };
+    for_each_component(pre_tokenizer, find_byte_level);
+    for_each_component(decoder, [&](const json&, const std::string& t) { byte_level |= t == "ByteLevel"; });
+    m->byte_level = byte_level;
+    std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, byte_level);
+    BpeModel vocab_only(tokens, {}, byte_level ? BpeModel::Symbols::Bytes : BpeModel::Symbols::Characters);
+    const auto merges = read_merges(r.field(model, "model", "merges"), r, vocab_only, byte_level);
+    int32_t unk = -1;
+    if (const json* u = r.optional(model, "unk_token")) unk = vocab_only.find(r.string(*u, "model.unk_token"));
+    if (!byte_level) {  // SentencePiece-style BPE: "▁" for spaces, added by a Metaspace or Prepend+Replace
+      m->sp.remove_extra_whitespaces = false;
+      m->sp.add_dummy_prefix = false;
+      auto prefix = [&](const json& c, const std::string& t) {
+        if (t == "Metaspace") m->sp.add_dummy_prefix = c.value("prepend_scheme", "always") != "never" && c.value("add_prefix_space", true);
+        if (t == "Prepend") m->sp.add_dummy_prefix = true;
+      };
+      for_each_component(pre_tokenizer, prefix);
+      for_each_component(normalizer, prefix);
+    }
+    m->model = BpeModel(std::move(tokens), merges, byte_level ? BpeModel::Symbols::Bytes : BpeModel::Symbols::Characters, unk);
+  } else if (type == "WordPiece") {
+    m->kind = TokenizerKind::WordPiece;
+    std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, false);
+    const std::string unk_token = r.string(r.field(model, "model", "unk_token"), "model.unk_token");
+    int32_t unk = -1;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] == unk_token) unk = static_cast<int32_t>(i);
+    check(unk >= 0, "{}: model.unk_token {:?} is not in model.vocab", origin, unk_token);
+    std::string prefix = "##";
+    if (const json* p = r.optional(model, "continuing_subword_prefix")) prefix = r.string(*p, "model.continuing_subword_prefix");
+    int64_t max_chars = 100;
+    if (const json* p = r.optional(model, "max_input_chars_per_word")) max_chars = r.integer(*p, "model.max_input_chars_per_word");
+    for_each_component(normalizer, [&](const json& c, const std::string& t) {
+      if (t != "BertNormalizer") return;
+      m->bert.clean_text = r.boolean(r.optional(c, "clean_text"), "normalizer.clean_text", true);
+      m->bert.handle_chinese_chars = r.boolean(r.optional(c, "handle_chinese_chars"), "normalizer.handle_chinese_chars", true);
+      m->bert.lowercase = r.boolean(r.optional(c, "lowercase"), "normalizer.lowercase", true);
+      m->bert.strip_accents = r.boolean(r.optional(c, "strip_accents"), "normalizer.strip_accents", m->bert.lowercase);
+    });
+    if (!normalizer) m->bert = {false, false, false, false};
+    m->model = WordPieceModel(std::move(tokens), unk, prefix, static_cast<int32_t>(max_chars));
+  } else if (type == "Unigram") {
+    m->kind = TokenizerKind::Unigram;
+    const json& vocab = r.field(model, "model", "vocab");
+    check(vocab.is_array(), "{}: model.vocab is {}, expected an array of [piece, score]", origin, vocab.type_name());
+    const bool byte_fallback = r.boolean(r.optional(model, "byte_fallback"), "model.byte_fallback", false);
+    int64_t unk = -1;
+    if (const json* u = r.optional(model, "unk_id")) unk = r.integer(*u, "model.unk_id");
+    std::vector<UnigramPiece> pieces;
+    pieces.reserve(vocab.size());
+    for (size_t i = 0; i < vocab.size(); ++i) {
+      const json& e = vocab[i];
+      check(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number(),
+            "{}: model.vocab[{}] is {}, expected [piece, score]", origin, i, e.dump());
+      UnigramPiece p{e[0].get<std::string>(), e[1].get<float>(), PieceType::Normal};
+      if (static_cast<int64_t>(i) == unk) p.type = PieceType::Unknown;
+      else if (byte_fallback && p.text.size() == 6 && p.text.starts_with("<0x")) p.type = PieceType::Byte;
+      pieces.push_back(std::move(p));
+    }
+    for (const AddedToken& t : m->added)
+      if (t.special && t.id >= 0 && t.id < static_cast<int32_t>(pieces.size()) && pieces[static_cast<size_t>(t.id)].type == PieceType::Normal)
+        pieces[static_cast<size_t>(t.id)].type = PieceType::Control;
+    check(unk >= 0, "{}: model.unk_id is missing; a Unigram model needs an unknown piece", origin);
+    m->sp.remove_extra_whitespaces = false;
+    m->sp.add_dummy_prefix = false;
+    for_each_component(pre_tokenizer, [&](const json& c, const std::string& t) {
+      if (t == "Metaspace") m->sp.add_dummy_prefix = c.value("prepend_scheme", "always") != "never" && c.value("add_prefix_space", true);
+    });
+    for_each_component(normalizer, [&](const json& c, const std::string& t) {
+      if (t == "Precompiled")
+        m->sp.set_charsmap(base64_decode(r.string(r.field(c, "normalizer", "precompiled_charsmap"), "precompiled_charsmap"),
+                                         fmt::format("{}: normalizer.precompiled_charsmap", origin)),
+                           origin);
+      if (t == "Replace" && c.contains("pattern") && c["pattern"].value("Regex", "") == " {2,}") m->sp.remove_extra_whitespaces = true;
+    });
+    m->model = UnigramModel(std::move(pieces), static_cast<int32_t>(unk), byte_fallback);
+  } else {
+    throw Error(fmt::format("{}: model.type is {:?}; expected BPE, WordPiece or Unigram", origin, type));
+  }
+  for (const AddedToken& t : m->added) {
+    // An added token inside the model's vocabulary must be the same token.
+    if (t.id < m->model_size() && m->kind != TokenizerKind::Unigram) {
+      const std::string in_model = m->model_id_to_token(t.id);
+      const std::string expected = m->kind == TokenizerKind::BPE && m->byte_level ? t.content : t.content;
+      check(in_model == expected, "{}: added token {:?} has id {}, which model.vocab gives to {:?}", origin, t.content,
+            t.id, in_model);
+    }
+  }
+  read_roles(j, r, *m);
+  return m;
+}
+
+std::unique_ptr<Tokenizer::Impl> impl_from_sentencepiece(const fs::path& path) {
+  const std::string origin = path.string();
+  SentencePieceModel sp = parse_sentencepiece(read_file(path), origin);
+  auto m = std::make_unique<Tokenizer::Impl>();
+  m->sp = sp.normalizer;
+  int32_t unk = -1;
+  for (size_t id = 0; id < sp.pieces.size(); ++id) {
+    const UnigramPiece& p = sp.pieces[id];
+    if (p.type == PieceType::Unknown) unk = static_cast<int32_t>(id);
+    if (p.type == PieceType::Control || p.type == PieceType::Unknown)
+      m->added.push_back({p.text, static_cast<int32_t>(id), true, false});
+  }
+  check(unk >= 0, "{}: no piece has type UNKNOWN", origin);
+  if (sp.model_type == 1) {
+    m->kind = TokenizerKind::Unigram;
+    m->model = UnigramModel(std::move(sp.pieces), unk, sp.byte_fallback);
+  } else {
+    // SentencePiece BPE merges the adjacent pair whose union has the best score: a piece's rank is its
+    // place in score order, and every split of it into two pieces is a merge of that rank.
+    m->kind = TokenizerKind::BPE;
+    m->byte_level = false;
+    std::vector<std::string> tokens;
+    for (const UnigramPiece& p : sp.pieces) tokens.push_back(p.text);
+    BpeModel vocab_only(tokens, {}, BpeModel::Symbols::Characters, unk);
+    std::vector<size_t> order;
+    for (size_t id = 0; id < sp.pieces.size(); ++id)
+      if (sp.pieces[id].type == PieceType::Normal || sp.pieces[id].type == PieceType::UserDefined) order.push_back(id);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sp.pieces[a].score > sp.pieces[b].score; });
+    std::vector<BpeModel::Merge> merges;
+    for (size_t id : order) {
+      const std::string& t = tokens[id];
+      for (size_t k = 1; k < t.size(); ++k) {
+        if ((static_cast<unsigned char>(t[k]) & 0xC0) == 0x80) continue;  // not a character boundary
+        const int32_t left = vocab_only.find(std::string_view(t).substr(0, k));
+        const int32_t right = vocab_only.find(std::string_view(t).substr(k));
+        if (left >= 0 && right >= 0) merges.push_back({left, right});
+      }
+    }
+    m->model = BpeModel(std::move(tokens), merges, BpeModel::Symbols::Characters, unk);
+  }
+  return m;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_json(std::string_view text, std::string_view origin) {
+  return Tokenizer(impl_from_json(parse_json(text, origin), origin));
+}
+
+Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
+  const std::string encoder_origin = encoder_json.string(), merges_origin = vocab_bpe.string();
+  const json encoder = parse_json(read_file(encoder_json), encoder_origin);
+  const Reader r{encoder_origin};
+  std::vector<std::string> tokens = dense_vocab(encoder, r, true);
+  const BpeModel vocab_only(tokens, {});
+  // vocab.bpe: a "#version" line, then one "left right" merge per line.
+  std::istringstream lines(read_file(vocab_bpe));
+  json merges = json::array();
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    if (line.empty() || (number == 1 && line.starts_with("#version"))) continue;
+    merges.push_back(line);
+  }
+  auto m = std::make_unique<Impl>();
+  m->kind = TokenizerKind::BPE;
+  m->model = BpeModel(std::move(tokens), read_merges(merges, Reader{merges_origin}, vocab_only, true));
+  if (auto id = std::get<BpeModel>(m->model).find("<|endoftext|>"); id >= 0) m->added.push_back({"<|endoftext|>", id, true, true});
+  return Tokenizer(std::move(m));
+}
+
+Tokenizer Tokenizer::load(const fs::path& path) {
+  check(fs::exists(path), "{}: no such file or directory (expected tokenizer.json, a SentencePiece .model, or a "
+        "directory holding one of them or encoder.json + vocab.bpe)", path.string());
+  if (fs::is_directory(path)) {
+    if (fs::exists(path / "tokenizer.json")) return load(path / "tokenizer.json");
+    if (fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe"))
+      return from_gpt2_files(path / "encoder.json", path / "vocab.bpe");
+    for (const char* name : {"tokenizer.model", "spiece.model", "sentencepiece.bpe.model"})
+      if (fs::exists(path / name)) return load(path / name);
+    throw Error(fmt::format("{}: directory holds no tokenizer.json, encoder.json + vocab.bpe, or tokenizer.model",
+                            path.string()));
+  }
+  if (path.extension() == ".model") return Tokenizer(impl_from_sentencepiece(path));
+  return from_json(read_file(path), path.string());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Writing tokenizer.json.
+
+std::string Tokenizer::to_json() const {
+  const Impl& m = *impl_;
+  json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  const auto pad = m.roles[static_cast<size_t>(SpecialRole::Pad)];
+  if (pad) {
+    j["padding"] = {{"strategy", "BatchLongest"}, {"direction", "Right"}, {"pad_to_multiple_of", nullptr},
+                    {"pad_id", *pad},             {"pad_type_id", 0},     {"pad_token", id_to_token(*pad)}};
+  } else {
+    j["padding"] = nullptr;
+  }
+  json added = json::array();
+  for (const AddedToken& t : m.added)
+    added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", t.special}});
+  j["added_tokens"] = added;
+  j["normalizer"] = nullptr;
+  j["post_processor"] = nullptr;
+  auto template_processing = [&](SpecialRole first, SpecialRole last) {
+    const auto a = m.roles[static_cast<size_t>(first)], b = m.roles[static_cast<size_t>(last)];
+    if (!a || !b) return;
+    const std::string ta = id_to_token(*a), tb = id_to_token(*b);
+    j["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", ta}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                    {{"SpecialToken", {{"id", tb}, {"type_id", 0}}}}}},
+        {"pair", {{{"SpecialToken", {{"id", ta}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                  {{"SpecialToken", {{"id", tb}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}},
+                  {{"SpecialToken", {{"id", tb}, {"type_id", 1}}}}}},
+        {"special_tokens", {{ta, {{"id", ta}, {"ids", {*a}}, {"tokens", {ta}}}}, {tb, {{"id", tb}, {"ids", {*b}}, {"tokens", {tb}}}}}}};
+  };
+  const json metaspace = {{"type", "Metaspace"}, {"replacement", std::string(kSpace)},
+                          {"prepend_scheme", m.sp.add_dummy_prefix ? "always" : "never"}, {"split", true}};
+
+  if (const auto* bpe = std::get_if<BpeModel>(&m.model)) {
+    json vocab = json::object();
+    json merges = json::array();
+    auto spell = [&](const std::string& t) { return m.byte_level ? bytes_to_gpt2_letters(t) : t; };
+    for (int32_t id = 0; id < bpe->size(); ++id) vocab[spell(bpe->token(id))] = id;
+    for (const auto& merge : bpe->merges()) merges.push_back({spell(bpe->token(merge.left)), spell(bpe->token(merge.right))});
+    j["model"] = {{"type", "BPE"},         {"dropout", nullptr},         {"unk_token", nullptr},
+                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
+                  {"byte_fallback", !m.byte_level}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}};
+    if (bpe->unk() >= 0) j["model"]["unk_token"] = spell(bpe->token(bpe->unk()));
+    if (m.byte_level) {
+      const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", m.add_prefix_space}, {"trim_offsets", true},
+                               {"use_regex", !m.regex}};
+      if (m.regex) {
+        j["pre_tokenizer"] = {{"type", "Sequence"},
+                              {"pretokenizers",
+                               {{{"type", "Split"}, {"pattern", {{"Regex", m.regex->pattern()}}}, {"behavior", "Isolated"}, {"invert", false}},
+                                byte_level}}};
+      } else {
+        j["pre_tokenizer"] = byte_level;
+      }
+      j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+    } else {
+      j["pre_tokenizer"] = metaspace;
+      j["decoder"] = {{"type", "Sequence"}, {"decoders", {metaspace, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+    }
+  } else if (const auto* wp = std::get_if<WordPieceModel>(&m.model)) {
+    json vocab = json::object();
+    for (int32_t id = 0; id < wp->size(); ++id) vocab[wp->token(id)] = id;
+    j["normalizer"] = {{"type", "BertNormalizer"}, {"clean_text", m.bert.clean_text},
+                       {"handle_chinese_chars", m.bert.handle_chinese_chars}, {"strip_accents", m.bert.strip_accents},
+                       {"lowercase", m.bert.lowercase}};
+    j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+    template_processing(SpecialRole::Cls, SpecialRole::Sep);
+    j["decoder"] = {{"type", "WordPiece"}, {"prefix", wp->prefix()}, {"cleanup", true}};
+    j["model"] = {{"type", "WordPiece"}, {"unk_token", wp->token(wp->unk())}, {"continuing_subword_prefix", wp->prefix()},
+                  {"max_input_chars_per_word", wp->max_chars()}, {"vocab", vocab}};
+  } else {
+    const auto& u = std::get<UnigramModel>(m.model);
+    json vocab = json::array();
+    for (const UnigramPiece& p : u.pieces()) vocab.push_back({p.text, p.score});
+    json normalizers = json::array();
+    if (!m.sp.charsmap().empty())
+      normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(m.sp.charsmap())}});
+    if (m.sp.remove_extra_whitespaces)
+      normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}});
+    if (!normalizers.empty()) j["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
+    j["pre_tokenizer"] = metaspace;
+    j["decoder"] = u.byte_fallback()
+                       ? json{{"type", "Sequence"}, {"decoders", {metaspace, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}
+                       : metaspace;
+    j["model"] = {{"type", "Unigram"}, {"unk_id", u.unk()}, {"vocab", vocab}, {"byte_fallback", u.byte_fallback()}};
+  }
+  if (m.kind != TokenizerKind::WordPiece) template_processing(SpecialRole::Bos, SpecialRole::Eos);
+  if (m.kind == TokenizerKind::BPE && m.byte_level) j["post_processor"] = nullptr;  // GPT-2 adds nothing by default
+  return j.dump(2);
+}
+
+void Tokenizer::save(const fs::path& path) const {
+  const std::string text = to_json();
+  const fs::path tmp = fs::path(path).concat(".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    check(out.good(), "{}: cannot open for writing", tmp.string());
+    out << text;
+    out.close();
+    check(out.good(), "{}: write failed (disk full?)", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  check(!ec, "{}: cannot rename {} into place: {}", path.string(), tmp.string(), ec.message());
+}
+
+}  // namespace attend
