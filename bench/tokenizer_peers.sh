@@ -7,9 +7,8 @@
 #   bench/tokenizer_peers.sh [FILE] [--ids-out PATH]
 #
 # FILE defaults to data/brown.txt (scripts/get-data.sh brown). --ids-out writes tiktoken's ids as
-# little-endian uint32 so the C++ benchmark can check its own ids against them. tiktoken is fetched
-# into data/npm/tiktoken by tools/make_tokenizer_fixtures.sh (run here too if it is missing);
-# gpt-3-encoder comes with scripts/get-data.sh gpt2.
+# little-endian uint32 so the C++ benchmark can check its own ids against them. Both peers are
+# fetched by scripts/get-data.sh (tiktoken, gpt2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,10 +24,7 @@ while (($#)); do
 done
 [[ -s $file ]] || { echo "tokenizer_peers: $file is missing (scripts/get-data.sh brown)" >&2; exit 1; }
 
-if [[ ! -f data/npm/tiktoken/tiktoken_bg.wasm ]]; then
-  # Only the fetch in that script is wanted; it rewrites its golden file too, deterministically.
-  tools/make_tokenizer_fixtures.sh >&2
-fi
+scripts/get-data.sh tiktoken gpt2 >&2
 node bench/tokenizer_peers.mjs --peer tiktoken --repeats 3 "${ids_out[@]}" "$file"
 
 if [[ -f data/npm/gpt-3-encoder/Encoder.js ]]; then

@@ -7,5 +7,7 @@ namespace attend::cli {
 
 // Adds `attend info`: version, threads, GEMM backend and CPU features.
 void add_info_command(CLI::App& app);
+// Adds `attend tokenizer train|info`, `attend tokenize` and `attend detokenize`.
+void add_tokenizer_commands(CLI::App& app);
 
 }  // namespace attend::cli

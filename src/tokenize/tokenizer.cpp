@@ -138,9 +138,22 @@ void Tokenizer::Impl::encode_pieces(std::string_view text, std::vector<int32_t>&
         prefixed = " " + std::string(text);
         text = prefixed;
       }
-      if (regex) regex->split(text, pieces);
-      else tokenize::split_gpt2(text, pieces);
-      for (std::string_view p : pieces) bpe->encode(p, ids);
+      if (regex) {
+        regex->split(text, pieces);
+        for (std::string_view p : pieces) bpe->encode(p, ids);
+        return;
+      }
+      // Pre-tokenise 64 KiB at a time (cut where pieces must start), so the pieces stay in cache
+      // instead of filling a vector as long as the text.
+      constexpr size_t kBlock = size_t{1} << 16;
+      for (size_t begin = 0; begin < text.size();) {
+        size_t end = std::min(text.size(), begin + kBlock);
+        while (end < text.size() && !tokenize::is_gpt2_cut_point(text, end)) ++end;
+        pieces.clear();
+        tokenize::split_gpt2(text.substr(begin, end - begin), pieces);
+        for (std::string_view p : pieces) bpe->encode(p, ids);
+        begin = end;
+      }
       return;
     }
     // SentencePiece-style BPE: normalise, then encode each "▁word" on its own.

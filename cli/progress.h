@@ -1,0 +1,37 @@
+// A progress bar on stderr for long work (training, reading corpora):
+//   merges  [=================>          ]  61%  4700/7700  0:03 left
+// On a terminal it redraws one line at most ten times a second; when stderr is not a terminal (CI,
+// logs) it writes a plain line at each tenth of the way, so logs stay short.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace attend::cli {
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  ~ProgressBar();
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
+
+  // Reports `done` of `total`; a new label starts a new bar.
+  void update(std::string_view label, int64_t done, int64_t total);
+  void update(int64_t done, int64_t total) { update(label_, done, total); }
+  // Ends the current bar's line.
+  void finish();
+
+ private:
+  void draw(int64_t done, int64_t total);
+
+  std::string label_;
+  bool tty_;
+  bool open_ = false;
+  int last_tenth_ = -1;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+}  // namespace attend::cli
