@@ -3,6 +3,7 @@
 #include "progress.h"
 
 #include <attend/error.h>
+#include <attend/io.h>
 #include <attend/tokenizer.h>
 
 #include <fmt/format.h>
@@ -22,14 +23,6 @@ namespace {
 const char* kPathHelp =
     "Tokenizer: a tokenizer.json, a SentencePiece .model, or a directory holding tokenizer.json or GPT-2's "
     "encoder.json + vocab.bpe";
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot open for reading", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 TokenizerKind parse_kind(const std::string& kind) {
   if (kind == "bpe") return TokenizerKind::BPE;
@@ -141,7 +134,7 @@ void add_tokenizer_commands(CLI::App& app) {
   tokenize->callback([e, text, input] {
     check(text->count() + input->count() == 1, "tokenize: give the text with --text or a file with --input");
     const Tokenizer tok = Tokenizer::load(e->tokenizer);
-    const std::string content = input->count() ? read_text(e->input) : e->text;
+    const std::string content = input->count() ? read_file(e->input) : e->text;
     const auto start = std::chrono::steady_clock::now();
     const auto ids = tok.encode(content, {.add_bos = e->bos, .add_eos = e->eos, .parse_special = !e->no_special});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -180,7 +173,7 @@ void add_tokenizer_commands(CLI::App& app) {
   detokenize->callback([d, ids, ids_file] {
     check(ids->count() + ids_file->count() == 1, "detokenize: give the ids with --ids or a file with --input");
     const Tokenizer tok = Tokenizer::load(d->tokenizer);
-    const std::string source = ids->count() ? d->ids : read_text(d->input);
+    const std::string source = ids->count() ? d->ids : read_file(d->input);
     const std::string text = tok.decode(parse_ids(source, ids->count() ? "--ids" : d->input), d->skip_special);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);

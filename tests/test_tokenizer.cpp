@@ -303,6 +303,42 @@ TEST(BpeTraining, OnBrownReachesTheVocabularySizeAndIsLossless) {
   EXPECT_EQ(back.vocab_size(), tok.vocab_size());
 }
 
+TEST(BpeTraining, DoesNotDependOnTheThreadCount) {
+  // Indented lines: the slices the threads count must be cut where GPT-2's pattern starts a piece,
+  // not at line ends ("\n  b" is "\n " + " b" whole, but "\n" + " " + " b" when cut after the "\n").
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += fmt::format("line {}\n    indented {}\n  b{}\n", i, i * 7, i % 13);
+  TokenizerTrainOptions o{.kind = TokenizerKind::BPE, .vocab_size = 400};
+  set_num_threads(1);
+  const std::string one = Tokenizer::train_from_text(text, o).to_json();
+  set_num_threads(2);
+  const std::string two = Tokenizer::train_from_text(text, o).to_json();
+  set_num_threads(0);
+  EXPECT_EQ(one, two);
+}
+
+TEST(BpeModel, HuggingFaceOptions) {
+  // ignore_merges: a piece that is a token is emitted whole even if the merges would not build it.
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  tokens.push_back("ab");
+  tokens.push_back("abc");  // no merge (ab, c)
+  tokenize::BpeModel m(tokens, {{'a', 'b'}});
+  std::vector<int32_t> ids;
+  m.encode_uncached("abc", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{256, 'c'}));
+  m.set_ignore_merges(true);
+  ids.clear();
+  m.encode_uncached("abc", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{257}));
+  // Character-level BPE with byte fallback: a character some of whose bytes lack a <0xNN> token is UNK.
+  std::vector<std::string> chars = {"<unk>", "a", tokenize::byte_piece_name(0xE4)};
+  const tokenize::BpeModel c(chars, {}, tokenize::BpeModel::Symbols::Characters, 0);
+  ids.clear();
+  c.encode_uncached("a\u4e2d", ids);  // 中 is E4 B8 AD: only E4 has a token
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 0}));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // WordPiece.
 
@@ -415,6 +451,30 @@ TEST(SentencePiece, NormalizerFollowsNmtNfkcAndWhitespaceRules) {
   EXPECT_EQ(n.normalize(" a  b"), "\u2581\u2581a\u2581\u2581b");
 }
 
+TEST(SentencePiece, DecodingGivesBackTheText) {
+  // bpe_spaces keeps every space and has byte fallback, so decoding gives the input back exactly (but
+  // for "▁" typed in the input, which is a space to SentencePiece). Control pieces decode to nothing.
+  const Tokenizer tok = Tokenizer::load(std::string(ATTEND_TEST_DATA) + "/spm/bpe_spaces.model");
+  const json fixture = load_fixture("spm_golden.json");
+  int checked = 0;
+  for (const json& model : fixture["models"]) {
+    if (model["file"] != "bpe_spaces.model") continue;
+    for (const json& c : model["cases"]) {
+      const std::string text = c["text"];
+      if (text.find("\u2581") != std::string::npos || text.starts_with(' ')) continue;
+      EXPECT_EQ(tok.decode(c["ids"].get<std::vector<int32_t>>()), text) << json(text).dump();
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 90);
+  const int32_t bos = *tok.token_to_id("<s>");
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{bos}), "");
+  EXPECT_TRUE(tok.is_special(bos));
+  // The unigram model without byte fallback writes UNK as SentencePiece does.
+  const Tokenizer plain = Tokenizer::load(std::string(ATTEND_TEST_DATA) + "/spm/unigram_plain.model");
+  EXPECT_EQ(plain.decode(plain.encode("a\u4e2d")), "a \u2047 ");
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Special tokens and batches.
 
@@ -482,6 +542,57 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndEntry) {
   expect_error_mentions<Error>([] { Tokenizer::from_json(R"({"model": {"type": "Magic"}})", "m.json"); },
                                {"m.json", "Magic", "BPE, WordPiece or Unigram"});
   expect_error_mentions<Error>([] { Tokenizer::load("/nonexistent/tokenizer.json"); }, {"/nonexistent/tokenizer.json"});
+}
+
+TEST(TokenizerErrors, OutOfRangeIdsAndWrongTypesNameTheFile) {
+  expect_error_mentions<Error>(
+      [] {
+        Tokenizer::from_json(R"({"added_tokens": [{"id": -1, "content": "x"}],
+                                 "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}})",
+                             "neg.json");
+      },
+      {"neg.json", "added_tokens[0].id", "-1"});
+  expect_error_mentions<Error>(
+      [] {
+        Tokenizer::from_json(R"({"added_tokens": [{"id": 99999, "content": "x"}],
+                                 "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}})",
+                             "far.json");
+      },
+      {"far.json", "99999"});
+  expect_error_mentions<Error>([] { Tokenizer::from_json(R"({"model": {"type": 1}})", "type.json"); },
+                               {"type.json"});
+  expect_error_mentions<Error>(
+      [] {
+        Tokenizer::from_json(R"({"post_processor": {"type": "BertProcessing", "cls": [], "sep": []},
+                                 "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}})",
+                             "cls.json");
+      },
+      {"cls.json"});
+  expect_error_mentions<Error>(
+      [] {
+        Tokenizer::from_json(R"({"model": {"type": "Unigram", "unk_id": 0, "byte_fallback": true,
+                                 "vocab": [["<unk>", 0.0], ["<0xZZ>", 0.0]]}})",
+                             "bytes.json");
+      },
+      {"bytes.json", "<0xZZ>"});
+  expect_error_mentions<Error>(
+      [] {
+        Tokenizer::from_json(R"({"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "Removed"},
+                                 "model": {"type": "BPE", "vocab": {}, "merges": []}})",
+                             "split.json");
+      },
+      {"split.json", "Removed", "only Isolated"});
+}
+
+TEST(TokenizerErrors, WorkerThreadErrorsReachTheCaller) {
+  // No EOS token: add_eos fails inside encode_batch's parallel loop, and the error comes back as an
+  // attend::Error on the calling thread instead of ending the process.
+  const Tokenizer tok = Tokenizer::train_from_text("abc abd", {.kind = TokenizerKind::BPE, .vocab_size = 260,
+                                                               .special_tokens = {"<pad>"}});
+  const std::vector<std::string> texts(64, "abc");
+  set_num_threads(2);
+  expect_error_mentions<Error>([&] { tok.encode_batch(texts, {.add_eos = true}); }, {"no eos or sep token"});
+  set_num_threads(0);
 }
 
 TEST(TokenizerErrors, TruncatedSentencePieceModelIsRejectedSafely) {

@@ -52,6 +52,8 @@ const hand = [
   "int main() { return 0; }", "x_1 = y**2 // comment", "https://example.com/a?b=c#d",
   "The QUICK brown FOX jumps", "supercalifragilisticexpialidocious", "the the the the the the",
   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+  // indentation and runs of spaces (whitespace-only pieces in bpe_spaces)
+  "    return x", "        return x  # two  spaces", "def f(x):", "a  b", "a    b", "  x", "x  ",
 ];
 
 // Brown lines: the first 8 non-empty lines (inside the training text) and 8 from past 3 MB (outside).

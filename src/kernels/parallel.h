@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 
 namespace attend::kernels {
 
@@ -21,6 +22,9 @@ inline int64_t row_grain(int64_t row_length) {
   return rows > 1 ? rows : 1;
 }
 
+// An exception thrown by `fn` on any thread is rethrown on the calling thread once all chunks are done
+// (an exception escaping an OpenMP region would end the process). Kernels never throw; the tokenizers'
+// and data loaders' work can.
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;
@@ -31,8 +35,17 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   }
   int64_t chunks = n / (grain > 0 ? grain : 1);
   if (chunks > threads) chunks = threads;
+  std::exception_ptr error;
 #pragma omp parallel for schedule(static) num_threads(static_cast<int>(chunks))
-  for (int64_t c = 0; c < chunks; ++c) fn(n * c / chunks, n * (c + 1) / chunks);
+  for (int64_t c = 0; c < chunks; ++c) {
+    try {
+      fn(n * c / chunks, n * (c + 1) / chunks);
+    } catch (...) {
+#pragma omp critical(attend_parallel_for_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace attend::kernels

@@ -33,11 +33,10 @@ PieceCache& thread_cache(uint64_t serial) {
   return *e.cache;
 }
 
-std::string byte_token_name(unsigned b) { return fmt::format("<0x{:02X}>", b); }
-
 }  // namespace
 
-BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& merges, Symbols symbols, int32_t unk)
+BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& merges, Symbols symbols, int32_t unk,
+                   const std::vector<int32_t>& ranks)
     : tokens_(std::move(tokens)), merges_(merges), symbols_(symbols), unk_(unk), serial_(next_serial++) {
   int32_t first = -1, second = -1;
   const bool unique = index_.build(tokens_, &first, &second);
@@ -45,12 +44,15 @@ BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& me
         second >= 0 ? tokens_[static_cast<size_t>(second)] : std::string(), first, second);
   byte_token_.fill(-1);
   for (unsigned b = 0; b < 256; ++b) {
-    const std::string bytes = symbols == Symbols::Bytes ? std::string(1, char(b)) : byte_token_name(b);
+    const std::string bytes =
+        symbols == Symbols::Bytes ? std::string(1, char(b)) : byte_piece_name(static_cast<unsigned char>(b));
     byte_token_[b] = find(bytes);
     check(symbols != Symbols::Bytes || byte_token_[b] >= 0,
           "byte-level BPE vocabulary has no token for byte 0x{:02X}: every byte needs one", b);
   }
   check(unk_ < size(), "BPE unknown-token id {} is outside the vocabulary of {}", unk_, size());
+  check(ranks.empty() || ranks.size() == merges_.size(), "BPE: {} ranks given for {} merges", ranks.size(),
+        merges_.size());
   rules_.reserve(merges_.size());
   for (size_t rank = 0; rank < merges_.size(); ++rank) {
     const Merge m = merges_[rank];
@@ -60,7 +62,8 @@ BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& me
     check(merged >= 0, "BPE merge {} ({:?} + {:?}): the merged token {:?} is not in the vocabulary", rank,
           token(m.left), token(m.right), token(m.left) + token(m.right));
     const uint64_t key = PairMap<Rule>::key(m.left, m.right);
-    if (!rules_.find(key)) rules_.insert(key, Rule{static_cast<int32_t>(rank), merged});  // first rank wins
+    const int32_t r = ranks.empty() ? static_cast<int32_t>(rank) : ranks[rank];
+    if (!rules_.find(key)) rules_.insert(key, Rule{r, merged});  // the first listing of a pair wins
   }
 }
 
@@ -74,9 +77,11 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& sym
   for (size_t i = 0; i < piece.size();) {
     const auto length = static_cast<size_t>(decode_utf8(piece, i).length);
     const int32_t id = find(piece.substr(i, length));
+    bool bytes_known = true;  // byte fallback needs a <0xNN> token for every byte of the character
+    for (size_t k = i; k < i + length; ++k) bytes_known &= byte_token_[static_cast<unsigned char>(piece[k])] >= 0;
     if (id >= 0) {
       symbols.push_back(id);
-    } else if (byte_token_[static_cast<unsigned char>(piece[i])] >= 0) {  // byte fallback
+    } else if (bytes_known) {
       for (size_t k = i; k < i + length; ++k) symbols.push_back(byte_token_[static_cast<unsigned char>(piece[k])]);
     } else {
       check(unk_ >= 0, "BPE: character {:?} is not in the vocabulary, which has no unknown token", piece.substr(i, length));
@@ -157,6 +162,12 @@ void BpeModel::merge_long(std::vector<int32_t>& s) const {
 }
 
 void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& ids) const {
+  if (ignore_merges_) {
+    if (const int32_t whole = find(piece); whole >= 0) {
+      ids.push_back(whole);
+      return;
+    }
+  }
   std::vector<int32_t> symbols;
   symbols.reserve(piece.size());
   initial_symbols(piece, symbols);

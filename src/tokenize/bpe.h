@@ -31,9 +31,15 @@ class BpeModel {
 
   BpeModel() = default;
   // `tokens`: id -> bytes (every id once). `merges`: in rank order; each names two tokens whose
-  // concatenation is a token. Errors name the offending entry.
+  // concatenation is a token. `ranks`, if given, overrides the rank of each merge (equal ranks: the
+  // leftmost pair merges first; SentencePiece gives every split of a piece the piece's rank). Errors
+  // name the offending entry.
   BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& merges, Symbols symbols = Symbols::Bytes,
-           int32_t unk = -1);
+           int32_t unk = -1, const std::vector<int32_t>& ranks = {});
+
+  // Hugging Face's ignore_merges (LLaMA-3): a piece that is itself a token is emitted whole.
+  void set_ignore_merges(bool ignore) { ignore_merges_ = ignore; }
+  bool ignore_merges() const { return ignore_merges_; }
 
   int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
   const std::string& token(int32_t id) const { return tokens_[static_cast<size_t>(id)]; }
@@ -64,6 +70,7 @@ class BpeModel {
   std::array<int32_t, 256> byte_token_{};  // token of each single byte (or of <0xNN>), -1 if none
   Symbols symbols_ = Symbols::Bytes;
   int32_t unk_ = -1;
+  bool ignore_merges_ = false;
   uint64_t serial_ = 0;  // identifies this model to the per-thread caches
 };
 

@@ -72,7 +72,7 @@ std::pair<std::string_view, size_t> SpNormalizer::normalize_prefix(std::string_v
   return {text.substr(0, static_cast<size_t>(cp.length)), static_cast<size_t>(cp.length)};
 }
 
-std::string SpNormalizer::normalize(std::string_view text) const {
+std::string SpNormalizer::normalize(std::string_view text, bool dummy_prefix) const {
   std::string out;
   out.reserve(text.size() + 8);
   if (remove_extra_whitespaces) {  // leading whitespace
@@ -84,7 +84,7 @@ std::string SpNormalizer::normalize(std::string_view text) const {
   }
   if (text.empty()) return out;
   const std::string_view space = escape_whitespaces ? kSpace : std::string_view(" ");
-  if (add_dummy_prefix && !treat_whitespace_as_suffix) out += space;
+  if (dummy_prefix && !treat_whitespace_as_suffix) out += space;
   bool previous_space = remove_extra_whitespaces;
   while (!text.empty()) {
     auto [normalized, consumed] = normalize_prefix(text);
@@ -100,7 +100,7 @@ std::string SpNormalizer::normalize(std::string_view text) const {
   }
   if (remove_extra_whitespaces)
     while (std::string_view(out).ends_with(space)) out.resize(out.size() - space.size());
-  if (add_dummy_prefix && treat_whitespace_as_suffix) out += space;
+  if (dummy_prefix && treat_whitespace_as_suffix) out += space;
   return out;
 }
 

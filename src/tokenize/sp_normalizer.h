@@ -25,7 +25,10 @@ class SpNormalizer {
   void set_charsmap(std::string blob, std::string_view origin);
   const std::string& charsmap() const { return blob_; }
 
-  std::string normalize(std::string_view text) const;
+  std::string normalize(std::string_view text) const { return normalize(text, add_dummy_prefix); }
+  // With the dummy prefix decided by the caller (Hugging Face's Metaspace prepend_scheme "first" adds it
+  // only at the start of the text, not after a special token).
+  std::string normalize(std::string_view text, bool dummy_prefix) const;
 
  private:
   // The normalised form of the longest known prefix of `text` and how many bytes it consumed.

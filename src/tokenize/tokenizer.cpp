@@ -55,7 +55,11 @@ void Tokenizer::Impl::index_added() {
   for (size_t i = 0; i < added.size(); ++i) {
     const AddedToken& t = added[i];
     check(!t.content.empty(), "special token {} is empty", t.id);
-    check(t.id >= 0, "special token '{}' has a negative id {}", t.content, t.id);
+    // Ids past the model's vocabulary are fine (tokens added after training), but not beyond one slot
+    // per added token: a stray huge id would otherwise size every embedding table.
+    const int64_t limit = static_cast<int64_t>(model_size()) + static_cast<int64_t>(added.size());
+    check(t.id >= 0 && t.id < limit, "special token '{}' has id {}, expected 0 to {} (the model's {} tokens and {} added)",
+          t.content, t.id, limit - 1, model_size(), added.size());
     vocab_size = std::max(vocab_size, t.id + 1);
     if (!t.in_text) continue;
     added_first_byte[static_cast<unsigned char>(t.content[0])] = true;
@@ -129,20 +133,38 @@ std::string bert_normalize(std::string_view text, const BertNormalization& b) {
   return out;
 }
 
-void Tokenizer::Impl::encode_pieces(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::encode_pieces(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
   std::vector<std::string_view> pieces;
   if (const auto* bpe = std::get_if<tokenize::BpeModel>(&model)) {
-    if (byte_level) {
-      std::string prefixed;
-      if (add_prefix_space && !text.empty() && text[0] != ' ') {
-        prefixed = " " + std::string(text);
-        text = prefixed;
-      }
-      if (regex) {
-        regex->split(text, pieces);
-        for (std::string_view p : pieces) bpe->encode(p, ids);
-        return;
-      }
+    if (!byte_level) {
+      // SentencePiece-style BPE merges over the whole normalised text; user-defined pieces are cut out
+      // first and never merged, as SentencePiece freezes them.
+      const std::string normalized = sp.normalize(text, sp.add_dummy_prefix && (at_start || !prefix_first_only));
+      const std::string_view n = normalized;
+      size_t plain = 0;
+      for (size_t i = 0; i < n.size() && !sp.user_defined.empty(); ++i)
+        for (const std::string& u : sp.user_defined)
+          if (n.substr(i).starts_with(u)) {
+            bpe->encode(n.substr(plain, i - plain), ids);
+            ids.push_back(bpe->find(u));
+            i += u.size() - 1;
+            plain = i + 1;
+            break;
+          }
+      bpe->encode(n.substr(plain), ids);
+      return;
+    }
+    std::string prefixed;
+    if (add_prefix_space && !text.empty() && text[0] != ' ') {
+      prefixed = " " + std::string(text);
+      text = prefixed;
+    }
+    if (!pretokenize) {
+      bpe->encode(text, ids);
+    } else if (regex) {
+      regex->split(text, pieces);
+      for (std::string_view p : pieces) bpe->encode(p, ids);
+    } else {
       // Pre-tokenise 64 KiB at a time (cut where pieces must start), so the pieces stay in cache
       // instead of filling a vector as long as the text.
       constexpr size_t kBlock = size_t{1} << 16;
@@ -154,36 +176,33 @@ void Tokenizer::Impl::encode_pieces(std::string_view text, std::vector<int32_t>&
         for (std::string_view p : pieces) bpe->encode(p, ids);
         begin = end;
       }
-      return;
-    }
-    // SentencePiece-style BPE: normalise, then encode each "▁word" on its own.
-    const std::string normalized = sp.normalize(text);
-    const std::string_view n = normalized;
-    size_t start = 0;
-    for (size_t i = 1; i <= n.size(); ++i) {
-      if (i == n.size() || n.substr(i).starts_with(tokenize::kSpace)) {
-        bpe->encode(n.substr(start, i - start), ids);
-        start = i;
-      }
     }
     return;
   }
   if (const auto* wp = std::get_if<tokenize::WordPieceModel>(&model)) {
-    const std::string normalized = bert_normalize(text, bert);
-    tokenize::split_bert(normalized, pieces);
-    for (std::string_view p : pieces) wp->encode(p, ids);
+    // A line at a time: newlines are whitespace to BERT, and the normaliser works on bounded text.
+    for (size_t start = 0; start < text.size();) {
+      size_t end = text.find('\n', start);
+      if (end == std::string_view::npos) end = text.size();
+      const std::string normalized = bert_normalize(text.substr(start, end - start), bert);
+      pieces.clear();
+      tokenize::split_bert(normalized, pieces);
+      for (std::string_view p : pieces) wp->encode(p, ids);
+      start = end + 1;
+    }
     return;
   }
-  std::get<tokenize::UnigramModel>(model).encode(sp.normalize(text), ids);
+  std::get<tokenize::UnigramModel>(model).encode(
+      sp.normalize(text, sp.add_dummy_prefix && (at_start || !prefix_first_only)), ids);
 }
 
 // Large byte-level inputs are cut at piece boundaries and encoded by several threads.
-void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
   constexpr size_t kChunk = size_t{1} << 20;
   const int threads = kernels::num_threads();
-  const bool splittable = kind == TokenizerKind::BPE && byte_level && !regex && !add_prefix_space;
+  const bool splittable = kind == TokenizerKind::BPE && byte_level && pretokenize && !regex && !add_prefix_space;
   if (!splittable || threads <= 1 || text.size() < 2 * kChunk) {
-    encode_pieces(text, ids);
+    encode_pieces(text, at_start, ids);
     return;
   }
   std::vector<size_t> cuts{0};
@@ -199,7 +218,7 @@ void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& 
     for (int64_t c = begin; c < end; ++c) {
       const auto k = static_cast<size_t>(c);
       parts[k].reserve((cuts[k + 1] - cuts[k]) / 3);
-      encode_pieces(text.substr(cuts[k], cuts[k + 1] - cuts[k]), parts[k]);
+      encode_pieces(text.substr(cuts[k], cuts[k + 1] - cuts[k]), at_start && k == 0, parts[k]);
     }
   });
   for (const auto& part : parts) ids.insert(ids.end(), part.begin(), part.end());
@@ -228,7 +247,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
       for (size_t a : m.added_by_length) {
         const AddedToken& t = m.added[a];
         if (text.compare(i, t.content.size(), t.content) != 0) continue;
-        m.encode_plain(text.substr(plain, i - plain), ids);
+        m.encode_plain(text.substr(plain, i - plain), plain == 0, ids);
         ids.push_back(t.id);
         i += t.content.size() - 1;
         plain = i + 1;
@@ -236,7 +255,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
       }
     }
   }
-  m.encode_plain(text.substr(plain), ids);
+  m.encode_plain(text.substr(plain), plain == 0, ids);
   if (options.add_eos)
     ids.push_back(wordpiece ? role(SpecialRole::Sep, SpecialRole::Eos, "an end token")
                             : role(SpecialRole::Eos, SpecialRole::Sep, "an end token"));
@@ -246,6 +265,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
 std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::string> texts,
                                                           const EncodeOptions& options) const {
   std::vector<std::vector<int32_t>> out(texts.size());
+  // Errors on worker threads are rethrown here by parallel_for.
   kernels::parallel_for(static_cast<int64_t>(texts.size()), 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) out[static_cast<size_t>(i)] = encode(texts[static_cast<size_t>(i)], options);
   });
@@ -279,61 +299,77 @@ PaddedBatch Tokenizer::pad(std::span<const std::vector<int32_t>> sequences, int6
 std::string Tokenizer::id_to_bytes(int32_t id) const {
   const Impl& m = *impl_;
   check(id >= 0 && id < m.vocab_size, "token id {} is outside the vocabulary (0 to {})", id, m.vocab_size - 1);
-  if (const AddedToken* t = m.added_by_id(id)) return t->content;
+  const AddedToken* added = m.added_by_id(id);
+  if (added && added->in_text) return added->content;
   check(id < m.model_size(), "token id {} is in no model vocabulary and is not a special token", id);
+  // SentencePiece writes control pieces as nothing and UNK as " ⁇ ".
+  constexpr std::string_view kUnkSurface = " \xE2\x81\x87 ";
   if (const auto* bpe = std::get_if<tokenize::BpeModel>(&m.model)) {
     const std::string& t = bpe->token(id);
-    if (!m.byte_level && t.size() == 6 && t.starts_with("<0x") && t.ends_with('>'))
-      return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+    if (m.byte_level) return t;
+    if (added) return id == bpe->unk() ? std::string(kUnkSurface) : std::string();
+    if (const auto byte = tokenize::parse_byte_piece(t)) return std::string(1, static_cast<char>(*byte));
     return t;
   }
   if (const auto* wp = std::get_if<tokenize::WordPieceModel>(&m.model)) return wp->token(id);
-  const auto& u = std::get<tokenize::UnigramModel>(m.model);
-  const tokenize::UnigramPiece& p = u.piece(id);
-  if (p.type == tokenize::PieceType::Byte) return std::string(1, static_cast<char>(std::stoi(p.text.substr(3, 2), nullptr, 16)));
-  if (p.type == tokenize::PieceType::Unknown) return " \xE2\x81\x87 ";  // " ⁇ ", as SentencePiece writes UNK
-  if (p.type == tokenize::PieceType::Control) return "";
-  return p.text;
+  const tokenize::UnigramPiece& p = std::get<tokenize::UnigramModel>(m.model).piece(id);
+  switch (p.type) {
+    case tokenize::PieceType::Byte: return std::string(1, static_cast<char>(*tokenize::parse_byte_piece(p.text)));
+    case tokenize::PieceType::Unknown: return std::string(kUnkSurface);
+    case tokenize::PieceType::Control: return "";
+    default: return p.text;
+  }
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   const Impl& m = *impl_;
   std::string out;
   if (m.kind == TokenizerKind::WordPiece) {
+    // Hugging Face's WordPiece decoder: tokens joined by spaces, "##" pieces glued to the previous one
+    // (the first token is written as it is).
     const auto& wp = std::get<tokenize::WordPieceModel>(m.model);
+    bool first = true;
     for (int32_t id : ids) {
       if (skip_special && is_special(id)) continue;
       const std::string token = id_to_bytes(id);
-      if (token.starts_with(wp.prefix()) && !m.added_by_id(id)) {
+      if (!first && token.starts_with(wp.prefix()) && !m.added_by_id(id)) {
         out += token.substr(wp.prefix().size());
       } else {
-        if (!out.empty()) out += ' ';
+        if (!first) out += ' ';
         out += token;
       }
+      first = false;
     }
-    // Hugging Face's WordPiece clean-up: no space before punctuation and English clitics.
-    for (std::string_view from : {" .", " ?", " !", " ,", " n't", " 'm", " 's", " 've", " 're"}) {
-      for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at)) out.erase(at, 1);
+    if (m.wordpiece_cleanup) {  // no space before punctuation and English clitics
+      for (std::string_view from : {" .", " ?", " !", " ,", " n't", " 'm", " 's", " 've", " 're"}) {
+        for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at)) out.erase(at, 1);
+      }
+      for (size_t at = out.find(" ' "); at != std::string::npos; at = out.find(" ' ", at)) out.replace(at, 3, "'");
     }
-    for (size_t at = out.find(" ' "); at != std::string::npos; at = out.find(" ' ", at)) out.replace(at, 3, "'");
     return out;
   }
   for (int32_t id : ids) {
     if (skip_special && is_special(id)) continue;
     out += id_to_bytes(id);
   }
-  if (m.kind == TokenizerKind::Unigram || !m.byte_level) {  // SentencePiece: "▁" is a space
+  if (m.kind == TokenizerKind::Unigram || !m.byte_level) {
+    // SentencePiece: "▁" is a space, and the space the normaliser put in front (or behind, for
+    // treat_whitespace_as_suffix) is removed; spaces spelled as byte pieces are text and stay.
+    const std::string_view space = tokenize::kSpace;
+    if (m.sp.add_dummy_prefix) {
+      if (!m.sp.treat_whitespace_as_suffix && std::string_view(out).starts_with(space)) out.erase(0, space.size());
+      if (m.sp.treat_whitespace_as_suffix && std::string_view(out).ends_with(space)) out.resize(out.size() - space.size());
+    }
     std::string spaced;
     spaced.reserve(out.size());
     for (size_t i = 0; i < out.size();) {
-      if (std::string_view(out).substr(i).starts_with(tokenize::kSpace)) {
+      if (std::string_view(out).substr(i).starts_with(space)) {
         spaced += ' ';
-        i += tokenize::kSpace.size();
+        i += space.size();
       } else {
         spaced += out[i++];
       }
     }
-    if (m.sp.add_dummy_prefix && spaced.starts_with(' ')) spaced.erase(0, 1);
     out = std::move(spaced);
   }
   return out;

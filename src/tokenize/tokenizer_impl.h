@@ -1,6 +1,5 @@
 // The inside of attend::Tokenizer, shared by its .cpp files: tokenizer.cpp (encode, decode, special
-// tokens), tokenizer_json.cpp (Hugging Face tokenizer.json and GPT-2's files), sentencepiece.cpp
-// (.model files) and train.cpp.
+// tokens), tokenizer_io.cpp (tokenizer.json, GPT-2's files, SentencePiece .model) and train.cpp.
 //
 // A tokenizer is a pipeline (the stages of Hugging Face's tokenizers):
 //   added tokens   special tokens are cut out of the text first and never split
@@ -48,14 +47,17 @@ struct Tokenizer::Impl {
 
   // Byte-level BPE.
   std::optional<tokenize::RegexSplitter> regex;  // none: GPT-2's pattern, hand-written
+  bool pretokenize = true;  // false: the whole text is one piece (ByteLevel use_regex=false, no Split)
   bool add_prefix_space = false;
   bool byte_level = true;  // false: SentencePiece-style BPE over characters with ▁
 
   // WordPiece.
   BertNormalization bert;
+  bool wordpiece_cleanup = true;  // decoder: no space before punctuation and clitics
 
   // SentencePiece (Unigram, and BPE when !byte_level).
   tokenize::SpNormalizer sp;
+  bool prefix_first_only = false;  // Metaspace prepend_scheme "first": "▁" only at the start of the text
 
   std::variant<tokenize::BpeModel, tokenize::WordPieceModel, tokenize::UnigramModel> model;
 
@@ -74,8 +76,9 @@ struct Tokenizer::Impl {
   const AddedToken* added_by_id(int32_t id) const;
   void infer_roles();
 
-  void encode_plain(std::string_view text, std::vector<int32_t>& ids) const;
-  void encode_pieces(std::string_view text, std::vector<int32_t>& ids) const;
+  // `at_start`: the text begins the input (no special token before it).
+  void encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& ids) const;
+  void encode_pieces(std::string_view text, bool at_start, std::vector<int32_t>& ids) const;
 };
 
 }  // namespace attend

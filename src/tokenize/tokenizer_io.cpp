@@ -5,6 +5,7 @@
 #include "tokenize/unicode.h"
 
 #include <attend/error.h>
+#include <attend/io.h>
 
 #include <nlohmann/json.hpp>
 
@@ -19,14 +20,6 @@ using json = nlohmann::json;
 using namespace tokenize;
 
 namespace {
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot open for reading", path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 json parse_json(std::string_view text, std::string_view origin) {
   try {
@@ -178,7 +171,9 @@ void read_added_tokens(const json& j, const Reader& r, Tokenizer::Impl& m) {
     const json& t = (*added)[i];
     const std::string path = fmt::format("added_tokens[{}]", i);
     AddedToken a;
-    a.id = static_cast<int32_t>(r.integer(r.field(t, path, "id"), path + ".id"));
+    const int64_t id = r.integer(r.field(t, path, "id"), path + ".id");
+    check(id >= 0 && id < INT32_MAX, "{}: {}.id is {}, expected a token id (0 or more)", r.origin, path, id);
+    a.id = static_cast<int32_t>(id);
     a.content = r.string(r.field(t, path, "content"), path + ".content");
     a.special = r.boolean(r.optional(t, "special"), path + ".special", true);
     m.added.push_back(std::move(a));
@@ -200,12 +195,39 @@ void read_roles(const json& j, const Reader& r, Tokenizer::Impl& m) {
       if (single.size() > 1 && single.back().contains("SpecialToken"))
         bind(wordpiece ? SpecialRole::Sep : SpecialRole::Eos, single.back()["SpecialToken"].value("id", ""));
     } else if ((type == "BertProcessing" || type == "RobertaProcessing") && p.contains("cls") && p.contains("sep")) {
-      bind(SpecialRole::Cls, p["cls"][0].get<std::string>());
-      bind(SpecialRole::Sep, p["sep"][0].get<std::string>());
+      bind(SpecialRole::Cls, p.at("cls").at(0).get<std::string>());
+      bind(SpecialRole::Sep, p.at("sep").at(0).get<std::string>());
     }
   });
   if (const json* padding = r.optional(j, "padding"); padding && padding->contains("pad_token"))
     bind(SpecialRole::Pad, (*padding)["pad_token"].get<std::string>());
+}
+
+// SentencePiece-style whitespace and normalisation from a Metaspace pre-tokeniser (or Prepend normaliser)
+// and a Precompiled character map, as Hugging Face's converters write them.
+void read_sp_pipeline(const json* normalizer, const json* pre_tokenizer, const Reader& r, Tokenizer::Impl& m) {
+  m.sp.remove_extra_whitespaces = false;
+  m.sp.add_dummy_prefix = false;
+  auto prefix = [&](const json& c, const std::string& t) {
+    if (t == "Metaspace") {
+      const std::string scheme = c.contains("prepend_scheme") ? r.string(c["prepend_scheme"], "Metaspace.prepend_scheme")
+                                 : r.boolean(r.optional(c, "add_prefix_space"), "Metaspace.add_prefix_space", true) ? "always"
+                                                                                                                    : "never";
+      check(scheme == "always" || scheme == "first" || scheme == "never",
+            "{}: Metaspace.prepend_scheme is {:?}, expected always, first or never", r.origin, scheme);
+      m.sp.add_dummy_prefix = scheme != "never";
+      m.prefix_first_only = scheme == "first";
+    }
+    if (t == "Prepend") m.sp.add_dummy_prefix = true;
+    if (t == "Precompiled")
+      m.sp.set_charsmap(base64_decode(r.string(r.field(c, "normalizer", "precompiled_charsmap"), "precompiled_charsmap"),
+                                      fmt::format("{}: normalizer.precompiled_charsmap", r.origin)),
+                        r.origin);
+    if (t == "Replace" && c.contains("pattern") && c["pattern"].is_object() && c["pattern"].value("Regex", "") == " {2,}")
+      m.sp.remove_extra_whitespaces = true;
+  };
+  for_each_component(pre_tokenizer, prefix);
+  for_each_component(normalizer, prefix);
 }
 
 std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view origin) {
@@ -226,39 +248,51 @@ std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view 
 
   if (type == "BPE") {
     m->kind = TokenizerKind::BPE;
-    bool byte_level = false;
+    bool byte_level = false, byte_level_regex = true, split = false;
     auto find_byte_level = [&](const json& c, const std::string& t) {
       if (t == "ByteLevel") {
         byte_level = true;
-        if (c.value("add_prefix_space", false)) m->add_prefix_space = true;
+        m->add_prefix_space = r.boolean(r.optional(c, "add_prefix_space"), "ByteLevel.add_prefix_space", false);
+        byte_level_regex = r.boolean(r.optional(c, "use_regex"), "ByteLevel.use_regex", true);
       } else if (t == "Split") {
+        split = true;
         const json& pattern = r.field(c, "pre_tokenizer Split", "pattern");
-        std::string regex = pattern.contains("Regex") ? r.string(pattern["Regex"], "Split.pattern.Regex")
-                                                      : r.string(r.field(pattern, "Split.pattern", "String"), "Split.pattern.String");
-        check(c.value("behavior", "Isolated") == "Isolated",
-              "{}: pre_tokenizer Split has behavior {}, only Isolated is supported", origin, c.value("behavior", ""));
+        std::string regex;
+        if (pattern.contains("Regex")) {
+          regex = r.string(pattern["Regex"], "Split.pattern.Regex");
+        } else {  // a literal string: quoted for PCRE2
+          std::string literal = r.string(r.field(pattern, "Split.pattern", "String"), "Split.pattern.String");
+          for (size_t at = literal.find("\\E"); at != std::string::npos; at = literal.find("\\E", at + 7))
+            literal.replace(at, 2, "\\E\\\\E\\Q");
+          regex = "\\Q" + literal + "\\E";
+        }
+        const std::string behavior = c.contains("behavior") ? r.string(c["behavior"], "Split.behavior") : "Isolated";
+        check(behavior == "Isolated", "{}: pre_tokenizer Split has behavior {:?}; only Isolated is supported", origin,
+              behavior);
+        check(!r.boolean(r.optional(c, "invert"), "Split.invert", false),
+              "{}: pre_tokenizer Split has invert: true, which is not supported", origin);
         if (regex != kGpt2Pattern) m->regex.emplace(regex);
       }
     };
     for_each_component(pre_tokenizer, find_byte_level);
     for_each_component(decoder, [&](const json&, const std::string& t) { byte_level |= t == "ByteLevel"; });
     m->byte_level = byte_level;
+    m->pretokenize = split || byte_level_regex;
+    for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix"})
+      if (const json* v = r.optional(model, unsupported))
+        check(v->is_string() && v->get<std::string>().empty(), "{}: model.{} is {}; BPE with a {} is not supported",
+              origin, unsupported, v->dump(), unsupported);
     std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, byte_level);
     BpeModel vocab_only(tokens, {}, byte_level ? BpeModel::Symbols::Bytes : BpeModel::Symbols::Characters);
     const auto merges = read_merges(r.field(model, "model", "merges"), r, vocab_only, byte_level);
     int32_t unk = -1;
-    if (const json* u = r.optional(model, "unk_token")) unk = vocab_only.find(r.string(*u, "model.unk_token"));
-    if (!byte_level) {  // SentencePiece-style BPE: "▁" for spaces, added by a Metaspace or Prepend+Replace
-      m->sp.remove_extra_whitespaces = false;
-      m->sp.add_dummy_prefix = false;
-      auto prefix = [&](const json& c, const std::string& t) {
-        if (t == "Metaspace") m->sp.add_dummy_prefix = c.value("prepend_scheme", "always") != "never" && c.value("add_prefix_space", true);
-        if (t == "Prepend") m->sp.add_dummy_prefix = true;
-      };
-      for_each_component(pre_tokenizer, prefix);
-      for_each_component(normalizer, prefix);
+    if (const json* u = r.optional(model, "unk_token")) {
+      unk = vocab_only.find(r.string(*u, "model.unk_token"));
+      check(unk >= 0, "{}: model.unk_token {} is not in model.vocab", origin, u->dump());
     }
+    if (!byte_level) read_sp_pipeline(normalizer, pre_tokenizer, r, *m);
     m->model = BpeModel(std::move(tokens), merges, byte_level ? BpeModel::Symbols::Bytes : BpeModel::Symbols::Characters, unk);
+    std::get<BpeModel>(m->model).set_ignore_merges(r.boolean(r.optional(model, "ignore_merges"), "model.ignore_merges", false));
   } else if (type == "WordPiece") {
     m->kind = TokenizerKind::WordPiece;
     std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, false);
@@ -279,6 +313,9 @@ std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view 
       m->bert.strip_accents = r.boolean(r.optional(c, "strip_accents"), "normalizer.strip_accents", m->bert.lowercase);
     });
     if (!normalizer) m->bert = {false, false, false, false};
+    for_each_component(decoder, [&](const json& c, const std::string& t) {
+      if (t == "WordPiece") m->wordpiece_cleanup = r.boolean(r.optional(c, "cleanup"), "decoder.cleanup", true);
+    });
     m->model = WordPieceModel(std::move(tokens), unk, prefix, static_cast<int32_t>(max_chars));
   } else if (type == "Unigram") {
     m->kind = TokenizerKind::Unigram;
@@ -302,18 +339,9 @@ std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view 
       if (t.special && t.id >= 0 && t.id < static_cast<int32_t>(pieces.size()) && pieces[static_cast<size_t>(t.id)].type == PieceType::Normal)
         pieces[static_cast<size_t>(t.id)].type = PieceType::Control;
     check(unk >= 0, "{}: model.unk_id is missing; a Unigram model needs an unknown piece", origin);
-    m->sp.remove_extra_whitespaces = false;
-    m->sp.add_dummy_prefix = false;
-    for_each_component(pre_tokenizer, [&](const json& c, const std::string& t) {
-      if (t == "Metaspace") m->sp.add_dummy_prefix = c.value("prepend_scheme", "always") != "never" && c.value("add_prefix_space", true);
-    });
-    for_each_component(normalizer, [&](const json& c, const std::string& t) {
-      if (t == "Precompiled")
-        m->sp.set_charsmap(base64_decode(r.string(r.field(c, "normalizer", "precompiled_charsmap"), "precompiled_charsmap"),
-                                         fmt::format("{}: normalizer.precompiled_charsmap", origin)),
-                           origin);
-      if (t == "Replace" && c.contains("pattern") && c["pattern"].value("Regex", "") == " {2,}") m->sp.remove_extra_whitespaces = true;
-    });
+    check(unk < static_cast<int64_t>(pieces.size()), "{}: model.unk_id {} is outside model.vocab ({} pieces)", origin, unk,
+          pieces.size());
+    read_sp_pipeline(normalizer, pre_tokenizer, r, *m);
     m->model = UnigramModel(std::move(pieces), static_cast<int32_t>(unk), byte_fallback);
   } else {
     throw Error(fmt::format("{}: model.type is {:?}; expected BPE, WordPiece or Unigram", origin, type));
@@ -322,8 +350,7 @@ std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view 
     // An added token inside the model's vocabulary must be the same token.
     if (t.id < m->model_size() && m->kind != TokenizerKind::Unigram) {
       const std::string in_model = m->model_id_to_token(t.id);
-      const std::string expected = m->kind == TokenizerKind::BPE && m->byte_level ? t.content : t.content;
-      check(in_model == expected, "{}: added token {:?} has id {}, which model.vocab gives to {:?}", origin, t.content,
+      check(in_model == t.content, "{}: added token {:?} has id {}, which model.vocab gives to {:?}", origin, t.content,
             t.id, in_model);
     }
   }
@@ -355,32 +382,53 @@ std::unique_ptr<Tokenizer::Impl> impl_from_sentencepiece(const fs::path& path) {
     std::vector<std::string> tokens;
     for (const UnigramPiece& p : sp.pieces) tokens.push_back(p.text);
     BpeModel vocab_only(tokens, {}, BpeModel::Symbols::Characters, unk);
+    // User-defined pieces are frozen: they take part in no merge.
     std::vector<size_t> order;
     for (size_t id = 0; id < sp.pieces.size(); ++id)
-      if (sp.pieces[id].type == PieceType::Normal || sp.pieces[id].type == PieceType::UserDefined) order.push_back(id);
+      if (sp.pieces[id].type == PieceType::Normal) order.push_back(id);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sp.pieces[a].score > sp.pieces[b].score; });
+    auto mergeable = [&](int32_t id) { return id >= 0 && sp.pieces[static_cast<size_t>(id)].type == PieceType::Normal; };
     std::vector<BpeModel::Merge> merges;
-    for (size_t id : order) {
-      const std::string& t = tokens[id];
+    std::vector<int32_t> ranks;
+    for (size_t rank = 0; rank < order.size(); ++rank) {
+      const std::string& t = tokens[order[rank]];
       for (size_t k = 1; k < t.size(); ++k) {
         if ((static_cast<unsigned char>(t[k]) & 0xC0) == 0x80) continue;  // not a character boundary
         const int32_t left = vocab_only.find(std::string_view(t).substr(0, k));
         const int32_t right = vocab_only.find(std::string_view(t).substr(k));
-        if (left >= 0 && right >= 0) merges.push_back({left, right});
+        if (mergeable(left) && mergeable(right)) {
+          merges.push_back({left, right});
+          ranks.push_back(static_cast<int32_t>(rank));
+        }
       }
     }
-    m->model = BpeModel(std::move(tokens), merges, BpeModel::Symbols::Characters, unk);
+    m->model = BpeModel(std::move(tokens), merges, BpeModel::Symbols::Characters, unk, ranks);
   }
   return m;
 }
 
 }  // namespace
 
-Tokenizer Tokenizer::from_json(std::string_view text, std::string_view origin) {
-  return Tokenizer(impl_from_json(parse_json(text, origin), origin));
+// Errors from deep inside (a model's constructor, a JSON value of the wrong type) get the file's name.
+template <typename F>
+auto naming_origin(std::string_view origin, F&& fn) {
+  try {
+    return fn();
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: unexpected structure: {}", origin, e.what()));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).starts_with(origin)) throw;
+    throw Error(fmt::format("{}: {}", origin, e.what()));
+  }
 }
 
-Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
+Tokenizer Tokenizer::from_json(std::string_view text, std::string_view origin) {
+  return naming_origin(origin, [&] { return Tokenizer(impl_from_json(parse_json(text, origin), origin)); });
+}
+
+namespace {
+
+Tokenizer load_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
   const std::string encoder_origin = encoder_json.string(), merges_origin = vocab_bpe.string();
   const json encoder = parse_json(read_file(encoder_json), encoder_origin);
   const Reader r{encoder_origin};
@@ -394,12 +442,19 @@ Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::pat
     if (line.empty() || (number == 1 && line.starts_with("#version"))) continue;
     merges.push_back(line);
   }
-  auto m = std::make_unique<Impl>();
+  auto m = std::make_unique<Tokenizer::Impl>();
   m->kind = TokenizerKind::BPE;
   m->model = BpeModel(std::move(tokens), read_merges(merges, Reader{merges_origin}, vocab_only, true));
   if (auto id = std::get<BpeModel>(m->model).find("<|endoftext|>"); id >= 0) m->added.push_back({"<|endoftext|>", id, true, true});
   return Tokenizer(std::move(m));
 }
+
+}  // namespace
+
+Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
+  return naming_origin(encoder_json.string(), [&] { return load_gpt2_files(encoder_json, vocab_bpe); });
+}
+
 
 Tokenizer Tokenizer::load(const fs::path& path) {
   check(fs::exists(path), "{}: no such file or directory (expected tokenizer.json, a SentencePiece .model, or a "
@@ -413,7 +468,8 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     throw Error(fmt::format("{}: directory holds no tokenizer.json, encoder.json + vocab.bpe, or tokenizer.model",
                             path.string()));
   }
-  if (path.extension() == ".model") return Tokenizer(impl_from_sentencepiece(path));
+  if (path.extension() == ".model")
+    return naming_origin(path.string(), [&] { return Tokenizer(impl_from_sentencepiece(path)); });
   return from_json(read_file(path), path.string());
 }
 
@@ -452,8 +508,24 @@ std::string Tokenizer::to_json() const {
                   {{"SpecialToken", {{"id", tb}, {"type_id", 1}}}}}},
         {"special_tokens", {{ta, {{"id", ta}, {"ids", {*a}}, {"tokens", {ta}}}}, {tb, {{"id", tb}, {"ids", {*b}}, {"tokens", {tb}}}}}}};
   };
-  const json metaspace = {{"type", "Metaspace"}, {"replacement", std::string(kSpace)},
-                          {"prepend_scheme", m.sp.add_dummy_prefix ? "always" : "never"}, {"split", true}};
+  const json metaspace = {{"type", "Metaspace"},
+                          {"replacement", std::string(kSpace)},
+                          {"prepend_scheme", !m.sp.add_dummy_prefix ? "never" : m.prefix_first_only ? "first" : "always"},
+                          {"split", true}};
+  // SentencePiece's pipeline: its character map and extra-whitespace rule as normalisers, "▁" by
+  // Metaspace, and a decoder that undoes both (with <0xNN> bytes when `byte_fallback`).
+  auto write_sp_pipeline = [&](bool byte_fallback) {
+    json normalizers = json::array();
+    if (!m.sp.charsmap().empty())
+      normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(m.sp.charsmap())}});
+    if (m.sp.remove_extra_whitespaces)
+      normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}});
+    if (!normalizers.empty()) j["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
+    j["pre_tokenizer"] = metaspace;
+    j["decoder"] = byte_fallback
+                       ? json{{"type", "Sequence"}, {"decoders", {metaspace, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}
+                       : metaspace;
+  };
 
   if (const auto* bpe = std::get_if<BpeModel>(&m.model)) {
     json vocab = json::object();
@@ -462,12 +534,13 @@ std::string Tokenizer::to_json() const {
     for (int32_t id = 0; id < bpe->size(); ++id) vocab[spell(bpe->token(id))] = id;
     for (const auto& merge : bpe->merges()) merges.push_back({spell(bpe->token(merge.left)), spell(bpe->token(merge.right))});
     j["model"] = {{"type", "BPE"},         {"dropout", nullptr},         {"unk_token", nullptr},
-                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                  {"byte_fallback", !m.byte_level}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}};
+                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", !m.byte_level},
+                  {"byte_fallback", !m.byte_level}, {"ignore_merges", bpe->ignore_merges()}, {"vocab", vocab},
+                  {"merges", merges}};
     if (bpe->unk() >= 0) j["model"]["unk_token"] = spell(bpe->token(bpe->unk()));
     if (m.byte_level) {
       const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", m.add_prefix_space}, {"trim_offsets", true},
-                               {"use_regex", !m.regex}};
+                               {"use_regex", m.pretokenize && !m.regex}};
       if (m.regex) {
         j["pre_tokenizer"] = {{"type", "Sequence"},
                               {"pretokenizers",
@@ -478,8 +551,7 @@ std::string Tokenizer::to_json() const {
       }
       j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
     } else {
-      j["pre_tokenizer"] = metaspace;
-      j["decoder"] = {{"type", "Sequence"}, {"decoders", {metaspace, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+      write_sp_pipeline(true);
     }
   } else if (const auto* wp = std::get_if<WordPieceModel>(&m.model)) {
     json vocab = json::object();
@@ -489,23 +561,14 @@ std::string Tokenizer::to_json() const {
                        {"lowercase", m.bert.lowercase}};
     j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
     template_processing(SpecialRole::Cls, SpecialRole::Sep);
-    j["decoder"] = {{"type", "WordPiece"}, {"prefix", wp->prefix()}, {"cleanup", true}};
+    j["decoder"] = {{"type", "WordPiece"}, {"prefix", wp->prefix()}, {"cleanup", m.wordpiece_cleanup}};
     j["model"] = {{"type", "WordPiece"}, {"unk_token", wp->token(wp->unk())}, {"continuing_subword_prefix", wp->prefix()},
                   {"max_input_chars_per_word", wp->max_chars()}, {"vocab", vocab}};
   } else {
     const auto& u = std::get<UnigramModel>(m.model);
     json vocab = json::array();
     for (const UnigramPiece& p : u.pieces()) vocab.push_back({p.text, p.score});
-    json normalizers = json::array();
-    if (!m.sp.charsmap().empty())
-      normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(m.sp.charsmap())}});
-    if (m.sp.remove_extra_whitespaces)
-      normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}});
-    if (!normalizers.empty()) j["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
-    j["pre_tokenizer"] = metaspace;
-    j["decoder"] = u.byte_fallback()
-                       ? json{{"type", "Sequence"}, {"decoders", {metaspace, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}
-                       : metaspace;
+    write_sp_pipeline(u.byte_fallback());
     j["model"] = {{"type", "Unigram"}, {"unk_id", u.unk()}, {"vocab", vocab}, {"byte_fallback", u.byte_fallback()}};
   }
   if (m.kind != TokenizerKind::WordPiece) template_processing(SpecialRole::Bos, SpecialRole::Eos);
@@ -513,19 +576,6 @@ std::string Tokenizer::to_json() const {
   return j.dump(2);
 }
 
-void Tokenizer::save(const fs::path& path) const {
-  const std::string text = to_json();
-  const fs::path tmp = fs::path(path).concat(".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    check(out.good(), "{}: cannot open for writing", tmp.string());
-    out << text;
-    out.close();
-    check(out.good(), "{}: write failed (disk full?)", tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  check(!ec, "{}: cannot rename {} into place: {}", path.string(), tmp.string(), ec.message());
-}
+void Tokenizer::save(const fs::path& path) const { write_file_atomic(path, to_json()); }
 
 }  // namespace attend

@@ -62,15 +62,29 @@ struct Counter {
     }
   }
 
-  // Counts a block in parallel: one map per thread over line-aligned slices, then merged.
+  // Whether the text can be cut before position i without changing the pieces: where GPT-2's pattern
+  // must start a piece (BPE), or at a line start (the others count line by line).
+  bool is_cut(std::string_view text, size_t i) const {
+    return kind == TokenizerKind::BPE ? is_gpt2_cut_point(text, i) : i > 0 && text[i - 1] == '\n';
+  }
+
+  // The last cut point of `text` after position 0, or 0 if there is none.
+  size_t last_cut(std::string_view text) const {
+    for (size_t i = text.size(); i-- > 1;)
+      if (is_cut(text, i)) return i;
+    return 0;
+  }
+
+  // Counts a block in parallel: one map per thread over slices cut at cut points, then merged, so the
+  // counts do not depend on the number of threads.
   void count_block(std::string_view block, PieceCounts& total) const {
     const int threads = kernels::num_threads();
     std::vector<size_t> cuts{0};
     for (int t = 1; t < threads; ++t) {
-      size_t at = block.size() * static_cast<size_t>(t) / static_cast<size_t>(threads);
-      at = block.find('\n', std::max(at, cuts.back()));
-      if (at == std::string_view::npos) break;
-      cuts.push_back(at + 1);
+      size_t at = std::max(block.size() * static_cast<size_t>(t) / static_cast<size_t>(threads), cuts.back() + 1);
+      while (at < block.size() && !is_cut(block, at)) ++at;
+      if (at >= block.size()) break;
+      cuts.push_back(at);
     }
     cuts.push_back(block.size());
     std::vector<PieceCounts> partial(cuts.size() - 1);
@@ -84,6 +98,13 @@ struct Counter {
       for (auto& [piece, n] : p) total[piece] += n;
   }
 };
+
+// The special token that plays UNK, or the family's usual name (which training then adds).
+std::string unk_token(const std::vector<std::string>& specials, const std::string& usual) {
+  for (const std::string& s : specials)
+    if (s == "[UNK]" || s == "<unk>") return s;
+  return usual;
+}
 
 Counter make_counter(const TokenizerTrainOptions& o) {
   Counter c{o.kind, {}, {}};
@@ -107,15 +128,11 @@ Tokenizer finish(PieceCounts& counts, const TokenizerTrainOptions& o, const Coun
     m->model = train_bpe(counts, {o.vocab_size, o.min_frequency, specials, stage("merges")});
   } else if (o.kind == TokenizerKind::WordPiece) {
     m->bert = counter.bert;
-    std::string unk = "[UNK]";
-    for (const std::string& s : specials)
-      if (s == "[UNK]" || s == "<unk>") unk = s;
+    const std::string unk = unk_token(specials, "[UNK]");
     m->model = train_wordpiece(counts, {o.vocab_size, o.min_frequency, specials, unk, stage("merges")});
   } else {
     m->sp = counter.sp;
-    std::string unk = "<unk>";
-    for (const std::string& s : specials)
-      if (s == "[UNK]" || s == "<unk>") unk = s;
+    const std::string unk = unk_token(specials, "<unk>");
     UnigramTrainOptions u;
     u.vocab_size = o.vocab_size;
     u.special_tokens = specials;
@@ -165,11 +182,10 @@ Tokenizer Tokenizer::train(const std::vector<fs::path>& files, const TokenizerTr
       const auto got = static_cast<size_t>(in.gcount());
       block.resize(have + got);
       done_bytes += static_cast<int64_t>(got);
-      if (in) {  // more to come: keep the last partial line for the next block
-        const size_t last = block.rfind('\n');
-        if (last != std::string::npos) {
-          carry = block.substr(last + 1);
-          block.resize(last + 1);
+      if (in) {  // more to come: keep the text after the last cut point for the next block
+        if (const size_t cut = counter.last_cut(block); cut > 0) {
+          carry = block.substr(cut);
+          block.resize(cut);
         }
       }
       counter.count_block(block, counts);

@@ -7,6 +7,7 @@
 #include <unicode/ustring.h>
 
 #include <array>
+#include <climits>
 #include <unordered_map>
 #include <vector>
 
@@ -66,6 +67,7 @@ const ClassTable& class_table() {
 
 // UTF-8 <-> UTF-16 for ICU's normaliser; invalid bytes become U+FFFD.
 std::u16string to_utf16(std::string_view text) {
+  check(text.size() < INT32_MAX / 4, "text of {} bytes is too long for Unicode normalisation in one piece", text.size());
   std::u16string out(text.size() + 1, u'\0');
   int32_t length = 0;
   UErrorCode status = U_ZERO_ERROR;
@@ -212,6 +214,31 @@ std::optional<std::string> gpt2_letters_to_bytes(std::string_view letters) {
     i += static_cast<size_t>(cp.length);
   }
   return out;
+}
+
+std::vector<uint32_t> char_bounds(std::string_view text) {
+  check(text.size() < UINT32_MAX, "text of {} bytes is too long to segment (at most 4 GiB)", text.size());
+  std::vector<uint32_t> bounds{0};
+  for (size_t i = 0; i < text.size();) {
+    i += static_cast<size_t>(decode_utf8(text, i).length);
+    bounds.push_back(static_cast<uint32_t>(i));
+  }
+  return bounds;
+}
+
+std::string byte_piece_name(unsigned char byte) { return fmt::format("<0x{:02X}>", byte); }
+
+std::optional<unsigned char> parse_byte_piece(std::string_view text) {
+  if (text.size() != 6 || !text.starts_with("<0x") || text[5] != '>') return std::nullopt;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(text[3]), lo = hex(text[4]);
+  if (hi < 0 || lo < 0) return std::nullopt;
+  return static_cast<unsigned char>(hi * 16 + lo);
 }
 
 bool is_valid_utf8(std::string_view text) {

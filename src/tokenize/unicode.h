@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attend::tokenize {
 
@@ -68,6 +69,14 @@ std::string strip_accents(std::string_view text);
 std::string bytes_to_gpt2_letters(std::string_view bytes);
 // The inverse; nothing if `letters` holds a character outside the 256 letters.
 std::optional<std::string> gpt2_letters_to_bytes(std::string_view letters);
+
+// Byte offsets of the character boundaries of `text`: 0, then the end of each character.
+std::vector<uint32_t> char_bounds(std::string_view text);
+
+// "<0x41>", the name byte-fallback vocabularies give a single byte, and its inverse (nothing unless the
+// text is exactly "<0x" two hex digits ">").
+std::string byte_piece_name(unsigned char byte);
+std::optional<unsigned char> parse_byte_piece(std::string_view text);
 
 // Whether every byte of `text` is valid UTF-8.
 bool is_valid_utf8(std::string_view text);

@@ -16,16 +16,6 @@ namespace {
 constexpr float kUnkPenalty = 10.0f;  // UNK scores this far below the worst piece (SentencePiece's choice)
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// Byte offsets of the character boundaries of `text`, 0 and text.size() included.
-std::vector<uint32_t> char_bounds(std::string_view text) {
-  std::vector<uint32_t> bounds{0};
-  for (size_t i = 0; i < text.size();) {
-    i += static_cast<size_t>(decode_utf8(text, i).length);
-    bounds.push_back(static_cast<uint32_t>(i));
-  }
-  return bounds;
-}
-
 }  // namespace
 
 UnigramModel::UnigramModel(std::vector<UnigramPiece> pieces, int32_t unk, bool byte_fallback)
@@ -56,7 +46,12 @@ UnigramModel::UnigramModel(std::vector<UnigramPiece> pieces, int32_t unk, bool b
   }
   if (min_score_ == std::numeric_limits<float>::max()) min_score_ = 0;  // no normal pieces
   byte_pieces_.fill(-1);
-  for (unsigned b = 0; b < 256; ++b) byte_pieces_[b] = find(fmt::format("<0x{:02X}>", b));
+  for (size_t id = 0; id < pieces_.size(); ++id) {
+    if (pieces_[id].type != PieceType::Byte) continue;
+    const auto byte = parse_byte_piece(pieces_[id].text);
+    check(byte.has_value(), "Unigram vocabulary: byte piece {} is {:?}, expected <0xNN>", id, pieces_[id].text);
+    byte_pieces_[*byte] = static_cast<int32_t>(id);
+  }
   if (byte_fallback_)
     for (unsigned b = 0; b < 256; ++b)
       check(byte_pieces_[b] >= 0, "Unigram vocabulary uses byte fallback but has no piece <0x{:02X}>", b);
@@ -291,7 +286,7 @@ UnigramModel train_unigram(const PieceCounts& counts, const UnigramTrainOptions&
   if (std::none_of(vocab.begin(), vocab.end(), [&](auto& p) { return p.text == options.unk_token; }))
     vocab.insert(vocab.begin(), {options.unk_token, 0.0f, PieceType::Unknown});
   if (options.byte_fallback)
-    for (unsigned b = 0; b < 256; ++b) vocab.push_back({fmt::format("<0x{:02X}>", b), 0.0f, PieceType::Byte});
+    for (unsigned b = 0; b < 256; ++b) vocab.push_back({byte_piece_name(static_cast<unsigned char>(b)), 0.0f, PieceType::Byte});
   const size_t reserved = vocab.size();
 
   std::vector<Word> words;

@@ -23,12 +23,7 @@ WordPieceModel::WordPieceModel(std::vector<std::string> tokens, int32_t unk, std
 int32_t WordPieceModel::find(std::string_view token) const { return index_.find(tokens_, token); }
 
 void WordPieceModel::encode(std::string_view word, std::vector<int32_t>& ids) const {
-  // Character boundaries, so matches never cut a UTF-8 sequence.
-  std::vector<size_t> bounds{0};
-  for (size_t i = 0; i < word.size();) {
-    i += static_cast<size_t>(decode_utf8(word, i).length);
-    bounds.push_back(i);
-  }
+  const std::vector<uint32_t> bounds = char_bounds(word);  // matches never cut a UTF-8 sequence
   if (static_cast<int64_t>(bounds.size()) - 1 > max_chars_) {
     ids.push_back(unk_);
     return;
