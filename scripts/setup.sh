@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 packages=(
   g++ cmake ninja-build pkg-config             # toolchain
   libdnnl-dev                                  # oneDNN: the GEMM backend (docs/ARCHITECTURE.md)
+  ocl-icd-opencl-dev                           # oneDNN's CMake config requires OpenCL (only Recommended)
   libfmt-dev nlohmann-json3-dev libcli11-dev   # formatting, JSON, the command line
   libicu-dev libpcre2-dev                      # Unicode classes/normalisation and regexes (tokenizers)
   libgtest-dev libbenchmark-dev                # tests and benchmarks

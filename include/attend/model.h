@@ -1,0 +1,181 @@
+// A transformer model of any of the three families, from one configuration   (001 §6-8, §11-12).
+//
+//   auto model = attend::Model::load("runs/brown-gpt");         // config.json + model.safetensors
+//   attend::Batch batch = ...;                                   // ids, lengths, targets
+//   auto result = model.forward(batch, {.training = true});     // logits and loss
+//   model.backward();                                            // adds ∂loss/∂θ into every grad
+//
+// The configuration's fields, the tensor names of model.safetensors and what the model computes are
+// documented in docs/FORMATS.md ("The model directory"); this header is the code's side of that page.
+#pragma once
+
+#include <attend/parameter.h>
+#include <attend/tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attend {
+
+class Tokenizer;
+
+enum class Architecture { Decoder, Encoder, EncoderDecoder };  // GPT, BERT, T5
+enum class NormKind { LayerNorm, RMSNorm };
+enum class FfnKind { ReLU, GELU, GELUTanh, SwiGLU };
+enum class PositionKind { None, Learned, Sinusoidal, RoPE, ALiBi, T5 };
+enum class Pooling { CLS, Mean };
+enum class InitScheme { GPT2, Xavier };
+
+struct ModelConfig {
+  Architecture architecture = Architecture::Decoder;
+  int64_t vocab_size = 256;       // V, e.g. 50257
+  int64_t d_model = 512;          // C, e.g. 768
+  int64_t n_layers = 6;           // blocks of the decoder (decoder-only) or the encoder; e.g. 12
+  int64_t n_decoder_layers = 0;   // encoder-decoder: decoder blocks; 0 means n_layers
+  int64_t n_heads = 8;            // e.g. 12
+  int64_t n_kv_heads = 0;         // 0 means n_heads (MHA); 1 is MQA; a divisor of n_heads is GQA
+  int64_t d_ff = 0;               // 0 means 4·d_model, or ⌈8/3·d_model⌉ to a multiple of ffn_multiple_of for SwiGLU
+  int64_t ffn_multiple_of = 32;   // e.g. 256 in LLaMA
+  FfnKind activation = FfnKind::GELU;
+  int64_t max_seq_len = 1024;     // the context, e.g. 1024
+  PositionKind position = PositionKind::Learned;
+  double rope_base = 10000.0;
+  double rope_base_scale = 1.0;
+  double rope_ntk_factor = 1.0;
+  double rope_position_scale = 1.0;
+  int32_t t5_num_buckets = 32;
+  int32_t t5_max_distance = 128;
+  NormKind norm = NormKind::LayerNorm;
+  double norm_eps = 1e-5;
+  bool pre_norm = true;           // config.json: "norm_placement": "pre" | "post"
+  double residual_scale = 1.0;    // α in x + α·F(x)
+  bool bias = true;               // biases on the attention and FFN projections
+  double attention_scale = 0.0;   // 0 means 1/√d_head; T5 uses 1
+  std::string attention_kernel = "flash";  // flash, reference, linear
+  bool scale_embeddings = false;  // token embeddings × √d_model
+  bool tie_embeddings = true;
+  float embedding_dropout = 0.0f;  // e.g. 0.1
+  float attention_dropout = 0.0f;
+  float residual_dropout = 0.0f;
+  float ffn_dropout = 0.0f;
+  int64_t n_experts = 0;          // 0: dense FFNs; e.g. 8
+  int64_t moe_top_k = 2;
+  double moe_capacity_factor = 1.25;  // 0: no limit
+  double moe_aux_loss_weight = 0.01;
+  bool moe_normalize_weights = true;
+  int64_t moe_every = 1;          // block i has an MoE FFN when (i + 1) % moe_every == 0
+  Pooling pooling = Pooling::CLS;
+  int64_t n_classes = 0;          // encoder: classification classes (0: no classification head)
+  InitScheme init = InitScheme::GPT2;
+  double init_std = 0.02;
+  double init_qk_scale = 1.0;     // multiplies the σ of W_Q and W_K
+  uint64_t seed = 0;
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t d_head() const { return d_model / n_heads; }
+  int64_t ffn_hidden() const;      // d_ff with its default applied
+  int64_t decoder_layers() const;  // encoder-decoder: n_decoder_layers or n_layers
+  bool has_encoder() const { return architecture != Architecture::Decoder; }
+  bool has_decoder() const { return architecture != Architecture::Encoder; }
+  bool is_moe_block(int64_t i) const { return n_experts > 0 && (i + 1) % moe_every == 0; }
+
+  // Throws attend::Error naming the field when sizes are inconsistent or out of range.
+  void validate() const;
+  // config.json: every field, with the architecture named. `from_json` rejects unknown keys and wrong
+  // types, naming `origin` (the file) and the field; missing keys keep their defaults.
+  std::string to_json() const;
+  static ModelConfig from_json(std::string_view text, std::string_view origin = "config.json");
+  // Sets one field from its config.json name and a JSON value ("d_model", "768"; "norm", "\"rmsnorm\"" or
+  // "rmsnorm"), as `attend train --set` does.
+  void set(std::string_view key, std::string_view value);
+};
+
+const char* architecture_name(Architecture a);  // "decoder", "encoder", "encoder-decoder"
+
+// One batch of B sequences of T tokens, padded on the right. Encoder-only and decoder-only models read
+// ids; encoder-decoder models read src_* (the encoder's input) and ids (the decoder's).
+struct Batch {
+  static constexpr int32_t kIgnore = -100;  // a target that has no loss (PyTorch's ignore_index)
+
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> ids;      // (B, T)
+  std::vector<int32_t> lengths;  // (B): real tokens per sequence; empty means all T
+  std::vector<int32_t> targets;  // (B, T): the token to predict at each position, or kIgnore; empty: none
+  std::vector<int32_t> labels;   // (B): encoder classification labels; empty: none
+  int64_t src_T = 0;
+  std::vector<int32_t> src_ids;      // (B, src_T)
+  std::vector<int32_t> src_lengths;  // (B); empty means all src_T
+};
+
+struct RunOptions {
+  bool training = false;        // dropout on
+  float label_smoothing = 0.0f; // e.g. 0.1
+  uint64_t seed = 0;            // dropout's stream (with offset)
+  uint64_t offset = 0;
+};
+
+struct ForwardResult {
+  double loss = 0.0;       // ce_loss + moe_aux_loss_weight · aux_loss
+  double ce_loss = 0.0;    // mean cross-entropy over the positions (or sequences) with a target
+  double aux_loss = 0.0;   // MoE load-balancing loss, summed over MoE blocks
+  int64_t n_targets = 0;   // the mean's denominator
+};
+
+// Tokens each expert took in the last forward, per MoE block.
+struct MoEStats {
+  std::string block;                     // e.g. "decoder.layers.1.ffn"
+  std::vector<int64_t> tokens_per_expert;
+  int64_t refused = 0;                   // choices turned away by the capacity limit
+};
+
+// Parameters by part, and the memory training needs (fp32 weights, grads, and AdamW's two moments).
+struct ParameterCount {
+  int64_t embeddings = 0, attention = 0, ffn = 0, norms = 0, heads = 0;
+  int64_t total() const { return embeddings + attention + ffn + norms + heads; }
+};
+
+class Model {
+ public:
+  // A freshly initialised model (config.init, config.seed).
+  explicit Model(const ModelConfig& config);
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  // Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration.
+  static Model load(const std::filesystem::path& dir);
+  // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
+  void save(const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr) const;
+
+  const ModelConfig& config() const;
+  // Every parameter, in a fixed order (the order of model.safetensors).
+  std::vector<Parameter*> parameters();
+  std::vector<const Parameter*> parameters() const;
+  Parameter* find(std::string_view name);
+  ParameterCount count() const;
+  void zero_grad();
+  // Re-draws every parameter from `seed` with the configured scheme.
+  void initialize(uint64_t seed);
+
+  // Runs the model on the batch; computes the loss when the batch has targets or labels. Errors name the
+  // batch field at fault (ids out of range, lengths, shapes, a sequence longer than max_seq_len).
+  ForwardResult forward(const Batch& batch, const RunOptions& options = {});
+  // Adds the gradient of the last forward's loss into every parameter's grad.
+  void backward();
+  // The last forward's logits: (B, T, V) for decoders, (rows with a target, V) for the MLM head,
+  // (B, n_classes) for classification.
+  const Tensor& logits() const;
+  std::vector<MoEStats> moe_stats() const;
+
+  struct Impl;  // the network (src/nn/transformer.h)
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attend

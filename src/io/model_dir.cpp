@@ -1,0 +1,54 @@
+// The model directory: config.json + model.safetensors (+ tokenizer.json), docs/FORMATS.md.
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/model.h>
+#include <attend/runtime.h>
+#include <attend/safetensors.h>
+#include <attend/tokenizer.h>
+
+#include <set>
+
+namespace attend {
+
+namespace fs = std::filesystem;
+
+void Model::save(const fs::path& dir, const Tokenizer* tokenizer) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec && fs::is_directory(dir), "{}: cannot create the model directory: {}", dir.string(), ec.message());
+  std::vector<NamedTensor> tensors;
+  for (const Parameter* p : parameters()) tensors.push_back({p->name, &p->value});
+  write_safetensors(dir / "model.safetensors", tensors,
+                    {{"format", "pt"}, {"producer", fmt::format("attend {}", version())},
+                     {"architecture", architecture_name(config().architecture)}});
+  write_file_atomic(dir / "config.json", config().to_json());
+  if (tokenizer != nullptr) tokenizer->save(dir / "tokenizer.json");
+}
+
+Model Model::load(const fs::path& dir) {
+  check(fs::is_directory(dir), "{}: not a model directory (expected a directory holding config.json and "
+                               "model.safetensors)", dir.string());
+  const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
+  check(fs::exists(config_path), "{}: missing config.json", dir.string());
+  check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
+  const ModelConfig config = ModelConfig::from_json(read_file(config_path), config_path.string());
+  Model model(config);
+  const SafetensorsReader reader(weights_path);
+  std::set<std::string> expected;
+  for (Parameter* p : model.parameters()) {
+    expected.insert(p->name);
+    const TensorInfo* t = reader.find(p->name);
+    check(t != nullptr, "{}: no tensor '{}' of shape {}, which config.json implies ({} {})", weights_path.string(),
+          p->name, p->value.shape(), architecture_name(config.architecture),
+          fmt::format("d_model {}, {} layers", config.d_model, config.n_layers));
+    check(t->shape == p->value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", weights_path.string(),
+          p->name, t->shape, p->value.shape());
+    reader.load_into(p->name, p->value.view());
+  }
+  for (const TensorInfo& t : reader.tensors())
+    check(expected.contains(t.name), "{}: unexpected tensor '{}' ({} {}): config.json implies no such parameter",
+          weights_path.string(), t.name, dtype_name(t.dtype), t.shape);
+  return model;
+}
+
+}  // namespace attend

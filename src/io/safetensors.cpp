@@ -1,0 +1,289 @@
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/safetensors.h>
+
+#include "kernels/convert.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+namespace attend {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct DTypeName {
+  DType dtype;
+  std::string_view name;
+  int size;
+};
+constexpr DTypeName kDTypes[] = {{DType::F32, "F32", 4}, {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2},
+                                 {DType::F64, "F64", 8}, {DType::I64, "I64", 8}, {DType::I32, "I32", 4},
+                                 {DType::I16, "I16", 2}, {DType::I8, "I8", 1},   {DType::U8, "U8", 1},
+                                 {DType::BOOL, "BOOL", 1}};
+
+constexpr uint64_t kMaxHeader = uint64_t{100} << 20;  // as Hugging Face's reader: headers over 100 MB are refused
+
+// bf16 is the top half of a float; rounding to it is to nearest, ties to even (NaN stays NaN).
+uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t bits = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == dtype) return d.name;
+  return "?";
+}
+
+int dtype_size(DType dtype) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == dtype) return d.size;
+  return 0;
+}
+
+SafetensorsReader::SafetensorsReader(const fs::path& path) : origin_(path.string()) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  check(fd >= 0, "{}: cannot open: {}", origin_, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("{}: not a regular file", origin_));
+  }
+  map_size_ = static_cast<size_t>(st.st_size);
+  if (map_size_ < 8) {
+    ::close(fd);
+    throw Error(fmt::format("{}: {} bytes is too short for a safetensors file (8-byte header length first)",
+                            origin_, map_size_));
+  }
+  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw Error(fmt::format("{}: cannot map: {}", origin_, std::strerror(errno)));
+  }
+  try {
+    const auto* bytes = static_cast<const unsigned char*>(map_);
+    uint64_t header_size = 0;
+    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
+    check(header_size <= kMaxHeader, "{}: header length {} is over the 100 MB limit (not a safetensors file?)", origin_,
+          header_size);
+    check(header_size <= map_size_ - 8, "{}: header length {} runs past the end of the file ({} bytes)", origin_,
+          header_size, map_size_);
+    const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_size);
+    json j;
+    try {
+      j = json::parse(header);
+    } catch (const json::parse_error& e) {
+      throw Error(fmt::format("{}: header is not valid JSON: {}", origin_, e.what()));
+    }
+    check(j.is_object(), "{}: header is {}, expected a JSON object", origin_, j.type_name());
+    data_ = bytes + 8 + header_size;
+    const uint64_t data_size = map_size_ - 8 - header_size;
+    for (const auto& [name, entry] : j.items()) {
+      if (name == "__metadata__") {
+        check(entry.is_object(), "{}: __metadata__ is {}, expected an object of strings", origin_, entry.type_name());
+        for (const auto& [k, v] : entry.items()) {
+          check(v.is_string(), "{}: __metadata__[{:?}] is {}, expected a string", origin_, k, v.type_name());
+          metadata_[k] = v.get<std::string>();
+        }
+        continue;
+      }
+      check(entry.is_object(), "{}: tensor '{}' is {}, expected an object", origin_, name, entry.type_name());
+      TensorInfo info;
+      info.name = name;
+      const auto dtype = entry.find("dtype");
+      check(dtype != entry.end() && dtype->is_string(), "{}: tensor '{}' has no dtype string", origin_, name);
+      bool known = false;
+      for (const auto& d : kDTypes)
+        if (d.name == dtype->get<std::string>()) {
+          info.dtype = d.dtype;
+          known = true;
+        }
+      check(known, "{}: tensor '{}' has dtype {}, expected F32, F16, BF16, F64, I64, I32, I16, I8, U8 or BOOL", origin_,
+            name, dtype->dump());
+      const auto shape = entry.find("shape");
+      check(shape != entry.end() && shape->is_array() && shape->size() <= static_cast<size_t>(Shape::kMaxRank),
+            "{}: tensor '{}' needs a shape of at most {} dimensions", origin_, name, Shape::kMaxRank);
+      std::vector<int64_t> dims;
+      uint64_t numel = 1;
+      for (const json& d : *shape) {
+        check(d.is_number_unsigned(), "{}: tensor '{}' has shape {}, expected non-negative integers", origin_, name,
+              shape->dump());
+        const uint64_t v = d.get<uint64_t>();
+        check(v < (uint64_t{1} << 40) && (v == 0 || numel <= (uint64_t{1} << 50) / v),
+              "{}: tensor '{}' has an impossible shape {}", origin_, name, shape->dump());
+        numel *= v;
+        dims.push_back(static_cast<int64_t>(v));
+      }
+      info.shape = Shape(std::span<const int64_t>(dims));
+      const auto offsets = entry.find("data_offsets");
+      check(offsets != entry.end() && offsets->is_array() && offsets->size() == 2 && (*offsets)[0].is_number_unsigned() &&
+                (*offsets)[1].is_number_unsigned(),
+            "{}: tensor '{}' needs data_offsets [begin, end]", origin_, name);
+      info.begin = (*offsets)[0].get<uint64_t>();
+      info.end = (*offsets)[1].get<uint64_t>();
+      check(info.begin <= info.end && info.end <= data_size,
+            "{}: tensor '{}' has data_offsets [{}, {}] outside the {} bytes of data (truncated file?)", origin_, name,
+            info.begin, info.end, data_size);
+      const uint64_t expected = numel * static_cast<uint64_t>(dtype_size(info.dtype));
+      check(info.end - info.begin == expected, "{}: tensor '{}' ({} {}) needs {} bytes, its data_offsets give {}",
+            origin_, name, dtype_name(info.dtype), info.shape, expected, info.end - info.begin);
+      tensors_.push_back(std::move(info));
+    }
+    // Tensors must not overlap (they may come in any order in the JSON object).
+    std::vector<const TensorInfo*> by_offset;
+    for (const auto& t : tensors_) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+    for (size_t i = 1; i < by_offset.size(); ++i)
+      check(by_offset[i]->begin >= by_offset[i - 1]->end, "{}: tensors '{}' and '{}' overlap", origin_,
+            by_offset[i - 1]->name, by_offset[i]->name);
+    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin; });
+  } catch (...) {
+    ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+SafetensorsReader::SafetensorsReader(SafetensorsReader&& o) noexcept
+    : origin_(std::move(o.origin_)),
+      tensors_(std::move(o.tensors_)),
+      metadata_(std::move(o.metadata_)),
+      data_(o.data_),
+      map_(o.map_),
+      map_size_(o.map_size_) {
+  o.map_ = nullptr;
+  o.data_ = nullptr;
+}
+
+SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& o) noexcept {
+  if (this != &o) {
+    if (map_) ::munmap(map_, map_size_);
+    origin_ = std::move(o.origin_);
+    tensors_ = std::move(o.tensors_);
+    metadata_ = std::move(o.metadata_);
+    data_ = o.data_;
+    map_ = o.map_;
+    map_size_ = o.map_size_;
+    o.map_ = nullptr;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
+const TensorInfo* SafetensorsReader::find(std::string_view name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void SafetensorsReader::load_into(std::string_view name, TensorView out) const {
+  const TensorInfo* t = find(name);
+  check(t != nullptr, "{}: no tensor '{}'", origin_, name);
+  check(t->shape == out.shape(), "{}: tensor '{}' has shape {}, expected {}", origin_, name, t->shape, out.shape());
+  const unsigned char* src = data_ + t->begin;
+  const auto n = static_cast<size_t>(t->shape.numel());
+  switch (t->dtype) {
+    case DType::F32: std::memcpy(out.data(), src, n * 4); break;
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out.data()[i] = bf16_to_float(h);
+      }
+      break;
+    case DType::F16: {
+      std::vector<uint16_t> halves(n);
+      std::memcpy(halves.data(), src, n * 2);
+      kernels::half_to_float(out.data(), halves.data(), static_cast<int64_t>(n));
+      break;
+    }
+    default:
+      throw Error(fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", origin_, name,
+                              dtype_name(t->dtype)));
+  }
+}
+
+Tensor SafetensorsReader::load(std::string_view name) const {
+  const TensorInfo* t = find(name);
+  check(t != nullptr, "{}: no tensor '{}'", origin_, name);
+  Tensor out(t->shape);
+  load_into(name, out.view());
+  return out;
+}
+
+void write_safetensors(const fs::path& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata, DType dtype) {
+  check(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+        "{}: tensors can be written as F32, F16 or BF16, not {}", path.string(), dtype_name(dtype));
+  const uint64_t element = static_cast<uint64_t>(dtype_size(dtype));
+  // nlohmann's ordered_json keeps the tensors in the order given (the data follows that order).
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const NamedTensor& t : tensors) {
+    check(names.insert(t.name).second, "{}: two tensors are called '{}'", path.string(), t.name);
+    check(t.name != "__metadata__", "{}: a tensor cannot be called __metadata__", path.string());
+    const uint64_t bytes = static_cast<uint64_t>(t.tensor->numel()) * element;
+    header[t.name] = {{"dtype", dtype_name(dtype)},
+                      {"shape", std::vector<int64_t>(t.tensor->shape().begin(), t.tensor->shape().end())},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
+  std::string file(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) file[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  file += text;
+  file.reserve(file.size() + offset);
+  for (const NamedTensor& t : tensors) {
+    const auto count = static_cast<size_t>(t.tensor->numel());
+    const size_t at = file.size();
+    file.resize(at + count * element);
+    char* dst = file.data() + at;
+    if (dtype == DType::F32) {
+      std::memcpy(dst, t.tensor->data(), count * 4);
+    } else if (dtype == DType::BF16) {
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t h = float_to_bf16(t.tensor->data()[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+    } else {
+      std::vector<uint16_t> halves(count);
+      kernels::float_to_half(halves.data(), t.tensor->data(), static_cast<int64_t>(count));
+      std::memcpy(dst, halves.data(), count * 2);
+    }
+  }
+  write_file_atomic(path, file);
+}
+
+}  // namespace attend

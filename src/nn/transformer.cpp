@@ -1,0 +1,595 @@
+#include "nn/transformer.h"
+
+#include "kernels/activation.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/matmul.h"
+#include "kernels/position.h"
+
+#include <attend/error.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace attend::nn {
+namespace {
+
+AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) {
+  AttentionConfig a;
+  a.d_model = c.d_model;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.bias = c.bias;
+  a.causal = causal && !cross;
+  a.cross = cross;
+  a.scale = c.attention_scale;
+  if (!cross) {
+    switch (c.position) {
+      case PositionKind::RoPE: a.position = PositionScheme::RoPE; break;
+      case PositionKind::ALiBi: a.position = PositionScheme::ALiBi; break;
+      case PositionKind::T5: a.position = PositionScheme::T5; break;
+      default: a.position = PositionScheme::None;
+    }
+  }
+  a.rope = kernels::RopeScaling{c.rope_base, c.rope_base_scale, c.rope_ntk_factor, c.rope_position_scale};
+  a.t5_num_buckets = c.t5_num_buckets;
+  a.t5_max_distance = c.t5_max_distance;
+  a.dropout = c.attention_dropout;
+  a.kernel = parse_attention_kernel(c.attention_kernel);
+  return a;
+}
+
+void add_into(Tensor& dst, const Tensor& src) {
+  for (int64_t i = 0; i < dst.numel(); ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+// ---- Block -----------------------------------------------------------------------------------------
+
+Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cross, bool moe)
+    : pre_norm_(c.pre_norm),
+      alpha_(static_cast<float>(c.residual_scale)),
+      attn_sub_{Norm(name + ".attn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
+      ffn_sub_{Norm(name + ".ffn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
+      attn_(name + ".attn", attention_config(c, causal, false)) {
+  if (cross) {
+    cross_sub_ = Sublayer{Norm(name + ".cross_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)};
+    cross_.emplace(name + ".cross_attn", attention_config(c, causal, true));
+  }
+  if (moe)
+    moe_.emplace(name + ".ffn", c);
+  else
+    ffn_.emplace(name + ".ffn", c);
+}
+
+template <typename F>
+Tensor Block::sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call) {
+  Tensor out;
+  if (pre_norm_) {  // x + α·drop(F(norm(x)))
+    Tensor branch = f(s.norm.forward(x));
+    s.dropout.forward(branch, call.training, call.rng);
+    out = x.clone();
+    for (int64_t i = 0; i < out.numel(); ++i) out[i] += alpha_ * branch[i];
+  } else {  // norm(x + α·drop(F(x)))
+    Tensor branch = f(x);
+    s.dropout.forward(branch, call.training, call.rng);
+    for (int64_t i = 0; i < branch.numel(); ++i) branch[i] = x[i] + alpha_ * branch[i];
+    out = s.norm.forward(branch);
+  }
+  return out;
+}
+
+// Pre-LN: dx = dout + norm'(F'(α·drop'(dout))).  Post-LN: ds = norm'(dout), dx = ds + F'(α·drop'(ds)).
+template <typename F>
+Tensor Block::sublayer_backward(Sublayer& s, const Tensor& dout, F&& f_backward) {
+  Tensor dsum = pre_norm_ ? dout.clone() : s.norm.backward(dout);
+  Tensor dbranch = dsum.clone();
+  for (int64_t i = 0; i < dbranch.numel(); ++i) dbranch[i] *= alpha_;
+  s.dropout.backward(dbranch);
+  Tensor dinner = f_backward(dbranch);
+  if (pre_norm_) dinner = s.norm.backward(dinner);
+  add_into(dsum, dinner);
+  return dsum;
+}
+
+Tensor Block::attention_forward(MultiHeadAttention& attn, const Tensor& x, const StackCall& call) {
+  Tensor in = x.clone();
+  in.reshape({call.B, call.T, x.size(-1)});
+  AttentionCall ac;
+  ac.training = call.training;
+  ac.rng = call.rng;
+  const bool cross = attn.config().cross;
+  ac.key_lengths = cross ? call.context_lengths : call.lengths;
+  Tensor out = attn.forward(in, cross ? call.context : nullptr, ac);
+  out.reshape({call.B * call.T, x.size(-1)});
+  return out;
+}
+
+Tensor Block::forward(const Tensor& x, const StackCall& call) {
+  B_ = call.B, T_ = call.T;
+  Tensor h = sublayer_forward(attn_sub_, x, [&](const Tensor& in) { return attention_forward(attn_, in, call); }, call);
+  if (cross_)
+    h = sublayer_forward(cross_sub_, h, [&](const Tensor& in) { return attention_forward(*cross_, in, call); }, call);
+  return sublayer_forward(
+      ffn_sub_, h,
+      [&](const Tensor& in) {
+        return moe_ ? moe_->forward(in, call.valid, call.training, call.rng)
+                    : ffn_->forward(in, call.training, call.rng);
+      },
+      call);
+}
+
+Tensor Block::backward(const Tensor& dout, double daux, Tensor* dcontext) {
+  const int64_t C = dout.size(-1);
+  auto attention_backward = [&](MultiHeadAttention& attn, const Tensor& d) {
+    Tensor d3 = d.clone();
+    d3.reshape({B_, T_, C});
+    Tensor dx = attn.backward(d3);
+    dx.reshape({B_ * T_, C});
+    return dx;
+  };
+  Tensor dh = sublayer_backward(ffn_sub_, dout, [&](const Tensor& d) {
+    return moe_ ? moe_->backward(d, daux) : ffn_->backward(d);
+  });
+  if (cross_) {
+    dh = sublayer_backward(cross_sub_, dh, [&](const Tensor& d) { return attention_backward(*cross_, d); });
+    add_into(*dcontext, cross_->context_grad());
+  }
+  return sublayer_backward(attn_sub_, dh, [&](const Tensor& d) { return attention_backward(attn_, d); });
+}
+
+void Block::collect(std::vector<Parameter*>& out) {
+  attn_sub_.norm.collect(out);
+  for (Parameter* p : attn_.parameters()) out.push_back(p);
+  if (cross_) {
+    cross_sub_.norm.collect(out);
+    for (Parameter* p : cross_->parameters()) out.push_back(p);
+  }
+  ffn_sub_.norm.collect(out);
+  if (moe_)
+    moe_->collect(out);
+  else
+    ffn_->collect(out);
+}
+
+// ---- Stack -----------------------------------------------------------------------------------------
+
+Stack::Stack(const std::string& name, const ModelConfig& c, int64_t n_blocks, bool causal, bool cross) {
+  for (int64_t i = 0; i < n_blocks; ++i)
+    blocks_.push_back(
+        std::make_unique<Block>(fmt::format("{}.layers.{}", name, i), c, causal, cross, c.is_moe_block(i)));
+  if (c.pre_norm) final_norm_.emplace(name + ".norm", c.norm, c.d_model, c.norm_eps);
+}
+
+Tensor Stack::forward(const Tensor& x, const StackCall& call) {
+  Tensor h = x.clone();
+  for (auto& block : blocks_) h = block->forward(h, call);
+  return final_norm_ ? final_norm_->forward(h) : std::move(h);
+}
+
+Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext) {
+  Tensor d = final_norm_ ? final_norm_->backward(dout) : dout.clone();
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = (*it)->backward(d, daux, dcontext);
+  return d;
+}
+
+void Stack::collect(std::vector<Parameter*>& out) {
+  for (auto& block : blocks_) block->collect(out);
+  if (final_norm_) final_norm_->collect(out);
+}
+
+double Stack::aux() const {
+  double sum = 0.0;
+  for (const auto& block : blocks_) sum += block->aux();
+  return sum;
+}
+
+void Stack::moe_stats(std::vector<MoEStats>& out) const {
+  for (const auto& block : blocks_)
+    if (block->moe()) out.push_back(block->moe()->stats());
+}
+
+}  // namespace attend::nn
+
+namespace attend {
+
+using nn::StackCall;
+
+Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight", {c.vocab_size, c.d_model}) {
+  config.validate();
+  params.push_back(&tokens);
+  if (c.position == PositionKind::Learned) {
+    positions = Parameter("embed.positions.weight", {c.max_seq_len, c.d_model});
+    params.push_back(&positions);
+  }
+  if (c.position == PositionKind::Sinusoidal) {
+    sinusoid = Tensor({c.max_seq_len, c.d_model});
+    kernels::sinusoidal_table(sinusoid.data(), 0, c.max_seq_len, c.d_model);
+  }
+  if (c.has_encoder()) {
+    encoder = std::make_unique<nn::Stack>("encoder", c, c.n_layers, /*causal=*/false, /*cross=*/false);
+    encoder->collect(params);
+  }
+  if (c.has_decoder()) {
+    decoder = std::make_unique<nn::Stack>("decoder", c, c.decoder_layers(), /*causal=*/true,
+                                          /*cross=*/c.architecture == Architecture::EncoderDecoder);
+    decoder->collect(params);
+  }
+  if (!c.tie_embeddings) {
+    lm_head = Parameter("lm_head.weight", {c.vocab_size, c.d_model});
+    params.push_back(&lm_head);
+  }
+  if (c.architecture == Architecture::Encoder) {
+    mlm_dense = nn::Linear("mlm.dense", c.d_model, c.d_model, /*bias=*/true);
+    mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps);
+    mlm_bias = Parameter("mlm.bias", {c.vocab_size});
+    mlm_dense.collect(params);
+    mlm_norm->collect(params);
+    params.push_back(&mlm_bias);
+    if (c.n_classes > 0) {
+      classifier = nn::Linear("classifier", c.d_model, c.n_classes, /*bias=*/true);
+      classifier.collect(params);
+    }
+  }
+}
+
+// e = E[ids]·(√C if scaled) + P[0..T), then dropout   (000 §8.2, 001 §6)
+Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng) {
+  const int64_t C = config.d_model;
+  e.ids = &ids, e.B = B, e.T = T;
+  e.dropout = nn::Dropout(config.embedding_dropout);
+  Tensor x({B * T, C});
+  kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), B * T, C);
+  if (config.scale_embeddings) {
+    const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
+    for (int64_t i = 0; i < x.numel(); ++i) x[i] *= s;
+  }
+  const float* table = config.position == PositionKind::Learned      ? positions.value.data()
+                       : config.position == PositionKind::Sinusoidal ? sinusoid.data()
+                                                                      : nullptr;
+  if (table != nullptr) kernels::add_positions_forward(x.data(), x.data(), table, B, T, C);
+  e.dropout.forward(x, training, rng);
+  return x;
+}
+
+void Model::Impl::embed_backward(Embedded& e, Tensor& dx) {
+  const int64_t C = config.d_model;
+  e.dropout.backward(dx);
+  if (config.position == PositionKind::Learned) {
+    Tensor unused({e.B * e.T, C});  // the table's gradient only; dx passes through unchanged
+    kernels::add_positions_backward(unused.data(), positions.grad.data(), dx.data(), e.B, e.T, C);
+  }
+  if (config.scale_embeddings) {
+    const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
+    for (int64_t i = 0; i < dx.numel(); ++i) dx[i] *= s;
+  }
+  kernels::embedding_backward(tokens.grad.data(), dx.data(), e.ids->data(), e.B * e.T, C);
+}
+
+// ---- Model -----------------------------------------------------------------------------------------
+
+namespace {
+
+// Checks one (B, T) id field of the batch and returns the lengths, filled in when the batch gave none.
+std::vector<int32_t> check_sequences(const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths, int64_t B,
+                                     int64_t T, const char* ids_name, const char* lengths_name,
+                                     const ModelConfig& c) {
+  check(T >= 1, "batch: {} has {} positions, expected at least 1", ids_name, T);
+  check(static_cast<int64_t>(ids.size()) == B * T, "batch: {} has {} ids, expected B·T = {}·{} = {}", ids_name,
+        ids.size(), B, T, B * T);
+  check(T <= c.max_seq_len, "batch: {} has sequences of {} tokens, longer than the model's context (max_seq_len {})",
+        ids_name, T, c.max_seq_len);
+  for (int64_t i = 0; i < B * T; ++i)
+    check(ids[i] >= 0 && ids[i] < c.vocab_size, "batch: {}[{}][{}] = {} is not a token id of the vocabulary [0, {})",
+          ids_name, i / T, i % T, ids[i], c.vocab_size);
+  if (lengths.empty()) return std::vector<int32_t>(B, static_cast<int32_t>(T));
+  check(static_cast<int64_t>(lengths.size()) == B, "batch: {} has {} entries, expected B = {}", lengths_name,
+        lengths.size(), B);
+  for (int64_t b = 0; b < B; ++b)
+    check(lengths[b] >= 1 && lengths[b] <= T, "batch: {}[{}] = {} is outside [1, {}]", lengths_name, b, lengths[b], T);
+  return lengths;
+}
+
+std::vector<uint8_t> valid_mask(const std::vector<int32_t>& lengths, int64_t B, int64_t T) {
+  std::vector<uint8_t> valid(B * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) valid[b * T + t] = t < lengths[b];
+  return valid;
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& config) : impl_(std::make_unique<Impl>(config)) { initialize(config.seed); }
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+const ModelConfig& Model::config() const { return impl_->config; }
+std::vector<Parameter*> Model::parameters() { return impl_->params; }
+std::vector<const Parameter*> Model::parameters() const { return {impl_->params.begin(), impl_->params.end()}; }
+
+Parameter* Model::find(std::string_view name) {
+  for (Parameter* p : impl_->params)
+    if (p->name == name) return p;
+  return nullptr;
+}
+
+void Model::zero_grad() {
+  for (Parameter* p : impl_->params) p->zero_grad();
+}
+
+const Tensor& Model::logits() const { return impl_->logits; }
+
+std::vector<MoEStats> Model::moe_stats() const {
+  std::vector<MoEStats> out;
+  if (impl_->encoder) impl_->encoder->moe_stats(out);
+  if (impl_->decoder) impl_->decoder->moe_stats(out);
+  return out;
+}
+
+ParameterCount Model::count() const {
+  ParameterCount n;
+  auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
+  for (const Parameter* p : impl_->params) {
+    const std::string& s = p->name;
+    if (s.starts_with("embed."))
+      n.embeddings += p->numel();
+    else if (s.starts_with("lm_head") || s.starts_with("mlm.") || s.starts_with("classifier"))
+      n.heads += p->numel();
+    else if (contains(s, "norm."))
+      n.norms += p->numel();
+    else if (contains(s, ".attn.") || contains(s, ".cross_attn."))
+      n.attention += p->numel();
+    else
+      n.ffn += p->numel();
+  }
+  return n;
+}
+
+ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  const int64_t B = batch.B, T = batch.T, C = c.d_model, V = c.vocab_size;
+  check(B >= 1, "batch: B = {}, expected at least one sequence", B);
+  Rng rng(options.seed, options.offset);
+  m.B = B, m.T = T, m.src_T = batch.src_T;
+  m.has_loss = false;
+  m.n_targets = 0;
+
+  // The encoder: the whole model (encoder-only) or its first half (encoder-decoder).
+  std::vector<int32_t>& src_lengths = m.src_lengths;
+  src_lengths.clear();
+  if (c.has_encoder()) {
+    const bool enc_only = c.architecture == Architecture::Encoder;
+    const auto& ids = enc_only ? batch.ids : batch.src_ids;
+    const int64_t Ts = enc_only ? T : batch.src_T;
+    src_lengths = check_sequences(ids, enc_only ? batch.lengths : batch.src_lengths, B, Ts,
+                                  enc_only ? "ids" : "src_ids", enc_only ? "lengths" : "src_lengths", c);
+    m.enc_valid = valid_mask(src_lengths, B, Ts);
+    const Tensor x = m.embed(m.enc_embed, ids, B, Ts, options.training, &rng);
+    StackCall call{B, Ts, src_lengths.data(), m.enc_valid.data(), nullptr, nullptr, options.training, &rng};
+    m.enc_out = m.encoder->forward(x, call);
+    m.enc_out.reshape({B, Ts, C});
+  }
+  m.lengths = c.architecture == Architecture::Encoder
+                  ? src_lengths
+                  : check_sequences(batch.ids, batch.lengths, B, T, "ids", "lengths", c);
+
+  Tensor top;  // (B·T, C): the last stack's output
+  if (c.has_decoder()) {
+    m.dec_valid = valid_mask(m.lengths, B, T);
+    const Tensor x = m.embed(m.dec_embed, batch.ids, B, T, options.training, &rng);
+    StackCall call{B, T, m.lengths.data(), m.dec_valid.data(), nullptr, nullptr, options.training, &rng};
+    if (c.architecture == Architecture::EncoderDecoder) {
+      call.context = &m.enc_out;
+      call.context_lengths = src_lengths.data();
+    }
+    top = m.decoder->forward(x, call);
+  } else {
+    top = m.enc_out.clone();
+    top.reshape({B * T, C});
+  }
+
+  // Targets at padding positions are dropped, so padding never has a loss.
+  std::vector<int32_t> targets;
+  if (!batch.targets.empty()) {
+    check(static_cast<int64_t>(batch.targets.size()) == B * T, "batch: targets has {} entries, expected B·T = {}",
+          batch.targets.size(), B * T);
+    targets = batch.targets;
+    for (int64_t i = 0; i < B * T; ++i) {
+      if (i % T >= m.lengths[i / T]) targets[i] = Batch::kIgnore;
+      check(targets[i] == Batch::kIgnore || (targets[i] >= 0 && targets[i] < V),
+            "batch: targets[{}][{}] = {} is neither a token id in [0, {}) nor {} (no target)", i / T, i % T, targets[i],
+            V, Batch::kIgnore);
+    }
+  }
+
+  int64_t rows = 0, classes = V;
+  if (!batch.labels.empty()) {  // classification over pooled states
+    check(c.architecture == Architecture::Encoder && c.n_classes > 0,
+          "batch: has labels, but the model has no classification head (an encoder with n_classes > 0)");
+    check(static_cast<int64_t>(batch.labels.size()) == B, "batch: labels has {} entries, expected B = {}",
+          batch.labels.size(), B);
+    m.head = Impl::Head::Classify;
+    classes = c.n_classes;
+    m.head_in = Tensor({B, C});
+    for (int64_t b = 0; b < B; ++b) {
+      float* dst = m.head_in.data() + b * C;
+      if (c.pooling == Pooling::CLS) {
+        std::memcpy(dst, top.data() + b * T * C, C * sizeof(float));
+      } else {
+        for (int64_t t = 0; t < m.lengths[b]; ++t)
+          for (int64_t ch = 0; ch < C; ++ch) dst[ch] += top[(b * T + t) * C + ch];
+        for (int64_t ch = 0; ch < C; ++ch) dst[ch] /= static_cast<float>(m.lengths[b]);
+      }
+    }
+    m.logits = m.classifier.forward(m.head_in);
+    m.head_targets = batch.labels;
+    for (int64_t b = 0; b < B; ++b)
+      check(m.head_targets[b] >= 0 && m.head_targets[b] < classes, "batch: labels[{}] = {} is outside [0, {})", b,
+            m.head_targets[b], classes);
+    rows = B;
+  } else if (c.architecture == Architecture::Encoder) {  // MLM at the positions with a target (all if none)
+    m.head = Impl::Head::MLM;
+    m.head_rows.clear();
+    m.head_targets.clear();
+    for (int64_t i = 0; i < B * T; ++i)
+      if (targets.empty() || targets[i] != Batch::kIgnore) {
+        m.head_rows.push_back(i);
+        m.head_targets.push_back(targets.empty() ? Batch::kIgnore : targets[i]);
+      }
+    rows = static_cast<int64_t>(m.head_rows.size());
+    m.head_in = Tensor({rows, C});
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(m.head_in.data() + r * C, top.data() + m.head_rows[r] * C, C * sizeof(float));
+    // h = norm(GELU(x·W_denseᵀ + b)), logits = h·Eᵀ + b_vocab
+    m.mlm_hidden = m.mlm_dense.forward(m.head_in);
+    m.mlm_act = Tensor(m.mlm_hidden.shape());
+    kernels::activation_forward(Activation::GELU, m.mlm_act.data(), m.mlm_hidden.data(), m.mlm_act.numel());
+    const Tensor h = m.mlm_norm->forward(m.mlm_act);
+    m.logits = Tensor({rows, V});
+    kernels::matmul_forward(m.logits.data(), h.data(), m.output_matrix().value.data(), m.mlm_bias.value.data(), rows, C,
+                            V);
+  } else {  // LM head: logits = h·Wᵀ
+    m.head = Impl::Head::LM;
+    rows = B * T;
+    m.head_in = std::move(top);
+    m.logits = Tensor({B, T, V});
+    kernels::matmul_forward(m.logits.data(), m.head_in.data(), m.output_matrix().value.data(), static_cast<const float*>(nullptr), rows, C, V);
+    m.head_targets = targets.empty() ? std::vector<int32_t>(rows, Batch::kIgnore) : targets;
+  }
+
+  ForwardResult result;
+  if (m.encoder) result.aux_loss += m.encoder->aux();
+  if (m.decoder) result.aux_loss += m.decoder->aux();
+  const bool has_targets = !batch.labels.empty() || !batch.targets.empty();
+  if (has_targets) {
+    m.lse = Tensor({rows});
+    Tensor losses({rows});
+    const float smoothing = options.label_smoothing;
+    check(smoothing >= 0.0f && smoothing < 1.0f, "label smoothing must be in [0, 1), got {}", smoothing);
+    m.n_targets = kernels::cross_entropy_forward(losses.data(), m.lse.data(), m.logits.data(), m.head_targets.data(),
+                                                 rows, classes, smoothing, Batch::kIgnore);
+    double sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r) sum += losses[r];
+    result.ce_loss = m.n_targets > 0 ? sum / double(m.n_targets) : 0.0;
+    m.has_loss = true;
+    m.label_smoothing = smoothing;
+  }
+  result.n_targets = m.n_targets;
+  result.loss = result.ce_loss + c.moe_aux_loss_weight * result.aux_loss * (c.n_experts > 0 ? 1.0 : 0.0);
+  return result;
+}
+
+void Model::backward() {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  check(m.has_loss, "backward: the last forward computed no loss (the batch had no targets or labels)");
+  const int64_t C = c.d_model, V = c.vocab_size, B = m.B, T = m.T;
+  const int64_t rows = m.logits.numel() / (m.head == Impl::Head::Classify ? c.n_classes : V);
+  const int64_t classes = m.head == Impl::Head::Classify ? c.n_classes : V;
+
+  // ∂(mean loss)/∂ℓ_r = 1/n for rows with a target.
+  Tensor dlosses({rows});
+  for (int64_t r = 0; r < rows; ++r)
+    if (m.head_targets[r] != Batch::kIgnore && m.n_targets > 0) dlosses[r] = 1.0f / static_cast<float>(m.n_targets);
+  Tensor dlogits({rows, classes});
+  kernels::cross_entropy_backward(dlogits.data(), dlosses.data(), m.logits.data(), m.lse.data(), m.head_targets.data(),
+                                  rows, classes, m.label_smoothing, Batch::kIgnore);
+
+  Tensor dtop({B * T, C});
+  Parameter& W = m.output_matrix();
+  switch (m.head) {
+    case Impl::Head::LM:
+      kernels::matmul_backward(dtop.data(), W.grad.data(), static_cast<float*>(nullptr), dlogits.data(), m.head_in.data(), W.value.data(),
+                               rows, C, V);
+      break;
+    case Impl::Head::MLM: {
+      const Tensor h = m.mlm_norm->forward(m.mlm_act);  // recompute the normed rows (cheap, and keeps the norm's state)
+      Tensor dh({rows, C});
+      kernels::matmul_backward(dh.data(), W.grad.data(), m.mlm_bias.grad.data(), dlogits.data(), h.data(),
+                               W.value.data(), rows, C, V);
+      const Tensor dact = m.mlm_norm->backward(dh);
+      Tensor dhidden(m.mlm_hidden.shape());
+      kernels::activation_backward(Activation::GELU, dhidden.data(), dact.data(), m.mlm_hidden.data(), dhidden.numel());
+      const Tensor din = m.mlm_dense.backward(dhidden);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t ch = 0; ch < C; ++ch) dtop[m.head_rows[r] * C + ch] += din[r * C + ch];
+      break;
+    }
+    case Impl::Head::Classify: {
+      const Tensor dpooled = m.classifier.backward(dlogits);
+      for (int64_t b = 0; b < B; ++b) {
+        if (c.pooling == Pooling::CLS) {
+          for (int64_t ch = 0; ch < C; ++ch) dtop[b * T * C + ch] += dpooled[b * C + ch];
+        } else {
+          const float inv = 1.0f / static_cast<float>(m.lengths[b]);
+          for (int64_t t = 0; t < m.lengths[b]; ++t)
+            for (int64_t ch = 0; ch < C; ++ch) dtop[(b * T + t) * C + ch] += dpooled[b * C + ch] * inv;
+        }
+      }
+      break;
+    }
+    case Impl::Head::None: break;
+  }
+
+  const double daux = c.n_experts > 0 ? c.moe_aux_loss_weight : 0.0;
+  if (c.architecture == Architecture::Encoder) {
+    Tensor dx = m.encoder->backward(dtop, daux, nullptr);
+    m.embed_backward(m.enc_embed, dx);
+    return;
+  }
+  Tensor dcontext;
+  if (c.architecture == Architecture::EncoderDecoder) dcontext = Tensor({B, m.src_T, C});
+  Tensor dx = m.decoder->backward(dtop, daux, dcontext.numel() ? &dcontext : nullptr);
+  m.embed_backward(m.dec_embed, dx);
+  if (c.architecture == Architecture::EncoderDecoder) {
+    dcontext.reshape({B * m.src_T, C});
+    Tensor dsrc = m.encoder->backward(dcontext, daux, nullptr);
+    m.embed_backward(m.enc_embed, dsrc);
+  }
+}
+
+// ---- Initialisation (004 §8.1) ---------------------------------------------------------------------
+
+// Biases 0, norm gains 1; embeddings N(0, σ²); matrices N(0, σ²) (GPT-2) or N(0, 2/(fan_in + fan_out))
+// (Xavier). GPT-2 scales the residual output projections (attention W_O, FFN down) by 1/√(2·blocks of
+// the stack) so the residual stream's variance does not grow with depth. W_Q and W_K rows get σ·init_qk_scale.
+void Model::initialize(uint64_t seed) {
+  const ModelConfig& c = impl_->config;
+  Rng rng(seed);
+  const int64_t H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  for (Parameter* p : impl_->params) {
+    const std::string& name = p->name;
+    Tensor& v = p->value;
+    const bool is_norm = name.find("norm.") != std::string::npos;
+    if (name.ends_with(".bias") || name == "mlm.bias") {
+      v.zero();
+      continue;
+    }
+    if (is_norm) {
+      v.fill(1.0f);
+      continue;
+    }
+    double std = c.init_std;
+    int64_t qk_rows = 0;  // leading rows that are W_Q or W_K
+    if (v.rank() == 2 && !name.starts_with("embed.") && !name.ends_with("relative_attention_bias")) {
+      if (c.init == InitScheme::Xavier) std = std::sqrt(2.0 / double(v.size(0) + v.size(1)));
+      const bool residual_out = name.ends_with("attn.o.weight") || name.ends_with("down.weight");
+      if (c.init == InitScheme::GPT2 && residual_out) {
+        const int64_t blocks = name.starts_with("decoder.") ? c.decoder_layers() : c.n_layers;
+        std /= std::sqrt(2.0 * double(blocks));
+      }
+      if (name.ends_with(".attn.qkv.weight")) qk_rows = (H + Hkv) * D;
+      if (name.ends_with(".cross_attn.q.weight")) qk_rows = H * D;
+      if (name.ends_with(".cross_attn.kv.weight")) qk_rows = Hkv * D;
+    }
+    const int64_t row = v.rank() == 2 ? v.size(1) : v.numel();
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      const double s = i / row < qk_rows ? std * c.init_qk_scale : std;
+      v[i] = rng.normal(0.0f, static_cast<float>(s));
+    }
+  }
+}
+
+}  // namespace attend

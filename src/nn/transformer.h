@@ -1,0 +1,128 @@
+// The block and the stacks of blocks, and Model::Impl: embeddings, encoder and/or decoder, heads and
+// loss for the three architectures (000 §7, 001 §6-8, §12).
+//
+//   pre-LN:   x ← x + α·drop(Attn(norm₁(x)));  [x ← x + α·drop(Cross(norm_c(x), enc))];  x ← x + α·drop(FFN(norm₂(x)))
+//   post-LN:  x ← norm₁(x + α·drop(Attn(x)));  [x ← norm_c(x + α·drop(Cross(x, enc)))];  x ← norm₂(x + α·drop(FFN(x)))
+//
+// Activations flow as rows (B·T, C); attention sees them as (B, T, C).
+#pragma once
+
+#include "nn/attention.h"
+#include "nn/layers.h"
+
+#include <attend/model.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attend::nn {
+
+// What a stack's forward needs besides its input rows.
+struct StackCall {
+  int64_t B = 0, T = 0;
+  const int32_t* lengths = nullptr;          // (B): keys at or past a sequence's length are padding
+  const uint8_t* valid = nullptr;            // (B·T): real tokens (MoE routes only these)
+  const Tensor* context = nullptr;           // cross-attention: the encoder's output (B, T_src, C)
+  const int32_t* context_lengths = nullptr;  // (B)
+  bool training = false;
+  Rng* rng = nullptr;
+};
+
+class Block {
+ public:
+  Block(const std::string& name, const ModelConfig& config, bool causal, bool cross, bool moe);
+
+  Tensor forward(const Tensor& x, const StackCall& call);  // (B·T, C) → (B·T, C)
+  // Adds the gradient of the cross-attention context into *dcontext (B, T_src, C) when there is one.
+  Tensor backward(const Tensor& dout, double daux, Tensor* dcontext);
+  void collect(std::vector<Parameter*>& out);
+  double aux() const { return moe_ ? moe_->aux() : 0.0; }
+  const MixtureOfExperts* moe() const { return moe_ ? &*moe_ : nullptr; }
+
+ private:
+  // One residual sub-layer around F, pre- or post-LN. F maps rows to rows.
+  struct Sublayer {
+    Norm norm;
+    Dropout dropout;
+  };
+  template <typename F>
+  Tensor sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call);
+  template <typename F>
+  Tensor sublayer_backward(Sublayer& s, const Tensor& dout, F&& f_backward);
+
+  Tensor attention_forward(MultiHeadAttention& attn, const Tensor& x, const StackCall& call);
+
+  bool pre_norm_ = true;
+  float alpha_ = 1.0f;
+  Sublayer attn_sub_, cross_sub_, ffn_sub_;
+  MultiHeadAttention attn_;
+  std::optional<MultiHeadAttention> cross_;
+  std::optional<FeedForward> ffn_;
+  std::optional<MixtureOfExperts> moe_;
+  int64_t B_ = 0, T_ = 0;
+};
+
+class Stack {
+ public:
+  Stack(const std::string& name, const ModelConfig& config, int64_t n_blocks, bool causal, bool cross);
+
+  Tensor forward(const Tensor& x, const StackCall& call);  // blocks, then the final norm (pre-LN)
+  Tensor backward(const Tensor& dout, double daux, Tensor* dcontext);
+  void collect(std::vector<Parameter*>& out);
+  double aux() const;
+  void moe_stats(std::vector<MoEStats>& out) const;
+
+ private:
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::optional<Norm> final_norm_;
+};
+
+}  // namespace attend::nn
+
+namespace attend {
+
+struct Model::Impl {
+  explicit Impl(const ModelConfig& config);
+
+  ModelConfig config;
+  Parameter tokens, positions;  // embed.tokens (V, C); embed.positions (max_seq_len, C) when learned
+  Tensor sinusoid;              // (max_seq_len, C) when sinusoidal
+  std::unique_ptr<nn::Stack> encoder, decoder;
+  Parameter lm_head;            // (V, C) when not tied
+  nn::Linear mlm_dense;         // encoder MLM head
+  std::optional<nn::Norm> mlm_norm;
+  Parameter mlm_bias;
+  nn::Linear classifier;        // encoder with n_classes > 0
+  std::vector<Parameter*> params;
+
+  // Embedding of one input sequence batch, with what its backward needs.
+  struct Embedded {
+    const std::vector<int32_t>* ids = nullptr;
+    int64_t B = 0, T = 0;
+    nn::Dropout dropout;
+  };
+  Tensor embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng);
+  void embed_backward(Embedded& e, Tensor& dx);
+  Parameter& output_matrix() { return config.tie_embeddings ? tokens : lm_head; }
+
+  // Saved by forward for backward.
+  enum class Head { None, LM, MLM, Classify } head = Head::None;
+  Embedded enc_embed, dec_embed;
+  std::vector<uint8_t> enc_valid, dec_valid;
+  Tensor enc_out;                     // (B, T_src, C)
+  Tensor head_in;                     // LM: the top rows (N, C); MLM: the gathered rows; classify: pooled (B, C)
+  Tensor mlm_hidden, mlm_act;         // MLM: dense output before and after GELU
+  std::vector<int64_t> head_rows;     // MLM: rows with a target
+  std::vector<int32_t> head_targets;  // per logits row, Batch::kIgnore for none
+  Tensor logits, lse;
+  int64_t n_targets = 0;
+  float label_smoothing = 0.0f;
+  int64_t B = 0, T = 0, src_T = 0;
+  std::vector<int32_t> lengths;       // (B) the decoder's (or encoder-only model's) sequence lengths
+  std::vector<int32_t> src_lengths;   // (B) the encoder's; attention keeps pointers to both for backward
+  bool has_loss = false;
+};
+
+}  // namespace attend

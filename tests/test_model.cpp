@@ -1,0 +1,502 @@
+// Whole models: PyTorch golden tests of the three architectures (and MoE, LLaMA-style), a finite-difference
+// check of whole-model gradients, the notes' parameter-count formulas, initialisation, padding, the model
+// directory (save/load bit-exact) and the errors for bad configurations, batches and files.
+#include "testing.h"
+
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/model.h>
+#include <attend/safetensors.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+namespace attend {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::expect_error_mentions;
+
+const fs::path kModels = fs::path(ATTEND_TEST_DATA) / "models";
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("attend_test_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::vector<int32_t> flatten_ids(const json& rows) {
+  std::vector<int32_t> out;
+  for (const json& row : rows)
+    for (const json& v : row) out.push_back(v.get<int32_t>());
+  return out;
+}
+
+Batch batch_from_json(const json& j) {
+  Batch b;
+  b.B = static_cast<int64_t>(j["ids"].size());
+  b.T = static_cast<int64_t>(j["ids"][0].size());
+  b.ids = flatten_ids(j["ids"]);
+  b.lengths = j["lengths"].get<std::vector<int32_t>>();
+  b.targets = flatten_ids(j["targets"]);
+  b.labels = j.value("labels", std::vector<int32_t>{});
+  if (j.contains("src_ids")) {
+    b.src_T = static_cast<int64_t>(j["src_ids"][0].size());
+    b.src_ids = flatten_ids(j["src_ids"]);
+    b.src_lengths = j["src_lengths"].get<std::vector<int32_t>>();
+  }
+  return b;
+}
+
+// fp32 against PyTorch's fp64 on the same fp32 weights. Logits and losses are sums of O(C·d_ff) rounded
+// products of O(1) values: a few float ulps each, so 2e-5 relative (with 1 as the floor of the scale).
+// Gradients are compared against the largest gradient of their tensor, to 1e-4 of it: fp32 backward runs
+// through two to six blocks of reductions of length ≤ 64.
+constexpr double kLogitTolerance = 2e-5;
+constexpr double kGradTolerance = 1e-4;
+
+void expect_grads_match(Model& model, const fs::path& grads_file, const std::string& what) {
+  const SafetensorsReader reader(grads_file);
+  ASSERT_EQ(reader.tensors().size(), model.parameters().size()) << what;
+  for (Parameter* p : model.parameters()) {
+    const Tensor expected = reader.load(p->name);
+    double scale = 1e-6;
+    for (int64_t i = 0; i < expected.numel(); ++i) scale = std::max(scale, double(std::abs(expected[i])));
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < expected.numel(); ++i)
+      if (std::abs(double(p->grad[i]) - double(expected[i])) > kGradTolerance * scale && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0) << what << ": gradient of " << p->name << ": " << bad << " of " << expected.numel()
+                      << " elements differ; first at " << first << ": got " << (first >= 0 ? p->grad[first] : 0.0f)
+                      << ", PyTorch " << (first >= 0 ? expected[first] : 0.0f) << " (scale " << scale << ")";
+  }
+}
+
+class ModelGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelGolden, LogitsLossAndEveryGradientMatchPyTorch) {
+  const fs::path dir = kModels / GetParam();
+  Model model = Model::load(dir);
+  const json golden = json::parse(read_file(dir / "golden.json"));
+  for (const json& c : golden["cases"]) {
+    const std::string what = GetParam() + "/" + c["name"].get<std::string>();
+    const Batch batch = batch_from_json(c["batch"]);
+    model.zero_grad();
+    const ForwardResult r = model.forward(batch, {.label_smoothing = c["label_smoothing"].get<float>()});
+    EXPECT_TRUE(testing::close(r.loss, c["loss"].get<double>(), kLogitTolerance)) << what << ": loss " << r.loss;
+    EXPECT_TRUE(testing::close(r.ce_loss, c["ce_loss"].get<double>(), kLogitTolerance)) << what;
+    EXPECT_TRUE(testing::close(r.aux_loss, c["aux_loss"].get<double>(), kLogitTolerance)) << what;
+    const auto shape = c["logits_shape"].get<std::vector<int64_t>>();
+    EXPECT_EQ(model.logits().shape(), Shape(std::span<const int64_t>(shape))) << what;
+    const std::vector<float> logits(model.logits().span().begin(), model.logits().span().end());
+    testing::expect_all_close(logits, c["logits"].get<std::vector<double>>(), kLogitTolerance, what + ": logits");
+    model.backward();
+    expect_grads_match(model, dir / c["grads"].get<std::string>(), what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelGolden,
+                         ::testing::Values("gpt", "llama", "bert", "t5", "moe", "encoder_mean"),
+                         [](const auto& info) { return info.param; });
+
+// ---- Finite differences ----------------------------------------------------------------------------
+
+// Central differences of the fp32 model's loss (summed in double). With h = 1e-2 the truncation error is
+// O(h²) ≈ 1e-5 and the rounding error about 1e-6/h = 1e-4 on a loss of O(5), so a right gradient agrees to
+// ~2e-4 and a wrong one is off by its own size. Every parameter tensor is probed at three entries, and the
+// whole gradient along one random direction (where the errors of all entries would add up).
+void expect_finite_differences(Model& model, const Batch& batch, float smoothing, const std::string& what) {
+  const RunOptions options{.label_smoothing = smoothing};
+  model.zero_grad();
+  model.forward(batch, options);
+  model.backward();
+  const double h = 1e-2;
+  auto loss_at = [&](float* x, float value) {
+    const float saved = *x;
+    *x = value;
+    const double l = model.forward(batch, options).loss;
+    *x = saved;
+    return l;
+  };
+  Rng rng(7);
+  for (Parameter* p : model.parameters()) {
+    for (int probe = 0; probe < 3; ++probe) {
+      const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(p->numel())));
+      float* x = p->value.data() + i;
+      const float x0 = *x;
+      const double numeric = (8 * (loss_at(x, x0 + float(h)) - loss_at(x, x0 - float(h))) -
+                              (loss_at(x, x0 + float(2 * h)) - loss_at(x, x0 - float(2 * h)))) /
+                             (12 * h);
+      EXPECT_NEAR(p->grad[i], numeric, 3e-4 + 2e-2 * std::abs(numeric)) << what << ": " << p->name << "[" << i << "]";
+    }
+  }
+  // Along a random direction u: ⟨∇L, u⟩ = (L(θ + hu) − L(θ − hu)) / 2h.
+  std::vector<std::vector<float>> saved, direction;
+  double analytic = 0.0;
+  for (Parameter* p : model.parameters()) {
+    saved.emplace_back(p->value.span().begin(), p->value.span().end());
+    direction.emplace_back(p->numel());
+    for (int64_t i = 0; i < p->numel(); ++i) {
+      direction.back()[i] = rng.uniform() - 0.5f;
+      analytic += double(p->grad[i]) * direction.back()[i];
+    }
+  }
+  auto shifted_loss = [&](double step) {
+    auto params = model.parameters();
+    for (size_t k = 0; k < params.size(); ++k)
+      for (int64_t i = 0; i < params[k]->numel(); ++i)
+        params[k]->value[i] = saved[k][i] + static_cast<float>(step) * direction[k][i];
+    return model.forward(batch, options).loss;
+  };
+  const double numeric =
+      (8 * (shifted_loss(h) - shifted_loss(-h)) - (shifted_loss(2 * h) - shifted_loss(-2 * h))) / (12 * h);
+  shifted_loss(0.0);
+  EXPECT_NEAR(analytic, numeric, 1e-3 + 1e-2 * std::abs(numeric)) << what << ": directional derivative";
+}
+
+// The fixture model with ReLU replaced by GELU: a step of h must not cross ReLU's kink, where the loss has
+// no derivative (the smallest |ReLU input| in the t5 fixture is 2e-4).
+Model smooth_model(const std::string& name) {
+  Model relu = Model::load(kModels / name);
+  ModelConfig config = relu.config();
+  if (config.activation == FfnKind::ReLU) config.activation = FfnKind::GELU;
+  Model model(config);
+  auto from = relu.parameters(), to = model.parameters();
+  for (size_t i = 0; i < from.size(); ++i) std::memcpy(to[i]->value.data(), from[i]->value.data(), from[i]->numel() * 4);
+  return model;
+}
+
+TEST(ModelGradients, WholeModelsAgreeWithFiniteDifferences) {
+  // MoE is left out: a step of h can change which experts a token picks, where the loss is not smooth.
+  for (const std::string name : {"gpt", "llama", "bert", "t5", "encoder_mean"}) {
+    Model model = smooth_model(name);
+    const json golden = json::parse(read_file(kModels / name / "golden.json"));
+    for (const json& c : golden["cases"])
+      expect_finite_differences(model, batch_from_json(c["batch"]), c["label_smoothing"].get<float>(),
+                                name + "/" + c["name"].get<std::string>());
+  }
+}
+
+// ---- Padding ---------------------------------------------------------------------------------------
+
+TEST(ModelPadding, PaddingChangesNothingAndGetsNoGradient) {
+  Model model = Model::load(kModels / "gpt");
+  const json golden = json::parse(read_file(kModels / "gpt" / "golden.json"));
+  Batch batch = batch_from_json(golden["cases"][0]["batch"]);
+  model.zero_grad();
+  const double loss = model.forward(batch).loss;
+  const std::vector<float> logits(model.logits().span().begin(), model.logits().span().end());
+  model.backward();
+  // The second sequence has 4 real tokens; its padding (id 0) must not receive any gradient through the
+  // position table rows 4.. of that sequence alone. Change the padding's ids: nothing real may change.
+  for (int64_t t = batch.lengths[1]; t < batch.T; ++t) batch.ids[batch.T + t] = 30;
+  model.zero_grad();
+  EXPECT_EQ(model.forward(batch).loss, loss);
+  for (int64_t b = 0; b < batch.B; ++b)
+    for (int64_t t = 0; t < batch.lengths[b]; ++t)
+      for (int64_t v = 0; v < 37; ++v) {
+        const int64_t i = (b * batch.T + t) * 37 + v;
+        ASSERT_EQ(model.logits()[i], logits[i]) << "logit of a real position changed with the padding";
+      }
+  // Padding gets no gradient: in the untied llama fixture, id 0 appears only at padding positions, so
+  // its embedding row (which only the input side uses) must have an exactly zero gradient.
+  Model llama = Model::load(kModels / "llama");
+  const Batch lb = batch_from_json(json::parse(read_file(kModels / "llama" / "golden.json"))["cases"][0]["batch"]);
+  for (int64_t b = 0; b < lb.B; ++b)
+    for (int64_t t = 0; t < lb.T; ++t) ASSERT_EQ(lb.ids[b * lb.T + t] == 0, t >= lb.lengths[b]) << "id 0 is padding";
+  llama.zero_grad();
+  llama.forward(lb);
+  llama.backward();
+  const Parameter* tokens = llama.find("embed.tokens.weight");
+  for (int64_t c = 0; c < 16; ++c) EXPECT_EQ(tokens->grad[c], 0.0f) << "padding got a gradient";
+  EXPECT_NE(tokens->grad[lb.ids[0] * 16], 0.0f);
+}
+
+// ---- Parameter counts (002 §3.3, 001 §11) ----------------------------------------------------------
+
+ModelConfig tiny(Architecture a) {
+  ModelConfig c;
+  c.architecture = a;
+  c.vocab_size = 100;
+  c.d_model = 64;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.max_seq_len = 32;
+  c.bias = false;
+  return c;
+}
+
+TEST(ModelParameters, CountsFollowTheNotesFormulas) {
+  const int64_t d = 64, V = 100, L = 3, T = 32;
+  {  // GPT without biases: 4d² attention and 8d² FFN per block; LayerNorms 2d each, two per block and a final one.
+    Model m(tiny(Architecture::Decoder));
+    const ParameterCount n = m.count();
+    EXPECT_EQ(n.attention, L * 4 * d * d);
+    EXPECT_EQ(n.ffn, L * 8 * d * d);
+    EXPECT_EQ(n.norms, (2 * L + 1) * 2 * d);
+    EXPECT_EQ(n.embeddings, V * d + T * d);
+    EXPECT_EQ(n.heads, 0);  // tied
+    EXPECT_EQ(n.total(), 12 * L * d * d + V * d + T * d + (2 * L + 1) * 2 * d);
+  }
+  {  // GQA (2 of 4 heads): W_K and W_V shrink to d·(d/2); SwiGLU: three d × d_ff matrices; RMSNorm: d each; untied.
+    ModelConfig c = tiny(Architecture::Decoder);
+    c.n_kv_heads = 2;
+    c.activation = FfnKind::SwiGLU;
+    c.norm = NormKind::RMSNorm;
+    c.position = PositionKind::RoPE;
+    c.tie_embeddings = false;
+    Model m(c);
+    const int64_t d_ff = c.ffn_hidden();
+    EXPECT_EQ(d_ff, 192);  // ⌈8/3·64⌉ = 171, rounded up to a multiple of 32
+    EXPECT_EQ(m.count().attention, L * (2 * d * d + 2 * d * (d / 2)));
+    EXPECT_EQ(m.count().ffn, L * 3 * d * d_ff);
+    EXPECT_EQ(m.count().norms, (2 * L + 1) * d);
+    EXPECT_EQ(m.count().embeddings, V * d);
+    EXPECT_EQ(m.count().heads, V * d);
+  }
+  {  // Biases add 4d per attention and 5d (d_ff + d) per FFN.
+    ModelConfig c = tiny(Architecture::Decoder);
+    c.bias = true;
+    Model m(c);
+    EXPECT_EQ(m.count().attention, L * (4 * d * d + 4 * d));
+    EXPECT_EQ(m.count().ffn, L * (8 * d * d + 5 * d));
+  }
+  {  // MoE: E experts of 8d² and a d × E router in every second block.
+    ModelConfig c = tiny(Architecture::Decoder);
+    c.n_experts = 4;
+    c.moe_every = 2;
+    Model m(c);
+    EXPECT_EQ(m.count().ffn, 2 * 8 * d * d + 1 * (4 * 8 * d * d + 4 * d));
+  }
+  {  // Encoder-decoder: the decoder's blocks add cross-attention (4d²) and a third norm.
+    ModelConfig c = tiny(Architecture::EncoderDecoder);
+    c.n_decoder_layers = 2;
+    c.position = PositionKind::None;
+    Model m(c);
+    EXPECT_EQ(m.count().attention, L * 4 * d * d + 2 * 8 * d * d);
+    EXPECT_EQ(m.count().norms, ((2 * L + 1) + (3 * 2 + 1)) * 2 * d);
+  }
+  {  // BERT: MLM head d² + d + 2d + V, classifier 3d + 3.
+    ModelConfig c = tiny(Architecture::Encoder);
+    c.n_classes = 3;
+    Model m(c);
+    EXPECT_EQ(m.count().heads, d * d + d + 2 * d + V + 3 * d + 3);
+  }
+}
+
+TEST(ModelParameters, Gpt2SmallHasItsPublishedCount) {
+  // GPT-2 124M: 124,439,808 parameters (Radford et al.; Hugging Face's gpt2), counted from the config alone.
+  ModelConfig c;
+  c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
+  c.activation = FfnKind::GELUTanh;
+  const int64_t d = 768, L = 12;
+  const int64_t per_block = (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d;
+  EXPECT_EQ(50257 * d + 1024 * d + L * per_block + 2 * d, 124439808);
+  // The built model agrees (a smaller vocabulary and context keep the test fast; the blocks are full size).
+  c.vocab_size = 10, c.max_seq_len = 8, c.n_layers = 1;
+  Model m(c);
+  EXPECT_EQ(m.count().total(), 10 * d + 8 * d + per_block + 2 * d);
+}
+
+// ---- Initialisation (004 §8.1) ---------------------------------------------------------------------
+
+double stddev(const Tensor& t, int64_t begin = 0, int64_t end = -1) {
+  if (end < 0) end = t.numel();
+  double s = 0.0, s2 = 0.0;
+  for (int64_t i = begin; i < end; ++i) s += t[i], s2 += double(t[i]) * t[i];
+  const double n = double(end - begin), mean = s / n;
+  return std::sqrt(s2 / n - mean * mean);
+}
+
+TEST(ModelInit, Gpt2XavierAndQkScaleHaveTheirVariances) {
+  ModelConfig c = tiny(Architecture::Decoder);
+  c.d_model = 128, c.n_layers = 8, c.bias = true, c.init_qk_scale = 0.5;
+  Model m(c);
+  const double n = 1.0 / std::sqrt(2.0 * 8);
+  const Tensor& qkv = m.find("decoder.layers.0.attn.qkv.weight")->value;  // (3·128, 128): q, k rows scaled
+  EXPECT_NEAR(stddev(qkv, 0, 256 * 128), 0.02 * 0.5, 0.0005);
+  EXPECT_NEAR(stddev(qkv, 256 * 128, 384 * 128), 0.02, 0.0008);
+  EXPECT_NEAR(stddev(m.find("decoder.layers.3.attn.o.weight")->value), 0.02 * n, 0.0004);
+  EXPECT_NEAR(stddev(m.find("decoder.layers.3.ffn.down.weight")->value), 0.02 * n, 0.0003);
+  EXPECT_NEAR(stddev(m.find("decoder.layers.3.ffn.up.weight")->value), 0.02, 0.0004);
+  EXPECT_NEAR(stddev(m.find("embed.tokens.weight")->value), 0.02, 0.001);
+  EXPECT_EQ(m.find("decoder.layers.0.attn_norm.weight")->value[5], 1.0f);
+  EXPECT_EQ(m.find("decoder.layers.0.attn.qkv.bias")->value[5], 0.0f);
+  // Xavier: N(0, 2/(fan_in + fan_out)); the FFN's up matrix is (512, 128).
+  c.init = InitScheme::Xavier;
+  Model x(c);
+  EXPECT_NEAR(stddev(x.find("decoder.layers.2.ffn.up.weight")->value), std::sqrt(2.0 / (512 + 128)), 0.002);
+  // Seeded: the same seed gives the same weights, another seed others.
+  Model again(c);
+  EXPECT_EQ(std::memcmp(again.find("embed.tokens.weight")->value.data(), x.find("embed.tokens.weight")->value.data(),
+                        100 * 128 * 4),
+            0);
+  c.seed = 1;
+  Model other(c);
+  EXPECT_NE(other.find("embed.tokens.weight")->value[0], x.find("embed.tokens.weight")->value[0]);
+}
+
+// ---- The model directory ---------------------------------------------------------------------------
+
+TEST(ModelDirectory, SaveThenLoadIsBitExact) {
+  for (const std::string name : {"t5", "moe", "bert"}) {
+    Model model = Model::load(kModels / name);
+    const fs::path dir = temp_dir("save_" + name);
+    model.save(dir);
+    Model again = Model::load(dir);
+    EXPECT_EQ(again.config().to_json(), model.config().to_json());
+    auto a = model.parameters(), b = again.parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i]->name, b[i]->name);
+      EXPECT_EQ(std::memcmp(a[i]->value.data(), b[i]->value.data(), a[i]->numel() * 4), 0) << a[i]->name;
+    }
+    fs::remove_all(dir);
+  }
+}
+
+TEST(ModelDirectory, ReadsBf16AndFp16Weights) {
+  Model model = Model::load(kModels / "gpt");
+  const fs::path dir = temp_dir("bf16");
+  model.save(dir);
+  std::vector<NamedTensor> tensors;
+  for (const Parameter* p : model.parameters()) tensors.push_back({p->name, &p->value});
+  write_safetensors(dir / "model.safetensors", tensors, {}, DType::BF16);
+  Model bf16 = Model::load(dir);
+  const Tensor& w = bf16.find("decoder.layers.1.ffn.up.weight")->value;
+  const Tensor& w0 = model.find("decoder.layers.1.ffn.up.weight")->value;
+  for (int64_t i = 0; i < w.numel(); ++i) ASSERT_NEAR(w[i], w0[i], std::abs(w0[i]) * 0x1p-8f) << i;
+  fs::remove_all(dir);
+}
+
+TEST(ModelDirectory, MismatchedWeightsAreErrorsNamingTheTensor) {
+  Model model = Model::load(kModels / "gpt");
+  const fs::path dir = temp_dir("mismatch");
+  model.save(dir);
+  const std::string config = read_file(dir / "config.json");
+  // A config that implies other shapes.
+  std::string wider = config;
+  wider.replace(wider.find("\"d_ff\": 0"), 9, "\"d_ff\": 32");
+  write_file_atomic(dir / "config.json", wider);
+  expect_error_mentions<Error>([&] { Model::load(dir); },
+                               {"model.safetensors", "decoder.layers.0.ffn.up.weight", "[64, 16]", "implies [32, 16]"});
+  // A tensor the config does not have, and a missing one.
+  write_file_atomic(dir / "config.json", config);
+  std::vector<NamedTensor> tensors;
+  Tensor extra({3});
+  for (const Parameter* p : model.parameters())
+    if (p->name != "decoder.norm.bias") tensors.push_back({p->name, &p->value});
+  write_safetensors(dir / "model.safetensors", tensors);
+  expect_error_mentions<Error>([&] { Model::load(dir); }, {"no tensor 'decoder.norm.bias'", "[16]"});
+  tensors.push_back({"decoder.norm.bias", &model.find("decoder.norm.bias")->value});
+  tensors.push_back({"h.0.attn.masked_bias", &extra});
+  write_safetensors(dir / "model.safetensors", tensors);
+  expect_error_mentions<Error>([&] { Model::load(dir); }, {"unexpected tensor 'h.0.attn.masked_bias'"});
+  // Missing files and a truncated weights file.
+  fs::remove(dir / "model.safetensors");
+  expect_error_mentions<Error>([&] { Model::load(dir); }, {"missing model.safetensors"});
+  const std::string bytes = read_file(kModels / "gpt" / "model.safetensors");
+  write_file_atomic(dir / "model.safetensors", bytes.substr(0, bytes.size() / 2));
+  expect_error_mentions<Error>([&] { Model::load(dir); }, {"model.safetensors", "truncated"});
+  expect_error_mentions<Error>([&] { Model::load(dir / "nowhere"); }, {"not a model directory"});
+  fs::remove_all(dir);
+}
+
+// ---- Configuration errors --------------------------------------------------------------------------
+
+TEST(ModelConfigErrors, NameTheFieldAndWhatWasExpected) {
+  const std::string good = ModelConfig{}.to_json();
+  EXPECT_EQ(ModelConfig::from_json(good).to_json(), good);
+  auto with = [&](const std::string& key, const std::string& value) {
+    json j = json::parse(good);
+    j[key] = json::parse(value);
+    return j.dump();
+  };
+  struct Case {
+    std::string text;
+    std::vector<std::string> mentions;
+  };
+  const std::vector<Case> cases = {
+      {with("d_modle", "768"), {"run.json", "unknown option 'd_modle'"}},
+      {with("architecture", "\"gpt\""), {"'architecture'", "'gpt'", "decoder, encoder, encoder-decoder"}},
+      {with("d_model", "\"768\""), {"'d_model'", "expected an integer"}},
+      {with("bias", "1"), {"'bias'", "expected true or false"}},
+      {with("d_model", "100"), {"d_model 100 is not divisible by n_heads 8"}},
+      {with("n_kv_heads", "3"), {"n_heads 8 is not a multiple of n_kv_heads 3"}},
+      {with("norm_placement", "\"middle\""), {"'norm_placement'", "pre, post"}},
+      {with("position", "\"rotary\""), {"'position'", "learned, sinusoidal, rope, alibi, t5"}},
+      {with("n_experts", "4") + "", {}},  // valid: a control
+      {with("residual_dropout", "1.5"), {"residual_dropout must be in [0, 1)"}},
+      {with("n_classes", "2"), {"n_classes applies to encoder models"}},
+      {"[1, 2]", {"expected a JSON object"}},
+      {"{\"d_model\": ", {"not valid JSON"}},
+  };
+  for (const Case& c : cases) {
+    if (c.mentions.empty()) {
+      EXPECT_NO_THROW(ModelConfig::from_json(c.text, "run.json"));
+      continue;
+    }
+    std::vector<std::string> mentions = c.mentions;
+    mentions.push_back("run.json");
+    expect_error_mentions<Error>([&] { ModelConfig::from_json(c.text, "run.json"); }, mentions);
+  }
+  json moe = json::parse(with("n_experts", "4"));
+  moe["moe_top_k"] = 5;
+  expect_error_mentions<Error>([&] { ModelConfig::from_json(moe.dump()); }, {"moe_top_k must be in [1, n_experts = 4]"});
+  ModelConfig c;
+  c.set("norm", "rmsnorm");
+  c.set("d_model", "768");
+  EXPECT_EQ(c.norm, NormKind::RMSNorm);
+  EXPECT_EQ(c.d_model, 768);
+  expect_error_mentions<Error>([&] { c.set("d_model", "big"); }, {"'d_model'", "expected an integer"});
+  expect_error_mentions<Error>([&] { c.set("dmodel", "1"); }, {"unknown option 'dmodel'"});
+}
+
+TEST(ModelBatchErrors, NameTheFieldAndPosition) {
+  Model model = Model::load(kModels / "gpt");
+  Batch b;
+  b.B = 1, b.T = 3, b.ids = {1, 2, 99};
+  expect_error_mentions<Error>([&] { model.forward(b); }, {"ids[0][2] = 99", "[0, 37)"});
+  b.ids = {1, 2};
+  expect_error_mentions<Error>([&] { model.forward(b); }, {"ids has 2 ids", "B·T"});
+  b.ids = {1, 2, 3}, b.lengths = {4};
+  expect_error_mentions<Error>([&] { model.forward(b); }, {"lengths[0] = 4", "[1, 3]"});
+  b.lengths = {}, b.targets = {1, 2, 40};
+  expect_error_mentions<Error>([&] { model.forward(b); }, {"targets[0][2] = 40"});
+  b.targets = {}, b.labels = {1};
+  expect_error_mentions<Error>([&] { model.forward(b); }, {"no classification head"});
+  Batch long_batch;
+  long_batch.B = 1, long_batch.T = 17, long_batch.ids.assign(17, 1);
+  expect_error_mentions<Error>([&] { model.forward(long_batch); }, {"17 tokens", "max_seq_len 16"});
+  Batch no_targets;
+  no_targets.B = 1, no_targets.T = 2, no_targets.ids = {1, 2};
+  model.forward(no_targets);
+  expect_error_mentions<Error>([&] { model.backward(); }, {"no loss"});
+}
+
+TEST(ModelMoE, ReportsTokensPerExpertAndRefusals) {
+  Model model = Model::load(kModels / "moe");
+  const json golden = json::parse(read_file(kModels / "moe" / "golden.json"));
+  model.forward(batch_from_json(golden["cases"][0]["batch"]));
+  const auto stats = model.moe_stats();
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].block, "decoder.layers.0.ffn");
+  int64_t refused = 0;
+  for (const auto& s : stats) {
+    int64_t taken = 0;
+    for (int64_t n : s.tokens_per_expert) {
+      EXPECT_LE(n, 6);  // capacity ⌈1.0 · 11 tokens · 2 / 4⌉ = 6
+      taken += n;
+    }
+    EXPECT_EQ(taken + s.refused, 11 * 2);  // 11 real tokens, 2 choices each
+    refused += s.refused;
+  }
+  EXPECT_EQ(refused, 5);  // as the PyTorch fixture script counted
+}
+
+}  // namespace
+}  // namespace attend
