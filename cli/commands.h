@@ -9,5 +9,7 @@ namespace attend::cli {
 void add_info_command(CLI::App& app);
 // Adds `attend tokenizer train|info`, `attend tokenize` and `attend detokenize`.
 void add_tokenizer_commands(CLI::App& app);
+// Adds `attend init` and `attend inspect`.
+void add_model_commands(CLI::App& app);
 
 }  // namespace attend::cli

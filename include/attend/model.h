@@ -175,6 +175,9 @@ class Model {
   Impl& impl() { return *impl_; }
 
  private:
+  struct Uninitialized {};
+  Model(const ModelConfig& config, Uninitialized);  // zero weights, for load()
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -32,7 +32,7 @@ Model Model::load(const fs::path& dir) {
   check(fs::exists(config_path), "{}: missing config.json", dir.string());
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(read_file(config_path), config_path.string());
-  Model model(config);
+  Model model(config, Uninitialized{});
   const SafetensorsReader reader(weights_path);
   std::set<std::string> expected;
   for (Parameter* p : model.parameters()) {

@@ -4,6 +4,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
 #include "kernels/position.h"
+#include "kernels/random_fill.h"
 
 #include <attend/error.h>
 
@@ -300,6 +301,7 @@ std::vector<uint8_t> valid_mask(const std::vector<int32_t>& lengths, int64_t B, 
 }  // namespace
 
 Model::Model(const ModelConfig& config) : impl_(std::make_unique<Impl>(config)) { initialize(config.seed); }
+Model::Model(const ModelConfig& config, Uninitialized) : impl_(std::make_unique<Impl>(config)) {}
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
@@ -557,8 +559,8 @@ void Model::backward() {
 // the stack) so the residual stream's variance does not grow with depth. W_Q and W_K rows get σ·init_qk_scale.
 void Model::initialize(uint64_t seed) {
   const ModelConfig& c = impl_->config;
-  Rng rng(seed);
   const int64_t H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  uint64_t offset = 0;  // each parameter draws its own range of the stream
   for (Parameter* p : impl_->params) {
     const std::string& name = p->name;
     Tensor& v = p->value;
@@ -584,11 +586,10 @@ void Model::initialize(uint64_t seed) {
       if (name.ends_with(".cross_attn.q.weight")) qk_rows = H * D;
       if (name.ends_with(".cross_attn.kv.weight")) qk_rows = Hkv * D;
     }
-    const int64_t row = v.rank() == 2 ? v.size(1) : v.numel();
-    for (int64_t i = 0; i < v.numel(); ++i) {
-      const double s = i / row < qk_rows ? std * c.init_qk_scale : std;
-      v[i] = rng.normal(0.0f, static_cast<float>(s));
-    }
+    const int64_t split = qk_rows * (v.rank() == 2 ? v.size(1) : 1);
+    kernels::fill_normal(v.data(), split, 0.0, std * c.init_qk_scale, seed, offset);
+    kernels::fill_normal(v.data() + split, v.numel() - split, 0.0, std, seed, offset + split + 1);
+    offset += static_cast<uint64_t>(v.numel()) + 2;
   }
 }
 
