@@ -362,14 +362,16 @@ TEST(ModelDirectory, SaveThenLoadIsBitExact) {
 TEST(ModelDirectory, ReadsBf16AndFp16Weights) {
   Model model = Model::load(kModels / "gpt");
   const fs::path dir = temp_dir("bf16");
-  model.save(dir);
-  std::vector<NamedTensor> tensors;
-  for (const Parameter* p : model.parameters()) tensors.push_back({p->name, &p->value});
-  write_safetensors(dir / "model.safetensors", tensors, {}, DType::BF16);
+  model.save(dir, nullptr, WeightType::BF16);
+  EXPECT_EQ(SafetensorsReader(dir / "model.safetensors").tensors()[0].dtype, DType::BF16);
   Model bf16 = Model::load(dir);
   const Tensor& w = bf16.find("decoder.layers.1.ffn.up.weight")->value;
   const Tensor& w0 = model.find("decoder.layers.1.ffn.up.weight")->value;
   for (int64_t i = 0; i < w.numel(); ++i) ASSERT_NEAR(w[i], w0[i], std::abs(w0[i]) * 0x1p-8f) << i;
+  model.save(dir, nullptr, WeightType::F16);  // fp16 keeps 10 mantissa bits
+  Model fp16 = Model::load(dir);
+  const Tensor& h = fp16.find("decoder.layers.1.ffn.up.weight")->value;
+  for (int64_t i = 0; i < h.numel(); ++i) ASSERT_NEAR(h[i], w0[i], std::abs(w0[i]) * 0x1p-11f + 1e-7f) << i;
   fs::remove_all(dir);
 }
 

@@ -29,6 +29,7 @@ enum class FfnKind { ReLU, GELU, GELUTanh, SwiGLU };
 enum class PositionKind { None, Learned, Sinusoidal, RoPE, ALiBi, T5 };
 enum class Pooling { CLS, Mean };
 enum class InitScheme { GPT2, Xavier };
+enum class WeightType { F32, BF16, F16 };  // how model.safetensors stores the weights
 
 struct ModelConfig {
   Architecture architecture = Architecture::Decoder;
@@ -149,7 +150,9 @@ class Model {
   // Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration.
   static Model load(const std::filesystem::path& dir);
   // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
-  void save(const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr) const;
+  // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
+  void save(const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
+            WeightType weights = WeightType::F32) const;
 
   const ModelConfig& config() const;
   // Every parameter, in a fixed order (the order of model.safetensors).

@@ -12,7 +12,7 @@ namespace attend {
 
 namespace fs = std::filesystem;
 
-void Model::save(const fs::path& dir, const Tokenizer* tokenizer) const {
+void Model::save(const fs::path& dir, const Tokenizer* tokenizer, WeightType weights) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
   check(!ec && fs::is_directory(dir), "{}: cannot create the model directory: {}", dir.string(), ec.message());
@@ -20,7 +20,8 @@ void Model::save(const fs::path& dir, const Tokenizer* tokenizer) const {
   for (const Parameter* p : parameters()) tensors.push_back({p->name, &p->value});
   write_safetensors(dir / "model.safetensors", tensors,
                     {{"format", "pt"}, {"producer", fmt::format("attend {}", version())},
-                     {"architecture", architecture_name(config().architecture)}});
+                     {"architecture", architecture_name(config().architecture)}},
+                    weights == WeightType::BF16 ? DType::BF16 : weights == WeightType::F16 ? DType::F16 : DType::F32);
   write_file_atomic(dir / "config.json", config().to_json());
   if (tokenizer != nullptr) tokenizer->save(dir / "tokenizer.json");
 }
