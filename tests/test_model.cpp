@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 namespace attend {
 namespace {
@@ -109,8 +110,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ModelGolden,
 // O(h²) ≈ 1e-5 and the rounding error about 1e-6/h = 1e-4 on a loss of O(5), so a right gradient agrees to
 // ~2e-4 and a wrong one is off by its own size. Every parameter tensor is probed at three entries, and the
 // whole gradient along one random direction (where the errors of all entries would add up).
-void expect_finite_differences(Model& model, const Batch& batch, float smoothing, const std::string& what) {
-  const RunOptions options{.label_smoothing = smoothing};
+void expect_finite_differences(Model& model, const Batch& batch, const RunOptions& options, const std::string& what) {
   model.zero_grad();
   model.forward(batch, options);
   model.backward();
@@ -160,10 +160,12 @@ void expect_finite_differences(Model& model, const Batch& batch, float smoothing
 
 // The fixture model with ReLU replaced by GELU: a step of h must not cross ReLU's kink, where the loss has
 // no derivative (the smallest |ReLU input| in the t5 fixture is 2e-4).
-Model smooth_model(const std::string& name) {
+// `adjust` may change other options that leave the parameters as they are (dropout).
+Model smooth_model(const std::string& name, const std::function<void(ModelConfig&)>& adjust = {}) {
   Model relu = Model::load(kModels / name);
   ModelConfig config = relu.config();
   if (config.activation == FfnKind::ReLU) config.activation = FfnKind::GELU;
+  if (adjust) adjust(config);
   Model model(config);
   auto from = relu.parameters(), to = model.parameters();
   for (size_t i = 0; i < from.size(); ++i) std::memcpy(to[i]->value.data(), from[i]->value.data(), from[i]->numel() * 4);
@@ -176,8 +178,29 @@ TEST(ModelGradients, WholeModelsAgreeWithFiniteDifferences) {
     Model model = smooth_model(name);
     const json golden = json::parse(read_file(kModels / name / "golden.json"));
     for (const json& c : golden["cases"])
-      expect_finite_differences(model, batch_from_json(c["batch"]), c["label_smoothing"].get<float>(),
+      expect_finite_differences(model, batch_from_json(c["batch"]),
+                                {.label_smoothing = c["label_smoothing"].get<float>()},
                                 name + "/" + c["name"].get<std::string>());
+  }
+}
+
+// Dropout on the embeddings, attention probabilities, residual branches and FFN hidden units. Its masks
+// are a pure function of (seed, offset), so a training forward with a fixed seed is a deterministic function
+// of the weights and finite differences apply; another seed drops other units.
+TEST(ModelGradients, DropoutEverywhereIsReproducibleAndDifferentiated) {
+  for (const std::string name : {"gpt", "t5"}) {
+    Model model = smooth_model(name, [](ModelConfig& c) {
+      c.embedding_dropout = c.attention_dropout = c.residual_dropout = c.ffn_dropout = 0.2f;
+    });
+    const json golden = json::parse(read_file(kModels / name / "golden.json"));
+    const Batch batch = batch_from_json(golden["cases"][0]["batch"]);
+    const double eval = model.forward(batch).loss;
+    const double a = model.forward(batch, {.training = true, .seed = 5}).loss;
+    EXPECT_EQ(model.forward(batch, {.training = true, .seed = 5}).loss, a) << name;
+    EXPECT_NE(model.forward(batch, {.training = true, .seed = 6}).loss, a) << name;
+    EXPECT_NE(a, eval) << name;
+    EXPECT_EQ(model.forward(batch).loss, eval) << name << ": evaluation is deterministic and dropout-free";
+    expect_finite_differences(model, batch, {.training = true, .seed = 5}, name + " with dropout");
   }
 }
 
