@@ -1,0 +1,47 @@
+#include "kernels/optimizer.h"
+
+#include "kernels/parallel.h"
+
+#include <cmath>
+
+namespace attend::kernels {
+namespace {
+
+constexpr int64_t kGrain = 1 << 15;
+
+}  // namespace
+
+void sgd_update(float* param, const float* grad, int64_t n, float lr, float weight_decay) {
+  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+  });
+}
+
+void momentum_update(float* param, float* velocity, const float* grad, int64_t n, float lr, float beta, float gain,
+                     float weight_decay) {
+  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      velocity[i] = beta * velocity[i] + gain * (grad[i] + weight_decay * param[i]);
+      param[i] -= lr * velocity[i];
+    }
+  });
+}
+
+void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamStep& s) {
+  const double rc1 = 1.0 / s.correction1, rc2 = 1.0 / s.correction2;
+  const double shrink = 1.0 - double(s.lr) * s.decoupled;
+  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const float g = grad[i] + s.l2 * param[i];
+      m[i] = s.beta1 * m[i] + s.gain1 * g;
+      v[i] = s.beta2 * v[i] + s.gain2 * g * g;
+      const double update = (m[i] * rc1) / (std::sqrt(v[i] * rc2) + s.eps);
+      param[i] = static_cast<float>(shrink * param[i] - s.lr * update);
+    }
+  });
+}
+
+}  // namespace attend::kernels
