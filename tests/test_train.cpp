@@ -2,9 +2,10 @@
 // correction, weight-decay exclusions, and optimiser state saved and restored exactly.
 #include "testing.h"
 #include "train/optimizer.h"
-#include "train/schedule.h"
+#include <attend/schedule.h>
 
 #include <attend/error.h>
+#include <attend/plot.h>
 #include <attend/safetensors.h>
 
 #include <gtest/gtest.h>
@@ -179,6 +180,28 @@ TEST(Schedules, EachByHand) {
       [] { Schedule{.kind = ScheduleKind::Cosine, .warmup_steps = 10, .total_steps = 5}.validate(); },
       {"total_steps (5) above warmup_steps (10)"});
   expect_error_mentions<Error>([] { parse_schedule("linear_decay"); }, {"constant, warmup, cosine, inverse_sqrt"});
+}
+
+TEST(Plot, SvgHasOneLinePerSeriesWithEveryFinitePoint) {
+  Series train{"train <loss>", {1, 2, 3, 4}, {4.0, 3.0, NAN, 2.0}};
+  Series val{"validation", {2, 4}, {3.5, 2.5}, true};
+  const std::string svg = line_plot_svg({train, val}, {.title = "a & b", .x_label = "step", .y_label = "loss"});
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  size_t lines = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
+  EXPECT_EQ(lines, 2u);
+  // The first polyline has three points: the NaN is skipped. Names and the title are escaped.
+  const size_t p = svg.find("points=\"", svg.find("<polyline")) + 8;
+  const std::string points = svg.substr(p, svg.find('"', p) - p);
+  EXPECT_EQ(std::count(points.begin(), points.end(), ','), 3);
+  EXPECT_NE(svg.find("train &lt;loss&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("a &amp; b"), std::string::npos);
+  size_t markers = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++markers;
+  EXPECT_EQ(markers, 2u);  // only the validation series asked for markers
+  expect_error_mentions<Error>([] { line_plot_svg({Series{"x", {1}, {NAN}}}, {.title = "empty"}); },
+                               {"plot 'empty'", "no finite points"});
 }
 
 }  // namespace

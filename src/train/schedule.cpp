@@ -1,4 +1,4 @@
-#include "train/schedule.h"
+#include <attend/schedule.h>
 
 #include <attend/error.h>
 

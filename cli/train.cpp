@@ -1,0 +1,110 @@
+// `attend schedule` (print or plot a learning-rate schedule) and `attend plot` (training curves from a
+// metrics file).
+#include "commands.h"
+
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/plot.h>
+#include <attend/schedule.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+namespace attend::cli {
+
+namespace {
+
+void add_schedule(CLI::App& app) {
+  auto* cmd = app.add_subcommand("schedule", "Print a learning-rate schedule step by step, or plot it as SVG");
+  static std::string kind = "cosine", plot;
+  static train::Schedule s;
+  static int64_t every = 0;
+  cmd->add_option("--kind", kind, "constant, warmup, cosine or inverse_sqrt")->capture_default_str();
+  cmd->add_option("--lr", s.lr, "Peak learning rate (inverse_sqrt: a multiplier, 1 is the paper's)")->capture_default_str();
+  cmd->add_option("--warmup", s.warmup_steps, "Warm-up steps")->capture_default_str();
+  cmd->add_option("--steps", s.total_steps, "Total steps (cosine reaches --min-lr there)")->required();
+  cmd->add_option("--min-lr", s.min_lr, "The cosine schedule's floor")->capture_default_str();
+  cmd->add_option("--d-model", s.d_model, "inverse_sqrt: the model width in d_model^-0.5")->capture_default_str();
+  cmd->add_option("--every", every, "Print every N-th step (default: about 20 lines)");
+  cmd->add_option("--plot", plot, "Write the curve as an SVG file instead of printing");
+  cmd->callback([] {
+    s.kind = train::parse_schedule(kind);
+    check(s.total_steps > 0, "--steps must be positive, got {}", s.total_steps);
+    s.validate();
+    if (!plot.empty()) {
+      Series curve{kind, {}, {}};
+      const int64_t stride = std::max<int64_t>(1, s.total_steps / 2000);  // enough points for a smooth curve
+      for (int64_t t = 1; t <= s.total_steps; t += stride) curve.x.push_back(double(t)), curve.y.push_back(s.at(t));
+      curve.x.push_back(double(s.total_steps)), curve.y.push_back(s.at(s.total_steps));
+      write_file_atomic(plot, line_plot_svg({curve}, {.title = fmt::format("{} schedule", kind),
+                                                      .x_label = "step", .y_label = "learning rate"}));
+      fmt::print("{}: {} steps\n", plot, s.total_steps);
+      return;
+    }
+    const int64_t stride = every > 0 ? every : std::max<int64_t>(1, s.total_steps / 20);
+    fmt::print("step\tlr\n");
+    for (int64_t t = 1; t <= s.total_steps; t += stride) fmt::print("{}\t{:.6g}\n", t, s.at(t));
+    if ((s.total_steps - 1) % stride != 0) fmt::print("{}\t{:.6g}\n", s.total_steps, s.at(s.total_steps));
+  });
+}
+
+// metrics.jsonl: one JSON object a line with "step" and any of "loss", "val_loss", "lr", ...
+void add_plot(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plot", "Draw training and validation loss from a metrics.jsonl file as SVG");
+  static std::vector<std::string> inputs;
+  static std::string out, x_key = "step";
+  static std::vector<std::string> keys = {"loss", "val_loss"};
+  static bool log_y = false;
+  cmd->add_option("metrics", inputs, "metrics.jsonl files (each line a JSON object); several are drawn together")
+      ->required();
+  cmd->add_option("-o,--output", out, "The SVG file to write")->required();
+  cmd->add_option("--y", keys, "Fields to draw")->capture_default_str();
+  cmd->add_option("--x", x_key, "Field on the x axis, e.g. step, tokens or seconds")->capture_default_str();
+  cmd->add_flag("--log", log_y, "Logarithmic y axis");
+  cmd->callback([] {
+    std::vector<Series> series;
+    for (const std::string& path : inputs) {
+      std::istringstream lines(read_file(path));
+      std::string line;
+      std::vector<Series> of_file;
+      for (const auto& k : keys) of_file.push_back({inputs.size() > 1 ? fmt::format("{} ({})", k, path) : k, {}, {}});
+      int64_t number = 0;
+      while (std::getline(lines, line)) {
+        ++number;
+        if (line.empty()) continue;
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::parse_error& e) {
+          throw Error(fmt::format("{}:{}: not a JSON object: {}", path, number, e.what()));
+        }
+        check(j.is_object() && j.contains(x_key) && j[x_key].is_number(), "{}:{}: no numeric '{}' field", path, number,
+              x_key);
+        for (size_t k = 0; k < keys.size(); ++k)
+          if (j.contains(keys[k]) && j[keys[k]].is_number()) {
+            of_file[k].x.push_back(j[x_key].get<double>());
+            of_file[k].y.push_back(j[keys[k]].get<double>());
+          }
+      }
+      for (auto& s : of_file) {
+        s.markers = s.x.size() <= 30;
+        if (!s.x.empty()) series.push_back(std::move(s));
+      }
+    }
+    check(!series.empty(), "{}: none of the fields {} appear", fmt::join(inputs, ", "), fmt::join(keys, ", "));
+    write_file_atomic(out, line_plot_svg(series, {.title = "training", .x_label = x_key,
+                                                  .y_label = fmt::format("{}", fmt::join(keys, ", ")), .log_y = log_y}));
+    fmt::print("{}\n", out);
+  });
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app) {
+  add_schedule(app);
+  add_plot(app);
+}
+
+}  // namespace attend::cli
