@@ -4,6 +4,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/parallel.h"
+#include "core/enum_names.h"
 
 #include <attend/error.h>
 
@@ -36,35 +37,18 @@ float* grad_or_null(Parameter& p) { return has(p) ? p.grad.data() : nullptr; }
 
 }  // namespace
 
-const char* position_scheme_name(PositionScheme s) {
-  switch (s) {
-    case PositionScheme::None: return "none";
-    case PositionScheme::RoPE: return "rope";
-    case PositionScheme::ALiBi: return "alibi";
-    case PositionScheme::T5: return "t5";
-  }
-  return "?";
-}
+constexpr EnumName<PositionScheme> kPositionSchemes[] = {
+    {PositionScheme::None, "none"}, {PositionScheme::RoPE, "rope"}, {PositionScheme::ALiBi, "alibi"}, {PositionScheme::T5, "t5"}};
+constexpr EnumName<AttentionKernel> kAttentionKernels[] = {
+    {AttentionKernel::Flash, "flash"}, {AttentionKernel::Reference, "reference"}, {AttentionKernel::Linear, "linear"}};
 
+const char* position_scheme_name(PositionScheme s) { return enum_name<PositionScheme>(kPositionSchemes, s); }
 PositionScheme parse_position_scheme(std::string_view name) {
-  for (auto s : {PositionScheme::None, PositionScheme::RoPE, PositionScheme::ALiBi, PositionScheme::T5})
-    if (name == position_scheme_name(s)) return s;
-  throw Error(fmt::format("unknown attention position scheme '{}': expected none, rope, alibi or t5", name));
+  return parse_enum<PositionScheme>(kPositionSchemes, name, "attention position scheme");
 }
-
-const char* attention_kernel_name(AttentionKernel k) {
-  switch (k) {
-    case AttentionKernel::Flash: return "flash";
-    case AttentionKernel::Reference: return "reference";
-    case AttentionKernel::Linear: return "linear";
-  }
-  return "?";
-}
-
+const char* attention_kernel_name(AttentionKernel k) { return enum_name<AttentionKernel>(kAttentionKernels, k); }
 AttentionKernel parse_attention_kernel(std::string_view name) {
-  for (auto k : {AttentionKernel::Flash, AttentionKernel::Reference, AttentionKernel::Linear})
-    if (name == attention_kernel_name(k)) return k;
-  throw Error(fmt::format("unknown attention kernel '{}': expected flash, reference or linear", name));
+  return parse_enum<AttentionKernel>(kAttentionKernels, name, "attention kernel");
 }
 
 void AttentionConfig::validate() const {

@@ -3,6 +3,8 @@
 #include <attend/error.h>
 #include <attend/model.h>
 
+#include "core/enum_names.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -15,12 +17,6 @@ using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 
 namespace {
-
-template <typename E>
-struct EnumName {
-  E value;
-  const char* name;
-};
 
 constexpr EnumName<Architecture> kArchitectures[] = {
     {Architecture::Decoder, "decoder"}, {Architecture::Encoder, "encoder"}, {Architecture::EncoderDecoder, "encoder-decoder"}};
@@ -44,19 +40,7 @@ template <> std::span<const EnumName<InitScheme>> names_of() { return kInits; }
 
 template <typename E>
 const char* name_of(E value) {
-  for (const auto& n : names_of<E>())
-    if (n.value == value) return n.name;
-  return "?";
-}
-
-template <typename E>
-E parse_enum(std::string_view text, std::string_view where) {
-  std::string accepted;
-  for (const auto& n : names_of<E>()) {
-    if (text == n.name) return n.value;
-    accepted += (accepted.empty() ? "" : ", ") + std::string(n.name);
-  }
-  throw Error(fmt::format("{}: '{}', expected one of {}", where, text, accepted));
+  return enum_name<E>(names_of<E>(), value);
 }
 
 // "norm_placement" is a bool in the struct and a name in the file.
@@ -148,7 +132,7 @@ struct Reader {
       field.pre_norm = s == "pre";
     } else {  // an enum
       check(v.is_string(), "{} is {}, expected a string", where(key), v.dump());
-      field = parse_enum<T>(v.get<std::string>(), where(key));
+      field = parse_enum<T>(names_of<T>(), v.get<std::string>(), where(key));
     }
   }
 };

@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include "core/enum_names.h"
 #include "kernels/optimizer.h"
 
 #include <attend/error.h>
@@ -8,21 +9,15 @@
 
 namespace attend::train {
 
-const char* optimizer_name(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::SGD: return "sgd";
-    case OptimizerKind::Momentum: return "momentum";
-    case OptimizerKind::Adam: return "adam";
-    case OptimizerKind::AdamW: return "adamw";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<OptimizerKind> kOptimizers[] = {{OptimizerKind::SGD, "sgd"},
+                                                   {OptimizerKind::Momentum, "momentum"},
+                                                   {OptimizerKind::Adam, "adam"},
+                                                   {OptimizerKind::AdamW, "adamw"}};
+}  // namespace
 
-OptimizerKind parse_optimizer(std::string_view name) {
-  for (auto k : {OptimizerKind::SGD, OptimizerKind::Momentum, OptimizerKind::Adam, OptimizerKind::AdamW})
-    if (name == optimizer_name(k)) return k;
-  throw Error(fmt::format("optimizer '{}': expected one of sgd, momentum, adam, adamw", name));
-}
+const char* optimizer_name(OptimizerKind kind) { return enum_name<OptimizerKind>(kOptimizers, kind); }
+OptimizerKind parse_optimizer(std::string_view name) { return parse_enum<OptimizerKind>(kOptimizers, name, "optimizer"); }
 
 bool decays(const Parameter& p, const OptimizerConfig& config) {
   const std::string& name = p.name;

@@ -1,5 +1,7 @@
 #include <attend/schedule.h>
 
+#include "core/enum_names.h"
+
 #include <attend/error.h>
 
 #include <algorithm>
@@ -8,21 +10,15 @@
 
 namespace attend::train {
 
-const char* schedule_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::Constant: return "constant";
-    case ScheduleKind::Warmup: return "warmup";
-    case ScheduleKind::Cosine: return "cosine";
-    case ScheduleKind::InverseSqrt: return "inverse_sqrt";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<ScheduleKind> kSchedules[] = {{ScheduleKind::Constant, "constant"},
+                                                 {ScheduleKind::Warmup, "warmup"},
+                                                 {ScheduleKind::Cosine, "cosine"},
+                                                 {ScheduleKind::InverseSqrt, "inverse_sqrt"}};
+}  // namespace
 
-ScheduleKind parse_schedule(std::string_view name) {
-  for (auto k : {ScheduleKind::Constant, ScheduleKind::Warmup, ScheduleKind::Cosine, ScheduleKind::InverseSqrt})
-    if (name == schedule_name(k)) return k;
-  throw Error(fmt::format("schedule '{}': expected one of constant, warmup, cosine, inverse_sqrt", name));
-}
+const char* schedule_name(ScheduleKind kind) { return enum_name<ScheduleKind>(kSchedules, kind); }
+ScheduleKind parse_schedule(std::string_view name) { return parse_enum<ScheduleKind>(kSchedules, name, "schedule"); }
 
 void Schedule::validate() const {
   check(lr > 0.0 && std::isfinite(lr), "schedule: lr must be positive, got {}", lr);
