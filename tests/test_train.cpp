@@ -6,13 +6,18 @@
 
 #include <attend/error.h>
 #include <attend/plot.h>
+#include <attend/io.h>
+#include <attend/model.h>
 #include <attend/safetensors.h>
+#include <attend/train.h>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace attend::train {
 namespace {
@@ -202,6 +207,197 @@ TEST(Plot, SvgHasOneLinePerSeriesWithEveryFinitePoint) {
   EXPECT_EQ(markers, 2u);  // only the validation series asked for markers
   expect_error_mentions<Error>([] { line_plot_svg({Series{"x", {1}, {NAN}}}, {.title = "empty"}); },
                                {"plot 'empty'", "no finite points"});
+}
+
+// ---- The trainer -----------------------------------------------------------------------------------
+
+namespace fs = std::filesystem;
+
+ModelConfig tiny_gpt() {
+  ModelConfig c;
+  c.vocab_size = 16, c.d_model = 32, c.n_layers = 2, c.n_heads = 4, c.max_seq_len = 32;
+  c.activation = FfnKind::GELUTanh;
+  c.seed = 11;
+  return c;
+}
+
+// A stream of 2000 tokens that repeats "1 2 … 9" with a random token between repeats.
+std::vector<int32_t> pattern_tokens(uint64_t seed, int n = 2000) {
+  Rng rng(seed);
+  std::vector<int32_t> out;
+  while (static_cast<int>(out.size()) < n) {
+    for (int32_t t = 1; t <= 9; ++t) out.push_back(t);
+    out.push_back(10 + static_cast<int32_t>(rng.below(6)));
+  }
+  return out;
+}
+
+fs::path run_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("attend_test_run_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+TrainConfig quick_config(int64_t steps) {
+  TrainConfig c;
+  c.steps = steps;
+  c.schedule = Schedule{.kind = ScheduleKind::Cosine, .lr = 3e-3, .warmup_steps = 2, .total_steps = 8, .min_lr = 3e-4};
+  c.optimizer.weight_decay = 0.1;
+  c.clip_norm = 1.0;
+  c.label_smoothing = 0.1f;
+  c.eval_every = 2;
+  c.checkpoint_every = 2;
+  return c;
+}
+
+std::vector<float> weights(Model& m) {
+  std::vector<float> out;
+  for (Parameter* p : m.parameters()) out.insert(out.end(), p->value.span().begin(), p->value.span().end());
+  return out;
+}
+
+std::vector<float> grads(Model& m) {
+  std::vector<float> out;
+  for (Parameter* p : m.parameters()) out.insert(out.end(), p->grad.span().begin(), p->grad.span().end());
+  return out;
+}
+
+// Two micro-batches of 2 sequences give the gradient of one batch of 4 (the same sequences): each
+// micro-batch's mean is weighted by its share of the targets. Compared each step to 1e-6 of the largest
+// gradient; with SGD, whose update is linear in the gradient, the weights agree to 1e-6 as well. (Under
+// Adam, m/√v of a gradient that is zero up to rounding is ±1 either way, so weights are compared by SGD.)
+TEST(Trainer, GradientAccumulationGivesTheBigBatchUpdate) {
+  const auto tokens = pattern_tokens(1);
+  LmDataset big(tokens, {}, {.batch_size = 4, .seq_len = 16, .seed = 3});
+  LmDataset small(tokens, {}, {.batch_size = 2, .seq_len = 16, .seed = 3});
+  for (OptimizerKind kind : {OptimizerKind::AdamW, OptimizerKind::SGD}) {
+    TrainConfig c = quick_config(3);
+    c.optimizer.kind = kind;
+    c.clip_norm = 0.0;
+    Trainer a(Model(tiny_gpt()), big, c, run_dir("accum_a"));
+    c.grad_accum = 2;
+    Trainer b(Model(tiny_gpt()), small, c, run_dir("accum_b"));
+    for (int i = 0; i < 3; ++i) {
+      const StepReport ra = a.step(), rb = b.step();
+      EXPECT_NEAR(ra.loss, rb.loss, 1e-6) << "step " << i + 1;
+      EXPECT_EQ(ra.tokens, rb.tokens);
+      const std::vector<float> ga = grads(a.model()), gb = grads(b.model());
+      double largest = 0.0;
+      for (float g : ga) largest = std::max(largest, double(std::abs(g)));
+      for (size_t k = 0; k < ga.size(); ++k) ASSERT_NEAR(ga[k], gb[k], 1e-6 * largest) << "step " << i + 1 << " at " << k;
+    }
+    if (kind == OptimizerKind::SGD)
+      testing::expect_all_close(weights(a.model()), weights(b.model()), 1e-6, "SGD weights after 3 steps");
+  }
+}
+
+TEST(Trainer, ResumeContinuesBitForBit) {
+  const auto tokens = pattern_tokens(2);
+  LmDataset data(std::vector<int32_t>(tokens.begin(), tokens.begin() + 1600),
+                 std::vector<int32_t>(tokens.begin() + 1600, tokens.end()), {.batch_size = 4, .seq_len = 16, .seed = 5});
+  ModelConfig mc = tiny_gpt();
+  mc.residual_dropout = mc.attention_dropout = 0.1f;  // the dropout stream must continue exactly too
+  TrainConfig c = quick_config(6);
+  const fs::path straight = run_dir("straight"), stopped = run_dir("stopped");
+  Trainer once(Model(mc), data, c, straight);
+  once.run();
+  {
+    TrainConfig first = c;
+    first.steps = 4;  // stops at a checkpoint ...
+    Trainer part(Model(mc), data, first, stopped);
+    part.run();
+  }
+  Trainer rest(Model(mc), data, c, stopped, /*resume=*/true);  // ... and carries on from it
+  EXPECT_EQ(rest.steps_done(), 4);
+  rest.run();
+  const std::vector<float> a = weights(once.model()), b = weights(rest.model());
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "weights differ after resuming";
+  // The metrics agree loss for loss (timings aside).
+  auto losses = [](const fs::path& dir) {
+    std::vector<double> out;
+    std::istringstream lines(read_file(dir / "metrics.jsonl"));
+    std::string line;
+    while (std::getline(lines, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    return out;
+  };
+  EXPECT_EQ(losses(straight), losses(stopped));
+  EXPECT_EQ(losses(stopped).size(), 6u);
+  // The checkpoint is a model directory.
+  EXPECT_EQ(Model::load(stopped / "checkpoint").config().to_json(), mc.to_json());
+}
+
+TEST(Trainer, GuardSkipsNonFiniteStepsAndStopsAfterTooMany) {
+  const auto tokens = pattern_tokens(3);
+  LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});
+  TrainConfig c = quick_config(20);
+  c.max_bad_steps = 3;
+  const fs::path dir = run_dir("guard");
+  Trainer t(Model(tiny_gpt()), data, c, dir);
+  t.step();
+  t.save_checkpoint();
+  Parameter* w = t.model().find("decoder.layers.0.ffn.up.weight");
+  const float saved = w->value[0];
+  const std::vector<float> before = weights(t.model());
+  w->value[0] = NAN;  // an injected NaN: the loss and every gradient are NaN
+  StepReport r = t.step();
+  EXPECT_TRUE(r.skipped);
+  w->value[0] = saved;
+  EXPECT_EQ(weights(t.model()), before) << "a skipped step must not change any weight";
+  EXPECT_FALSE(t.step().skipped);  // training goes on
+  w->value[0] = NAN;
+  EXPECT_TRUE(t.step().skipped);
+  EXPECT_TRUE(t.step().skipped);
+  testing::expect_error_mentions<Error>([&] { t.step(); }, {"training diverged", "3 steps in a row", "checkpoint"});
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir / "checkpoint" / "trainer.json"))["step"], 1);  // intact
+}
+
+TEST(Trainer, TinyModelOverfitsATinyCorpusAndWritesMetrics) {
+  const auto tokens = pattern_tokens(4, 600);
+  LmDataset data(tokens, tokens, {.batch_size = 8, .seq_len = 16, .seed = 1});
+  TrainConfig c;
+  c.steps = 150;
+  c.schedule = Schedule{.kind = ScheduleKind::Cosine, .lr = 1e-2, .warmup_steps = 10, .min_lr = 1e-3};
+  c.eval_every = 50;
+  c.checkpoint_every = 0;
+  const fs::path dir = run_dir("overfit");
+  Trainer t(Model(tiny_gpt()), data, c, dir);
+  std::vector<StepReport> reports;
+  t.run([&](const StepReport& r) { reports.push_back(r); });
+  ASSERT_EQ(reports.size(), 150u);
+  // The repeated digits are predictable, the random token between repeats is not: the floor is
+  // (1/10)·ln 6 ≈ 0.18 nats per token. Random guessing is ln 16 ≈ 2.77.
+  EXPECT_GT(reports.front().loss, 2.0);
+  EXPECT_LT(reports.back().loss, 0.35);
+  ASSERT_TRUE(reports.back().val_loss.has_value());
+  EXPECT_LT(*reports.back().val_loss, 0.35);
+  EXPECT_TRUE(reports[49].val_loss.has_value());
+  EXPECT_FALSE(reports[50].val_loss.has_value());
+  std::istringstream lines(read_file(dir / "metrics.jsonl"));
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["step"], ++n);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"}) EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(n, 150);
+  EXPECT_TRUE(fs::exists(dir / "checkpoint" / "model.safetensors"));
+}
+
+TEST(Trainer, RefusesToOverwriteOrResumeAnotherModel) {
+  const auto tokens = pattern_tokens(5);
+  LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});
+  const fs::path dir = run_dir("refuse");
+  Trainer(Model(tiny_gpt()), data, quick_config(2), dir).run();
+  testing::expect_error_mentions<Error>([&] { Trainer(Model(tiny_gpt()), data, quick_config(2), dir); },
+                                        {"already holds a checkpoint"});
+  ModelConfig other = tiny_gpt();
+  other.d_model = 64;
+  testing::expect_error_mentions<Error>([&] { Trainer(Model(other), data, quick_config(4), dir, true); },
+                                        {"different model", "\"d_model\": 32", "\"d_model\": 64"});
+  testing::expect_error_mentions<Error>(
+      [&] { LmDataset(std::vector<int32_t>(10, 1), {}, {.batch_size = 2, .seq_len = 16}); }, {"10 tokens"});
 }
 
 }  // namespace

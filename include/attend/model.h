@@ -167,8 +167,9 @@ class Model {
   // Runs the model on the batch; computes the loss when the batch has targets or labels. Errors name the
   // batch field at fault (ids out of range, lengths, shapes, a sequence longer than max_seq_len).
   ForwardResult forward(const Batch& batch, const RunOptions& options = {});
-  // Adds the gradient of the last forward's loss into every parameter's grad.
-  void backward();
+  // Adds scale × the gradient of the last forward's loss into every parameter's grad. Gradient accumulation
+  // weights each micro-batch by its share of the targets; fp16 training multiplies by the loss scale.
+  void backward(double scale = 1.0);
   // The last forward's logits: (B, T, V) for decoders, (rows with a target, V) for the MLM head,
   // (B, n_classes) for classification.
   const Tensor& logits() const;

@@ -483,7 +483,7 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
   return result;
 }
 
-void Model::backward() {
+void Model::backward(double scale) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   check(m.has_loss, "backward: the last forward computed no loss (the batch had no targets or labels)");
@@ -494,7 +494,8 @@ void Model::backward() {
   // ∂(mean loss)/∂ℓ_r = 1/n for rows with a target.
   Tensor dlosses({rows});
   for (int64_t r = 0; r < rows; ++r)
-    if (m.head_targets[r] != Batch::kIgnore && m.n_targets > 0) dlosses[r] = 1.0f / static_cast<float>(m.n_targets);
+    if (m.head_targets[r] != Batch::kIgnore && m.n_targets > 0)
+      dlosses[r] = static_cast<float>(scale / static_cast<double>(m.n_targets));
   Tensor dlogits({rows, classes});
   kernels::cross_entropy_backward(dlogits.data(), dlosses.data(), m.logits.data(), m.lse.data(), m.head_targets.data(),
                                   rows, classes, m.label_smoothing, Batch::kIgnore);
@@ -535,7 +536,7 @@ void Model::backward() {
     case Impl::Head::None: break;
   }
 
-  const double daux = c.n_experts > 0 ? c.moe_aux_loss_weight : 0.0;
+  const double daux = c.n_experts > 0 ? scale * c.moe_aux_loss_weight : 0.0;
   if (c.architecture == Architecture::Encoder) {
     Tensor dx = m.encoder->backward(dtop, daux, nullptr);
     m.embed_backward(m.enc_embed, dx);

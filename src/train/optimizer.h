@@ -5,6 +5,7 @@
 
 #include <attend/parameter.h>
 #include <attend/safetensors.h>
+#include <attend/train.h>
 
 #include <cstdint>
 #include <map>
@@ -13,23 +14,6 @@
 #include <vector>
 
 namespace attend::train {
-
-enum class OptimizerKind { SGD, Momentum, Adam, AdamW };
-const char* optimizer_name(OptimizerKind kind);           // "sgd", "momentum", "adam", "adamw"
-OptimizerKind parse_optimizer(std::string_view name);
-
-struct OptimizerConfig {
-  OptimizerKind kind = OptimizerKind::AdamW;
-  double momentum = 0.9;           // β of SGD with momentum
-  bool momentum_ema = true;        // v ← βv + (1−β)g (the notes) or v ← βv + g (classic, PyTorch)
-  double beta1 = 0.9;
-  double beta2 = 0.999;            // e.g. 0.95 for large language models
-  double eps = 1e-8;
-  double weight_decay = 0.0;       // AdamW: decoupled (θ ← (1 − ηλ)θ); SGD, momentum, Adam: L2 (g + λθ); e.g. 0.1
-  bool decay_embeddings = false;   // whether embeddings (and T5's bias tables) are decayed; norms and biases never are
-  double beta2_initial = 0.0;      // β₂ warm-up: start here (e.g. 0.99) and move linearly to beta2; 0 = off
-  int64_t beta2_warmup_steps = 0;  // e.g. 1000
-};
 
 // Whether weight decay applies to a parameter: matrices yes; biases and norm gains never; embeddings
 // (token, position, T5 relative bias) when decay_embeddings.

@@ -1,0 +1,129 @@
+// Training (003 §4, §12-13; 004 §9): the options, the data a trainer draws batches from, and the trainer
+// with gradient accumulation, clipping, a divergence guard, checkpoints and exact resume.
+//
+//   attend::LmDataset data(train_ids, valid_ids, {.batch_size = 8, .seq_len = 256, .seed = 1});
+//   attend::Trainer trainer(std::move(model), data, config, "runs/gpt");
+//   trainer.run([](const attend::StepReport& r) { ... });   // progress, metrics
+#pragma once
+
+#include <attend/model.h>
+#include <attend/schedule.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attend {
+
+namespace train {
+
+enum class OptimizerKind { SGD, Momentum, Adam, AdamW };
+const char* optimizer_name(OptimizerKind kind);  // "sgd", "momentum", "adam", "adamw"
+OptimizerKind parse_optimizer(std::string_view name);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  double momentum = 0.9;           // β of SGD with momentum
+  bool momentum_ema = true;        // v ← βv + (1−β)g (the notes) or v ← βv + g (classic, PyTorch)
+  double beta1 = 0.9;
+  double beta2 = 0.999;            // e.g. 0.95 for large language models
+  double eps = 1e-8;
+  double weight_decay = 0.0;       // AdamW: decoupled (θ ← (1 − ηλ)θ); SGD, momentum, Adam: L2 (g + λθ); e.g. 0.1
+  bool decay_embeddings = false;   // whether embeddings (and T5's bias tables) are decayed; norms and biases never are
+  double beta2_initial = 0.0;      // β₂ warm-up: start here (e.g. 0.99) and move linearly to beta2; 0 = off
+  int64_t beta2_warmup_steps = 0;  // e.g. 1000
+};
+
+}  // namespace train
+
+// Where batches come from. Training micro-batch i (counted from 0 over the whole run) is a pure function of
+// i: resuming needs no other data position, and a run gives the same batches on any machine.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual Batch train_batch(int64_t i) const = 0;
+  virtual int64_t valid_batches() const = 0;
+  virtual Batch valid_batch(int64_t i) const = 0;
+};
+
+struct LmDataOptions {
+  int64_t batch_size = 8;   // sequences per micro-batch
+  int64_t seq_len = 256;    // T: each sequence is T + 1 tokens, inputs and shifted targets
+  uint64_t seed = 0;        // the shuffle
+  int64_t max_valid_batches = 50;
+};
+
+// Causal LM over a token stream (000 §8.1): the stream is cut into non-overlapping windows of T + 1 tokens;
+// each epoch visits them in a Fisher-Yates order drawn from (seed, epoch). Validation uses the valid
+// stream's windows in order.
+class LmDataset : public Dataset {
+ public:
+  LmDataset(std::vector<int32_t> train, std::vector<int32_t> valid, const LmDataOptions& options);
+  Batch train_batch(int64_t i) const override;
+  int64_t valid_batches() const override;
+  Batch valid_batch(int64_t i) const override;
+  int64_t windows() const { return windows_; }
+
+ private:
+  Batch window_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts) const;
+  std::vector<int32_t> train_, valid_;
+  LmDataOptions options_;
+  int64_t windows_ = 0;
+  mutable int64_t permutation_epoch_ = -1;
+  mutable std::vector<int64_t> permutation_;
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int64_t grad_accum = 1;             // micro-batches per optimiser step
+  train::Schedule schedule;           // its total_steps is `steps` when left 0
+  train::OptimizerConfig optimizer;
+  double clip_norm = 1.0;             // global-norm clipping (003 §13.3); 0 = off
+  float label_smoothing = 0.0f;       // e.g. 0.1
+  int64_t eval_every = 100;           // validation loss every N steps (and at the end); 0 = only at the end
+  int64_t checkpoint_every = 500;     // 0 = only at the end
+  int64_t max_bad_steps = 5;          // non-finite loss or gradient this many steps in a row stops training
+  double spike_factor = 3.0;          // a loss above this × its running average is logged as a spike
+  uint64_t seed = 0;                  // dropout's stream
+};
+
+struct StepReport {
+  int64_t step = 0, steps = 0;
+  double loss = 0.0, lr = 0.0, grad_norm = 0.0;
+  double tokens_per_s = 0.0, elapsed_s = 0.0;
+  int64_t tokens = 0;                 // target tokens in this step
+  std::optional<double> val_loss;
+  bool skipped = false;               // non-finite loss or gradient: no update
+};
+
+class Trainer {
+ public:
+  // Trains `model` on `data` and writes DIR/metrics.jsonl and DIR/checkpoint/ (the model directory plus
+  // optimizer.safetensors and trainer.json). With resume, the model, optimiser and step come from
+  // DIR/checkpoint, which must hold the same model configuration.
+  Trainer(Model model, const Dataset& data, const TrainConfig& config, std::filesystem::path dir, bool resume = false,
+          const Tokenizer* tokenizer = nullptr);
+  ~Trainer();
+
+  // Runs until config.steps, or until *stop becomes true (Ctrl-C), then writes a checkpoint. Calls
+  // on_step after every step. Throws attend::Error when max_bad_steps non-finite steps come in a row (the
+  // last checkpoint is left as it was).
+  void run(const std::function<void(const StepReport&)>& on_step = {}, const std::atomic<bool>* stop = nullptr);
+
+  // One optimisation step (forward and backward over every micro-batch, clip, update); exposed for tests.
+  StepReport step();
+  double validation_loss();
+  void save_checkpoint();
+  int64_t steps_done() const;
+  Model& model();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace attend

@@ -1,0 +1,236 @@
+// The training loop: micro-batches weighted by their share of the targets (accumulation equals the big
+// batch), global-norm clipping, the optimiser and the schedule, a divergence guard, metrics, checkpoints
+// written atomically, and exact resume.
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/log.h>
+#include <attend/safetensors.h>
+#include <attend/tokenizer.h>
+#include <attend/train.h>
+
+#include "train/clip.h"
+#include "train/optimizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace attend {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// Targets that count towards the loss: labels, or token targets at real positions.
+int64_t count_targets(const Batch& b) {
+  if (!b.labels.empty()) return b.B;
+  int64_t n = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(b.targets.size()); ++i)
+    if (b.targets[i] != Batch::kIgnore && (b.lengths.empty() || i % b.T < b.lengths[i / b.T])) ++n;
+  return n;
+}
+
+// The first line where two config.json texts differ, for "checkpoint from a different model" errors.
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream sa(a), sb(b);
+  std::string la, lb;
+  while (std::getline(sa, la) && std::getline(sb, lb))
+    if (la != lb) return fmt::format("checkpoint has {}, the run has {}", la, lb);
+  return "they differ";
+}
+
+}  // namespace
+
+struct Trainer::State {
+  Model model;
+  const Dataset& data;
+  TrainConfig config;
+  fs::path dir;
+  const Tokenizer* tokenizer = nullptr;
+  std::unique_ptr<train::Optimizer> optimizer;
+  int64_t step = 0, bad_streak = 0;
+  double loss_average = NAN;  // for spike detection
+  double elapsed_s = 0.0;     // over every run of this training, resumes included
+  std::ofstream metrics;      // DIR/metrics.jsonl, a JSON object per step, appended
+
+  State(Model m, const Dataset& d, const TrainConfig& c, fs::path p, const Tokenizer* t)
+      : model(std::move(m)), data(d), config(c), dir(std::move(p)), tokenizer(t) {}
+  fs::path checkpoint() const { return dir / "checkpoint"; }
+};
+
+Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs::path dir, bool resume,
+                 const Tokenizer* tokenizer)
+    : s_(std::make_unique<State>(std::move(model), data, config, std::move(dir), tokenizer)) {
+  State& s = *s_;
+  TrainConfig& c = s.config;
+  check(c.steps >= 1, "train: steps must be at least 1, got {}", c.steps);
+  check(c.clip_norm >= 0.0 && c.max_bad_steps >= 1, "train: clip_norm must be non-negative and max_bad_steps positive");
+  if (c.schedule.total_steps == 0) c.schedule.total_steps = c.steps;
+  c.schedule.validate();
+  std::error_code ec;
+  fs::create_directories(s.dir, ec);
+  check(fs::is_directory(s.dir), "{}: cannot create the run directory: {}", s.dir.string(), ec.message());
+  // A crash between the two renames of save_checkpoint leaves only checkpoint.old: it is the last good one.
+  if (!fs::exists(s.checkpoint()) && fs::exists(s.dir / "checkpoint.old"))
+    fs::rename(s.dir / "checkpoint.old", s.checkpoint());
+
+  if (resume) {
+    check(fs::exists(s.checkpoint() / "trainer.json"), "{}: no checkpoint to resume from", s.checkpoint().string());
+    Model saved = Model::load(s.checkpoint());
+    const std::string want = s.model.config().to_json(), have = saved.config().to_json();
+    check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
+          first_difference(have, want));
+    s.model = std::move(saved);
+  }
+  s.optimizer = std::make_unique<train::Optimizer>(c.optimizer, s.model.parameters());
+  check(c.grad_accum >= 1, "train: grad_accum must be at least 1, got {}", c.grad_accum);
+  if (resume) {
+    const fs::path ckpt = s.checkpoint();
+    s.optimizer->load_state(SafetensorsReader(ckpt / "optimizer.safetensors"));
+    const auto state = nlohmann::json::parse(read_file(ckpt / "trainer.json"));
+    s.step = state.at("step").get<int64_t>();
+    s.bad_streak = state.value("bad_streak", int64_t{0});
+    s.loss_average = state.value("loss_average", NAN);
+    s.elapsed_s = state.value("elapsed_s", 0.0);
+    // Keep the metrics up to the checkpoint's step: the steps after it are trained again.
+    std::string kept;
+    if (fs::exists(s.dir / "metrics.jsonl")) {
+      std::istringstream lines(read_file(s.dir / "metrics.jsonl"));
+      std::string line;
+      while (std::getline(lines, line))
+        if (!line.empty() && nlohmann::json::parse(line).value("step", int64_t{0}) <= s.step) kept += line + "\n";
+    }
+    write_file_atomic(s.dir / "metrics.jsonl", kept);
+    log::info("resuming {} at step {}", ckpt.string(), s.step);
+  } else {
+    check(!fs::exists(s.checkpoint()), "{}: already holds a checkpoint; resume it, or train into another directory",
+          s.dir.string());
+    write_file_atomic(s.dir / "metrics.jsonl", "");
+  }
+  s.metrics.open(s.dir / "metrics.jsonl", std::ios::app);
+  check(s.metrics.good(), "{}: cannot append to metrics.jsonl", s.dir.string());
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::steps_done() const { return s_->step; }
+Model& Trainer::model() { return s_->model; }
+
+StepReport Trainer::step() {
+  State& s = *s_;
+  const TrainConfig& c = s.config;
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t t = s.step + 1;
+  StepReport r;
+  r.step = t;
+  r.steps = c.steps;
+
+  // Each micro-batch's mean loss is weighted by its share of the step's targets, so K micro-batches give
+  // the gradient of the big batch's mean loss.
+  std::vector<Batch> micro;
+  std::vector<int64_t> counts;
+  for (int64_t k = 0; k < c.grad_accum; ++k) {
+    micro.push_back(s.data.train_batch((t - 1) * c.grad_accum + k));
+    counts.push_back(count_targets(micro.back()));
+    r.tokens += counts.back();
+  }
+  check(r.tokens > 0, "train: step {} has no targets (every position is padding or ignored)", t);
+  s.model.zero_grad();
+  for (int64_t k = 0; k < c.grad_accum; ++k) {
+    const double share = double(counts[k]) / double(r.tokens);
+    // Dropout's stream: a range of 2^32 numbers per micro-batch, so a step's masks depend only on (seed, t, k).
+    const RunOptions options{.training = true, .label_smoothing = c.label_smoothing, .seed = c.seed,
+                             .offset = static_cast<uint64_t>((t - 1) * c.grad_accum + k) << 32};
+    r.loss += share * s.model.forward(micro[k], options).loss;
+    s.model.backward(share);
+  }
+  const auto params = s.model.parameters();
+  r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(params, c.clip_norm) : train::global_grad_norm(params);
+  r.lr = c.schedule.at(t);
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    r.skipped = true;
+    ++s.bad_streak;
+    log::warn("step {}: non-finite {} ({}): step skipped ({} in a row)", t, std::isfinite(r.loss) ? "gradient norm" : "loss",
+              std::isfinite(r.loss) ? r.grad_norm : r.loss, s.bad_streak);
+    if (s.bad_streak >= c.max_bad_steps) {
+      throw Error(fmt::format("training diverged: {} steps in a row had a non-finite loss or gradient (step {}); "
+                              "the last good checkpoint is {}; lower the learning rate or clip_norm and resume",
+                              s.bad_streak, t, s.checkpoint().string()));
+    }
+  } else {
+    s.bad_streak = 0;
+    s.optimizer->step(r.lr);
+    if (std::isfinite(s.loss_average) && r.loss > c.spike_factor * s.loss_average)
+      log::warn("step {}: loss spike: {:.4f} against a running average of {:.4f}", t, r.loss, s.loss_average);
+    s.loss_average = std::isfinite(s.loss_average) ? 0.95 * s.loss_average + 0.05 * r.loss : r.loss;
+  }
+  s.step = t;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.elapsed_s += seconds;
+  r.elapsed_s = s.elapsed_s;
+  r.tokens_per_s = seconds > 0.0 ? double(r.tokens) / seconds : 0.0;
+  return r;
+}
+
+double Trainer::validation_loss() {
+  State& s = *s_;
+  double sum = 0.0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < s.data.valid_batches(); ++i) {
+    const Batch b = s.data.valid_batch(i);
+    const ForwardResult r = s.model.forward(b);
+    sum += r.ce_loss * double(r.n_targets);
+    n += r.n_targets;
+  }
+  return n > 0 ? sum / double(n) : NAN;
+}
+
+// DIR/checkpoint.tmp is written whole, then swapped in: checkpoint → checkpoint.old, checkpoint.tmp →
+// checkpoint, checkpoint.old removed. At every moment a complete checkpoint exists under one of the names.
+void Trainer::save_checkpoint() {
+  State& s = *s_;
+  const fs::path tmp = s.dir / "checkpoint.tmp", old = s.dir / "checkpoint.old";
+  fs::remove_all(tmp);
+  s.model.save(tmp, s.tokenizer);
+  auto meta = s.optimizer->state_metadata();
+  write_safetensors(tmp / "optimizer.safetensors", s.optimizer->state_tensors(), meta);
+  json state = {{"step", s.step},
+                {"bad_streak", s.bad_streak},
+                {"loss_average", std::isfinite(s.loss_average) ? json(s.loss_average) : json(nullptr)},
+                {"elapsed_s", s.elapsed_s},
+                {"seed", s.config.seed}};
+  write_file_atomic(tmp / "trainer.json", state.dump(2) + "\n");
+  fs::remove_all(old);
+  if (fs::exists(s.checkpoint())) fs::rename(s.checkpoint(), old);
+  fs::rename(tmp, s.checkpoint());
+  fs::remove_all(old);
+}
+
+void Trainer::run(const std::function<void(const StepReport&)>& on_step, const std::atomic<bool>* stop) {
+  State& s = *s_;
+  const TrainConfig& c = s.config;
+  auto append_metrics = [&](const StepReport& r) {
+    json line = {{"step", r.step},           {"loss", r.loss},   {"lr", r.lr},
+                 {"grad_norm", r.grad_norm}, {"tokens", r.tokens}, {"tokens_per_s", r.tokens_per_s},
+                 {"elapsed_s", r.elapsed_s}};
+    if (r.val_loss) line["val_loss"] = *r.val_loss;
+    if (r.skipped) line["skipped"] = true;
+    for (auto& [k, v] : line.items())
+      if (v.is_number_float() && !std::isfinite(v.get<double>())) v = nullptr;  // JSON has no NaN
+    s.metrics << line.dump() << "\n" << std::flush;
+  };
+  while (s.step < c.steps && !(stop && stop->load())) {
+    StepReport r = step();
+    const bool last = s.step == c.steps || (stop && stop->load());
+    if ((c.eval_every > 0 && s.step % c.eval_every == 0) || last) r.val_loss = validation_loss();
+    append_metrics(r);
+    if (on_step) on_step(r);
+    if ((c.checkpoint_every > 0 && s.step % c.checkpoint_every == 0) || last) save_checkpoint();
+  }
+}
+
+}  // namespace attend
