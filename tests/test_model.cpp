@@ -452,7 +452,7 @@ TEST(ModelConfigErrors, NameTheFieldAndWhatWasExpected) {
       {with("bias", "1"), {"'bias'", "expected true or false"}},
       {with("d_model", "100"), {"d_model 100 is not divisible by n_heads 8"}},
       {with("n_kv_heads", "3"), {"n_heads 8 is not a multiple of n_kv_heads 3"}},
-      {with("norm_placement", "\"middle\""), {"'norm_placement'", "pre, post"}},
+      {with("norm_placement", "\"middle\""), {"'norm_placement'", "\"middle\", expected \"pre\" or \"post\""}},
       {with("position", "\"rotary\""), {"'position'", "learned, sinusoidal, rope, alibi, t5"}},
       {with("n_experts", "4") + "", {}},  // valid: a control
       {with("residual_dropout", "1.5"), {"residual_dropout must be in [0, 1)"}},

@@ -93,6 +93,8 @@ struct ModelConfig {
   // Sets one field from its config.json name and a JSON value ("d_model", "768"; "norm", "\"rmsnorm\"" or
   // "rmsnorm"), as `attend train --set` does.
   void set(std::string_view key, std::string_view value);
+  // One line per field: name (with `prefix`), default, description.
+  static std::string help(std::string_view prefix = "");
 };
 
 const char* architecture_name(Architecture a);  // "decoder", "encoder", "encoder-decoder"

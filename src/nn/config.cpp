@@ -3,7 +3,7 @@
 #include <attend/error.h>
 #include <attend/model.h>
 
-#include "core/enum_names.h"
+#include "core/json_fields.h"
 
 #include <nlohmann/json.hpp>
 
@@ -29,8 +29,8 @@ constexpr EnumName<PositionKind> kPositions[] = {{PositionKind::None, "none"},  
 constexpr EnumName<Pooling> kPoolings[] = {{Pooling::CLS, "cls"}, {Pooling::Mean, "mean"}};
 constexpr EnumName<InitScheme> kInits[] = {{InitScheme::GPT2, "gpt2"}, {InitScheme::Xavier, "xavier"}};
 
-template <typename E>
-std::span<const EnumName<E>> names_of();
+}  // namespace
+
 template <> std::span<const EnumName<Architecture>> names_of() { return kArchitectures; }
 template <> std::span<const EnumName<NormKind>> names_of() { return kNorms; }
 template <> std::span<const EnumName<FfnKind>> names_of() { return kFfns; }
@@ -38,118 +38,71 @@ template <> std::span<const EnumName<PositionKind>> names_of() { return kPositio
 template <> std::span<const EnumName<Pooling>> names_of() { return kPoolings; }
 template <> std::span<const EnumName<InitScheme>> names_of() { return kInits; }
 
-template <typename E>
-const char* name_of(E value) {
-  return enum_name<E>(names_of<E>(), value);
-}
+namespace {
 
 // "norm_placement" is a bool in the struct and a name in the file.
 struct Placement {
   bool& pre_norm;
+  void read(const json& v, const std::string& where) {
+    check(v.is_string() && (v == "pre" || v == "post"), "{} is {}, expected \"pre\" or \"post\"", where, v.dump());
+    pre_norm = v == "pre";
+  }
+  ordered_json write() const { return pre_norm ? "pre" : "post"; }
 };
 
-// Calls f(name, field) for every field of config.json, in the file's order.
+// Calls f(name, field, description) for every field of config.json, in the file's order. The descriptions
+// are docs/FORMATS.md's.
 template <typename Config, typename F>
 void for_each_field(Config& c, F&& f) {
-  f("architecture", c.architecture);
-  f("vocab_size", c.vocab_size);
-  f("d_model", c.d_model);
-  f("n_layers", c.n_layers);
-  f("n_decoder_layers", c.n_decoder_layers);
-  f("n_heads", c.n_heads);
-  f("n_kv_heads", c.n_kv_heads);
-  f("d_ff", c.d_ff);
-  f("ffn_multiple_of", c.ffn_multiple_of);
-  f("activation", c.activation);
-  f("max_seq_len", c.max_seq_len);
-  f("position", c.position);
-  f("rope_base", c.rope_base);
-  f("rope_base_scale", c.rope_base_scale);
-  f("rope_ntk_factor", c.rope_ntk_factor);
-  f("rope_position_scale", c.rope_position_scale);
-  f("t5_num_buckets", c.t5_num_buckets);
-  f("t5_max_distance", c.t5_max_distance);
-  f("norm", c.norm);
-  f("norm_eps", c.norm_eps);
+  f("architecture", c.architecture, "decoder (GPT: causal LM), encoder (BERT: bidirectional, MLM and classification heads), encoder-decoder (T5: encoder, causal decoder with cross-attention, LM head)");
+  f("vocab_size", c.vocab_size, "V");
+  f("d_model", c.d_model, "C");
+  f("n_layers", c.n_layers, "blocks of the decoder (decoder), of the encoder (encoder, encoder-decoder)");
+  f("n_decoder_layers", c.n_decoder_layers, "encoder-decoder only: decoder blocks; 0 means n_layers");
+  f("n_heads", c.n_heads, "H");
+  f("n_kv_heads", c.n_kv_heads, "key/value heads: 0 means n_heads (MHA), 1 is MQA, a divisor of n_heads is GQA");
+  f("d_ff", c.d_ff, "FFN hidden size; 0 means 4·d_model, or for SwiGLU ⌈(8/3)·d_model / ffn_multiple_of⌉·ffn_multiple_of");
+  f("ffn_multiple_of", c.ffn_multiple_of, "SwiGLU's default hidden size is rounded up to a multiple of this");
+  f("activation", c.activation, "FFN: relu, gelu (exact, erf), gelu_tanh (GPT-2's gelu_new), swiglu");
+  f("max_seq_len", c.max_seq_len, "the context: the longest sequence the model takes (the learned position table's rows)");
+  f("position", c.position, "learned or sinusoidal (added to the embeddings), rope, alibi, t5 (inside attention), none");
+  f("rope_base", c.rope_base, "RoPE's θ base");
+  f("rope_base_scale", c.rope_base_scale, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
+  f("rope_ntk_factor", c.rope_ntk_factor, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
+  f("rope_position_scale", c.rope_position_scale, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
+  f("t5_num_buckets", c.t5_num_buckets, "T5's relative position buckets");
+  f("t5_max_distance", c.t5_max_distance, "T5's relative position buckets");
+  f("norm", c.norm, "layernorm (γ and β) or rmsnorm (γ only)");
+  f("norm_eps", c.norm_eps, "ε inside the norm's square root");
   Placement placement{c.pre_norm};
-  f("norm_placement", placement);
-  f("residual_scale", c.residual_scale);
-  f("bias", c.bias);
-  f("attention_scale", c.attention_scale);
-  f("attention_kernel", c.attention_kernel);
-  f("scale_embeddings", c.scale_embeddings);
-  f("tie_embeddings", c.tie_embeddings);
-  f("embedding_dropout", c.embedding_dropout);
-  f("attention_dropout", c.attention_dropout);
-  f("residual_dropout", c.residual_dropout);
-  f("ffn_dropout", c.ffn_dropout);
-  f("n_experts", c.n_experts);
-  f("moe_top_k", c.moe_top_k);
-  f("moe_capacity_factor", c.moe_capacity_factor);
-  f("moe_aux_loss_weight", c.moe_aux_loss_weight);
-  f("moe_normalize_weights", c.moe_normalize_weights);
-  f("moe_every", c.moe_every);
-  f("pooling", c.pooling);
-  f("n_classes", c.n_classes);
-  f("init", c.init);
-  f("init_std", c.init_std);
-  f("init_qk_scale", c.init_qk_scale);
-  f("seed", c.seed);
-}
-
-// Reads one JSON value into a field, or says what was expected.
-struct Reader {
-  std::string_view origin;
-
-  std::string where(const char* key) const { return fmt::format("{}: '{}'", origin, key); }
-
-  template <typename T>
-  void operator()(const char* key, T& field, const json& v) const {
-    if constexpr (std::is_same_v<T, bool>) {
-      check(v.is_boolean(), "{} is {}, expected true or false", where(key), v.dump());
-      field = v.get<bool>();
-    } else if constexpr (std::is_integral_v<T>) {
-      check(v.is_number_integer(), "{} is {}, expected an integer", where(key), v.dump());
-      if constexpr (std::is_unsigned_v<T>) {
-        check(v.is_number_unsigned(), "{} is {}, expected a non-negative integer", where(key), v.dump());
-        field = v.get<T>();
-      } else {
-        const int64_t x = v.get<int64_t>();
-        check(x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max(), "{} = {} is out of range",
-              where(key), x);
-        field = static_cast<T>(x);
-      }
-    } else if constexpr (std::is_floating_point_v<T>) {
-      check(v.is_number(), "{} is {}, expected a number", where(key), v.dump());
-      field = v.get<T>();
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      check(v.is_string(), "{} is {}, expected a string", where(key), v.dump());
-      field = v.get<std::string>();
-    } else if constexpr (std::is_same_v<T, Placement>) {
-      check(v.is_string(), "{} is {}, expected \"pre\" or \"post\"", where(key), v.dump());
-      const auto s = v.get<std::string>();
-      check(s == "pre" || s == "post", "{}: '{}', expected one of pre, post", where(key), s);
-      field.pre_norm = s == "pre";
-    } else {  // an enum
-      check(v.is_string(), "{} is {}, expected a string", where(key), v.dump());
-      field = parse_enum<T>(names_of<T>(), v.get<std::string>(), where(key));
-    }
-  }
-};
-
-template <typename T>
-ordered_json to_value(const T& field) {
-  if constexpr (std::is_same_v<T, Placement>)
-    return field.pre_norm ? "pre" : "post";
-  else if constexpr (std::is_enum_v<T>)
-    return name_of(field);
-  else
-    return field;
+  f("norm_placement", placement, "pre (x + F(norm(x)), with a final norm after the last block) or post (norm(x + F(x)), no final norm)");
+  f("residual_scale", c.residual_scale, "α in x + α·F(x)");
+  f("bias", c.bias, "biases on the attention and FFN projections (GPT-2, BERT yes; LLaMA, T5 no)");
+  f("attention_scale", c.attention_scale, "the score scale; 0 means 1/√d_head (T5 uses 1)");
+  f("attention_kernel", c.attention_kernel, "flash (tiled, exact), reference (materialised scores), linear (φ(x) = elu(x)+1, a different model)");
+  f("scale_embeddings", c.scale_embeddings, "multiply token embeddings by √d_model (Vaswani et al.)");
+  f("tie_embeddings", c.tie_embeddings, "the LM (or MLM) output matrix is the token embedding");
+  f("embedding_dropout", c.embedding_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
+  f("attention_dropout", c.attention_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
+  f("residual_dropout", c.residual_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
+  f("ffn_dropout", c.ffn_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
+  f("n_experts", c.n_experts, "0: dense FFNs; E > 0: Mixture-of-Experts FFNs of E experts");
+  f("moe_top_k", c.moe_top_k, "experts per token");
+  f("moe_capacity_factor", c.moe_capacity_factor, "each expert takes at most ⌈factor·N·k/E⌉ of a batch's N tokens; 0 means no limit");
+  f("moe_aux_loss_weight", c.moe_aux_loss_weight, "weight of the load-balancing loss added to the training loss");
+  f("moe_normalize_weights", c.moe_normalize_weights, "renormalise the top-k gate probabilities to sum to 1");
+  f("moe_every", c.moe_every, "block i (from 0) has an MoE FFN when (i + 1) is a multiple of this");
+  f("pooling", c.pooling, "encoder classification: the first token's state (cls) or the mean over real tokens (mean)");
+  f("n_classes", c.n_classes, "encoder: the classification head's classes (0: none)");
+  f("init", c.init, "gpt2: N(0, init_std²), residual output projections (attention W_O, FFN down) scaled by 1/√(2·blocks); xavier: N(0, 2/(fan_in + fan_out)) for matrices, N(0, init_std²) for embeddings");
+  f("init_std", c.init_std, "σ of the GPT-2 initialisation and of the embeddings");
+  f("init_qk_scale", c.init_qk_scale, "multiplies the σ of W_Q and W_K (below 1 keeps early attention from collapsing, 004 §8.1)");
+  f("seed", c.seed, "the initialisation's random stream");
 }
 
 }  // namespace
 
-const char* architecture_name(Architecture a) { return name_of(a); }
+const char* architecture_name(Architecture a) { return enum_name<Architecture>(kArchitectures, a); }
 
 int64_t ModelConfig::ffn_hidden() const {
   if (d_ff > 0) return d_ff;
@@ -217,10 +170,8 @@ void ModelConfig::validate() const {
 }
 
 std::string ModelConfig::to_json() const {
-  ordered_json j = ordered_json::object();
   ModelConfig copy = *this;
-  for_each_field(copy, [&](const char* key, auto& field) { j[key] = to_value(field); });
-  return j.dump(2) + "\n";
+  return write_fields([&](auto&& f) { for_each_field(copy, f); }).dump(2) + "\n";
 }
 
 ModelConfig ModelConfig::from_json(std::string_view text, std::string_view origin) {
@@ -230,17 +181,8 @@ ModelConfig ModelConfig::from_json(std::string_view text, std::string_view origi
   } catch (const json::parse_error& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }
-  check(j.is_object(), "{}: expected a JSON object of model options, found {}", origin, j.type_name());
   ModelConfig c;
-  const Reader read{origin};
-  std::vector<std::string> known;
-  for_each_field(c, [&](const char* key, auto& field) {
-    known.emplace_back(key);
-    if (auto it = j.find(key); it != j.end()) read(key, field, *it);
-  });
-  for (const auto& [key, value] : j.items())
-    check(std::find(known.begin(), known.end(), key) != known.end(),
-          "{}: unknown option '{}' (docs/FORMATS.md lists the options of config.json)", origin, key);
+  read_fields(j, origin, [&](auto&& f) { for_each_field(c, f); });
   try {
     c.validate();
   } catch (const Error& e) {
@@ -250,21 +192,13 @@ ModelConfig ModelConfig::from_json(std::string_view text, std::string_view origi
 }
 
 void ModelConfig::set(std::string_view key, std::string_view value) {
-  json v;
-  try {
-    v = json::parse(value);
-  } catch (const json::parse_error&) {
-    v = std::string(value);  // a bare word: a name such as rmsnorm
-  }
-  bool found = false;
-  const Reader read{"--set"};
-  for_each_field(*this, [&](const char* k, auto& field) {
-    if (key == k) {
-      read(k, field, v);
-      found = true;
-    }
-  });
-  check(found, "--set: unknown option '{}' (docs/FORMATS.md lists the options of config.json)", key);
+  check(set_field(key, value, "--set", [&](auto&& f) { for_each_field(*this, f); }),
+        "--set: unknown option '{}' (docs/FORMATS.md lists the options of config.json)", key);
+}
+
+std::string ModelConfig::help(std::string_view prefix) {
+  ModelConfig defaults;
+  return describe_fields(prefix, [&](auto&& f) { for_each_field(defaults, f); });
 }
 
 }  // namespace attend
