@@ -11,7 +11,7 @@ void add_info_command(CLI::App& app);
 void add_tokenizer_commands(CLI::App& app);
 // Adds `attend init` and `attend inspect`.
 void add_model_commands(CLI::App& app);
-// Adds `attend schedule` and `attend plot`.
+// Adds `attend train`, `attend schedule` and `attend plot`.
 void add_train_commands(CLI::App& app);
 
 }  // namespace attend::cli

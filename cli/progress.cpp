@@ -28,6 +28,7 @@ void ProgressBar::update(std::string_view label, int64_t done, int64_t total) {
     finish();
     label_ = std::string(label);
     last_tenth_ = -1;
+    first_done_ = -1;
     start_ = std::chrono::steady_clock::now();
   }
   draw(done, total);
@@ -37,7 +38,9 @@ void ProgressBar::draw(int64_t done, int64_t total) {
   const auto now = std::chrono::steady_clock::now();
   const double fraction = total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 0.0;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  const std::string eta = fraction > 0.01 ? clock(elapsed * (1 - fraction) / fraction) + " left" : "";
+  if (first_done_ < 0) first_done_ = done;
+  const double fresh = static_cast<double>(done - first_done_) / static_cast<double>(std::max<int64_t>(total, 1));
+  const std::string eta = fresh > 0.01 ? clock(elapsed * (1 - fraction) / fresh) + " left" : "";
   if (tty_) {
     if (open_ && fraction < 1.0 && now - last_draw_ < std::chrono::milliseconds(100)) return;
     constexpr int kWidth = 30;
@@ -45,8 +48,8 @@ void ProgressBar::draw(int64_t done, int64_t total) {
     std::string bar(static_cast<size_t>(filled), '=');
     if (filled < kWidth) bar += '>';
     bar.resize(kWidth, ' ');
-    fmt::print(stderr, "\r{:<8} [{}] {:3.0f}%  {}/{}  {} {}\x1b[K", label_, bar, 100 * fraction, done, total,
-               clock(elapsed), eta);
+    fmt::print(stderr, "\r{:<8} [{}] {:3.0f}%  {}/{}  {} {}  {}\x1b[K", label_, bar, 100 * fraction, done, total,
+               clock(elapsed), eta, status_);
     std::fflush(stderr);
     open_ = true;
     last_draw_ = now;
@@ -55,7 +58,7 @@ void ProgressBar::draw(int64_t done, int64_t total) {
   const int tenth = static_cast<int>(fraction * 10);
   if (tenth == last_tenth_) return;
   last_tenth_ = tenth;
-  fmt::print(stderr, "{}: {:3.0f}%  {}/{}  {}\n", label_, 100 * fraction, done, total, clock(elapsed));
+  fmt::print(stderr, "{}: {:3.0f}%  {}/{}  {}  {}\n", label_, 100 * fraction, done, total, clock(elapsed), status_);
 }
 
 void ProgressBar::finish() {

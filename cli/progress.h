@@ -21,13 +21,16 @@ class ProgressBar {
   // Reports `done` of `total`; a new label starts a new bar.
   void update(std::string_view label, int64_t done, int64_t total);
   void update(int64_t done, int64_t total) { update(label_, done, total); }
+  // Text shown after the counts, e.g. "loss 3.214  lr 3.0e-04  2,400 tok/s".
+  void set_status(std::string status) { status_ = std::move(status); }
   // Ends the current bar's line.
   void finish();
 
  private:
   void draw(int64_t done, int64_t total);
 
-  std::string label_;
+  std::string label_, status_;
+  int64_t first_done_ = -1;  // the count at the first update: a resumed run's rate counts only new work
   bool tty_;
   bool open_ = false;
   int last_tenth_ = -1;

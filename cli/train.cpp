@@ -1,20 +1,114 @@
-// `attend schedule` (print or plot a learning-rate schedule) and `attend plot` (training curves from a
-// metrics file).
+// `attend train` (a run from run.json), `attend schedule` (print or plot a learning-rate schedule) and
+// `attend plot` (training curves from a metrics file).
 #include "commands.h"
+#include "progress.h"
 
 #include <attend/error.h>
 #include <attend/io.h>
 #include <attend/plot.h>
+#include <attend/log.h>
+#include <attend/model.h>
 #include <attend/schedule.h>
+#include <attend/tokenizer.h>
+#include <attend/train.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <cmath>
+#include <csignal>
 #include <sstream>
 
 namespace attend::cli {
 
 namespace {
+
+std::atomic<bool> g_stop{false};
+
+// The first Ctrl-C (or SIGTERM) asks training to stop after the current step and write a checkpoint; a
+// second one ends the program at once.
+void on_signal(int) {
+  if (g_stop.exchange(true)) std::_Exit(130);
+}
+
+void add_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "train", "Train a model from run.json: the model, the data and the optimisation (`--help-config` lists every field)");
+  static std::string config_path;
+  static std::vector<std::string> sets;
+  static bool resume = false, help_config = false;
+  cmd->add_option("--config", config_path, "run.json with model, data and train sections");
+  cmd->add_option("--set", sets, "Override one field: SECTION.FIELD=VALUE (repeatable), e.g. --set train.steps=200");
+  cmd->add_flag("--resume", resume, "Continue the run in the output directory from its last checkpoint");
+  cmd->add_flag("--help-config", help_config, "Print every field of run.json with its default and meaning");
+  cmd->callback([] {
+    if (help_config) {
+      fmt::print("{}", RunConfig::help());
+      return;
+    }
+    RunConfig run = config_path.empty() ? RunConfig{} : RunConfig::from_json(read_file(config_path), config_path);
+    for (const std::string& s : sets) {
+      const size_t eq = s.find('=');
+      check(eq != std::string::npos && eq > 0, "--set '{}': expected SECTION.FIELD=VALUE", s);
+      run.set(s.substr(0, eq), s.substr(eq + 1));
+    }
+    check(!run.data.tokenizer.empty(), "data.tokenizer is empty: name a tokenizer.json, .model or directory");
+    const Tokenizer tokenizer = Tokenizer::load(run.data.tokenizer);
+    if (run.model.vocab_size < tokenizer.vocab_size()) {
+      log::info("model.vocab_size {} is below the tokenizer's {}: using {}", run.model.vocab_size,
+                tokenizer.vocab_size(), tokenizer.vocab_size());
+      run.model.vocab_size = tokenizer.vocab_size();
+    }
+    run.validate();
+    const std::filesystem::path out = run.out;
+    std::filesystem::create_directories(out);
+    const TokenStreams streams = load_token_streams(run.data, tokenizer, out / "data");
+    fmt::print(stderr, "data: {} training tokens ({} documents), {} validation tokens ({} documents){}\n",
+               streams.train.size(), streams.train_documents, streams.valid.size(), streams.valid_documents,
+               streams.from_cache ? ", from the cache" : "");
+    LmDataset data(streams.train, streams.valid,
+                   {.batch_size = run.data.batch_size, .seq_len = run.data.seq_len, .seed = run.data.seed,
+                    .max_valid_batches = run.data.max_valid_batches});
+    Model model(run.model);
+    fmt::print(stderr, "model: {} parameters ({}, {} layers, d_model {})\n", model.count().total(),
+               architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
+    Trainer trainer(std::move(model), data, run.train, out, resume, &tokenizer);
+    write_file_atomic(out / "run.json", run.to_json());
+
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    ProgressBar bar("train");
+    std::optional<double> last_val;
+    trainer.run(
+        [&](const StepReport& r) {
+          if (r.val_loss) last_val = r.val_loss;
+          bar.set_status(fmt::format("loss {:.3f}  lr {:.2e}  {:.0f} tok/s{}", r.loss, r.lr, r.tokens_per_s,
+                                     last_val ? fmt::format("  val {:.3f}", *last_val) : ""));
+          bar.update(r.step, r.steps);
+        },
+        &g_stop);
+    bar.finish();
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    if (g_stop) fmt::print(stderr, "interrupted: checkpoint written at step {}\n", trainer.steps_done());
+    if (last_val)
+      fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));
+    // The curves, beside the metrics.
+    std::vector<Series> series;
+    std::istringstream lines(read_file(out / "metrics.jsonl"));
+    Series loss{"train loss", {}, {}}, val{"validation loss", {}, {}, true};
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["loss"].is_number()) loss.x.push_back(j["step"].get<double>()), loss.y.push_back(j["loss"].get<double>());
+      if (j.contains("val_loss") && j["val_loss"].is_number())
+        val.x.push_back(j["step"].get<double>()), val.y.push_back(j["val_loss"].get<double>());
+    }
+    write_file_atomic(out / "loss.svg", line_plot_svg({loss, val}, {.title = run.out, .x_label = "step", .y_label = "loss"}));
+    fmt::print("model: {}\nmetrics: {}\nplot: {}\n", (out / "checkpoint").string(), (out / "metrics.jsonl").string(),
+               (out / "loss.svg").string());
+  });
+}
 
 void add_schedule(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "Print a learning-rate schedule step by step, or plot it as SVG");
@@ -103,6 +197,7 @@ void add_plot(CLI::App& app) {
 }  // namespace
 
 void add_train_commands(CLI::App& app) {
+  add_train(app);
   add_schedule(app);
   add_plot(app);
 }

@@ -91,6 +91,48 @@ struct TrainConfig {
   uint64_t seed = 0;                  // dropout's stream
 };
 
+// Where the training text comes from and how it is cut into batches.
+struct DataConfig {
+  std::string task = "lm";              // lm: causal language modelling over text files
+  std::vector<std::string> train;       // text files
+  std::string valid;                    // a text file; empty: hold out valid_fraction of the documents
+  double valid_fraction = 0.05;         // documents (blank-line separated) go to validation by a hash of their text
+  std::string tokenizer;                // tokenizer.json, SentencePiece .model, or a directory
+  int64_t batch_size = 8;
+  int64_t seq_len = 128;
+  uint64_t seed = 0;                    // the shuffle
+  int64_t max_valid_batches = 50;
+};
+
+// A whole run: run.json's "model", "data" and "train" sections and the output directory.
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  std::string out = "runs/run";
+
+  // Unknown keys and wrong types are errors naming `origin` and the field.
+  static RunConfig from_json(std::string_view text, std::string_view origin = "run.json");
+  std::string to_json() const;
+  // KEY is section.field (model.d_model, train.lr, data.seq_len) or out.
+  void set(std::string_view key, std::string_view value);
+  void validate() const;
+  // Every field with its default and meaning (`attend train --help-config`).
+  static std::string help();
+};
+
+// Token streams for causal LM: each text file is split into documents at blank lines; a document goes to
+// validation when the hash of its text falls below valid_fraction (stable across runs and machines), or all
+// of `valid` does when given. Documents are joined with the tokenizer's EOS token when it has one. The ids
+// are cached in cache_dir (keyed by the files' sizes and times, the tokenizer and the split) and reused.
+struct TokenStreams {
+  std::vector<int32_t> train, valid;
+  int64_t train_documents = 0, valid_documents = 0;
+  bool from_cache = false;
+};
+TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokenizer,
+                                const std::filesystem::path& cache_dir);
+
 struct StepReport {
   int64_t step = 0, steps = 0;
   double loss = 0.0, lr = 0.0, grad_norm = 0.0;

@@ -1,6 +1,6 @@
 #include "train/optimizer.h"
 
-#include "core/enum_names.h"
+#include "core/json_fields.h"
 #include "kernels/optimizer.h"
 
 #include <attend/error.h>
@@ -15,6 +15,17 @@ constexpr EnumName<OptimizerKind> kOptimizers[] = {{OptimizerKind::SGD, "sgd"},
                                                    {OptimizerKind::Adam, "adam"},
                                                    {OptimizerKind::AdamW, "adamw"}};
 }  // namespace
+
+}  // namespace attend::train
+
+namespace attend {
+template <>
+std::span<const EnumName<train::OptimizerKind>> names_of() {
+  return train::kOptimizers;
+}
+}  // namespace attend
+
+namespace attend::train {
 
 const char* optimizer_name(OptimizerKind kind) { return enum_name<OptimizerKind>(kOptimizers, kind); }
 OptimizerKind parse_optimizer(std::string_view name) { return parse_enum<OptimizerKind>(kOptimizers, name, "optimizer"); }

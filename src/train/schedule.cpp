@@ -1,6 +1,6 @@
 #include <attend/schedule.h>
 
-#include "core/enum_names.h"
+#include "core/json_fields.h"
 
 #include <attend/error.h>
 
@@ -16,6 +16,17 @@ constexpr EnumName<ScheduleKind> kSchedules[] = {{ScheduleKind::Constant, "const
                                                  {ScheduleKind::Cosine, "cosine"},
                                                  {ScheduleKind::InverseSqrt, "inverse_sqrt"}};
 }  // namespace
+
+}  // namespace attend::train
+
+namespace attend {
+template <>
+std::span<const EnumName<train::ScheduleKind>> names_of() {
+  return train::kSchedules;
+}
+}  // namespace attend
+
+namespace attend::train {
 
 const char* schedule_name(ScheduleKind kind) { return enum_name<ScheduleKind>(kSchedules, kind); }
 ScheduleKind parse_schedule(std::string_view name) { return parse_enum<ScheduleKind>(kSchedules, name, "schedule"); }

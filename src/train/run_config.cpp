@@ -1,0 +1,140 @@
+// run.json: the model, data and train sections of a training run, through the same field lists as
+// config.json (core/json_fields.h).
+#include <attend/error.h>
+#include <attend/train.h>
+
+#include "core/json_fields.h"
+
+namespace attend {
+
+template <>
+std::span<const EnumName<train::ScheduleKind>> names_of();  // schedule.cpp
+template <>
+std::span<const EnumName<train::OptimizerKind>> names_of();  // optimizer.cpp
+
+namespace {
+
+using json = nlohmann::json;
+
+template <typename F>
+void for_each_data_field(DataConfig& d, F&& f) {
+  f("task", d.task, "lm: causal language modelling over text files");
+  f("train", d.train, "training text files (a list)");
+  f("valid", d.valid, "a validation text file; empty: hold out valid_fraction of the documents");
+  f("valid_fraction", d.valid_fraction, "share of documents (blank-line separated) held out, chosen by a hash of their text");
+  f("tokenizer", d.tokenizer, "tokenizer.json, SentencePiece .model, or a directory holding one (required)");
+  f("batch_size", d.batch_size, "sequences per micro-batch");
+  f("seq_len", d.seq_len, "tokens per sequence (at most the model's max_seq_len)");
+  f("seed", d.seed, "the shuffle's seed");
+  f("max_valid_batches", d.max_valid_batches, "validation batches per evaluation");
+}
+
+template <typename F>
+void for_each_train_field(TrainConfig& t, F&& f) {
+  f("steps", t.steps, "optimiser steps");
+  f("grad_accum", t.grad_accum, "micro-batches per step (the same update as one batch that many times larger)");
+  f("lr", t.schedule.lr, "peak learning rate (inverse_sqrt: a multiplier, 1 is the paper's)");
+  f("schedule", t.schedule.kind, "constant, warmup, cosine (warm-up then cosine to min_lr) or inverse_sqrt");
+  f("warmup_steps", t.schedule.warmup_steps, "linear warm-up steps");
+  f("min_lr", t.schedule.min_lr, "the cosine schedule's floor");
+  f("optimizer", t.optimizer.kind, "sgd, momentum, adam or adamw");
+  f("momentum", t.optimizer.momentum, "momentum's β");
+  f("momentum_ema", t.optimizer.momentum_ema, "momentum as v = βv + (1−β)g (the notes); false: v = βv + g");
+  f("beta1", t.optimizer.beta1, "Adam's β₁");
+  f("beta2", t.optimizer.beta2, "Adam's β₂");
+  f("eps", t.optimizer.eps, "Adam's ε");
+  f("weight_decay", t.optimizer.weight_decay, "AdamW: decoupled decay; others: L2. Never on norms or biases");
+  f("decay_embeddings", t.optimizer.decay_embeddings, "also decay embeddings");
+  f("beta2_initial", t.optimizer.beta2_initial, "β₂ warm-up: the first step's β₂ (e.g. 0.99); 0: off");
+  f("beta2_warmup_steps", t.optimizer.beta2_warmup_steps, "β₂ warm-up: steps to reach beta2");
+  f("clip_norm", t.clip_norm, "global gradient-norm clipping threshold; 0: off");
+  f("label_smoothing", t.label_smoothing, "α in (1−α)·onehot + α/V");
+  f("eval_every", t.eval_every, "validation loss every N steps (and at the end)");
+  f("checkpoint_every", t.checkpoint_every, "checkpoint every N steps (and at the end and on Ctrl-C)");
+  f("max_bad_steps", t.max_bad_steps, "stop after this many non-finite steps in a row");
+  f("spike_factor", t.spike_factor, "log a loss above this × its running average");
+  f("seed", t.seed, "dropout's seed");
+}
+
+}  // namespace
+
+RunConfig RunConfig::from_json(std::string_view text, std::string_view origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+  check(j.is_object(), "{}: expected an object with model, data and train sections, found {}", origin, j.type_name());
+  RunConfig c;
+  for (const auto& [key, value] : j.items())
+    check(key == "model" || key == "data" || key == "train" || key == "out",
+          "{}: unknown section '{}' (expected model, data, train, out)", origin, key);
+  if (j.contains("model")) c.model = ModelConfig::from_json(j["model"].dump(), fmt::format("{}: model", origin));
+  if (j.contains("data"))
+    read_fields(j["data"], fmt::format("{}: data", origin), [&](auto&& f) { for_each_data_field(c.data, f); });
+  if (j.contains("train"))
+    read_fields(j["train"], fmt::format("{}: train", origin), [&](auto&& f) { for_each_train_field(c.train, f); });
+  if (j.contains("out")) read_field(c.out, j["out"], fmt::format("{}: 'out'", origin));
+  return c;
+}
+
+std::string RunConfig::to_json() const {
+  RunConfig copy = *this;
+  nlohmann::ordered_json j;
+  j["model"] = nlohmann::ordered_json::parse(model.to_json());
+  j["data"] = write_fields([&](auto&& f) { for_each_data_field(copy.data, f); });
+  j["train"] = write_fields([&](auto&& f) { for_each_train_field(copy.train, f); });
+  j["out"] = out;
+  return j.dump(2) + "\n";
+}
+
+void RunConfig::set(std::string_view key, std::string_view value) {
+  const size_t dot = key.find('.');
+  const std::string_view section = dot == std::string_view::npos ? key : key.substr(0, dot);
+  const std::string_view field = dot == std::string_view::npos ? "" : key.substr(dot + 1);
+  bool found = false;
+  if (key == "out") {
+    out = std::string(value), found = true;
+  } else if (section == "model") {
+    model.set(field, value);
+    found = true;
+  } else if (section == "data") {
+    found = set_field(field, value, "--set data", [&](auto&& f) { for_each_data_field(data, f); });
+  } else if (section == "train") {
+    found = set_field(field, value, "--set train", [&](auto&& f) { for_each_train_field(train, f); });
+  }
+  check(found, "--set: unknown option '{}' (expected model.FIELD, data.FIELD, train.FIELD or out; "
+               "`attend train --help-config` lists them)", key);
+}
+
+void RunConfig::validate() const {
+  model.validate();
+  check(data.task == "lm", "run: data.task '{}': expected lm (causal language modelling)", data.task);
+  check(model.architecture == Architecture::Decoder, "run: data.task lm trains a decoder model, config has {}",
+        architecture_name(model.architecture));
+  check(!data.train.empty(), "run: data.train names no text files");
+  check(!data.tokenizer.empty(), "run: data.tokenizer is empty (a tokenizer.json, .model or directory)");
+  check(data.seq_len >= 1 && data.seq_len <= model.max_seq_len,
+        "run: data.seq_len {} must be in [1, model.max_seq_len = {}]", data.seq_len, model.max_seq_len);
+  check(data.batch_size >= 1, "run: data.batch_size must be positive, got {}", data.batch_size);
+  check(data.valid_fraction >= 0.0 && data.valid_fraction < 1.0, "run: data.valid_fraction must be in [0, 1), got {}",
+        data.valid_fraction);
+  check(train.steps >= 1 && train.grad_accum >= 1, "run: train.steps and train.grad_accum must be positive");
+  check(train.label_smoothing >= 0.0f && train.label_smoothing < 1.0f, "run: train.label_smoothing must be in [0, 1)");
+  train::Schedule s = train.schedule;
+  if (s.total_steps == 0) s.total_steps = train.steps;
+  s.validate();
+}
+
+std::string RunConfig::help() {
+  RunConfig d;
+  std::string out = "run.json: {\"model\": {...}, \"data\": {...}, \"train\": {...}, \"out\": \"runs/NAME\"}\n\nmodel\n";
+  out += ModelConfig::help("model.");
+  out += "\ndata\n" + describe_fields("data.", [&](auto&& f) { for_each_data_field(d.data, f); });
+  out += "\ntrain\n" + describe_fields("train.", [&](auto&& f) { for_each_train_field(d.train, f); });
+  out += fmt::format("\n  {:<28} {:<14} {}\n", "out", "\"runs/run\"", "the run directory: checkpoint/, metrics.jsonl");
+  return out;
+}
+
+}  // namespace attend
