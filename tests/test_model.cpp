@@ -1,6 +1,7 @@
 // Whole models: PyTorch golden tests of the three architectures (and MoE, LLaMA-style), a finite-difference
 // check of whole-model gradients, the notes' parameter-count formulas, initialisation, padding, the model
 // directory (save/load bit-exact) and the errors for bad configurations, batches and files.
+#include "fixtures.h"
 #include "testing.h"
 
 #include <attend/error.h>
@@ -23,35 +24,13 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using testing::expect_error_mentions;
 
-const fs::path kModels = fs::path(ATTEND_TEST_DATA) / "models";
+using testing::batch_from_json;
+using testing::kModels;
 
 fs::path temp_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("attend_test_" + name);
   fs::remove_all(dir);
   return dir;
-}
-
-std::vector<int32_t> flatten_ids(const json& rows) {
-  std::vector<int32_t> out;
-  for (const json& row : rows)
-    for (const json& v : row) out.push_back(v.get<int32_t>());
-  return out;
-}
-
-Batch batch_from_json(const json& j) {
-  Batch b;
-  b.B = static_cast<int64_t>(j["ids"].size());
-  b.T = static_cast<int64_t>(j["ids"][0].size());
-  b.ids = flatten_ids(j["ids"]);
-  b.lengths = j["lengths"].get<std::vector<int32_t>>();
-  b.targets = flatten_ids(j["targets"]);
-  b.labels = j.value("labels", std::vector<int32_t>{});
-  if (j.contains("src_ids")) {
-    b.src_T = static_cast<int64_t>(j["src_ids"][0].size());
-    b.src_ids = flatten_ids(j["src_ids"]);
-    b.src_lengths = j["src_lengths"].get<std::vector<int32_t>>();
-  }
-  return b;
 }
 
 // fp32 against PyTorch's fp64 on the same fp32 weights. Logits and losses are sums of O(C·d_ff) rounded

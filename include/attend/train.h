@@ -57,6 +57,21 @@ struct LmDataOptions {
   int64_t max_valid_batches = 50;
 };
 
+// Item i of a run visits items in epochs, each a Fisher-Yates order of [0, n) drawn from (seed, epoch): a
+// pure function of i, so any position of the run can be recomputed.
+class EpochOrder {
+ public:
+  EpochOrder(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
+  int64_t operator()(int64_t i) const;  // the item at position i of the run
+  int64_t size() const { return n_; }
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+  mutable int64_t epoch_ = -1;
+  mutable std::vector<int64_t> order_;
+};
+
 // Causal LM over a token stream (000 §8.1): the stream is cut into non-overlapping windows of T + 1 tokens;
 // each epoch visits them in a Fisher-Yates order drawn from (seed, epoch). Validation uses the valid
 // stream's windows in order.
@@ -73,8 +88,66 @@ class LmDataset : public Dataset {
   std::vector<int32_t> train_, valid_;
   LmDataOptions options_;
   int64_t windows_ = 0;
-  mutable int64_t permutation_epoch_ = -1;
-  mutable std::vector<int64_t> permutation_;
+  EpochOrder order_;
+};
+
+// Masked LM for encoders (001 §8): windows of T tokens; each position is chosen with probability
+// mask_probability (15%) and becomes a target; its input is [MASK] 80% of the time, a random token 10%,
+// and itself 10%. Special tokens are never chosen. Choices are drawn from (seed, sequence, position).
+struct MlmOptions {
+  int64_t batch_size = 8, seq_len = 128;
+  uint64_t seed = 0;
+  double mask_probability = 0.15;
+  int32_t mask_id = 0, vocab_size = 0;
+  std::vector<int32_t> special_ids;  // never masked, never drawn as the random replacement
+  int64_t max_valid_batches = 50;
+};
+
+class MlmDataset : public Dataset {
+ public:
+  MlmDataset(std::vector<int32_t> train, std::vector<int32_t> valid, const MlmOptions& options);
+  Batch train_batch(int64_t i) const override;
+  int64_t valid_batches() const override;
+  Batch valid_batch(int64_t i) const override;
+
+ private:
+  Batch masked(const std::vector<int32_t>& tokens, const std::vector<int64_t>& windows, uint64_t stream) const;
+  std::vector<int32_t> train_, valid_;
+  MlmOptions options_;
+  EpochOrder order_;
+};
+
+// Labelled sequences: seq2seq pairs (source ids → target ids) or classification examples (ids → label).
+struct Example {
+  std::vector<int32_t> source;  // encoder input (seq2seq, classification)
+  std::vector<int32_t> target;  // seq2seq: the target sequence (without BOS/EOS)
+  int32_t label = 0;            // classification
+};
+
+struct ExampleOptions {
+  int64_t batch_size = 8;
+  uint64_t seed = 0;
+  int64_t max_source_len = 128, max_target_len = 128;  // longer sequences are cut
+  int32_t bos_id = 0, eos_id = 0;                        // seq2seq: decoder input [BOS] y, targets y [EOS]
+  int64_t max_valid_batches = 50;
+};
+
+// Seq2seq (teacher forcing: the decoder reads [BOS] y₁ … y_n and predicts y₁ … y_n [EOS]) or classification
+// batches, padded on the right to the longest sequence of the batch.
+class ExampleDataset : public Dataset {
+ public:
+  enum class Kind { Seq2Seq, Classify };
+  ExampleDataset(Kind kind, std::vector<Example> train, std::vector<Example> valid, const ExampleOptions& options);
+  Batch train_batch(int64_t i) const override;
+  int64_t valid_batches() const override;
+  Batch valid_batch(int64_t i) const override;
+
+ private:
+  Batch collate(const std::vector<const Example*>& examples) const;
+  Kind kind_;
+  std::vector<Example> train_, valid_;
+  ExampleOptions options_;
+  EpochOrder order_;
 };
 
 struct TrainConfig {
