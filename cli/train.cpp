@@ -63,17 +63,13 @@ void add_train(CLI::App& app) {
     run.validate();
     const std::filesystem::path out = run.out;
     std::filesystem::create_directories(out);
-    const TokenStreams streams = load_token_streams(run.data, tokenizer, out / "data");
-    fmt::print(stderr, "data: {} training tokens ({} documents), {} validation tokens ({} documents){}\n",
-               streams.train.size(), streams.train_documents, streams.valid.size(), streams.valid_documents,
-               streams.from_cache ? ", from the cache" : "");
-    LmDataset data(streams.train, streams.valid,
-                   {.batch_size = run.data.batch_size, .seq_len = run.data.seq_len, .seed = run.data.seed,
-                    .max_valid_batches = run.data.max_valid_batches});
+    std::string summary;
+    const std::unique_ptr<Dataset> data = make_dataset(run, tokenizer, out / "data", &summary);
+    fmt::print(stderr, "data: {}\n", summary);
     Model model(run.model);
     fmt::print(stderr, "model: {} parameters ({}, {} layers, d_model {})\n", model.count().total(),
                architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
-    Trainer trainer(std::move(model), data, run.train, out, resume, &tokenizer);
+    Trainer trainer(std::move(model), *data, run.train, out, resume, &tokenizer);
     write_file_atomic(out / "run.json", run.to_json());
 
     std::signal(SIGINT, on_signal);

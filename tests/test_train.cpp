@@ -401,6 +401,32 @@ TEST(Trainer, RefusesToOverwriteOrResumeAnotherModel) {
       [&] { LmDataset(std::vector<int32_t>(10, 1), {}, {.batch_size = 2, .seq_len = 16}); }, {"10 tokens"});
 }
 
+// ---- run.json -------------------------------------------------------------------------------------
+
+TEST(RunConfigs, ExampleConfigsParseAndValidate) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(ATTEND_DATA_DIR) / ".." / "configs")) {
+    const RunConfig run = RunConfig::from_json(read_file(entry.path()), entry.path().string());
+    EXPECT_NO_THROW(run.validate()) << entry.path();
+    EXPECT_EQ(RunConfig::from_json(run.to_json()).to_json(), run.to_json()) << "round trip of " << entry.path();
+    ++n;
+  }
+  EXPECT_GE(n, 3);  // a GPT, a BERT, a T5
+  testing::expect_error_mentions<Error>([] { RunConfig::from_json(R"({"modle": {}})", "r.json"); },
+                                        {"r.json", "unknown section 'modle'"});
+  testing::expect_error_mentions<Error>([] { RunConfig::from_json(R"({"train": {"lr": "big"}})", "r.json"); },
+                                        {"r.json: train: 'lr'", "expected a number"});
+  testing::expect_error_mentions<Error>([] { RunConfig::from_json(R"({"data": {"bath_size": 4}})", "r.json"); },
+                                        {"unknown option 'bath_size'"});
+  RunConfig r;
+  r.set("train.optimizer", "sgd");
+  r.set("model.norm", "rmsnorm");
+  r.set("out", "runs/x");
+  EXPECT_EQ(r.train.optimizer.kind, OptimizerKind::SGD);
+  EXPECT_EQ(r.model.norm, NormKind::RMSNorm);
+  testing::expect_error_mentions<Error>([&] { r.set("training.lr", "1"); }, {"unknown option 'training.lr'"});
+}
+
 // ---- Datasets -------------------------------------------------------------------------------------
 
 TEST(Datasets, MaskedLmChoosesFifteenPercentSplitEightyTenTen) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -166,7 +167,7 @@ struct TrainConfig {
 
 // Where the training text comes from and how it is cut into batches.
 struct DataConfig {
-  std::string task = "lm";              // lm: causal language modelling over text files
+  std::string task = "lm";              // lm (decoder), mlm (encoder), seq2seq (encoder-decoder), classify (encoder)
   std::vector<std::string> train;       // text files
   std::string valid;                    // a text file; empty: hold out valid_fraction of the documents
   double valid_fraction = 0.05;         // documents (blank-line separated) go to validation by a hash of their text
@@ -175,6 +176,8 @@ struct DataConfig {
   int64_t seq_len = 128;
   uint64_t seed = 0;                    // the shuffle
   int64_t max_valid_batches = 50;
+  double mask_probability = 0.15;       // mlm
+  int64_t max_target_len = 128;         // seq2seq: target tokens (with EOS)
 };
 
 // A whole run: run.json's "model", "data" and "train" sections and the output directory.
@@ -205,6 +208,20 @@ struct TokenStreams {
 };
 TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokenizer,
                                 const std::filesystem::path& cache_dir);
+
+// Examples from TSV files: "source<TAB>target" lines (seq2seq) or "label<TAB>text" lines (classify). A line
+// goes to validation by the hash of its text (or every line of `valid` does). Sources are cut to
+// data.seq_len tokens; classification sources start with [CLS] when the tokenizer has one. Labels are
+// numbered in sorted order of their names.
+struct ExampleSets {
+  std::vector<Example> train, valid;
+  std::vector<std::string> labels;  // classify: the class names, by id
+};
+ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer);
+
+// The dataset a run's task needs, built from its files.
+std::unique_ptr<Dataset> make_dataset(const RunConfig& run, const Tokenizer& tokenizer,
+                                      const std::filesystem::path& cache_dir, std::string* summary = nullptr);
 
 struct StepReport {
   int64_t step = 0, steps = 0;

@@ -18,7 +18,7 @@ using json = nlohmann::json;
 
 template <typename F>
 void for_each_data_field(DataConfig& d, F&& f) {
-  f("task", d.task, "lm: causal language modelling over text files");
+  f("task", d.task, "lm (decoder, text files), mlm (encoder, text files), seq2seq (encoder-decoder, source<TAB>target lines) or classify (encoder, label<TAB>text lines)");
   f("train", d.train, "training text files (a list)");
   f("valid", d.valid, "a validation text file; empty: hold out valid_fraction of the documents");
   f("valid_fraction", d.valid_fraction, "share of documents (blank-line separated) held out, chosen by a hash of their text");
@@ -27,6 +27,8 @@ void for_each_data_field(DataConfig& d, F&& f) {
   f("seq_len", d.seq_len, "tokens per sequence (at most the model's max_seq_len)");
   f("seed", d.seed, "the shuffle's seed");
   f("max_valid_batches", d.max_valid_batches, "validation batches per evaluation");
+  f("mask_probability", d.mask_probability, "mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)");
+  f("max_target_len", d.max_target_len, "seq2seq: target tokens kept, EOS included");
 }
 
 template <typename F>
@@ -110,9 +112,14 @@ void RunConfig::set(std::string_view key, std::string_view value) {
 
 void RunConfig::validate() const {
   model.validate();
-  check(data.task == "lm", "run: data.task '{}': expected lm (causal language modelling)", data.task);
-  check(model.architecture == Architecture::Decoder, "run: data.task lm trains a decoder model, config has {}",
-        architecture_name(model.architecture));
+  const Architecture needed = data.task == "lm"        ? Architecture::Decoder
+                              : data.task == "seq2seq" ? Architecture::EncoderDecoder
+                                                       : Architecture::Encoder;
+  check(data.task == "lm" || data.task == "mlm" || data.task == "seq2seq" || data.task == "classify",
+        "run: data.task '{}': expected lm, mlm, seq2seq or classify", data.task);
+  check(model.architecture == needed, "run: data.task {} trains an {} model, model.architecture is {}", data.task,
+        architecture_name(needed), architecture_name(model.architecture));
+  check(data.task != "classify" || model.n_classes > 0, "run: data.task classify needs model.n_classes > 0");
   check(!data.train.empty(), "run: data.train names no text files");
   check(!data.tokenizer.empty(), "run: data.tokenizer is empty (a tokenizer.json, .model or directory)");
   check(data.seq_len >= 1 && data.seq_len <= model.max_seq_len,

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace attend {
@@ -116,6 +117,107 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
                                          {"valid_documents", out.valid_documents}}
                               .dump(2));
   return out;
+}
+
+ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer) {
+  const bool classify = data.task == "classify";
+  struct Line {
+    std::string first, second;
+    bool valid;
+  };
+  std::vector<Line> lines;
+  const uint64_t threshold = static_cast<uint64_t>(data.valid_fraction * 1e6);
+  auto add_file = [&](const std::string& path, bool all_valid) {
+    check(fs::is_regular_file(path), "data: {}: no such file", path);
+    const std::string text = read_file(path);
+    size_t pos = 0;
+    for (int64_t number = 1; pos < text.size(); ++number) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      std::string_view line(text.data() + pos, end - pos);
+      pos = end + 1;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+      const size_t tab = line.find('\t');
+      check(tab != std::string_view::npos, "{}:{}: expected {}<TAB>{}, found no tab", path, number,
+            classify ? "label" : "source", classify ? "text" : "target");
+      lines.push_back({std::string(line.substr(0, tab)), std::string(line.substr(tab + 1)),
+                       all_valid || fnv1a(line) % 1000000 < threshold});
+    }
+  };
+  for (const std::string& f : data.train) add_file(f, false);
+  if (!data.valid.empty()) add_file(data.valid, true);
+
+  ExampleSets out;
+  std::vector<std::string> sources, targets;
+  for (const Line& l : lines) {
+    sources.push_back(classify ? l.second : l.first);
+    if (!classify) targets.push_back(l.second);
+    if (classify) out.labels.push_back(l.first);
+  }
+  std::sort(out.labels.begin(), out.labels.end());
+  out.labels.erase(std::unique(out.labels.begin(), out.labels.end()), out.labels.end());
+  const auto source_ids = tokenizer.encode_batch(sources);
+  const auto target_ids = tokenizer.encode_batch(targets);
+  const auto cls = classify ? tokenizer.special_id(SpecialRole::Cls) : std::nullopt;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    Example e;
+    if (cls) e.source.push_back(*cls);
+    e.source.insert(e.source.end(), source_ids[i].begin(), source_ids[i].end());
+    if (static_cast<int64_t>(e.source.size()) > data.seq_len) e.source.resize(data.seq_len);
+    if (classify)
+      e.label = static_cast<int32_t>(std::lower_bound(out.labels.begin(), out.labels.end(), lines[i].first) -
+                                     out.labels.begin());
+    else
+      e.target = target_ids[i];
+    (lines[i].valid ? out.valid : out.train).push_back(std::move(e));
+  }
+  check(!out.train.empty(), "data: no training examples in {}", fmt::join(data.train, ", "));
+  return out;
+}
+
+std::unique_ptr<Dataset> make_dataset(const RunConfig& run, const Tokenizer& tokenizer, const fs::path& cache_dir,
+                                      std::string* summary) {
+  const DataConfig& d = run.data;
+  // A role, or its BERT-style stand-in (sequences start with [CLS] and end with [SEP]).
+  auto role = [&](SpecialRole r, const char* why, std::optional<SpecialRole> fallback = std::nullopt) {
+    auto id = tokenizer.special_id(r);
+    if (!id && fallback) id = tokenizer.special_id(*fallback);
+    check(id.has_value(), "data: task {} needs the tokenizer's {} token{} ({}); the tokenizer has: {}", d.task,
+          role_name(r), fallback ? fmt::format(" or {}", role_name(*fallback)) : "", why, tokenizer.describe());
+    return *id;
+  };
+  if (d.task == "lm" || d.task == "mlm") {
+    TokenStreams s = load_token_streams(d, tokenizer, cache_dir);
+    if (summary)
+      *summary = fmt::format("{} training tokens ({} documents), {} validation tokens ({} documents){}", s.train.size(),
+                             s.train_documents, s.valid.size(), s.valid_documents, s.from_cache ? ", from the cache" : "");
+    if (d.task == "lm")
+      return std::make_unique<LmDataset>(std::move(s.train), std::move(s.valid),
+                                         LmDataOptions{.batch_size = d.batch_size, .seq_len = d.seq_len, .seed = d.seed,
+                                                       .max_valid_batches = d.max_valid_batches});
+    MlmOptions o{.batch_size = d.batch_size, .seq_len = d.seq_len, .seed = d.seed,
+                 .mask_probability = d.mask_probability, .mask_id = role(SpecialRole::Mask, "masked positions"),
+                 .vocab_size = tokenizer.vocab_size(), .max_valid_batches = d.max_valid_batches};
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+      if (tokenizer.is_special(id)) o.special_ids.push_back(id);
+    return std::make_unique<MlmDataset>(std::move(s.train), std::move(s.valid), o);
+  }
+  ExampleSets e = load_examples(d, tokenizer);
+  if (summary)
+    *summary = fmt::format("{} training and {} validation examples{}", e.train.size(), e.valid.size(),
+                           e.labels.empty() ? "" : fmt::format(", classes {}", fmt::join(e.labels, ", ")));
+  ExampleOptions o{.batch_size = d.batch_size, .seed = d.seed, .max_source_len = d.seq_len,
+                   .max_target_len = d.max_target_len, .max_valid_batches = d.max_valid_batches};
+  if (d.task == "seq2seq") {
+    o.bos_id = role(SpecialRole::Bos, "the decoder's first input", SpecialRole::Cls);
+    o.eos_id = role(SpecialRole::Eos, "the end of each target", SpecialRole::Sep);
+    return std::make_unique<ExampleDataset>(ExampleDataset::Kind::Seq2Seq, std::move(e.train), std::move(e.valid), o);
+  }
+  check(static_cast<int64_t>(e.labels.size()) == run.model.n_classes,
+        "data: the files have {} classes ({}), model.n_classes is {}", e.labels.size(), fmt::join(e.labels, ", "),
+        run.model.n_classes);
+  return std::make_unique<ExampleDataset>(ExampleDataset::Kind::Classify, std::move(e.train), std::move(e.valid), o);
 }
 
 }  // namespace attend
