@@ -75,6 +75,8 @@ class Tensor {
   Tensor& operator=(const Tensor&) = delete;
 
   static Tensor zeros(Shape shape) { return Tensor(shape); }
+  // Memory left as it is: for outputs a kernel overwrites in full.
+  static Tensor uninitialized(Shape shape) { return Tensor(shape, Uninitialized{}); }
   static Tensor full(Shape shape, float value);
   Tensor clone() const;
 
@@ -96,6 +98,9 @@ class Tensor {
   void zero() { fill(0.0f); }
 
  private:
+  struct Uninitialized {};
+  Tensor(Shape shape, Uninitialized);
+
   struct FreeDeleter {
     void operator()(float* p) const;
   };

@@ -1,6 +1,8 @@
 #include <attend/error.h>
 #include <attend/tensor.h>
 
+#include "kernels/elementwise.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -48,14 +50,15 @@ TensorView TensorView::reshaped(Shape shape) const {
 
 void Tensor::FreeDeleter::operator()(float* p) const { std::free(p); }
 
-Tensor::Tensor(Shape shape) : shape_(shape) {
+Tensor::Tensor(Shape shape, Uninitialized) : shape_(shape) {
   size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
   size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);  // aligned_alloc wants a multiple
   auto* p = static_cast<float*>(std::aligned_alloc(64, rounded));
   check(p != nullptr, "out of memory allocating a tensor of shape {} ({} bytes)", shape.str(), bytes);
-  std::memset(p, 0, rounded);
   storage_.reset(p);
 }
+
+Tensor::Tensor(Shape shape) : Tensor(shape, Uninitialized{}) { zero(); }
 
 Tensor::Tensor(Shape shape, std::span<const float> values) : Tensor(shape) {
   check(static_cast<int64_t>(values.size()) == shape.numel(), "tensor of shape {} needs {} values, got {}",
@@ -70,7 +73,7 @@ Tensor Tensor::full(Shape shape, float value) {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(shape_);
+  Tensor t(shape_, Uninitialized{});
   if (numel() > 0) std::memcpy(t.data(), data(), static_cast<size_t>(numel()) * sizeof(float));
   return t;
 }
@@ -81,7 +84,7 @@ void Tensor::reshape(Shape shape) {
   shape_ = shape;
 }
 
-void Tensor::fill(float value) { std::fill_n(data(), numel(), value); }
+void Tensor::fill(float value) { kernels::fill(data(), numel(), value); }
 
 void check_same_shape(const Shape& a, const Shape& b, const char* what) {
   check(a == b, "{}: shapes {} and {} differ", what, a.str(), b.str());

@@ -222,7 +222,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
       break;
     }
   }
-  Tensor out({B, Tq, C});
+  Tensor out = Tensor::uninitialized({B, Tq, C});
   kernels::matmul_forward(out.data(), attn_.data(), w_o_.value.data(), data_or_null(b_o_), B * Tq, H * D, C);
   return out;
 }

@@ -45,7 +45,7 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias) 
 Tensor Linear::forward(const Tensor& x) {
   const int64_t N = x.numel() / in();
   x_ = x.clone();
-  Tensor y({N, out()});
+  Tensor y = Tensor::uninitialized({N, out()});  // matmul_forward writes every element
   kernels::matmul_forward(y.data(), x.data(), weight.value.data(), bias.numel() ? bias.value.data() : nullptr, N, in(),
                           out());
   return y;
@@ -75,7 +75,7 @@ Norm::Norm(const std::string& name, NormKind kind, int64_t C, double eps)
 Tensor Norm::forward(const Tensor& x) {
   const int64_t C = weight.numel(), N = x.numel() / C;
   x_ = x.clone();
-  Tensor y({N, C});
+  Tensor y = Tensor::uninitialized({N, C});
   rstd_ = Tensor({N});
   if (kind_ == NormKind::LayerNorm) {
     mean_ = Tensor({N});
@@ -135,7 +135,7 @@ FeedForward::FeedForward(const std::string& name, const ModelConfig& c)
 
 Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng) {
   u_ = up_.forward(x);
-  Tensor h(u_.shape());
+  Tensor h = Tensor::uninitialized(u_.shape());
   if (kind_ == FfnKind::SwiGLU) {
     g_ = gate_.forward(x);
     kernels::swiglu_forward(h.data(), g_.data(), u_.data(), h.numel());

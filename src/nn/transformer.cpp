@@ -239,7 +239,7 @@ Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t 
   const int64_t C = config.d_model;
   e.ids = &ids, e.B = B, e.T = T;
   e.dropout = nn::Dropout(config.embedding_dropout);
-  Tensor x({B * T, C});
+  Tensor x = Tensor::uninitialized({B * T, C});  // the lookup writes every row
   kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), B * T, C);
   if (config.scale_embeddings) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
@@ -456,7 +456,7 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
     m.head = Impl::Head::LM;
     rows = B * T;
     m.head_in = std::move(top);
-    m.logits = Tensor({B, T, V});
+    m.logits = Tensor::uninitialized({B, T, V});
     kernels::matmul_forward(m.logits.data(), m.head_in.data(), m.output_matrix().value.data(), static_cast<const float*>(nullptr), rows, C, V);
     m.head_targets = targets.empty() ? std::vector<int32_t>(rows, Batch::kIgnore) : targets;
   }

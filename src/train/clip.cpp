@@ -1,13 +1,14 @@
 #include "train/clip.h"
 
+#include "kernels/elementwise.h"
+
 #include <cmath>
 
 namespace attend::train {
 
 double global_grad_norm(std::span<Parameter* const> params) {
   double sumsq = 0.0;
-  for (const Parameter* p : params)
-    for (float g : p->grad.span()) sumsq += double{g} * g;
+  for (const Parameter* p : params) sumsq += kernels::sum_squares(p->grad.data(), p->grad.numel());
   return std::sqrt(sumsq);
 }
 
@@ -15,8 +16,7 @@ double clip_grad_norm(std::span<Parameter* const> params, double max_norm) {
   const double norm = global_grad_norm(params);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
   const float scale = static_cast<float>(max_norm / norm);
-  for (Parameter* p : params)
-    for (float& g : p->grad.span()) g *= scale;
+  for (Parameter* p : params) kernels::scale(p->grad.data(), p->grad.numel(), scale);
   return norm;
 }
 
