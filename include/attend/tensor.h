@@ -101,12 +101,23 @@ class Tensor {
   struct Uninitialized {};
   Tensor(Shape shape, Uninitialized);
 
+  // Returns the block to the allocator (src/core/tensor.cpp), which keeps large blocks for reuse.
   struct FreeDeleter {
+    FreeDeleter() noexcept {}
+    explicit FreeDeleter(size_t size) noexcept : bytes(size) {}
+    size_t bytes = 0;
     void operator()(float* p) const;
   };
   std::unique_ptr<float[], FreeDeleter> storage_;
   Shape shape_{0};  // a default Tensor is empty
 };
+
+// Large tensor blocks (1 MiB and up) are kept when freed and handed out again for the same size: a training
+// step allocates the same tensors every step, and reusing their pages avoids faulting fresh zeroed pages
+// from the kernel each time (which cost PyTorch, and Attend before this, a tenth of a step). This releases
+// the kept blocks; an allocation that fails releases them and tries again.
+void release_cached_memory();
+int64_t cached_memory_bytes();
 
 // Throws attend::Error naming `what` and both shapes when `a` and `b` differ.
 void check_same_shape(const Shape& a, const Shape& b, const char* what);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 namespace attend {
 
@@ -48,14 +50,70 @@ TensorView TensorView::reshaped(Shape shape) const {
   return {data_, shape};
 }
 
-void Tensor::FreeDeleter::operator()(float* p) const { std::free(p); }
+namespace {
+
+// Freed blocks of at least kCachedBytes, by exact size.
+constexpr size_t kCachedBytes = size_t{1} << 20;
+
+struct BlockCache {
+  std::mutex mutex;
+  std::unordered_multimap<size_t, void*> blocks;
+  size_t bytes = 0;
+
+  void* take(size_t size) {
+    std::lock_guard lock(mutex);
+    const auto it = blocks.find(size);
+    if (it == blocks.end()) return nullptr;
+    void* p = it->second;
+    blocks.erase(it);
+    bytes -= size;
+    return p;
+  }
+  void put(void* p, size_t size) {
+    std::lock_guard lock(mutex);
+    blocks.emplace(size, p);
+    bytes += size;
+  }
+  void release() {
+    std::lock_guard lock(mutex);
+    for (auto& [size, p] : blocks) std::free(p);
+    blocks.clear();
+    bytes = 0;
+  }
+  ~BlockCache() { release(); }
+};
+
+BlockCache& cache() {
+  static BlockCache c;
+  return c;
+}
+
+}  // namespace
+
+void release_cached_memory() { cache().release(); }
+int64_t cached_memory_bytes() {
+  std::lock_guard lock(cache().mutex);
+  return static_cast<int64_t>(cache().bytes);
+}
+
+void Tensor::FreeDeleter::operator()(float* p) const {
+  if (bytes >= kCachedBytes)
+    cache().put(p, bytes);
+  else
+    std::free(p);
+}
 
 Tensor::Tensor(Shape shape, Uninitialized) : shape_(shape) {
-  size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
-  size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);  // aligned_alloc wants a multiple
-  auto* p = static_cast<float*>(std::aligned_alloc(64, rounded));
+  const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
+  const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);  // aligned_alloc wants a multiple
+  void* p = rounded >= kCachedBytes ? cache().take(rounded) : nullptr;
+  if (p == nullptr) p = std::aligned_alloc(64, rounded);
+  if (p == nullptr && rounded >= kCachedBytes) {  // give the kept blocks back and try once more
+    cache().release();
+    p = std::aligned_alloc(64, rounded);
+  }
   check(p != nullptr, "out of memory allocating a tensor of shape {} ({} bytes)", shape.str(), bytes);
-  storage_.reset(p);
+  storage_ = std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(p), FreeDeleter{rounded});
 }
 
 Tensor::Tensor(Shape shape) : Tensor(shape, Uninitialized{}) { zero(); }
