@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -52,8 +53,13 @@ TensorView TensorView::reshaped(Shape shape) const {
 
 namespace {
 
-// Freed blocks of at least kCachedBytes, by exact size.
+// Freed blocks of at least kCachedBytes, by exact size. AddressSanitizer builds keep nothing, so that a
+// use after free of a large tensor is still caught.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kCachedBytes = SIZE_MAX;
+#else
 constexpr size_t kCachedBytes = size_t{1} << 20;
+#endif
 
 struct BlockCache {
   std::mutex mutex;
