@@ -77,3 +77,36 @@ TEST(Parameter, GradientHasTheValuesShape) {
 
 }  // namespace
 }  // namespace attend
+
+namespace attend {
+namespace {
+
+// Large blocks are kept when freed and handed out again for the same size (not under AddressSanitizer,
+// which must see every free).
+TEST(TensorMemory, LargeBlocksAreReusedAndReleased) {
+  release_cached_memory();
+  const Shape big{512, 1024};  // 2 MiB
+  const float* first = nullptr;
+  {
+    Tensor t(big);
+    first = t.data();
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(cached_memory_bytes(), 0);
+#else
+  EXPECT_EQ(cached_memory_bytes(), 512 * 1024 * 4);
+  Tensor again(big);
+  EXPECT_EQ(again.data(), first);             // the same block
+  EXPECT_EQ(again[12345], 0.0f);              // and zeroed again
+  EXPECT_EQ(cached_memory_bytes(), 0);
+  { Tensor small({10}); }
+  EXPECT_EQ(cached_memory_bytes(), 0);        // small blocks go back to malloc
+  { Tensor other({1024, 1024}); }
+  EXPECT_EQ(cached_memory_bytes(), 1024 * 1024 * 4);
+  release_cached_memory();
+  EXPECT_EQ(cached_memory_bytes(), 0);
+#endif
+}
+
+}  // namespace
+}  // namespace attend
