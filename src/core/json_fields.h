@@ -18,6 +18,15 @@
 
 namespace attend {
 
+// Parses JSON text, or throws attend::Error "<origin>: not valid JSON: ...".
+inline nlohmann::json parse_json(std::string_view text, std::string_view origin) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+}
+
 // The names of an enum's values; specialised beside each enum's table.
 template <typename E>
 std::span<const EnumName<E>> names_of();

@@ -175,12 +175,7 @@ std::string ModelConfig::to_json() const {
 }
 
 ModelConfig ModelConfig::from_json(std::string_view text, std::string_view origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
-  }
+  const json j = parse_json(text, origin);
   ModelConfig c;
   read_fields(j, origin, [&](auto&& f) { for_each_field(c, f); });
   try {

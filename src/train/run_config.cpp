@@ -61,12 +61,7 @@ void for_each_train_field(TrainConfig& t, F&& f) {
 }  // namespace
 
 RunConfig RunConfig::from_json(std::string_view text, std::string_view origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
-  }
+  const json j = parse_json(text, origin);
   check(j.is_object(), "{}: expected an object with model, data and train sections, found {}", origin, j.type_name());
   RunConfig c;
   for (const auto& [key, value] : j.items())
