@@ -3,7 +3,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace attend::cli {
+
+// Token ids written "1,2,3", "1 2 3", "[1, 2]" or one per line; anything else is an error naming `origin`
+// and the bad entry.
+std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin);
 
 // Adds `attend info`: version, threads, GEMM backend and CPU features.
 void add_info_command(CLI::App& app);
@@ -13,5 +22,7 @@ void add_tokenizer_commands(CLI::App& app);
 void add_model_commands(CLI::App& app);
 // Adds `attend train`, `attend schedule` and `attend plot`.
 void add_train_commands(CLI::App& app);
+// Adds `attend generate`.
+void add_generate_command(CLI::App& app);
 
 }  // namespace attend::cli

@@ -31,32 +31,6 @@ TokenizerKind parse_kind(const std::string& kind) {
   throw Error(fmt::format("--kind '{}': expected bpe, wordpiece or unigram", kind));
 }
 
-// "1,2,3", "1 2 3" or one per line; anything else names the bad entry.
-std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin) {
-  std::vector<int32_t> ids;
-  std::string token;
-  auto flush = [&] {
-    if (token.empty()) return;
-    size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(token, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    check(used == token.size() && v >= 0 && v <= INT32_MAX, "{}: '{}' is not a token id (expected a non-negative integer)",
-          origin, token);
-    ids.push_back(static_cast<int32_t>(v));
-    token.clear();
-  };
-  for (char c : text) {
-    if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '[' || c == ']') flush();
-    else token += c;
-  }
-  flush();
-  return ids;
-}
-
 void add_train(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("train", "Train a tokenizer on text files and save it as tokenizer.json");
   struct Options {
@@ -109,6 +83,32 @@ void add_info(CLI::App& parent) {
 }
 
 }  // namespace
+
+// "1,2,3", "1 2 3" or one per line; anything else names the bad entry.
+std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin) {
+  std::vector<int32_t> ids;
+  std::string token;
+  auto flush = [&] {
+    if (token.empty()) return;
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(token, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check(used == token.size() && v >= 0 && v <= INT32_MAX, "{}: '{}' is not a token id (expected a non-negative integer)",
+          origin, token);
+    ids.push_back(static_cast<int32_t>(v));
+    token.clear();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '[' || c == ']') flush();
+    else token += c;
+  }
+  flush();
+  return ids;
+}
 
 void add_tokenizer_commands(CLI::App& app) {
   auto* group = app.add_subcommand("tokenizer", "Train or inspect tokenizers (BPE, WordPiece, Unigram)");

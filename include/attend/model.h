@@ -177,6 +177,14 @@ class Model {
   const Tensor& logits() const;
   std::vector<MoEStats> moe_stats() const;
 
+  // Generation through the KV cache (001 §10), decoder-only models. start_decoding preallocates the
+  // cache for `batch` sequences of up to max_T positions (at most max_seq_len); each decode call runs
+  // ids (batch, T_new) at the next positions, appends their keys and values, and returns the logits of the
+  // last position of each sequence (batch, V). Errors name what does not fit.
+  void start_decoding(int64_t batch, int64_t max_T);
+  const Tensor& decode(const std::vector<int32_t>& ids, int64_t T_new);
+  int64_t decoded_positions() const;
+
   struct Impl;  // the network (src/nn/transformer.h)
   Impl& impl() { return *impl_; }
 

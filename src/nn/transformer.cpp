@@ -47,9 +47,10 @@ void add_into(Tensor& dst, const Tensor& src) {
 
 // ---- Block -----------------------------------------------------------------------------------------
 
-Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cross, bool moe)
+Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cross, bool moe, int64_t index)
     : pre_norm_(c.pre_norm),
       alpha_(static_cast<float>(c.residual_scale)),
+      index_(index),
       attn_sub_{Norm(name + ".attn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
       ffn_sub_{Norm(name + ".ffn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
       attn_(name + ".attn", attention_config(c, causal, false)) {
@@ -101,6 +102,11 @@ Tensor Block::attention_forward(MultiHeadAttention& attn, const Tensor& x, const
   ac.rng = call.rng;
   const bool cross = attn.config().cross;
   ac.key_lengths = cross ? call.context_lengths : call.lengths;
+  if (!cross && call.cache != nullptr) {
+    ac.cache = call.cache;
+    ac.cache_layer = index_;
+    ac.position = call.position;
+  }
   Tensor out = attn.forward(in, cross ? call.context : nullptr, ac);
   out.reshape({call.B * call.T, x.size(-1)});
   return out;
@@ -158,7 +164,7 @@ void Block::collect(std::vector<Parameter*>& out) {
 Stack::Stack(const std::string& name, const ModelConfig& c, int64_t n_blocks, bool causal, bool cross) {
   for (int64_t i = 0; i < n_blocks; ++i)
     blocks_.push_back(
-        std::make_unique<Block>(fmt::format("{}.layers.{}", name, i), c, causal, cross, c.is_moe_block(i)));
+        std::make_unique<Block>(fmt::format("{}.layers.{}", name, i), c, causal, cross, c.is_moe_block(i), i));
   if (c.pre_norm) final_norm_.emplace(name + ".norm", c.norm, c.d_model, c.norm_eps);
 }
 
@@ -235,7 +241,8 @@ Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight
 }
 
 // e = E[ids]·(√C if scaled) + P[0..T), then dropout   (000 §8.2, 001 §6)
-Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng) {
+Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng,
+                          int64_t position) {
   const int64_t C = config.d_model;
   e.ids = &ids, e.B = B, e.T = T;
   e.dropout = nn::Dropout(config.embedding_dropout);
@@ -248,7 +255,7 @@ Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t 
   const float* table = config.position == PositionKind::Learned      ? positions.value.data()
                        : config.position == PositionKind::Sinusoidal ? sinusoid.data()
                                                                       : nullptr;
-  if (table != nullptr) kernels::add_positions_forward(x.data(), x.data(), table, B, T, C);
+  if (table != nullptr) kernels::add_positions_forward(x.data(), x.data(), table + position * C, B, T, C);
   e.dropout.forward(x, training, rng);
   return x;
 }
@@ -551,6 +558,49 @@ void Model::backward(double scale) {
     Tensor dsrc = m.encoder->backward(dcontext, daux, nullptr);
     m.embed_backward(m.enc_embed, dsrc);
   }
+}
+
+// ---- Generation -------------------------------------------------------------------------------------
+
+void Model::start_decoding(int64_t batch, int64_t max_T) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  check(c.architecture == Architecture::Decoder, "generation: decode runs decoder-only models, this one is {}",
+        architecture_name(c.architecture));
+  check(batch >= 1 && max_T >= 1 && max_T <= c.max_seq_len,
+        "generation: the cache needs batch ≥ 1 and 1 ≤ max_T ≤ max_seq_len = {}, got batch {} and max_T {}",
+        c.max_seq_len, batch, max_T);
+  m.cache = std::make_unique<infer::KVCache>(
+      infer::KVCacheConfig{c.n_layers, batch, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
+  m.decode_position = 0;
+}
+
+int64_t Model::decoded_positions() const { return impl_->decode_position; }
+
+const Tensor& Model::decode(const std::vector<int32_t>& ids, int64_t T_new) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  check(m.cache != nullptr, "generation: decode before start_decoding");
+  const int64_t B = m.cache->config().batch, C = c.d_model, V = c.vocab_size;
+  check(T_new >= 1 && static_cast<int64_t>(ids.size()) == B * T_new,
+        "generation: decode got {} ids, expected batch × new tokens = {} × {}", ids.size(), B, T_new);
+  check(m.decode_position + T_new <= m.cache->config().max_T,
+        "generation: {} tokens after {} do not fit the context of {} positions", T_new, m.decode_position,
+        m.cache->config().max_T);
+  for (size_t i = 0; i < ids.size(); ++i)
+    check(ids[i] >= 0 && ids[i] < V, "generation: token id {} is outside the vocabulary [0, {})", ids[i], V);
+  Impl::Embedded embedded;
+  const Tensor x = m.embed(embedded, ids, B, T_new, false, nullptr, m.decode_position);
+  nn::StackCall call{B, T_new, nullptr, nullptr, nullptr, nullptr, false, nullptr, m.cache.get(), m.decode_position};
+  const Tensor top = m.decoder->forward(x, call);
+  m.decode_position += T_new;
+  Tensor last = Tensor::uninitialized({B, C});
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(last.data() + b * C, top.data() + (b * T_new + T_new - 1) * C, C * sizeof(float));
+  m.next_logits = Tensor::uninitialized({B, V});
+  kernels::matmul_forward(m.next_logits.data(), last.data(), m.output_matrix().value.data(),
+                          static_cast<const float*>(nullptr), B, C, V);
+  return m.next_logits;
 }
 
 // ---- Initialisation (004 §8.1) ---------------------------------------------------------------------

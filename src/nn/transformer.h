@@ -8,6 +8,7 @@
 #pragma once
 
 #include "nn/attention.h"
+#include "infer/kv_cache.h"
 #include "nn/layers.h"
 
 #include <attend/model.h>
@@ -28,11 +29,13 @@ struct StackCall {
   const int32_t* context_lengths = nullptr;  // (B)
   bool training = false;
   Rng* rng = nullptr;
+  infer::KVCache* cache = nullptr;           // decoding: keys/values are appended at `position`
+  int64_t position = 0;                      // absolute position of the first row of each sequence
 };
 
 class Block {
  public:
-  Block(const std::string& name, const ModelConfig& config, bool causal, bool cross, bool moe);
+  Block(const std::string& name, const ModelConfig& config, bool causal, bool cross, bool moe, int64_t index);
 
   Tensor forward(const Tensor& x, const StackCall& call);  // (B·T, C) → (B·T, C)
   // Adds the gradient of the cross-attention context into *dcontext (B, T_src, C) when there is one.
@@ -56,6 +59,7 @@ class Block {
 
   bool pre_norm_ = true;
   float alpha_ = 1.0f;
+  int64_t index_ = 0;  // the block's layer in the KV cache
   Sublayer attn_sub_, cross_sub_, ffn_sub_;
   MultiHeadAttention attn_;
   std::optional<MultiHeadAttention> cross_;
@@ -103,7 +107,8 @@ struct Model::Impl {
     int64_t B = 0, T = 0;
     nn::Dropout dropout;
   };
-  Tensor embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng);
+  Tensor embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng,
+               int64_t position = 0);
   void embed_backward(Embedded& e, Tensor& dx);
   Parameter& output_matrix() { return config.tie_embeddings ? tokens : lm_head; }
 
@@ -120,6 +125,9 @@ struct Model::Impl {
   int64_t n_targets = 0;
   float label_smoothing = 0.0f;
   int64_t B = 0, T = 0, src_T = 0;
+  std::unique_ptr<infer::KVCache> cache;  // generation
+  int64_t decode_position = 0;
+  Tensor next_logits;                     // (batch, V) of the last decode call
   std::vector<int32_t> lengths;       // (B) the decoder's (or encoder-only model's) sequence lengths
   std::vector<int32_t> src_lengths;   // (B) the encoder's; attention keeps pointers to both for backward
   bool has_loss = false;

@@ -1,0 +1,77 @@
+// `attend generate`: text from a decoder-only model, streamed as it is made.
+#include "commands.h"
+
+#include <attend/error.h>
+#include <attend/generate.h>
+#include <attend/model.h>
+#include <attend/tokenizer.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace attend::cli {
+
+void add_generate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Generate text with a model directory (decoder-only), streaming tokens");
+  static std::string model_dir, prompt, prompt_ids;
+  static GenerateOptions options;
+  static std::vector<std::string> stops;
+  static bool json_output = false;
+  cmd->add_option("--model", model_dir, "A model directory with its tokenizer (e.g. runs/brown-gpt/checkpoint)")
+      ->required();
+  auto* text = cmd->add_option("--prompt", prompt, "The prompt as text");
+  auto* ids = cmd->add_option("--prompt-ids", prompt_ids, "The prompt as token ids, e.g. \"464,2415,3332\"");
+  text->excludes(ids);
+  cmd->add_option("--max-new-tokens", options.max_new_tokens, "Tokens to generate at most")->capture_default_str();
+  auto* greedy = cmd->add_flag("--greedy", options.sampling.greedy, "Always take the most likely token");
+  cmd->add_option("--temperature", options.sampling.temperature, "Softmax temperature (sampling)")
+      ->capture_default_str()->excludes(greedy);
+  cmd->add_option("--top-k", options.sampling.top_k, "Sample from the k most likely tokens (0: all)")
+      ->capture_default_str()->excludes(greedy);
+  cmd->add_option("--top-p", options.sampling.top_p, "Sample from the smallest set of probability ≥ p, in (0, 1]")
+      ->capture_default_str()->excludes(greedy);
+  cmd->add_option("--seed", options.sampling.seed, "Seed of the sampling")->capture_default_str();
+  cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
+  cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
+  cmd->callback([] {
+    check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
+    Model model = Model::load(model_dir);
+    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    check(tokenizer.vocab_size() <= model.config().vocab_size,
+          "{}: the tokenizer has {} tokens, the model's vocabulary {}", model_dir, tokenizer.vocab_size(),
+          model.config().vocab_size);
+    const std::vector<int32_t> input = prompt_ids.empty() ? tokenizer.encode(prompt) : parse_ids(prompt_ids, "--prompt-ids");
+    for (int32_t id : input)
+      check(id < model.config().vocab_size, "--prompt-ids: {} is not a token id of the model's vocabulary of {}", id,
+            model.config().vocab_size);
+    options.stop = stops;
+    options.eos = tokenizer.special_id(SpecialRole::Eos);
+    std::string printed;
+    std::vector<int32_t> so_far;
+    const Generation g = generate(model, tokenizer, input, options, [&](int32_t id) {
+      if (json_output) return true;
+      so_far.push_back(id);
+      const std::string now = tokenizer.decode(so_far);
+      if (now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
+        fmt::print("{}", now.substr(printed.size()));
+        std::fflush(stdout);
+        printed = now;
+      }
+      return true;
+    });
+    if (json_output) {
+      fmt::print("{}\n", nlohmann::json{{"ids", g.ids}, {"text", g.text}}.dump(-1, ' ', false,
+                                                                                nlohmann::json::error_handler_t::replace));
+      return;
+    }
+    if (g.text.size() > printed.size() && g.text.compare(0, printed.size(), printed) == 0)
+      fmt::print("{}", g.text.substr(printed.size()));
+    fmt::print("\n");
+    fmt::print(stderr, "{} tokens ({}), prompt {:.0f} ms, {:.1f} tokens/s\n", g.ids.size(), g.stopped_by,
+               1e3 * g.prompt_seconds, g.generate_seconds > 0 ? double(g.ids.size()) / g.generate_seconds : 0.0);
+  });
+}
+
+}  // namespace attend::cli

@@ -1,0 +1,55 @@
+// Text generation with a decoder-only model through its KV cache (001 §10, §12): greedy decoding,
+// temperature, top-k and top-p (nucleus) sampling and their combinations, stopping at EOS, at a stop
+// string or at a token budget. Reproducible with a seed.
+#pragma once
+
+#include <attend/model.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attend {
+
+class Tokenizer;
+
+struct SamplingOptions {
+  bool greedy = false;       // argmax; the other options are then ignored
+  double temperature = 1.0;  // softmax(z/τ): below 1 sharpens, above 1 flattens (002 §1.3)
+  int64_t top_k = 0;         // keep the k most likely tokens; 0 = all
+  double top_p = 1.0;        // keep the smallest set whose probability reaches p, in (0, 1]
+  uint64_t seed = 0;
+
+  // Throws attend::Error naming the option that is out of range.
+  void validate() const;
+};
+
+// The distribution sampling draws from: softmax(logits/τ), cut to the top k, then to the nucleus of
+// mass p, renormalised (001 §12). Zero outside what is kept. Greedy gives one-hot at the argmax (the
+// lower id wins a tie).
+std::vector<double> sampling_distribution(const float* logits, int64_t V, const SamplingOptions& options);
+// Draws from that distribution with the uniform number u ∈ [0, 1).
+int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& options, double u);
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;
+  SamplingOptions sampling;
+  std::optional<int32_t> eos;          // stop after generating this token (it is not returned)
+  std::vector<std::string> stop;       // stop once the generated text contains one of these (cut off)
+};
+
+struct Generation {
+  std::vector<int32_t> ids;  // the generated tokens only
+  std::string text;          // their text (cut at a stop string)
+  std::string stopped_by;    // "eos", "stop", "length"
+  double prompt_seconds = 0.0, generate_seconds = 0.0;
+};
+
+// Generates after `prompt` (at least one token). on_token, when given, receives each token as it is made
+// (return false to stop). A prompt that leaves no room in the context is an error.
+Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                    const GenerateOptions& options, const std::function<bool(int32_t)>& on_token = {});
+
+}  // namespace attend

@@ -1,0 +1,124 @@
+// Generation (001 §10, §12): decoding through the KV cache equals the full forward, and the sampling
+// strategies draw from the distributions they promise.
+#include "fixtures.h"
+#include "testing.h"
+
+#include <attend/error.h>
+#include <attend/generate.h>
+#include <attend/io.h>
+#include <attend/tokenizer.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace attend {
+namespace {
+
+using testing::expect_error_mentions;
+
+// The prompt (5 tokens) at once, then one token at a time: each step's logits must equal the full forward's
+// at that position. Learned positions (gpt) and RoPE with GQA (llama); the flash kernel sums the keys in
+// another order than the cached decode step, so fp32 agreement is to 2e-5.
+TEST(Decoding, IncrementalLogitsEqualTheFullForward) {
+  for (const std::string name : {"gpt", "llama"}) {
+    Model model = Model::load(testing::kModels / name);
+    const Batch golden = testing::batch_from_json(
+        nlohmann::json::parse(read_file(testing::kModels / name / "golden.json"))["cases"][0]["batch"]);
+    const int64_t T = golden.lengths[0], V = model.config().vocab_size;
+    const std::vector<int32_t> ids(golden.ids.begin(), golden.ids.begin() + T);
+    Batch full;
+    full.B = 1, full.T = T, full.ids = ids;
+    model.forward(full);
+    const std::vector<float> reference(model.logits().span().begin(), model.logits().span().end());
+    model.start_decoding(1, T);
+    const int64_t prompt = 5;
+    const Tensor* step = &model.decode(std::vector<int32_t>(ids.begin(), ids.begin() + prompt), prompt);
+    for (int64_t t = prompt - 1; t < T; ++t) {
+      const std::vector<float> got(step->span().begin(), step->span().end());
+      const std::vector<float> want(reference.begin() + t * V, reference.begin() + (t + 1) * V);
+      testing::expect_all_close(got, want, 2e-5, name + ": logits at position " + std::to_string(t));
+      if (t + 1 < T) step = &model.decode({ids[t + 1]}, 1);
+    }
+    EXPECT_EQ(model.decoded_positions(), T);
+    expect_error_mentions<Error>([&] { model.decode({1}, 1); }, {"do not fit the context"});
+  }
+}
+
+TEST(Sampling, TheNotesDistributionsByHand) {
+  const float logits[4] = {2.0f, 1.0f, 0.0f, -1.0f};
+  // softmax = e^{2,1,0,−1}/Σ = [0.6439, 0.2369, 0.0871, 0.0321].
+  auto p = sampling_distribution(logits, 4, {});
+  EXPECT_NEAR(p[0], 0.6439142598, 1e-9);
+  EXPECT_NEAR(p[3], 0.0320586033, 1e-9);
+  // Nucleus p = 0.8: 0.6439 < 0.8, 0.6439 + 0.2369 = 0.8808 ≥ 0.8, so tokens 0 and 1, renormalised: e/(e+1).
+  p = sampling_distribution(logits, 4, {.top_p = 0.8});
+  EXPECT_NEAR(p[0], std::exp(1.0) / (std::exp(1.0) + 1.0), 1e-12);
+  EXPECT_EQ(p[2], 0.0);
+  // Top-k = 3 at temperature 2: softmax of {1, 0.5, 0} over the three kept.
+  p = sampling_distribution(logits, 4, {.temperature = 2.0, .top_k = 3});
+  const double z = std::exp(1.0) + std::exp(0.5) + 1.0;
+  EXPECT_NEAR(p[1], std::exp(0.5) / z, 1e-12);
+  EXPECT_EQ(p[3], 0.0);
+  // Greedy and top-k = 1 are the argmax (the lower id wins a tie).
+  const float tie[3] = {1.0f, 3.0f, 3.0f};
+  EXPECT_EQ(sample_token(tie, 3, {.greedy = true}, 0.99), 1);
+  EXPECT_EQ(sample_token(tie, 3, {.top_k = 1}, 0.99), 1);
+  expect_error_mentions<Error>([] { SamplingOptions{.top_p = 1.5}.validate(); }, {"top-p must be in (0, 1]"});
+  expect_error_mentions<Error>([] { SamplingOptions{.temperature = 0}.validate(); }, {"temperature"});
+}
+
+// Sampling frequencies match the truncated distribution: 20,000 draws, each share within 4 binomial
+// standard deviations (√(p(1−p)/n) ≤ 0.0036), so a fixed seed passes by a wide margin and a wrong
+// distribution (off by 0.05 or more) fails.
+TEST(Sampling, TopPFrequenciesMatchTheTruncatedDistribution) {
+  const float logits[5] = {1.5f, 1.2f, 0.3f, -0.5f, -2.0f};
+  const SamplingOptions options{.temperature = 0.9, .top_p = 0.85};
+  const auto p = sampling_distribution(logits, 5, options);
+  EXPECT_EQ(p[4], 0.0);
+  Rng rng(2024);
+  const int n = 20000;
+  std::vector<int> counts(5);
+  for (int i = 0; i < n; ++i) ++counts[sample_token(logits, 5, options, rng.uniform_double())];
+  for (int v = 0; v < 5; ++v) {
+    const double sigma = std::sqrt(p[v] * (1 - p[v]) / n);
+    EXPECT_NEAR(double(counts[v]) / n, p[v], 4 * sigma + 1e-12) << "token " << v;
+  }
+}
+
+TEST(Generate, TopKOneIsGreedyAndBudgetsAndErrorsHold) {
+  Model model = Model::load(testing::kModels / "gpt");
+  // The stop strings and streaming decode text: a byte-level tokenizer decodes the fixture's 37 ids (bytes).
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += static_cast<char>('a' + i % 26), text += i % 7 == 0 ? " " : "";
+  const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
+  GenerateOptions greedy{.max_new_tokens = 6, .sampling = {.greedy = true}};
+  GenerateOptions top1{.max_new_tokens = 6, .sampling = {.top_k = 1, .seed = 9}};
+  const std::vector<int32_t> prompt = {5, 2, 1};
+  const Generation a = generate(model, tok, prompt, greedy), b = generate(model, tok, prompt, top1);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.ids.size(), 6u);
+  EXPECT_EQ(a.stopped_by, "length");
+  // Sampling with a seed is reproducible.
+  GenerateOptions sampled{.max_new_tokens = 8, .sampling = {.temperature = 1.3, .seed = 4}};
+  EXPECT_EQ(generate(model, tok, prompt, sampled).ids, generate(model, tok, prompt, sampled).ids);
+  // The context bounds the budget: 16 positions, so 13 new tokens after 3.
+  EXPECT_EQ(generate(model, tok, prompt, {.max_new_tokens = 100, .sampling = {.greedy = true}}).ids.size(), 13u);
+  // EOS stops generation and is not returned.
+  // EOS stops generation and is not returned: take the last token of the greedy run as EOS; generation
+  // stops where it first appears.
+  GenerateOptions eos = greedy;
+  eos.eos = a.ids.back();
+  const auto first = std::find(a.ids.begin(), a.ids.end(), a.ids.back());
+  const Generation e = generate(model, tok, prompt, eos);
+  EXPECT_EQ(e.stopped_by, "eos");
+  EXPECT_EQ(e.ids, std::vector<int32_t>(a.ids.begin(), first));
+  expect_error_mentions<Error>([&] { generate(model, tok, std::vector<int32_t>(16, 1), greedy); },
+                               {"16 tokens", "context of 16"});
+  expect_error_mentions<Error>([&] { generate(model, tok, {}, greedy); }, {"no tokens"});
+  expect_error_mentions<Error>([&] { generate(model, tok, {99}, greedy); }, {"99", "vocabulary"});
+}
+
+}  // namespace
+}  // namespace attend
