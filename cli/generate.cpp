@@ -69,6 +69,7 @@ void add_generate_command(CLI::App& app) {
     if (g.text.size() > printed.size() && g.text.compare(0, printed.size(), printed) == 0)
       fmt::print("{}", g.text.substr(printed.size()));
     fmt::print("\n");
+    std::fflush(stdout);  // the text first, then the figures on stderr
     fmt::print(stderr, "{} tokens ({}), prompt {:.0f} ms, {:.1f} tokens/s\n", g.ids.size(), g.stopped_by,
                1e3 * g.prompt_seconds, g.generate_seconds > 0 ? double(g.ids.size()) / g.generate_seconds : 0.0);
   });
