@@ -24,5 +24,7 @@ void add_model_commands(CLI::App& app);
 void add_train_commands(CLI::App& app);
 // Adds `attend generate`.
 void add_generate_command(CLI::App& app);
+// Adds `attend eval`.
+void add_eval_command(CLI::App& app);
 
 }  // namespace attend::cli

@@ -1,0 +1,58 @@
+// Evaluation and calibration (003 §10.2, 004 §11.2): loss and perplexity over long token streams with a
+// sliding window, expected calibration error of next-token predictions, and temperature scaling.
+#pragma once
+
+#include <attend/model.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace attend {
+
+struct CalibrationBin {
+  double lower = 0.0, upper = 0.0;  // confidence range [lower, upper)
+  int64_t count = 0;
+  double confidence = 0.0;          // mean confidence of the bin's predictions
+  double accuracy = 0.0;            // share of them that were right
+};
+
+struct Calibration {
+  double ece = 0.0;  // Σ_m |B_m|/n · |acc(B_m) − conf(B_m)|
+  std::vector<CalibrationBin> bins;
+};
+
+// ECE over equal-width bins of [0, 1] (the last bin includes 1). confidence[i] is the probability the model
+// gave its prediction; correct[i] whether that prediction was right.
+Calibration expected_calibration_error(std::span<const double> confidence, std::span<const uint8_t> correct,
+                                       int bins = 15);
+
+// Mean negative log-likelihood of softmax(z/T) for rows (N, V) with targets (N).
+double mean_nll(const float* logits, const int32_t* targets, int64_t N, int64_t V, double temperature);
+// The T > 0 that minimises mean_nll (golden-section search over log T in [1/20, 20]; the NLL is convex in 1/T).
+double fit_temperature(const float* logits, const int32_t* targets, int64_t N, int64_t V);
+
+struct EvalOptions {
+  int64_t stride = 0;        // sliding-window step; 0 means half the context
+  bool calibrate = false;    // fit a temperature on the first half of the tokens, report on the second
+  int bins = 15;
+};
+
+struct EvalResult {
+  int64_t tokens = 0;        // predictions scored
+  double loss = 0.0;         // mean next-token cross-entropy, nats
+  double perplexity = 0.0;   // exp(loss)
+  Calibration calibration;   // over every scored token
+  // With calibrate: the fitted temperature, and on the second half ECE and loss before and after it.
+  std::optional<double> temperature;
+  Calibration held_out_before, held_out_after;
+  double held_out_loss_before = 0.0, held_out_loss_after = 0.0;
+};
+
+// Scores every token of `tokens` after the first, each predicted with as much context as the window
+// allows: windows of max_seq_len tokens, `stride` apart; each scores only the tokens earlier windows
+// did not. Decoder-only models.
+EvalResult evaluate_lm(Model& model, const std::vector<int32_t>& tokens, const EvalOptions& options = {});
+
+}  // namespace attend

@@ -1,0 +1,103 @@
+// Evaluation (004 §11.2): ECE on predictions with known answers, temperature scaling recovering a known
+// temperature, and sliding-window perplexity against brute force.
+#include "fixtures.h"
+#include "testing.h"
+
+#include <attend/error.h>
+#include <attend/eval.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace attend {
+namespace {
+
+TEST(Calibration, EceByHand) {
+  // Ten predictions at 0.9 of which 7 are right (bin 13 of 15: |0.7 − 0.9| = 0.2), four at 0.55 of which
+  // 2 are right (bin 8: |0.5 − 0.55| = 0.05): ECE = 10/14·0.2 + 4/14·0.05 = 0.157142857...
+  std::vector<double> conf(10, 0.9);
+  std::vector<uint8_t> right = {1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
+  for (int i = 0; i < 4; ++i) conf.push_back(0.55), right.push_back(i < 2);
+  const Calibration c = expected_calibration_error(conf, right, 15);
+  EXPECT_NEAR(c.ece, 10.0 / 14 * 0.2 + 4.0 / 14 * 0.05, 1e-12);
+  EXPECT_EQ(c.bins[13].count, 10);
+  EXPECT_NEAR(c.bins[13].accuracy, 0.7, 1e-12);
+  EXPECT_EQ(c.bins[8].count, 4);
+  // Perfectly calibrated: confidence 1 (the last bin) and always right gives 0.
+  EXPECT_EQ(expected_calibration_error(std::vector<double>{1.0, 1.0}, std::vector<uint8_t>{1, 1}).ece, 0.0);
+  testing::expect_error_mentions<Error>(
+      [] { expected_calibration_error(std::vector<double>{1.5}, std::vector<uint8_t>{1}); }, {"outside [0, 1]"});
+}
+
+// Labels drawn from softmax(z/2): the NLL-minimising temperature is 2 up to sampling noise (4000 rows
+// give a standard error of about 0.04), and scaling lowers the ECE of the over-confident raw logits.
+TEST(Calibration, TemperatureScalingRecoversAKnownTemperature) {
+  const int64_t N = 4000, V = 10;
+  Rng rng(5);
+  std::vector<float> logits(N * V);
+  std::vector<int32_t> labels(N);
+  for (int64_t r = 0; r < N; ++r) {
+    double sum = 0.0;
+    std::vector<double> p(V);
+    for (int64_t j = 0; j < V; ++j) logits[r * V + j] = rng.normal(0.0f, 3.0f), sum += p[j] = std::exp(logits[r * V + j] / 2.0);
+    double u = rng.uniform_double() * sum;
+    int32_t y = 0;
+    while (y < V - 1 && (u -= p[y]) > 0) ++y;
+    labels[r] = y;
+  }
+  const double T = fit_temperature(logits.data(), labels.data(), N, V);
+  EXPECT_NEAR(T, 2.0, 0.15);
+  EXPECT_LT(mean_nll(logits.data(), labels.data(), N, V, T), mean_nll(logits.data(), labels.data(), N, V, 1.0));
+  auto ece_at = [&](double t) {
+    std::vector<double> conf;
+    std::vector<uint8_t> right;
+    for (int64_t r = 0; r < N; ++r) {
+      const float* z = logits.data() + r * V;
+      const int64_t arg = std::max_element(z, z + V) - z;
+      double sum = 0.0;
+      for (int64_t j = 0; j < V; ++j) sum += std::exp((z[j] - z[arg]) / t);
+      conf.push_back(1.0 / sum), right.push_back(arg == labels[r]);
+    }
+    return expected_calibration_error(conf, right).ece;
+  };
+  EXPECT_GT(ece_at(1.0), 0.1);  // raw logits are twice too sharp
+  EXPECT_LT(ece_at(T), 0.03);
+}
+
+// The sliding window against brute force: with stride 1 every token i ≥ W is predicted from exactly the
+// W − 1 tokens before it, and tokens i < W from the start of the text.
+TEST(Evaluation, SlidingWindowMatchesBruteForce) {
+  Model model = Model::load(testing::kModels / "gpt");  // context 16
+  const int64_t W = 16, V = 37, n = 27;
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>(1 + (i * 7) % 36));
+  auto nll_of = [&](int64_t from, int64_t i) {  // −log p(token i | tokens[from, i)) by a full forward
+    Batch b;
+    b.B = 1, b.T = i - from;
+    b.ids.assign(tokens.begin() + from, tokens.begin() + i);
+    model.forward(b);
+    const float* z = model.logits().data() + (b.T - 1) * V;
+    double top = *std::max_element(z, z + V), sum = 0.0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(z[j] - top);
+    return top + std::log(sum) - z[tokens[i]];
+  };
+  double expected = 0.0;
+  for (int64_t i = 1; i < n; ++i) expected += nll_of(i < W ? 0 : i - W + 1, i);
+  expected /= double(n - 1);
+  const EvalResult r = evaluate_lm(model, tokens, {.stride = 1});
+  EXPECT_EQ(r.tokens, n - 1);
+  EXPECT_NEAR(r.loss, expected, 1e-5);
+  EXPECT_NEAR(r.perplexity, std::exp(expected), 1e-4);
+  // Every stride scores every token once; a stride of the whole context still predicts each window's first.
+  for (int64_t stride : {4, 8, 15, 16}) EXPECT_EQ(evaluate_lm(model, tokens, {.stride = stride}).tokens, n - 1);
+  const EvalResult cal = evaluate_lm(model, tokens, {.calibrate = true});
+  ASSERT_TRUE(cal.temperature.has_value());
+  EXPECT_GT(*cal.temperature, 0.0);
+  EXPECT_LE(cal.held_out_loss_after, cal.held_out_loss_before + 0.5);  // fitted on the other half
+  testing::expect_error_mentions<Error>([&] { evaluate_lm(model, {1}); }, {"at least 2"});
+  testing::expect_error_mentions<Error>([&] { evaluate_lm(model, {1, 99}); }, {"99", "position 1"});
+}
+
+}  // namespace
+}  // namespace attend
