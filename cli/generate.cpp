@@ -19,6 +19,7 @@ void add_generate_command(CLI::App& app) {
   static GenerateOptions options;
   static std::vector<std::string> stops;
   static bool json_output = false;
+  static BeamOptions beam{.width = 0};
   cmd->add_option("--model", model_dir, "A model directory with its tokenizer (e.g. runs/brown-gpt/checkpoint)")
       ->required();
   auto* text = cmd->add_option("--prompt", prompt, "The prompt as text");
@@ -33,6 +34,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--top-p", options.sampling.top_p, "Sample from the smallest set of probability ≥ p, in (0, 1]")
       ->capture_default_str()->excludes(greedy);
   cmd->add_option("--seed", options.sampling.seed, "Seed of the sampling")->capture_default_str();
+  auto* beam_width = cmd->add_option("--beam", beam.width, "Beam search with this many beams instead of sampling");
+  beam_width->excludes(greedy);
+  cmd->add_option("--length-penalty", beam.length_penalty, "Beam search: score = log p / length^α")
+      ->capture_default_str();
+  cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
   cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
   cmd->callback([] {
@@ -48,6 +54,20 @@ void add_generate_command(CLI::App& app) {
             model.config().vocab_size);
     options.stop = stops;
     options.eos = tokenizer.special_id(SpecialRole::Eos);
+    if (beam.width > 0) {
+      const auto hypotheses = beam_search(model, input, options.max_new_tokens, options.eos, beam);
+      if (json_output) {
+        nlohmann::json j = {{"ids", hypotheses[0].ids}, {"text", tokenizer.decode(hypotheses[0].ids)}};
+        if (hypotheses.size() > 1)
+          for (const Hypothesis& h : hypotheses)
+            j["n_best"].push_back({{"ids", h.ids}, {"text", tokenizer.decode(h.ids)}, {"score", h.score}});
+        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        return;
+      }
+      for (const Hypothesis& h : hypotheses)
+        fmt::print("{}{}\n", hypotheses.size() > 1 ? fmt::format("[{:.4f}] ", h.score) : "", tokenizer.decode(h.ids));
+      return;
+    }
     std::string printed;
     std::vector<int32_t> so_far;
     const Generation g = generate(model, tokenizer, input, options, [&](int32_t id) {

@@ -120,5 +120,57 @@ TEST(Generate, TopKOneIsGreedyAndBudgetsAndErrorsHold) {
   expect_error_mentions<Error>([&] { generate(model, tok, {99}, greedy); }, {"99", "vocabulary"});
 }
 
+// Log-probabilities of every next token after `prefix`, by a full forward.
+std::vector<double> next_log_probs(Model& model, const std::vector<int32_t>& prefix) {
+  Batch b;
+  b.B = 1, b.T = static_cast<int64_t>(prefix.size()), b.ids = prefix;
+  model.forward(b);
+  const int64_t V = model.config().vocab_size;
+  const float* z = model.logits().data() + (b.T - 1) * V;
+  const double top = *std::max_element(z, z + V);
+  double sum = 0.0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - top);
+  std::vector<double> out(V);
+  for (int64_t v = 0; v < V; ++v) out[v] = z[v] - top - std::log(sum);
+  return out;
+}
+
+TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
+  Model model = Model::load(testing::kModels / "gpt");
+  const int64_t V = model.config().vocab_size;
+  const std::vector<int32_t> prompt = {5, 2, 1};
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
+  const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
+  const Generation greedy = generate(model, tok, prompt, {.max_new_tokens = 5, .sampling = {.greedy = true}});
+  const auto one = beam_search(model, prompt, 5, std::nullopt, {.width = 1});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].ids, greedy.ids);
+  // Exhaustive over two tokens: 37² continuations. A beam as wide as the vocabulary keeps every first token,
+  // so it must find the pair of largest log p(t₁) + log p(t₂ | t₁) (length penalty 0: the plain sum).
+  const auto first = next_log_probs(model, prompt);
+  double best = -INFINITY;
+  std::vector<int32_t> best_pair;
+  for (int32_t a = 0; a < V; ++a) {
+    std::vector<int32_t> prefix = prompt;
+    prefix.push_back(a);
+    const auto second = next_log_probs(model, prefix);
+    for (int32_t b = 0; b < V; ++b)
+      if (first[a] + second[b] > best) best = first[a] + second[b], best_pair = {a, b};
+  }
+  const auto wide = beam_search(model, prompt, 2, std::nullopt, {.width = V, .length_penalty = 0.0, .n_best = 3});
+  ASSERT_EQ(wide.size(), 3u);
+  EXPECT_EQ(wide[0].ids, best_pair);
+  EXPECT_NEAR(wide[0].log_prob, best, 1e-4);
+  EXPECT_GE(wide[0].score, wide[1].score);
+  EXPECT_GE(wide[1].score, wide[2].score);
+  // With an end token, finished hypotheses leave it out and are scored with it.
+  const auto with_eos = beam_search(model, prompt, 4, greedy.ids[0], {.width = 3, .n_best = 3});
+  for (const Hypothesis& h : with_eos)
+    if (h.finished) EXPECT_EQ(std::find(h.ids.begin(), h.ids.end(), greedy.ids[0]), h.ids.end());
+  testing::expect_error_mentions<Error>([&] { beam_search(model, prompt, 2, std::nullopt, {.width = 2, .n_best = 3}); },
+                                        {"n_best must be in [1, width = 2]"});
+}
+
 }  // namespace
 }  // namespace attend

@@ -52,4 +52,24 @@ struct Generation {
 Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token = {});
 
+struct BeamOptions {
+  int64_t width = 4;            // beams kept at every step
+  double length_penalty = 1.0;  // a finished beam scores Σ log p / length^α; α > 0 favours longer ones
+  bool early_stopping = true;   // stop once `width` beams have finished
+  int64_t n_best = 1;           // hypotheses returned, best first (at most width)
+};
+
+struct Hypothesis {
+  std::vector<int32_t> ids;  // generated tokens (EOS not included)
+  double log_prob = 0.0;     // Σ log p of the tokens (and of EOS when it finished)
+  double score = 0.0;        // log_prob / length^α
+  bool finished = false;     // ended with EOS (otherwise stopped by the budget)
+};
+
+// Beam search (001 §12): keeps the `width` most likely prefixes, extends each by every token, and keeps
+// the best `width` of the extensions; beams that produce EOS are set aside as finished hypotheses. Width 1
+// is greedy decoding. Returns the n-best list, best first.
+std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                    std::optional<int32_t> eos, const BeamOptions& options);
+
 }  // namespace attend

@@ -184,6 +184,8 @@ class Model {
   void start_decoding(int64_t batch, int64_t max_T);
   const Tensor& decode(const std::vector<int32_t>& ids, int64_t T_new);
   int64_t decoded_positions() const;
+  // Beam search: sequence b of the cache continues from sequence source[b].
+  void reorder_decoding(const std::vector<int64_t>& source);
 
   struct Impl;  // the network (src/nn/transformer.h)
   Impl& impl() { return *impl_; }

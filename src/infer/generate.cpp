@@ -106,4 +106,100 @@ Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<
   return out;
 }
 
+std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                    std::optional<int32_t> eos, const BeamOptions& o) {
+  const int64_t context = model.config().max_seq_len, V = model.config().vocab_size, W = o.width;
+  check(W >= 1, "beam search: width must be at least 1, got {}", W);
+  check(o.n_best >= 1 && o.n_best <= W, "beam search: n_best must be in [1, width = {}], got {}", W, o.n_best);
+  check(!prompt.empty() && static_cast<int64_t>(prompt.size()) < context,
+        "beam search: the prompt has {} tokens; it needs at least one and must leave room in the context of {}",
+        prompt.size(), context);
+  check(max_new_tokens >= 1, "beam search: max_new_tokens must be at least 1, got {}", max_new_tokens);
+  const int64_t budget = std::min<int64_t>(max_new_tokens, context - static_cast<int64_t>(prompt.size()));
+  auto score_of = [&](double log_prob, int64_t length) {
+    return log_prob / std::pow(static_cast<double>(std::max<int64_t>(length, 1)), o.length_penalty);
+  };
+
+  // Every beam starts from the prompt; only beam 0 is extended at the first step (the others are copies).
+  model.start_decoding(W, static_cast<int64_t>(prompt.size()) + budget);
+  std::vector<int32_t> ids;
+  for (int64_t b = 0; b < W; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
+  const Tensor* logits = &model.decode(ids, static_cast<int64_t>(prompt.size()));
+  std::vector<Hypothesis> beams(W), finished;
+  std::vector<double> beam_score(W, -INFINITY);
+  beam_score[0] = 0.0;
+
+  for (int64_t step = 0; step < budget; ++step) {
+    // Candidates (beam, token, log prob): log_softmax of each beam's logits added to its score.
+    struct Candidate {
+      double log_prob;
+      int64_t beam;
+      int32_t token;
+    };
+    std::vector<Candidate> candidates;
+    for (int64_t b = 0; b < W; ++b) {
+      if (beam_score[b] == -INFINITY) continue;
+      const float* z = logits->data() + b * V;
+      const double top = *std::max_element(z, z + V);
+      double sum = 0.0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - top);
+      const double lse = top + std::log(sum);
+      for (int64_t v = 0; v < V; ++v) candidates.push_back({beam_score[b] + z[v] - lse, b, static_cast<int32_t>(v)});
+    }
+    // The best 2·width: enough that width survive even if all EOS candidates are among them.
+    const auto keep = std::min<size_t>(candidates.size(), static_cast<size_t>(2 * W));
+    std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(), [](const auto& a, const auto& b) {
+      return a.log_prob > b.log_prob || (a.log_prob == b.log_prob && (a.beam < b.beam || (a.beam == b.beam && a.token < b.token)));
+    });
+    std::vector<Hypothesis> next;
+    std::vector<int64_t> source;
+    std::vector<int32_t> tokens;
+    for (size_t i = 0; i < keep && static_cast<int64_t>(next.size()) < W; ++i) {
+      const Candidate& c = candidates[i];
+      if (eos && c.token == *eos) {
+        Hypothesis h{beams[c.beam].ids, c.log_prob, 0.0, true};
+        h.score = score_of(h.log_prob, static_cast<int64_t>(h.ids.size()) + 1);
+        finished.push_back(std::move(h));
+        continue;
+      }
+      Hypothesis h{beams[c.beam].ids, c.log_prob, 0.0, false};
+      h.ids.push_back(c.token);
+      next.push_back(std::move(h));
+      source.push_back(c.beam);
+      tokens.push_back(c.token);
+    }
+    if (o.early_stopping && static_cast<int64_t>(finished.size()) >= W) break;
+    if (next.empty()) break;
+    const auto survivors = static_cast<int64_t>(next.size());
+    // Fewer survivors than beams (everything else ended): pad with copies of the last, scored −∞.
+    while (static_cast<int64_t>(next.size()) < W) {
+      next.push_back(next.back());
+      source.push_back(source.back());
+      tokens.push_back(tokens.back());
+    }
+    beams = std::move(next);
+    for (int64_t b = 0; b < W; ++b) beam_score[b] = b < survivors ? beams[b].log_prob : -INFINITY;
+    if (step + 1 == budget) break;
+    model.reorder_decoding(source);
+    logits = &model.decode(tokens, 1);
+  }
+  // Beams still open at the budget compete with the finished ones.
+  for (int64_t b = 0; b < W; ++b)
+    if (beam_score[b] != -INFINITY && !beams[b].ids.empty()) {
+      Hypothesis h = beams[b];
+      h.score = score_of(h.log_prob, static_cast<int64_t>(h.ids.size()));
+      finished.push_back(std::move(h));
+    }
+  std::stable_sort(finished.begin(), finished.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
+  // The same token sequence can appear twice (open and padded copies): keep the first.
+  std::vector<Hypothesis> out;
+  for (auto& h : finished) {
+    bool seen = false;
+    for (const auto& k : out) seen |= k.ids == h.ids && k.finished == h.finished;
+    if (!seen) out.push_back(std::move(h));
+    if (static_cast<int64_t>(out.size()) == o.n_best) break;
+  }
+  return out;
+}
+
 }  // namespace attend

@@ -98,6 +98,34 @@ const float* KVCache::read(int64_t layer, int64_t length, bool value) {
   return out.data();
 }
 
+void KVCache::reorder(const std::vector<int64_t>& source, int64_t length) {
+  const auto& c = config_;
+  check(static_cast<int64_t>(source.size()) == c.batch, "KV cache: reorder needs {} sources, got {}", c.batch,
+        source.size());
+  for (int64_t s : source) check(s >= 0 && s < c.batch, "KV cache: reorder source {} outside [0, {})", s, c.batch);
+  const int64_t n_rows = length * c.n_kv_heads;  // rows of one sequence that hold data
+  // Copies the rows of every sequence of one (layer, keys|values) block through a scratch copy.
+  auto permute = [&](auto& storage, int64_t width) {
+    using Element = typename std::decay_t<decltype(storage)>::value_type;
+    std::vector<Element> scratch(c.batch * n_rows * width);
+    for (int64_t layer = 0; layer < c.n_layers; ++layer)
+      for (int which = 0; which < 2; ++which) {
+        for (int64_t b = 0; b < c.batch; ++b)
+          std::copy_n(&storage[row(layer, which == 1, b, 0) * width], n_rows * width, &scratch[b * n_rows * width]);
+        for (int64_t b = 0; b < c.batch; ++b)
+          std::copy_n(&scratch[source[b] * n_rows * width], n_rows * width, &storage[row(layer, which == 1, b, 0) * width]);
+      }
+  };
+  switch (c.storage) {
+    case CacheStorage::F32: permute(f32_, c.d_head); break;
+    case CacheStorage::F16: permute(f16_, c.d_head); break;
+    case CacheStorage::I8:
+      permute(i8_, c.d_head);
+      permute(scales_, 1);
+      break;
+  }
+}
+
 const float* KVCache::keys(int64_t layer, int64_t length) { return read(layer, length, false); }
 const float* KVCache::values(int64_t layer, int64_t length) { return read(layer, length, true); }
 

@@ -46,6 +46,9 @@ class KVCache {
   const float* keys(int64_t layer, int64_t length);
   const float* values(int64_t layer, int64_t length);
 
+  // Beam search: sequence b continues from sequence source[b] (every layer, positions [0, length)).
+  void reorder(const std::vector<int64_t>& source, int64_t length);
+
  private:
   const float* read(int64_t layer, int64_t length, bool value);
   int64_t row(int64_t layer, bool value, int64_t b, int64_t pos) const;  // index of a (position, head) row

@@ -577,6 +577,11 @@ void Model::start_decoding(int64_t batch, int64_t max_T) {
 
 int64_t Model::decoded_positions() const { return impl_->decode_position; }
 
+void Model::reorder_decoding(const std::vector<int64_t>& source) {
+  check(impl_->cache != nullptr, "generation: reorder before start_decoding");
+  impl_->cache->reorder(source, impl_->decode_position);
+}
+
 const Tensor& Model::decode(const std::vector<int32_t>& ids, int64_t T_new) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
