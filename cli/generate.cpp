@@ -57,11 +57,12 @@ void add_generate_command(CLI::App& app) {
     if (beam.width > 0) {
       const auto hypotheses = beam_search(model, input, options.max_new_tokens, options.eos, beam);
       if (json_output) {
-        nlohmann::json j = {{"ids", hypotheses[0].ids}, {"text", tokenizer.decode(hypotheses[0].ids)}};
+        nlohmann::ordered_json j = {{"ids", hypotheses[0].ids}, {"text", tokenizer.decode(hypotheses[0].ids)}};
         if (hypotheses.size() > 1)
           for (const Hypothesis& h : hypotheses)
-            j["n_best"].push_back({{"ids", h.ids}, {"text", tokenizer.decode(h.ids)}, {"score", h.score}});
-        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+            j["n_best"].push_back(
+                nlohmann::ordered_json{{"ids", h.ids}, {"text", tokenizer.decode(h.ids)}, {"score", h.score}});
+        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
         return;
       }
       for (const Hypothesis& h : hypotheses)
@@ -82,8 +83,8 @@ void add_generate_command(CLI::App& app) {
       return true;
     });
     if (json_output) {
-      fmt::print("{}\n", nlohmann::json{{"ids", g.ids}, {"text", g.text}}.dump(-1, ' ', false,
-                                                                                nlohmann::json::error_handler_t::replace));
+      fmt::print("{}\n", nlohmann::ordered_json{{"ids", g.ids}, {"text", g.text}}.dump(
+                              -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
       return;
     }
     if (g.text.size() > printed.size() && g.text.compare(0, printed.size(), printed) == 0)
