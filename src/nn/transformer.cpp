@@ -2,6 +2,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
 #include "kernels/matmul.h"
 #include "kernels/position.h"
 #include "kernels/random_fill.h"
@@ -66,19 +67,18 @@ Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cr
 
 template <typename F>
 Tensor Block::sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call) {
-  Tensor out;
   if (pre_norm_) {  // x + α·drop(F(norm(x)))
     Tensor branch = f(s.norm.forward(x));
     s.dropout.forward(branch, call.training, call.rng);
-    out = x.clone();
-    for (int64_t i = 0; i < out.numel(); ++i) out[i] += alpha_ * branch[i];
-  } else {  // norm(x + α·drop(F(x)))
-    Tensor branch = f(x);
-    s.dropout.forward(branch, call.training, call.rng);
-    for (int64_t i = 0; i < branch.numel(); ++i) branch[i] = x[i] + alpha_ * branch[i];
-    out = s.norm.forward(branch);
+    Tensor out = Tensor::uninitialized(x.shape());
+    kernels::residual_forward(out.data(), x.data(), branch.data(), x.numel(), alpha_);
+    return out;
   }
-  return out;
+  // norm(x + α·drop(F(x)))
+  Tensor branch = f(x);
+  s.dropout.forward(branch, call.training, call.rng);
+  kernels::residual_forward(branch.data(), x.data(), branch.data(), x.numel(), alpha_);
+  return s.norm.forward(branch);
 }
 
 // Pre-LN: dx = dout + norm'(F'(α·drop'(dout))).  Post-LN: ds = norm'(dout), dx = ds + F'(α·drop'(ds)).
