@@ -386,6 +386,30 @@ TEST(Trainer, TinyModelOverfitsATinyCorpusAndWritesMetrics) {
   EXPECT_TRUE(fs::exists(dir / "checkpoint" / "model.safetensors"));
 }
 
+TEST(Trainer, MoERoutingIsReportedInTheMetrics) {
+  const auto tokens = pattern_tokens(6);
+  LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});
+  ModelConfig c = tiny_gpt();
+  c.n_experts = 4, c.moe_top_k = 2, c.moe_capacity_factor = 1.0;
+  const fs::path dir = run_dir("moe");
+  TrainConfig t = quick_config(2);
+  Trainer trainer(Model(c), data, t, dir);
+  std::vector<StepReport> reports;
+  trainer.run([&](const StepReport& r) { reports.push_back(r); });
+  ASSERT_EQ(reports.back().moe.size(), 2u);  // two MoE blocks
+  int64_t taken = 0;
+  for (int64_t n : reports.back().moe[0].tokens_per_expert) taken += n;
+  EXPECT_EQ(taken + reports.back().moe[0].refused, 2 * 16 * 2);  // 32 tokens, 2 choices each
+  std::istringstream lines(read_file(dir / "metrics.jsonl"));
+  std::string line;
+  std::getline(lines, line);
+  const auto j = nlohmann::json::parse(line);
+  ASSERT_TRUE(j.contains("moe_tokens_per_expert"));
+  EXPECT_EQ(j["moe_tokens_per_expert"].size(), 2u);
+  EXPECT_EQ(j["moe_tokens_per_expert"][0].size(), 4u);
+  EXPECT_TRUE(j.contains("moe_refused"));
+}
+
 TEST(Trainer, RefusesToOverwriteOrResumeAnotherModel) {
   const auto tokens = pattern_tokens(5);
   LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});

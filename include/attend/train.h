@@ -230,6 +230,7 @@ struct StepReport {
   int64_t tokens = 0;                 // target tokens in this step
   std::optional<double> val_loss;
   bool skipped = false;               // non-finite loss or gradient: no update
+  std::vector<MoEStats> moe;          // MoE models: tokens per expert and refusals of the last micro-batch
 };
 
 class Trainer {

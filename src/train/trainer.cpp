@@ -148,6 +148,7 @@ StepReport Trainer::step() {
     r.loss += share * s.model.forward(micro[k], options).loss;
     s.model.backward(share);
   }
+  r.moe = s.model.moe_stats();
   const auto params = s.model.parameters();
   r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(params, c.clip_norm) : train::global_grad_norm(params);
   r.lr = c.schedule.at(t);
@@ -219,6 +220,13 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
                  {"elapsed_s", r.elapsed_s}};
     if (r.val_loss) line["val_loss"] = *r.val_loss;
     if (r.skipped) line["skipped"] = true;
+    if (!r.moe.empty()) {  // routing: tokens per expert of each MoE block, and choices refused for capacity
+      json tokens = json::array();
+      int64_t refused = 0;
+      for (const MoEStats& m : r.moe) tokens.push_back(m.tokens_per_expert), refused += m.refused;
+      line["moe_tokens_per_expert"] = tokens;
+      line["moe_refused"] = refused;
+    }
     for (auto& [k, v] : line.items())
       if (v.is_number_float() && !std::isfinite(v.get<double>())) v = nullptr;  // JSON has no NaN
     s.metrics << line.dump() << "\n" << std::flush;
