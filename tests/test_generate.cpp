@@ -46,6 +46,34 @@ TEST(Decoding, IncrementalLogitsEqualTheFullForward) {
   }
 }
 
+// Encoder-decoder: the encoder runs once, cross-attention keys and values are projected once, and the
+// decoder extends its own KV cache; every step equals the full forward (T5 fixture: relative position bias
+// with causal buckets at the cached position, padded source).
+TEST(Decoding, EncoderDecoderIncrementalLogitsEqualTheFullForward) {
+  Model model = Model::load(testing::kModels / "t5");
+  const Batch golden = testing::batch_from_json(
+      nlohmann::json::parse(read_file(testing::kModels / "t5" / "golden.json"))["cases"][0]["batch"]);
+  const int64_t V = model.config().vocab_size;
+  for (int64_t b = 0; b < golden.B; ++b) {  // the second source is padded (length 3 of 6)
+    Batch one;
+    one.B = 1, one.src_T = golden.src_T, one.T = golden.lengths[b];
+    one.src_ids.assign(golden.src_ids.begin() + b * golden.src_T, golden.src_ids.begin() + (b + 1) * golden.src_T);
+    one.src_lengths = {golden.src_lengths[b]};
+    one.ids.assign(golden.ids.begin() + b * golden.T, golden.ids.begin() + b * golden.T + one.T);
+    model.forward(one);
+    const std::vector<float> reference(model.logits().span().begin(), model.logits().span().end());
+    model.start_decoding(one, one.T);
+    const Tensor* step = &model.decode({one.ids[0], one.ids[1]}, 2);
+    for (int64_t t = 1; t < one.T; ++t) {
+      const std::vector<float> got(step->span().begin(), step->span().end());
+      const std::vector<float> want(reference.begin() + t * V, reference.begin() + (t + 1) * V);
+      testing::expect_all_close(got, want, 2e-5, "t5 sequence " + std::to_string(b) + " position " + std::to_string(t));
+      if (t + 1 < one.T) step = &model.decode({one.ids[t + 1]}, 1);
+    }
+  }
+  expect_error_mentions<Error>([&] { model.start_decoding(1, 4); }, {"decodes from a source"});
+}
+
 TEST(Sampling, TheNotesDistributionsByHand) {
   const float logits[4] = {2.0f, 1.0f, 0.0f, -1.0f};
   // softmax = e^{2,1,0,−1}/Σ = [0.6439, 0.2369, 0.0871, 0.0321].

@@ -182,6 +182,9 @@ class Model {
   // ids (batch, T_new) at the next positions, appends their keys and values, and returns the logits of the
   // last position of each sequence (batch, V). Errors name what does not fit.
   void start_decoding(int64_t batch, int64_t max_T);
+  // Encoder-decoder models: runs the encoder once on source's src_ids/src_lengths (B sequences) and caches
+  // every decoder block's cross-attention keys and values; decode then extends the B decoder sequences.
+  void start_decoding(const Batch& source, int64_t max_T);
   const Tensor& decode(const std::vector<int32_t>& ids, int64_t T_new);
   int64_t decoded_positions() const;
   // Beam search: sequence b of the cache continues from sequence source[b].

@@ -128,8 +128,14 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
         x.shape(), C);
   const int64_t B = x.size(0), Tq = x.size(1);
   int64_t Tk = Tq;
-  if (c.cross) {
-    check(context != nullptr, "attention '{}': cross-attention needs a context (the encoder output)", name_);
+  const bool cached_context = c.cross && context == nullptr;
+  if (cached_context) {
+    check(context_k_.numel() > 0,
+          "attention '{}': cross-attention needs a context (the encoder output), or cache_context() first", name_);
+    check(context_k_.size(0) == B, "attention '{}': the cached context holds batch {}, the queries batch {}", name_,
+          context_k_.size(0), B);
+    Tk = context_k_.size(1);
+  } else if (c.cross) {
     check(context->rank() == 3 && context->size(0) == B && context->size(2) == C,
           "attention '{}': queries have shape {} and context has shape {}, expected context [{}, time, {}]", name_,
           x.shape(), context->shape(), B, C);
@@ -161,7 +167,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   check(!dropout || call.rng != nullptr, "attention '{}': training with dropout needs an Rng", name_);
 
   saved_ = Saved{B, Tq, Tk, call.position, call.key_lengths, call.mask, dropout ? c.dropout : 0.0f, 0, 0,
-                 call.cache != nullptr};
+                 call.cache != nullptr || cached_context};
   if (dropout) {
     saved_.dropout_seed = call.rng->seed();
     saved_.dropout_offset = call.rng->reserve(static_cast<uint64_t>(B * H * Tq * Tk));
@@ -169,8 +175,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   x_ = x.clone();
   const int64_t Tkv = c.cross ? Tk : Tq;  // rows projected to keys/values in this call
   q_ = Tensor({B, Tq, H, D});
-  k_ = Tensor({B, Tkv, Hkv, D});
-  v_ = Tensor({B, Tkv, Hkv, D});
+  k_ = cached_context ? Tensor() : Tensor({B, Tkv, Hkv, D});
+  v_ = cached_context ? Tensor() : Tensor({B, Tkv, Hkv, D});
   if (!c.cross) {
     const int64_t W = (H + 2 * Hkv) * D;
     std::vector<float> qkv(B * Tq * W);
@@ -179,13 +185,11 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
     split_columns(k_.data(), qkv.data(), B * Tq, W, H * D, Hkv * D);
     split_columns(v_.data(), qkv.data(), B * Tq, W, (H + Hkv) * D, Hkv * D);
   } else {
-    context_ = context->clone();
     kernels::matmul_forward(q_.data(), x.data(), w_q_.value.data(), data_or_null(b_q_), B * Tq, C, H * D);
-    std::vector<float> kv(B * Tk * 2 * Hkv * D);
-    kernels::matmul_forward(kv.data(), context->data(), w_kv_.value.data(), data_or_null(b_kv_), B * Tk, C,
-                            2 * Hkv * D);
-    split_columns(k_.data(), kv.data(), B * Tk, 2 * Hkv * D, 0, Hkv * D);
-    split_columns(v_.data(), kv.data(), B * Tk, 2 * Hkv * D, Hkv * D, Hkv * D);
+    if (!cached_context) {
+      context_ = context->clone();
+      project_context(*context, k_, v_);
+    }
   }
   if (c.position == PositionScheme::RoPE) {
     RopeTables rope(call.position, Tq, D, c.rope);
@@ -194,8 +198,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   }
 
   kernels::AttentionParams<float> p = kernel_params();
-  const float* keys = k_.data();
-  const float* values = v_.data();
+  const float* keys = cached_context ? context_k_.data() : k_.data();
+  const float* values = cached_context ? context_v_.data() : v_.data();
   if (call.cache != nullptr) {
     call.cache->write(call.cache_layer, call.position, k_.data(), v_.data(), Tq);
     keys = call.cache->keys(call.cache_layer, Tk);
@@ -225,6 +229,24 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   Tensor out = Tensor::uninitialized({B, Tq, C});
   kernels::matmul_forward(out.data(), attn_.data(), w_o_.value.data(), data_or_null(b_o_), B * Tq, H * D, C);
   return out;
+}
+
+void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tensor& v) const {
+  const int64_t C = config_.d_model, Hkv = config_.kv_heads(), D = config_.d_head();
+  const int64_t B = context.size(0), Tk = context.size(1);
+  std::vector<float> kv(B * Tk * 2 * Hkv * D);
+  kernels::matmul_forward(kv.data(), context.data(), w_kv_.value.data(), data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D);
+  k = Tensor({B, Tk, Hkv, D});
+  v = Tensor({B, Tk, Hkv, D});
+  split_columns(k.data(), kv.data(), B * Tk, 2 * Hkv * D, 0, Hkv * D);
+  split_columns(v.data(), kv.data(), B * Tk, 2 * Hkv * D, Hkv * D, Hkv * D);
+}
+
+void MultiHeadAttention::cache_context(const Tensor& context) {
+  check(config_.cross, "attention '{}': only cross-attention has a context to cache", name_);
+  check(context.rank() == 3 && context.size(2) == config_.d_model,
+        "attention '{}': context has shape {}, expected [batch, time, {}]", name_, context.shape(), config_.d_model);
+  project_context(context, context_k_, context_v_);
 }
 
 Tensor MultiHeadAttention::backward(const Tensor& dout) {

@@ -87,9 +87,15 @@ class MultiHeadAttention {
   Tensor backward(const Tensor& dout);
   const Tensor& context_grad() const { return dcontext_; }
 
+  // Generation with cross-attention: projects the encoder output (B, Tk, d_model) to keys and values
+  // once; later forwards with a null context attend to them (and have no backward).
+  void cache_context(const Tensor& context);
+
  private:
   // The kernels' description of the call that forward saved (without the KV cache's capacity).
   kernels::AttentionParams<float> kernel_params() const;
+  // Cross-attention: context (B, Tk, d_model) → keys and values (B, Tk, Hkv, d_head).
+  void project_context(const Tensor& context, Tensor& k, Tensor& v) const;
 
   std::string name_;
   AttentionConfig config_;
@@ -111,6 +117,7 @@ class MultiHeadAttention {
   Tensor attn_;             // (B, Tq, H, d_head): the heads before W_O
   Tensor stats_;            // flash: (B, H, Tq) log-sum-exp; reference: (B, H, Tq, Tk) probabilities
   Tensor dcontext_;
+  Tensor context_k_, context_v_;  // cache_context's keys and values
 };
 
 }  // namespace attend::nn

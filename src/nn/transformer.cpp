@@ -565,13 +565,36 @@ void Model::backward(double scale) {
 void Model::start_decoding(int64_t batch, int64_t max_T) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
-  check(c.architecture == Architecture::Decoder, "generation: decode runs decoder-only models, this one is {}",
+  check(c.architecture == Architecture::Decoder,
+        "generation: a {} model decodes from a source (start_decoding with the encoder's input)",
         architecture_name(c.architecture));
   check(batch >= 1 && max_T >= 1 && max_T <= c.max_seq_len,
         "generation: the cache needs batch ≥ 1 and 1 ≤ max_T ≤ max_seq_len = {}, got batch {} and max_T {}",
         c.max_seq_len, batch, max_T);
   m.cache = std::make_unique<infer::KVCache>(
-      infer::KVCacheConfig{c.n_layers, batch, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
+      infer::KVCacheConfig{c.decoder_layers(), batch, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
+  m.decode_position = 0;
+  m.src_lengths.clear();
+}
+
+void Model::start_decoding(const Batch& source, int64_t max_T) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  check(c.architecture == Architecture::EncoderDecoder, "generation: only encoder-decoder models decode from a source");
+  check(max_T >= 1 && max_T <= c.max_seq_len, "generation: max_T must be in [1, max_seq_len = {}], got {}",
+        c.max_seq_len, max_T);
+  const int64_t B = source.B;
+  check(B >= 1, "generation: the source has no sequences");
+  m.src_lengths = check_sequences(source.src_ids, source.src_lengths, B, source.src_T, "src_ids", "src_lengths", c);
+  m.enc_valid = valid_mask(m.src_lengths, B, source.src_T);
+  Impl::Embedded embedded;
+  const Tensor x = m.embed(embedded, source.src_ids, B, source.src_T, false, nullptr);
+  nn::StackCall call{B, source.src_T, m.src_lengths.data(), m.enc_valid.data()};
+  Tensor enc = m.encoder->forward(x, call);
+  enc.reshape({B, source.src_T, c.d_model});
+  m.decoder->cache_context(enc);
+  m.cache = std::make_unique<infer::KVCache>(
+      infer::KVCacheConfig{c.decoder_layers(), B, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
   m.decode_position = 0;
 }
 
@@ -596,7 +619,8 @@ const Tensor& Model::decode(const std::vector<int32_t>& ids, int64_t T_new) {
     check(ids[i] >= 0 && ids[i] < V, "generation: token id {} is outside the vocabulary [0, {})", ids[i], V);
   Impl::Embedded embedded;
   const Tensor x = m.embed(embedded, ids, B, T_new, false, nullptr, m.decode_position);
-  nn::StackCall call{B, T_new, nullptr, nullptr, nullptr, nullptr, false, nullptr, m.cache.get(), m.decode_position};
+  nn::StackCall call{B, T_new, nullptr, nullptr, nullptr, m.src_lengths.empty() ? nullptr : m.src_lengths.data(),
+                     false, nullptr, m.cache.get(), m.decode_position};
   const Tensor top = m.decoder->forward(x, call);
   m.decode_position += T_new;
   Tensor last = Tensor::uninitialized({B, C});

@@ -43,6 +43,10 @@ class Block {
   void collect(std::vector<Parameter*>& out);
   double aux() const { return moe_ ? moe_->aux() : 0.0; }
   const MixtureOfExperts* moe() const { return moe_ ? &*moe_ : nullptr; }
+  // Generation: cross-attention keys and values of the encoder output, projected once.
+  void cache_context(const Tensor& context) {
+    if (cross_) cross_->cache_context(context);
+  }
 
  private:
   // One residual sub-layer around F, pre- or post-LN. F maps rows to rows.
@@ -77,6 +81,9 @@ class Stack {
   void collect(std::vector<Parameter*>& out);
   double aux() const;
   void moe_stats(std::vector<MoEStats>& out) const;
+  void cache_context(const Tensor& context) {
+    for (auto& block : blocks_) block->cache_context(context);
+  }
 
  private:
   std::vector<std::unique_ptr<Block>> blocks_;
