@@ -14,7 +14,8 @@
 namespace attend::cli {
 
 void add_generate_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate", "Generate text with a model directory (decoder-only), streaming tokens");
+  auto* cmd = app.add_subcommand(
+      "generate", "Generate text with a model directory, streaming tokens (encoder-decoder models read the prompt as the source)");
   static std::string model_dir, prompt, prompt_ids;
   static GenerateOptions options;
   static std::vector<std::string> stops;
@@ -54,6 +55,13 @@ void add_generate_command(CLI::App& app) {
             model.config().vocab_size);
     options.stop = stops;
     options.eos = tokenizer.special_id(SpecialRole::Eos);
+    if (!options.eos) options.eos = tokenizer.special_id(SpecialRole::Sep);  // BERT-style vocabularies
+    if (model.config().architecture == Architecture::EncoderDecoder) {
+      // The prompt is the source; the decoder starts from BOS ([CLS] in BERT-style vocabularies), as in training.
+      options.decoder_start = tokenizer.special_id(SpecialRole::Bos);
+      if (!options.decoder_start) options.decoder_start = tokenizer.special_id(SpecialRole::Cls);
+      beam.decoder_start = options.decoder_start;
+    }
     if (beam.width > 0) {
       const auto hypotheses = beam_search(model, input, options.max_new_tokens, options.eos, beam);
       if (json_output) {

@@ -200,5 +200,33 @@ TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
                                         {"n_best must be in [1, width = 2]"});
 }
 
+TEST(Generate, EncoderDecoderGreedyIsTheArgmaxOfFullForwardsAndBeamOneAgrees) {
+  Model model = Model::load(testing::kModels / "t5");
+  const int64_t V = model.config().vocab_size;
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
+  const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
+  const std::vector<int32_t> source = {4, 9, 3, 7};
+  const int32_t bos = 1;
+  const Generation g = generate(model, tok, source, {.max_new_tokens = 5, .sampling = {.greedy = true}, .decoder_start = bos});
+  ASSERT_EQ(g.ids.size(), 5u);
+  // Brute force: the full encoder-decoder forward on [BOS] + the tokens so far, argmax at the last position.
+  std::vector<int32_t> decoder = {bos};
+  for (int step = 0; step < 5; ++step) {
+    Batch b;
+    b.B = 1, b.src_T = static_cast<int64_t>(source.size()), b.src_ids = source;
+    b.T = static_cast<int64_t>(decoder.size()), b.ids = decoder;
+    model.forward(b);
+    const float* z = model.logits().data() + (b.T - 1) * V;
+    const auto next = static_cast<int32_t>(std::max_element(z, z + V) - z);
+    EXPECT_EQ(g.ids[step], next) << "step " << step;
+    decoder.push_back(next);
+  }
+  const auto beam = beam_search(model, source, 5, std::nullopt, {.width = 1, .decoder_start = bos});
+  EXPECT_EQ(beam[0].ids, g.ids);
+  expect_error_mentions<Error>([&] { generate(model, tok, source, {.sampling = {.greedy = true}}); },
+                               {"decoder's start token"});
+}
+
 }  // namespace
 }  // namespace attend

@@ -38,6 +38,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::optional<int32_t> eos;          // stop after generating this token (it is not returned)
   std::vector<std::string> stop;       // stop once the generated text contains one of these (cut off)
+  std::optional<int32_t> decoder_start;  // encoder-decoder models: the decoder's first token (BOS)
 };
 
 struct Generation {
@@ -47,8 +48,9 @@ struct Generation {
   double prompt_seconds = 0.0, generate_seconds = 0.0;
 };
 
-// Generates after `prompt` (at least one token). on_token, when given, receives each token as it is made
-// (return false to stop). A prompt that leaves no room in the context is an error.
+// Generates after `prompt` (at least one token): a decoder-only model continues it; an encoder-decoder model
+// reads it as the source and generates from decoder_start. on_token, when given, receives each token as it
+// is made (return false to stop). A prompt that leaves no room in the context is an error.
 Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token = {});
 
@@ -57,6 +59,7 @@ struct BeamOptions {
   double length_penalty = 1.0;  // a finished beam scores Σ log p / length^α; α > 0 favours longer ones
   bool early_stopping = true;   // stop once `width` beams have finished
   int64_t n_best = 1;           // hypotheses returned, best first (at most width)
+  std::optional<int32_t> decoder_start;  // encoder-decoder models: the decoder's first token (BOS)
 };
 
 struct Hypothesis {
@@ -68,7 +71,7 @@ struct Hypothesis {
 
 // Beam search (001 §12): keeps the `width` most likely prefixes, extends each by every token, and keeps
 // the best `width` of the extensions; beams that produce EOS are set aside as finished hypotheses. Width 1
-// is greedy decoding. Returns the n-best list, best first.
+// is greedy decoding. Encoder-decoder models read `prompt` as the source. Returns the n-best list, best first.
 std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                                     std::optional<int32_t> eos, const BeamOptions& options);
 

@@ -63,20 +63,46 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, d
   return last;  // u within rounding of 1
 }
 
+namespace {
+
+// How decoding begins, for `batch` copies of one prompt. A decoder-only model runs the prompt into its cache;
+// an encoder-decoder model encodes the prompt as the source and runs the decoder's start token. Returns the
+// logits after the opening; *budget becomes the new tokens the context leaves room for (at most `wanted`).
+const Tensor& open_decoding(Model& model, const std::vector<int32_t>& prompt, std::optional<int32_t> decoder_start,
+                            int64_t batch, int64_t wanted, int64_t* budget, const char* who) {
+  const int64_t context = model.config().max_seq_len;
+  const auto P = static_cast<int64_t>(prompt.size());
+  check(P >= 1, "{}: the prompt has no tokens", who);
+  check(wanted >= 1, "{}: max_new_tokens must be at least 1, got {}", who, wanted);
+  if (model.config().architecture == Architecture::EncoderDecoder) {
+    check(decoder_start.has_value(), "{}: an encoder-decoder model needs the decoder's start token (BOS)", who);
+    check(P <= context, "{}: the source has {} tokens, more than the model's context of {}", who, P, context);
+    *budget = std::min<int64_t>(wanted, context - 1);
+    Batch source;
+    source.B = batch, source.src_T = P;
+    for (int64_t b = 0; b < batch; ++b) source.src_ids.insert(source.src_ids.end(), prompt.begin(), prompt.end());
+    model.start_decoding(source, 1 + *budget);
+    return model.decode(std::vector<int32_t>(batch, *decoder_start), 1);
+  }
+  check(P < context, "{}: the prompt has {} tokens, which leaves no room in the model's context of {}", who, P, context);
+  *budget = std::min<int64_t>(wanted, context - P);
+  model.start_decoding(batch, P + *budget);
+  std::vector<int32_t> ids;
+  for (int64_t b = 0; b < batch; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
+  return model.decode(ids, P);
+}
+
+}  // namespace
+
 Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token) {
   options.sampling.validate();
-  const int64_t context = model.config().max_seq_len;
-  check(!prompt.empty(), "generate: the prompt has no tokens");
-  check(static_cast<int64_t>(prompt.size()) < context,
-        "generate: the prompt has {} tokens, which leaves no room in the model's context of {}", prompt.size(), context);
-  check(options.max_new_tokens >= 1, "generate: max_new_tokens must be at least 1, got {}", options.max_new_tokens);
-  const int64_t budget = std::min<int64_t>(options.max_new_tokens, context - static_cast<int64_t>(prompt.size()));
   Generation out;
   out.stopped_by = "length";
-  model.start_decoding(1, static_cast<int64_t>(prompt.size()) + budget);
+  int64_t budget = 0;
   auto start = std::chrono::steady_clock::now();
-  const Tensor* logits = &model.decode(prompt, static_cast<int64_t>(prompt.size()));
+  const Tensor* logits =
+      &open_decoding(model, prompt, options.decoder_start, 1, options.max_new_tokens, &budget, "generate");
   out.prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   start = std::chrono::steady_clock::now();
   Rng rng(options.sampling.seed);
@@ -108,23 +134,16 @@ Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<
 
 std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                                     std::optional<int32_t> eos, const BeamOptions& o) {
-  const int64_t context = model.config().max_seq_len, V = model.config().vocab_size, W = o.width;
+  const int64_t V = model.config().vocab_size, W = o.width;
   check(W >= 1, "beam search: width must be at least 1, got {}", W);
   check(o.n_best >= 1 && o.n_best <= W, "beam search: n_best must be in [1, width = {}], got {}", W, o.n_best);
-  check(!prompt.empty() && static_cast<int64_t>(prompt.size()) < context,
-        "beam search: the prompt has {} tokens; it needs at least one and must leave room in the context of {}",
-        prompt.size(), context);
-  check(max_new_tokens >= 1, "beam search: max_new_tokens must be at least 1, got {}", max_new_tokens);
-  const int64_t budget = std::min<int64_t>(max_new_tokens, context - static_cast<int64_t>(prompt.size()));
   auto score_of = [&](double log_prob, int64_t length) {
     return log_prob / std::pow(static_cast<double>(std::max<int64_t>(length, 1)), o.length_penalty);
   };
 
   // Every beam starts from the prompt; only beam 0 is extended at the first step (the others are copies).
-  model.start_decoding(W, static_cast<int64_t>(prompt.size()) + budget);
-  std::vector<int32_t> ids;
-  for (int64_t b = 0; b < W; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
-  const Tensor* logits = &model.decode(ids, static_cast<int64_t>(prompt.size()));
+  int64_t budget = 0;
+  const Tensor* logits = &open_decoding(model, prompt, o.decoder_start, W, max_new_tokens, &budget, "beam search");
   std::vector<Hypothesis> beams(W), finished;
   std::vector<double> beam_score(W, -INFINITY);
   beam_score[0] = 0.0;
