@@ -18,7 +18,7 @@ std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin)
 void add_info_command(CLI::App& app);
 // Adds `attend tokenizer train|info`, `attend tokenize` and `attend detokenize`.
 void add_tokenizer_commands(CLI::App& app);
-// Adds `attend init` and `attend inspect`.
+// Adds `attend init`, `attend inspect` and `attend export`.
 void add_model_commands(CLI::App& app);
 // Adds `attend train`, `attend schedule` and `attend plot`.
 void add_train_commands(CLI::App& app);

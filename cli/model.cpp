@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <optional>
+
 namespace attend::cli {
 
 namespace {
@@ -116,11 +119,28 @@ void add_inspect(CLI::App& app) {
   });
 }
 
+void add_export(CLI::App& app) {
+  auto* cmd = app.add_subcommand("export", "Write a model in another layout (hf-gpt2: Hugging Face's GPT-2)");
+  static std::string dir, out, format = "hf-gpt2";
+  cmd->add_option("--model", dir, "A model directory")->required();
+  cmd->add_option("--format", format, "hf-gpt2")->capture_default_str();
+  cmd->add_option("-o,--output", out, "The directory to write")->required();
+  cmd->callback([] {
+    check(format == "hf-gpt2", "--format '{}': expected hf-gpt2", format);
+    const Model model = Model::load(dir);
+    std::optional<Tokenizer> tok;
+    if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) tok.emplace(Tokenizer::load(dir));
+    export_hf_gpt2(model, out, tok ? &*tok : nullptr);
+    fmt::print("{}: Hugging Face GPT-2 layout (config.json, model.safetensors{})\n", out, tok ? ", tokenizer.json" : "");
+  });
+}
+
 }  // namespace
 
 void add_model_commands(CLI::App& app) {
   add_init(app);
   add_inspect(app);
+  add_export(app);
 }
 
 }  // namespace attend::cli

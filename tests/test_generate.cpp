@@ -6,6 +6,7 @@
 #include <attend/error.h>
 #include <attend/generate.h>
 #include <attend/io.h>
+#include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 
 #include <gtest/gtest.h>
@@ -226,6 +227,59 @@ TEST(Generate, EncoderDecoderGreedyIsTheArgmaxOfFullForwardsAndBeamOneAgrees) {
   EXPECT_EQ(beam[0].ids, g.ids);
   expect_error_mentions<Error>([&] { generate(model, tok, source, {.sampling = {.greedy = true}}); },
                                {"decoder's start token"});
+}
+
+// ---- Hugging Face GPT-2 checkpoints ---------------------------------------------------------------
+
+// tests/data/hf-gpt2 (tools/make_gpt2_fixtures.py): a tiny GPT-2 in the published layout (Conv1D [in, out],
+// the attn.bias / masked_bias buffers, tied LM head), once with hub names and once with "transformer." names
+// and an explicit lm_head. Logits at every prompt position against GPT-2 written in plain torch (fp64).
+TEST(HfGpt2, LoadsBothLayoutsWithPyTorchsLogitsAndExportsBack) {
+  const std::filesystem::path dir = std::filesystem::path(ATTEND_TEST_DATA) / "hf-gpt2";
+  const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
+  const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
+  const auto expected = golden["logits"].get<std::vector<double>>();
+  auto logits_of = [&](Model& model) {
+    Batch b;
+    b.B = 1, b.T = static_cast<int64_t>(prompt.size()), b.ids = prompt;
+    model.forward(b);
+    return std::vector<float>(model.logits().span().begin(), model.logits().span().end());
+  };
+  Model hub = Model::load(dir);
+  EXPECT_EQ(hub.config().activation, FfnKind::GELUTanh);
+  EXPECT_TRUE(hub.config().tie_embeddings);
+  testing::expect_all_close(logits_of(hub), expected, 2e-5, "hub layout");
+  Model prefixed = Model::load(dir / "prefixed");
+  testing::expect_all_close(logits_of(prefixed), expected, 2e-5, "transformer. layout");
+  // Greedy continuation through the KV cache.
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
+  const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
+  const Generation g = generate(hub, tok, prompt, {.max_new_tokens = 8, .sampling = {.greedy = true}});
+  EXPECT_EQ(g.ids, golden["greedy_ids"].get<std::vector<int32_t>>());
+  // Export to the same layout and read it back: the same function, bit for bit.
+  const auto out = std::filesystem::temp_directory_path() / "attend_test_hf_export";
+  std::filesystem::remove_all(out);
+  export_hf_gpt2(hub, out);
+  Model again = Model::load(out);
+  EXPECT_EQ(logits_of(again), logits_of(hub));
+  const auto exported = nlohmann::json::parse(read_file(out / "config.json"));
+  EXPECT_EQ(exported["model_type"], "gpt2");
+  EXPECT_EQ(exported["n_embd"], 32);
+  EXPECT_EQ(SafetensorsReader(out / "model.safetensors").find("h.1.attn.c_attn.weight")->shape, Shape({32, 96}));
+  // An unexpected tensor, and a model GPT-2 cannot express.
+  std::vector<NamedTensor> tensors;
+  const SafetensorsReader reader(out / "model.safetensors");
+  std::vector<Tensor> kept;
+  kept.reserve(reader.tensors().size() + 1);
+  for (const TensorInfo& t : reader.tensors()) kept.push_back(reader.load(t.name)), tensors.push_back({t.name, &kept.back()});
+  kept.emplace_back(Shape{2});
+  tensors.push_back({"h.0.attn.rotary", &kept.back()});
+  write_safetensors(out / "model.safetensors", tensors);
+  expect_error_mentions<Error>([&] { Model::load(out); }, {"unexpected tensor 'h.0.attn.rotary'"});
+  Model llama = Model::load(testing::kModels / "llama");
+  expect_error_mentions<Error>([&] { export_hf_gpt2(llama, out); }, {"export hf-gpt2: position", "GPT-2 has learned positions"});
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace

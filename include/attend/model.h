@@ -200,4 +200,9 @@ class Model {
   std::unique_ptr<Impl> impl_;
 };
 
+// Writes a decoder model in Hugging Face's GPT-2 layout: config.json with GPT-2's keys, model.safetensors
+// with Conv1D weights [in, out] under GPT-2's names, and tokenizer.json when given. Model::load reads the
+// result back. Options GPT-2 cannot express (RMSNorm, RoPE, GQA, MoE, ...) are errors naming the option.
+void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+
 }  // namespace attend

@@ -6,6 +6,10 @@
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 
+#include "io/hf_gpt2.h"
+
+#include <nlohmann/json.hpp>
+
 #include <set>
 
 namespace attend {
@@ -32,7 +36,11 @@ Model Model::load(const fs::path& dir) {
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   check(fs::exists(config_path), "{}: missing config.json", dir.string());
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
-  const ModelConfig config = ModelConfig::from_json(read_file(config_path), config_path.string());
+  const std::string config_text = read_file(config_path);
+  // A Hugging Face GPT-2 directory is read as published (io/hf_gpt2.cpp).
+  const auto parsed = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+  if (io::is_hf_gpt2_config(parsed)) return io::load_hf_gpt2(dir, parsed);
+  const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   Model model(config, Uninitialized{});
   const SafetensorsReader reader(weights_path);
   std::set<std::string> expected;

@@ -1,0 +1,193 @@
+#include "io/hf_gpt2.h"
+
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/safetensors.h>
+#include <attend/tokenizer.h>
+
+#include <set>
+
+namespace attend::io {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::vector<Mapping> gpt2_mappings(const ModelConfig& c) {
+  std::vector<Mapping> m = {{"wte.weight", "embed.tokens.weight"}, {"wpe.weight", "embed.positions.weight"}};
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string h = fmt::format("h.{}.", i), a = fmt::format("decoder.layers.{}.", i);
+    for (const char* p : {"weight", "bias"}) {
+      m.push_back({h + "ln_1." + p, a + "attn_norm." + p});
+      m.push_back({h + "ln_2." + p, a + "ffn_norm." + p});
+      const bool w = std::string(p) == "weight";
+      m.push_back({h + "attn.c_attn." + p, a + "attn.qkv." + p, w});
+      m.push_back({h + "attn.c_proj." + p, a + "attn.o." + p, w});
+      m.push_back({h + "mlp.c_fc." + p, a + "ffn.up." + p, w});
+      m.push_back({h + "mlp.c_proj." + p, a + "ffn.down." + p, w});
+    }
+  }
+  m.push_back({"ln_f.weight", "decoder.norm.weight"});
+  m.push_back({"ln_f.bias", "decoder.norm.bias"});
+  if (!c.tie_embeddings) m.push_back({"lm_head.weight", "lm_head.weight"});
+  return m;
+}
+
+namespace {
+
+// Buffers that GPT-2 checkpoints carry and that hold no parameters: the causal mask and its fill value.
+bool is_buffer(const std::string& name) { return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"); }
+
+}  // namespace
+
+void transpose_into(Tensor& dst, const Tensor& src) {
+  const int64_t R = src.size(0), C = src.size(1);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) dst[c * R + r] = src[r * C + c];
+}
+
+bool is_hf_gpt2_config(const json& config) {
+  return config.is_object() && (config.value("model_type", "") == "gpt2" || (config.contains("n_embd") && config.contains("n_layer")));
+}
+
+ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
+  auto integer = [&](const char* key) {
+    check(j.contains(key) && j[key].is_number_integer(), "{}: GPT-2 config needs an integer '{}'", origin, key);
+    return j[key].get<int64_t>();
+  };
+  ModelConfig c;
+  c.architecture = Architecture::Decoder;
+  c.vocab_size = integer("vocab_size");
+  c.d_model = integer("n_embd");
+  c.n_layers = integer("n_layer");
+  c.n_heads = integer("n_head");
+  c.max_seq_len = integer("n_positions");
+  c.d_ff = j.contains("n_inner") && j["n_inner"].is_number_integer() ? j["n_inner"].get<int64_t>() : 4 * c.d_model;
+  const std::string act = j.value("activation_function", "gelu_new");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.activation = FfnKind::GELUTanh;
+  else if (act == "gelu") c.activation = FfnKind::GELU;
+  else if (act == "relu") c.activation = FfnKind::ReLU;
+  else throw Error(fmt::format("{}: activation_function '{}': expected gelu_new, gelu or relu", origin, act));
+  c.position = PositionKind::Learned;
+  c.norm = NormKind::LayerNorm;
+  c.norm_eps = j.value("layer_norm_epsilon", 1e-5);
+  c.pre_norm = true;
+  c.bias = true;
+  c.tie_embeddings = j.value("tie_word_embeddings", true);
+  c.embedding_dropout = static_cast<float>(j.value("embd_pdrop", 0.0));
+  c.attention_dropout = static_cast<float>(j.value("attn_pdrop", 0.0));
+  c.residual_dropout = static_cast<float>(j.value("resid_pdrop", 0.0));
+  c.init_std = j.value("initializer_range", 0.02);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", origin, e.what()));
+  }
+  return c;
+}
+
+Model load_hf_gpt2(const fs::path& dir, const json& config) {
+  const ModelConfig c = config_from_hf_gpt2(config, (dir / "config.json").string());
+  Model model(c);
+  const fs::path weights = dir / "model.safetensors";
+  check(fs::exists(weights), "{}: missing model.safetensors (Attend reads GPT-2 checkpoints in safetensors)",
+        dir.string());
+  const SafetensorsReader reader(weights);
+  // Names may carry the "transformer." prefix of GPT2LMHeadModel's state dict.
+  auto find = [&](const std::string& name) -> const TensorInfo* {
+    if (const TensorInfo* t = reader.find(name)) return t;
+    return reader.find("transformer." + name);
+  };
+  std::set<std::string> used;
+  for (const Mapping& m : gpt2_mappings(c)) {
+    const TensorInfo* t = find(m.hf);
+    check(t != nullptr, "{}: no tensor '{}' (or 'transformer.{}'), which a GPT-2 of this config has", weights.string(),
+          m.hf, m.hf);
+    used.insert(t->name);
+    Parameter* p = model.find(m.attend);
+    const Tensor src = reader.load(t->name);
+    if (m.transpose) {
+      check(src.rank() == 2 && src.size(0) == p->value.size(1) && src.size(1) == p->value.size(0),
+            "{}: tensor '{}' has shape {}, config.json implies [{}, {}] (Conv1D: [in, out])", weights.string(), t->name,
+            src.shape(), p->value.size(1), p->value.size(0));
+      transpose_into(p->value, src);
+    } else {
+      check(src.shape() == p->value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", weights.string(),
+            t->name, src.shape(), p->value.shape());
+      std::copy(src.span().begin(), src.span().end(), p->value.span().begin());
+    }
+  }
+  for (const TensorInfo& t : reader.tensors()) {
+    if (used.contains(t.name) || is_buffer(t.name)) continue;
+    if (c.tie_embeddings && (t.name == "lm_head.weight" || t.name == "transformer.lm_head.weight")) continue;  // tied
+    throw Error(fmt::format("{}: unexpected tensor '{}' ({}): not part of a GPT-2 of this config", weights.string(),
+                            t.name, t.shape));
+  }
+  return model;
+}
+
+}  // namespace attend::io
+
+namespace attend {
+
+void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
+  const ModelConfig& c = model.config();
+  auto require = [](bool ok, const char* option, const std::string& found, const char* gpt2) {
+    check(ok, "export hf-gpt2: {} is {}, GPT-2 has {}", option, found, gpt2);
+  };
+  require(c.architecture == Architecture::Decoder, "architecture", architecture_name(c.architecture), "decoder");
+  require(c.position == PositionKind::Learned, "position", "not learned", "learned positions");
+  require(c.norm == NormKind::LayerNorm, "norm", "rmsnorm", "layernorm");
+  require(c.pre_norm, "norm_placement", "post", "pre");
+  require(c.bias, "bias", "false", "biases");
+  require(c.activation != FfnKind::SwiGLU, "activation", "swiglu", "gelu_new (gelu, relu)");
+  require(c.kv_heads() == c.n_heads, "n_kv_heads", std::to_string(c.n_kv_heads), "one per head");
+  require(c.n_experts == 0, "n_experts", std::to_string(c.n_experts), "dense FFNs");
+  require(c.residual_scale == 1.0, "residual_scale", std::to_string(c.residual_scale), "1");
+  require(c.attention_scale == 0.0, "attention_scale", std::to_string(c.attention_scale), "1/sqrt(d_head)");
+  require(!c.scale_embeddings, "scale_embeddings", "true", "unscaled embeddings");
+  require(c.attention_kernel != "linear", "attention_kernel", "linear", "softmax attention");
+
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  check(std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
+  auto& mutable_model = const_cast<Model&>(model);  // find() is non-const; nothing is modified
+  std::vector<Tensor> stored;
+  std::vector<io::Mapping> mappings = io::gpt2_mappings(c);
+  stored.reserve(mappings.size());
+  std::vector<NamedTensor> tensors;
+  for (const io::Mapping& m : mappings) {
+    const Parameter* p = mutable_model.find(m.attend);
+    if (m.transpose) {
+      stored.emplace_back(Shape{p->value.size(1), p->value.size(0)});
+      io::transpose_into(stored.back(), p->value);
+      tensors.push_back({m.hf, &stored.back()});
+    } else {
+      tensors.push_back({m.hf, &p->value});
+    }
+  }
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  const char* activation = c.activation == FfnKind::GELUTanh ? "gelu_new" : c.activation == FfnKind::GELU ? "gelu" : "relu";
+  nlohmann::ordered_json config = {{"model_type", "gpt2"},
+                                   {"architectures", {"GPT2LMHeadModel"}},
+                                   {"vocab_size", c.vocab_size},
+                                   {"n_positions", c.max_seq_len},
+                                   {"n_embd", c.d_model},
+                                   {"n_layer", c.n_layers},
+                                   {"n_head", c.n_heads},
+                                   {"n_inner", c.ffn_hidden()},
+                                   {"activation_function", activation},
+                                   {"layer_norm_epsilon", c.norm_eps},
+                                   {"resid_pdrop", c.residual_dropout},
+                                   {"embd_pdrop", c.embedding_dropout},
+                                   {"attn_pdrop", c.attention_dropout},
+                                   {"initializer_range", c.init_std},
+                                   {"tie_word_embeddings", c.tie_embeddings}};
+  if (tokenizer != nullptr) {
+    if (const auto bos = tokenizer->special_id(SpecialRole::Bos)) config["bos_token_id"] = *bos;
+    if (const auto eos = tokenizer->special_id(SpecialRole::Eos)) config["eos_token_id"] = *eos;
+    tokenizer->save(dir / "tokenizer.json");
+  }
+  write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+}
+
+}  // namespace attend
