@@ -145,6 +145,8 @@ class Model {
  public:
   // A freshly initialised model (config.init, config.seed).
   explicit Model(const ModelConfig& config);
+  // The same network without drawing initial weights, for loaders that fill every parameter.
+  static Model for_loading(const ModelConfig& config) { return Model(config, Uninitialized{}); }
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -195,7 +197,7 @@ class Model {
 
  private:
   struct Uninitialized {};
-  Model(const ModelConfig& config, Uninitialized);  // zero weights, for load()
+  Model(const ModelConfig& config, Uninitialized);  // zero weights (norm gains 1)
 
   std::unique_ptr<Impl> impl_;
 };

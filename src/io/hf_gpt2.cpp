@@ -87,7 +87,7 @@ ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
 
 Model load_hf_gpt2(const fs::path& dir, const json& config) {
   const ModelConfig c = config_from_hf_gpt2(config, (dir / "config.json").string());
-  Model model(c);
+  Model model = Model::for_loading(c);
   const fs::path weights = dir / "model.safetensors";
   check(fs::exists(weights), "{}: missing model.safetensors (Attend reads GPT-2 checkpoints in safetensors)",
         dir.string());

@@ -41,7 +41,7 @@ Model Model::load(const fs::path& dir) {
   const auto parsed = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
   if (io::is_hf_gpt2_config(parsed)) return io::load_hf_gpt2(dir, parsed);
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
-  Model model(config, Uninitialized{});
+  Model model = Model::for_loading(config);
   const SafetensorsReader reader(weights_path);
   std::set<std::string> expected;
   for (Parameter* p : model.parameters()) {
