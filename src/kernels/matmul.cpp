@@ -2,13 +2,41 @@
 
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
+#include "kernels/vec_math.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace attend::kernels {
 
+namespace {
+
+// Rows up to this many are multiplied as dot products against the weight's rows (decoding one token):
+// sgemm with one row and a transposed weight runs far below the memory bound, while each weight row is
+// contiguous, so streaming it once per output is exactly the bytes the product needs.
+constexpr int64_t kGemvRows = 4;
+
+// Σ_c x[c]·w[c] in float lanes (vec::sum), out of line so that GCC vectorises it (docs/ARCHITECTURE.md).
+[[gnu::noinline]] float dot(const float* x, const float* w, int64_t C) {
+  return static_cast<float>(vec::sum<float>(C, [&](int64_t c) { return x[c] * w[c]; }));
+}
+
+void gemv_rows(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  parallel_for(OC, 256, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const float* w = weight + o * C;
+      for (int64_t n = 0; n < N; ++n) out[n * OC + o] = dot(inp + n * C, w, C) + (bias != nullptr ? bias[o] : 0.0f);
+    }
+  });
+}
+
+}  // namespace
+
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (N <= kGemvRows) return gemv_rows(out, inp, weight, bias, N, C, OC);
+  }
   // Start from the bias rows and let the GEMM accumulate onto them (beta = 1): one pass over `out`.
   if (bias != nullptr) {
     parallel_for(N, 64, [&](int64_t n0, int64_t n1) {

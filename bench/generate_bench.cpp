@@ -1,0 +1,101 @@
+// Inference speed of a GPT-2-124M-shaped model (random weights), batch 1:
+//
+//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2]
+//
+// Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token), generation
+// tokens/s (median per-token latency over the new tokens, and its p90/p99), the memory read bandwidth measured
+// in the same process, and the bound it implies: weight bytes per token / bandwidth. bench/generate.sh runs it
+// beside PyTorch (bench/generate_torch.py).
+#include <attend/generate.h>
+#include <attend/model.h>
+#include <attend/rng.h>
+#include <attend/runtime.h>
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Read bandwidth: the sum of a 1 GiB buffer on every thread, best of 5, in GB/s.
+double read_bandwidth_gbs() {
+  const int64_t n = int64_t{1} << 28;  // 1 GiB of floats
+  std::vector<float> data(n, 1.0f);
+  double best = 0.0;
+  for (int r = 0; r < 5; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t block = 0; block < n / 4096; ++block) {
+      float lanes[16] = {};
+      for (int64_t i = block * 4096; i < (block + 1) * 4096; i += 16)
+        for (int l = 0; l < 16; ++l) lanes[l] += data[i + l];
+      for (float l : lanes) total += l;
+    }
+    const double s = seconds_since(start);
+    if (total != double(n)) fmt::print(stderr, "bandwidth: wrong sum\n");
+    best = std::max(best, double(n) * 4 / s / 1e9);
+  }
+  return best;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * double(v.size())))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t prompt_len = 512, new_tokens = 128;
+  int threads = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
+    else if (flag == "--new") new_tokens = std::atoll(value.c_str());
+    else if (flag == "--threads") threads = std::atoi(value.c_str());
+  }
+  attend::set_num_threads(threads);
+  const double bandwidth = read_bandwidth_gbs();
+  attend::ModelConfig c;
+  c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
+  c.activation = attend::FfnKind::GELUTanh;
+  attend::Model model(c);
+  // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
+  // position table, not all of it), fp32.
+  const double weight_bytes = 4.0 * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
+
+  attend::Rng rng(3);
+  std::vector<int32_t> prompt(prompt_len);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng.below(c.vocab_size));
+  std::vector<double> prompt_s, token_s;
+  for (int pass = 0; pass < 3; ++pass) {  // the first pass warms up
+    model.start_decoding(1, prompt_len + new_tokens);
+    auto start = std::chrono::steady_clock::now();
+    const attend::Tensor* logits = &model.decode(prompt, prompt_len);
+    if (pass > 0) prompt_s.push_back(seconds_since(start));
+    for (int64_t t = 0; t < new_tokens; ++t) {
+      const int32_t next = attend::sample_token(logits->data(), c.vocab_size, {.greedy = true}, 0.0);
+      start = std::chrono::steady_clock::now();
+      logits = &model.decode({next}, 1);
+      if (pass > 0) token_s.push_back(seconds_since(start));
+    }
+  }
+  const double ttft = percentile(prompt_s, 0.5), per_token = percentile(token_s, 0.5);
+  fmt::print("{{\"impl\": \"attend\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
+             "\"ttft_ms\": {:.1f}, \"generate_tokens_per_s\": {:.1f}, \"token_ms_p50\": {:.2f}, \"token_ms_p90\": {:.2f}, "
+             "\"token_ms_p99\": {:.2f}, \"read_gbs\": {:.1f}, \"weight_mb_per_token\": {:.0f}, \"bound_tokens_per_s\": {:.1f}, "
+             "\"share_of_bound\": {:.2f}}}\n",
+             threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, 1.0 / per_token, 1e3 * per_token,
+             1e3 * percentile(token_s, 0.9), 1e3 * percentile(token_s, 0.99), bandwidth, weight_bytes / 1e6,
+             bandwidth * 1e9 / weight_bytes, (1.0 / per_token) / (bandwidth * 1e9 / weight_bytes));
+}
