@@ -16,15 +16,16 @@ namespace attend::cli {
 void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "generate", "Generate text with a model directory, streaming tokens (encoder-decoder models read the prompt as the source)");
-  static std::string model_dir, prompt, prompt_ids;
+  static std::string model_dir;
+  static std::vector<std::string> prompt, prompt_ids;
   static GenerateOptions options;
   static std::vector<std::string> stops;
   static bool json_output = false;
   static BeamOptions beam{.width = 0};
   cmd->add_option("--model", model_dir, "A model directory with its tokenizer (e.g. runs/brown-gpt/checkpoint)")
       ->required();
-  auto* text = cmd->add_option("--prompt", prompt, "The prompt as text");
-  auto* ids = cmd->add_option("--prompt-ids", prompt_ids, "The prompt as token ids, e.g. \"464,2415,3332\"");
+  auto* text = cmd->add_option("--prompt", prompt, "The prompt as text; repeat it to generate for several in one batch");
+  auto* ids = cmd->add_option("--prompt-ids", prompt_ids, "The prompt as token ids, e.g. \"464,2415,3332\" (repeatable)");
   text->excludes(ids);
   cmd->add_option("--max-new-tokens", options.max_new_tokens, "Tokens to generate at most")->capture_default_str();
   auto* greedy = cmd->add_flag("--greedy", options.sampling.greedy, "Always take the most likely token");
@@ -49,10 +50,14 @@ void add_generate_command(CLI::App& app) {
     check(tokenizer.vocab_size() <= model.config().vocab_size,
           "{}: the tokenizer has {} tokens, the model's vocabulary {}", model_dir, tokenizer.vocab_size(),
           model.config().vocab_size);
-    const std::vector<int32_t> input = prompt_ids.empty() ? tokenizer.encode(prompt) : parse_ids(prompt_ids, "--prompt-ids");
-    for (int32_t id : input)
-      check(id < model.config().vocab_size, "--prompt-ids: {} is not a token id of the model's vocabulary of {}", id,
-            model.config().vocab_size);
+    std::vector<std::vector<int32_t>> inputs;
+    for (const std::string& p : prompt) inputs.push_back(tokenizer.encode(p));
+    for (const std::string& p : prompt_ids) inputs.push_back(parse_ids(p, "--prompt-ids"));
+    for (const auto& input : inputs)
+      for (int32_t id : input)
+        check(id < model.config().vocab_size, "--prompt-ids: {} is not a token id of the model's vocabulary of {}", id,
+              model.config().vocab_size);
+    const std::vector<int32_t>& input = inputs[0];
     options.stop = stops;
     options.eos = tokenizer.special_id(SpecialRole::Eos);
     if (!options.eos) options.eos = tokenizer.special_id(SpecialRole::Sep);  // BERT-style vocabularies
@@ -61,6 +66,17 @@ void add_generate_command(CLI::App& app) {
       options.decoder_start = tokenizer.special_id(SpecialRole::Bos);
       if (!options.decoder_start) options.decoder_start = tokenizer.special_id(SpecialRole::Cls);
       beam.decoder_start = options.decoder_start;
+    }
+    if (inputs.size() > 1) {  // several prompts: one batch, one line (or JSON object) per prompt
+      check(beam.width == 0, "--beam takes one prompt at a time");
+      for (const Generation& g : generate_batch(model, tokenizer, inputs, options)) {
+        if (json_output)
+          fmt::print("{}\n", nlohmann::ordered_json{{"ids", g.ids}, {"text", g.text}}.dump(
+                                  -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+        else
+          fmt::print("{}\n", g.text);
+      }
+      return;
     }
     if (beam.width > 0) {
       const auto hypotheses = beam_search(model, input, options.max_new_tokens, options.eos, beam);

@@ -48,6 +48,13 @@ struct Generation {
   double prompt_seconds = 0.0, generate_seconds = 0.0;
 };
 
+// Generates after each of several prompts of any lengths in one batch (left-padded for decoder-only models,
+// right-padded sources for encoder-decoder models); each result equals generating from its prompt alone.
+// on_token receives (sequence, token) as tokens are made; returning false ends that sequence.
+std::vector<Generation> generate_batch(Model& model, const Tokenizer& tokenizer,
+                                       const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
+                                       const std::function<bool(int64_t, int32_t)>& on_token = {});
+
 // Generates after `prompt` (at least one token): a decoder-only model continues it; an encoder-decoder model
 // reads it as the source and generates from decoder_start. on_token, when given, receives each token as it
 // is made (return false to stop). A prompt that leaves no room in the context is an error.

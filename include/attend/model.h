@@ -183,7 +183,9 @@ class Model {
   // cache for `batch` sequences of up to max_T positions (at most max_seq_len); each decode call runs
   // ids (batch, T_new) at the next positions, appends their keys and values, and returns the logits of the
   // last position of each sequence (batch, V). Errors name what does not fit.
-  void start_decoding(int64_t batch, int64_t max_T);
+  // left_pad[b] (optional) is the number of pad tokens in front of sequence b's prompt: they are masked as
+  // keys, and absolute positions count from the first real token, so each sequence decodes as it would alone.
+  void start_decoding(int64_t batch, int64_t max_T, std::vector<int32_t> left_pad = {});
   // Encoder-decoder models: runs the encoder once on source's src_ids/src_lengths (B sequences) and caches
   // every decoder block's cross-attention keys and values; decode then extends the B decoder sequences.
   void start_decoding(const Batch& source, int64_t max_T);

@@ -65,71 +65,100 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, d
 
 namespace {
 
-// How decoding begins, for `batch` copies of one prompt. A decoder-only model runs the prompt into its cache;
-// an encoder-decoder model encodes the prompt as the source and runs the decoder's start token. Returns the
+// How decoding begins for a batch of prompts. A decoder-only model runs them into its cache in one call,
+// left-padded to the longest (the pads are masked and positions count from each first real token); an
+// encoder-decoder model encodes them as right-padded sources and runs the decoder's start token. Returns the
 // logits after the opening; *budget becomes the new tokens the context leaves room for (at most `wanted`).
-const Tensor& open_decoding(Model& model, const std::vector<int32_t>& prompt, std::optional<int32_t> decoder_start,
-                            int64_t batch, int64_t wanted, int64_t* budget, const char* who) {
-  const int64_t context = model.config().max_seq_len;
-  const auto P = static_cast<int64_t>(prompt.size());
-  check(P >= 1, "{}: the prompt has no tokens", who);
+const Tensor& open_decoding(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                            std::optional<int32_t> decoder_start, int64_t wanted, int64_t* budget, const char* who) {
+  const int64_t context = model.config().max_seq_len, B = static_cast<int64_t>(prompts.size());
+  check(B >= 1, "{}: no prompts", who);
+  int64_t P = 0;
+  for (const auto& p : prompts) {
+    check(!p.empty(), "{}: the prompt has no tokens", who);
+    P = std::max<int64_t>(P, static_cast<int64_t>(p.size()));
+  }
   check(wanted >= 1, "{}: max_new_tokens must be at least 1, got {}", who, wanted);
   if (model.config().architecture == Architecture::EncoderDecoder) {
     check(decoder_start.has_value(), "{}: an encoder-decoder model needs the decoder's start token (BOS)", who);
     check(P <= context, "{}: the source has {} tokens, more than the model's context of {}", who, P, context);
     *budget = std::min<int64_t>(wanted, context - 1);
     Batch source;
-    source.B = batch, source.src_T = P;
-    for (int64_t b = 0; b < batch; ++b) source.src_ids.insert(source.src_ids.end(), prompt.begin(), prompt.end());
+    source.B = B, source.src_T = P;
+    for (const auto& p : prompts) {
+      source.src_ids.insert(source.src_ids.end(), p.begin(), p.end());
+      source.src_ids.resize(source.src_ids.size() + (P - static_cast<int64_t>(p.size())), 0);
+      source.src_lengths.push_back(static_cast<int32_t>(p.size()));
+    }
     model.start_decoding(source, 1 + *budget);
-    return model.decode(std::vector<int32_t>(batch, *decoder_start), 1);
+    return model.decode(std::vector<int32_t>(B, *decoder_start), 1);
   }
   check(P < context, "{}: the prompt has {} tokens, which leaves no room in the model's context of {}", who, P, context);
   *budget = std::min<int64_t>(wanted, context - P);
-  model.start_decoding(batch, P + *budget);
-  std::vector<int32_t> ids;
-  for (int64_t b = 0; b < batch; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
+  std::vector<int32_t> ids, pads;
+  bool padded = false;
+  for (const auto& p : prompts) {
+    const auto pad = static_cast<int32_t>(P - static_cast<int64_t>(p.size()));
+    pads.push_back(pad);
+    padded |= pad > 0;
+    ids.resize(ids.size() + pad, 0);
+    ids.insert(ids.end(), p.begin(), p.end());
+  }
+  model.start_decoding(B, P + *budget, padded ? pads : std::vector<int32_t>{});
   return model.decode(ids, P);
 }
 
 }  // namespace
 
-Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
-                    const GenerateOptions& options, const std::function<bool(int32_t)>& on_token) {
+std::vector<Generation> generate_batch(Model& model, const Tokenizer& tokenizer,
+                                       const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
+                                       const std::function<bool(int64_t, int32_t)>& on_token) {
   options.sampling.validate();
-  Generation out;
-  out.stopped_by = "length";
+  const auto B = static_cast<int64_t>(prompts.size());
+  std::vector<Generation> out(B);
+  for (Generation& g : out) g.stopped_by = "length";
   int64_t budget = 0;
   auto start = std::chrono::steady_clock::now();
-  const Tensor* logits =
-      &open_decoding(model, prompt, options.decoder_start, 1, options.max_new_tokens, &budget, "generate");
-  out.prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const Tensor* logits = &open_decoding(model, prompts, options.decoder_start, options.max_new_tokens, &budget, "generate");
+  const double prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   start = std::chrono::steady_clock::now();
-  Rng rng(options.sampling.seed);
+  // Each sequence draws from its own stream of the seed: a prompt samples the same tokens alone or in a batch.
+  std::vector<Rng> rngs(B, Rng(options.sampling.seed));
+  std::vector<bool> open(B, true);
   const int64_t V = model.config().vocab_size;
   for (int64_t n = 0; n < budget; ++n) {
-    const int32_t next = sample_token(logits->data(), V, options.sampling, rng.uniform_double());
-    if (options.eos && next == *options.eos) {
-      out.stopped_by = "eos";
-      break;
-    }
-    out.ids.push_back(next);
-    out.text = tokenizer.decode(out.ids);
-    bool stop = false;
-    for (const std::string& s : options.stop)
-      if (const size_t at = out.text.find(s); !s.empty() && at != std::string::npos) {
-        out.text.resize(at);
-        stop = true;
+    std::vector<int32_t> next(B, 0);  // finished sequences are fed a placeholder and ignored
+    for (int64_t b = 0; b < B; ++b) {
+      if (!open[b]) continue;
+      Generation& g = out[b];
+      const int32_t token = sample_token(logits->data() + b * V, V, options.sampling, rngs[b].uniform_double());
+      if (options.eos && token == *options.eos) {
+        g.stopped_by = "eos", open[b] = false;
+        continue;
       }
-    if (stop) {
-      out.stopped_by = "stop";
-      break;
+      g.ids.push_back(token);
+      g.text = tokenizer.decode(g.ids);
+      for (const std::string& s : options.stop)
+        if (const size_t at = g.text.find(s); !s.empty() && at != std::string::npos) {
+          g.text.resize(at);
+          g.stopped_by = "stop", open[b] = false;
+        }
+      if (open[b] && on_token && !on_token(b, token)) open[b] = false;
+      next[b] = token;
     }
-    if (on_token && !on_token(next)) break;
-    if (n + 1 < budget) logits = &model.decode({next}, 1);
+    if (std::none_of(open.begin(), open.end(), [](bool o) { return o; }) || n + 1 == budget) break;
+    logits = &model.decode(next, 1);
   }
-  out.generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (Generation& g : out) g.prompt_seconds = prompt_seconds, g.generate_seconds = generate_seconds;
   return out;
+}
+
+Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                    const GenerateOptions& options, const std::function<bool(int32_t)>& on_token) {
+  std::function<bool(int64_t, int32_t)> each;
+  if (on_token) each = [&](int64_t, int32_t token) { return on_token(token); };
+  return generate_batch(model, tokenizer, {prompt}, options, each)[0];
 }
 
 std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
@@ -143,7 +172,8 @@ std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& pr
 
   // Every beam starts from the prompt; only beam 0 is extended at the first step (the others are copies).
   int64_t budget = 0;
-  const Tensor* logits = &open_decoding(model, prompt, o.decoder_start, W, max_new_tokens, &budget, "beam search");
+  const Tensor* logits = &open_decoding(model, std::vector<std::vector<int32_t>>(W, prompt), o.decoder_start,
+                                        max_new_tokens, &budget, "beam search");
   std::vector<Hypothesis> beams(W), finished;
   std::vector<double> beam_score(W, -INFINITY);
   beam_score[0] = 0.0;

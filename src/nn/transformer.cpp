@@ -107,6 +107,10 @@ Tensor Block::attention_forward(MultiHeadAttention& attn, const Tensor& x, const
     ac.cache_layer = index_;
     ac.position = call.position;
   }
+  if (!cross && call.mask != nullptr) {
+    ac.mask = call.mask;
+    ac.mask_shape = Shape{call.B, call.T, call.position + call.T};
+  }
   Tensor out = attn.forward(in, cross ? call.context : nullptr, ac);
   out.reshape({call.B * call.T, x.size(-1)});
   return out;
@@ -242,7 +246,7 @@ Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight
 
 // e = E[ids]·(√C if scaled) + P[0..T), then dropout   (000 §8.2, 001 §6)
 Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng,
-                          int64_t position) {
+                          int64_t position, const std::vector<int32_t>* shift) {
   const int64_t C = config.d_model;
   e.ids = &ids, e.B = B, e.T = T;
   e.dropout = nn::Dropout(config.embedding_dropout);
@@ -255,7 +259,14 @@ Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t 
   const float* table = config.position == PositionKind::Learned      ? positions.value.data()
                        : config.position == PositionKind::Sinusoidal ? sinusoid.data()
                                                                       : nullptr;
-  if (table != nullptr) kernels::add_positions_forward(x.data(), x.data(), table + position * C, B, T, C);
+  if (table != nullptr && shift == nullptr) kernels::add_positions_forward(x.data(), x.data(), table + position * C, B, T, C);
+  if (table != nullptr && shift != nullptr)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t pos = std::max<int64_t>(0, position + t - (*shift)[b]);
+        float* row = x.data() + (b * T + t) * C;
+        for (int64_t c = 0; c < C; ++c) row[c] += table[pos * C + c];
+      }
   e.dropout.forward(x, training, rng);
   return x;
 }
@@ -562,7 +573,7 @@ void Model::backward(double scale) {
 
 // ---- Generation -------------------------------------------------------------------------------------
 
-void Model::start_decoding(int64_t batch, int64_t max_T) {
+void Model::start_decoding(int64_t batch, int64_t max_T, std::vector<int32_t> left_pad) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   check(c.architecture == Architecture::Decoder,
@@ -571,10 +582,15 @@ void Model::start_decoding(int64_t batch, int64_t max_T) {
   check(batch >= 1 && max_T >= 1 && max_T <= c.max_seq_len,
         "generation: the cache needs batch ≥ 1 and 1 ≤ max_T ≤ max_seq_len = {}, got batch {} and max_T {}",
         c.max_seq_len, batch, max_T);
+  check(left_pad.empty() || static_cast<int64_t>(left_pad.size()) == batch,
+        "generation: {} left-padding counts for a batch of {}", left_pad.size(), batch);
+  for (int32_t pad : left_pad)
+    check(pad >= 0 && pad < max_T, "generation: left padding {} is outside [0, {})", pad, max_T);
   m.cache = std::make_unique<infer::KVCache>(
       infer::KVCacheConfig{c.decoder_layers(), batch, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
   m.decode_position = 0;
   m.src_lengths.clear();
+  m.left_pad = std::move(left_pad);
 }
 
 void Model::start_decoding(const Batch& source, int64_t max_T) {
@@ -593,6 +609,7 @@ void Model::start_decoding(const Batch& source, int64_t max_T) {
   Tensor enc = m.encoder->forward(x, call);
   enc.reshape({B, source.src_T, c.d_model});
   m.decoder->cache_context(enc);
+  m.left_pad.clear();
   m.cache = std::make_unique<infer::KVCache>(
       infer::KVCacheConfig{c.decoder_layers(), B, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
   m.decode_position = 0;
@@ -618,9 +635,19 @@ const Tensor& Model::decode(const std::vector<int32_t>& ids, int64_t T_new) {
   for (size_t i = 0; i < ids.size(); ++i)
     check(ids[i] >= 0 && ids[i] < V, "generation: token id {} is outside the vocabulary [0, {})", ids[i], V);
   Impl::Embedded embedded;
-  const Tensor x = m.embed(embedded, ids, B, T_new, false, nullptr, m.decode_position);
+  const bool padded = !m.left_pad.empty();
+  const Tensor x = m.embed(embedded, ids, B, T_new, false, nullptr, m.decode_position, padded ? &m.left_pad : nullptr);
+  // Left padding: no query attends to its sequence's pad keys (the causal mask does the rest).
+  const int64_t Tk = m.decode_position + T_new;
+  std::vector<uint8_t> mask;
+  if (padded) {
+    mask.resize(B * T_new * Tk);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < T_new; ++i)
+        for (int64_t j = 0; j < Tk; ++j) mask[(b * T_new + i) * Tk + j] = j >= m.left_pad[b];
+  }
   nn::StackCall call{B, T_new, nullptr, nullptr, nullptr, m.src_lengths.empty() ? nullptr : m.src_lengths.data(),
-                     false, nullptr, m.cache.get(), m.decode_position};
+                     false, nullptr, m.cache.get(), m.decode_position, padded ? mask.data() : nullptr};
   const Tensor top = m.decoder->forward(x, call);
   m.decode_position += T_new;
   Tensor last = Tensor::uninitialized({B, C});

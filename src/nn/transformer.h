@@ -31,6 +31,7 @@ struct StackCall {
   Rng* rng = nullptr;
   infer::KVCache* cache = nullptr;           // decoding: keys/values are appended at `position`
   int64_t position = 0;                      // absolute position of the first row of each sequence
+  const uint8_t* mask = nullptr;             // (B, T, position + T): self-attention keys allowed (left padding)
 };
 
 class Block {
@@ -114,8 +115,10 @@ struct Model::Impl {
     int64_t B = 0, T = 0;
     nn::Dropout dropout;
   };
+  // Rows of sequence b take positions position − shift[b], position − shift[b] + 1, ... (clamped at 0): left
+  // padding of shift[b] tokens leaves the real tokens at 0, 1, ... as without it.
   Tensor embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng,
-               int64_t position = 0);
+               int64_t position = 0, const std::vector<int32_t>* shift = nullptr);
   void embed_backward(Embedded& e, Tensor& dx);
   Parameter& output_matrix() { return config.tie_embeddings ? tokens : lm_head; }
 
@@ -134,6 +137,7 @@ struct Model::Impl {
   int64_t B = 0, T = 0, src_T = 0;
   std::unique_ptr<infer::KVCache> cache;  // generation
   int64_t decode_position = 0;
+  std::vector<int32_t> left_pad;          // generation of prompts of different lengths: pad tokens per sequence
   Tensor next_logits;                     // (batch, V) of the last decode call
   std::vector<int32_t> lengths;       // (B) the decoder's (or encoder-only model's) sequence lengths
   std::vector<int32_t> src_lengths;   // (B) the encoder's; attention keeps pointers to both for backward
