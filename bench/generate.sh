@@ -7,4 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=2
 build/bench/attend_generate_bench --prompt 512 --new 128
+build/bench/attend_generate_bench --prompt 512 --new 128 --weights bf16
 OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/generate_torch.py --prompt 512 --new 128

@@ -1,6 +1,6 @@
 // Inference speed of a GPT-2-124M-shaped model (random weights), batch 1:
 //
-//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2]
+//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2 --weights f32|bf16]
 //
 // Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token), generation
 // tokens/s (median per-token latency over the new tokens, and its p90/p99), the memory read bandwidth measured
@@ -58,11 +58,13 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2;
+  std::string weights = "f32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
     else if (flag == "--new") new_tokens = std::atoll(value.c_str());
     else if (flag == "--threads") threads = std::atoi(value.c_str());
+    else if (flag == "--weights") weights = value;
   }
   attend::set_num_threads(threads);
   const double bandwidth = read_bandwidth_gbs();
@@ -70,9 +72,11 @@ int main(int argc, char** argv) {
   c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
   c.activation = attend::FfnKind::GELUTanh;
   attend::Model model(c);
+  const bool bf16 = weights == "bf16";
+  if (bf16) model.set_decode_weights(attend::WeightType::BF16);
   // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
   // position table, not all of it), fp32.
-  const double weight_bytes = 4.0 * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
+  const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
 
   attend::Rng rng(3);
   std::vector<int32_t> prompt(prompt_len);
@@ -91,11 +95,11 @@ int main(int argc, char** argv) {
     }
   }
   const double ttft = percentile(prompt_s, 0.5), per_token = percentile(token_s, 0.5);
-  fmt::print("{{\"impl\": \"attend\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
+  fmt::print("{{\"impl\": \"attend\", \"weights\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
              "\"ttft_ms\": {:.1f}, \"generate_tokens_per_s\": {:.1f}, \"token_ms_p50\": {:.2f}, \"token_ms_p90\": {:.2f}, "
              "\"token_ms_p99\": {:.2f}, \"read_gbs\": {:.1f}, \"weight_mb_per_token\": {:.0f}, \"bound_tokens_per_s\": {:.1f}, "
              "\"share_of_bound\": {:.2f}}}\n",
-             threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, 1.0 / per_token, 1e3 * per_token,
+             weights, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, 1.0 / per_token, 1e3 * per_token,
              1e3 * percentile(token_s, 0.9), 1e3 * percentile(token_s, 0.99), bandwidth, weight_bytes / 1e6,
              bandwidth * 1e9 / weight_bytes, (1.0 / per_token) / (bandwidth * 1e9 / weight_bytes));
 }

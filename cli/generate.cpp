@@ -42,10 +42,15 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
+  static std::string weights = "f32";
+  cmd->add_option("--weights", weights, "f32, or bf16: decode reading half the bytes (weights rounded to bf16)")
+      ->capture_default_str();
   cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = Model::load(model_dir);
+    check(weights == "f32" || weights == "bf16", "--weights '{}': expected f32 or bf16", weights);
+    if (weights == "bf16") model.set_decode_weights(WeightType::BF16);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     check(tokenizer.vocab_size() <= model.config().vocab_size,
           "{}: the tokenizer has {} tokens, the model's vocabulary {}", model_dir, tokenizer.vocab_size(),

@@ -264,6 +264,40 @@ TEST(Generate, BatchedEqualsOneByOne) {
   }
 }
 
+// Decoding with bf16 weights computes what the model saved as a bf16 checkpoint and loaded computes (the
+// same fp32 arithmetic on the same values; the prompt, through sgemm, too): agreement to fp32 rounding, and a
+// visible difference from fp32.
+TEST(Decoding, Bf16WeightsEqualTheBf16Checkpoint) {
+  Model model = Model::load(testing::kModels / "llama");
+  const auto dir = std::filesystem::temp_directory_path() / "attend_test_bf16_decode";
+  std::filesystem::remove_all(dir);
+  model.save(dir, nullptr, WeightType::BF16);
+  Model rounded = Model::load(dir);
+  std::filesystem::remove_all(dir);
+  const std::vector<int32_t> prompt = {5, 2, 1, 7, 3};
+  auto decode_all = [&](Model& m) {
+    m.start_decoding(1, 8);
+    std::vector<float> out;
+    const Tensor* logits = &m.decode(prompt, 5);
+    for (int32_t next : {4, 9, 1}) {
+      out.insert(out.end(), logits->span().begin(), logits->span().end());
+      logits = &m.decode({next}, 1);
+    }
+    return out;
+  };
+  const std::vector<float> fp32 = decode_all(model);
+  model.set_decode_weights(WeightType::BF16);
+  const std::vector<float> bf16 = decode_all(model);
+  testing::expect_all_close(bf16, decode_all(rounded), 2e-5, "bf16 decode against the rounded model");
+  double largest = 0.0;
+  for (size_t i = 0; i < fp32.size(); ++i) largest = std::max(largest, double(std::abs(fp32[i] - bf16[i])));
+  EXPECT_GT(largest, 1e-4);  // bf16 keeps 8 bits of mantissa: it is not the fp32 model
+  EXPECT_LT(largest, 0.2);
+  // Without the packed copies the (rounded) fp32 values give the same function.
+  model.set_decode_weights(WeightType::F32);
+  testing::expect_all_close(decode_all(model), bf16, 2e-5, "fp32 decode of the rounded weights");
+}
+
 // ---- Hugging Face GPT-2 checkpoints ---------------------------------------------------------------
 
 // tests/data/hf-gpt2 (tools/make_gpt2_fixtures.py): a tiny GPT-2 in the published layout (Conv1D [in, out],

@@ -191,6 +191,10 @@ class Model {
   void start_decoding(const Batch& source, int64_t max_T);
   const Tensor& decode(const std::vector<int32_t>& ids, int64_t T_new);
   int64_t decoded_positions() const;
+  // BF16: every weight is rounded to bf16, the model a bf16 checkpoint holds, and the multiplied matrices
+  // are kept packed so that decoding reads half the bytes per token. F32 drops the packed copies; the
+  // rounding stays.
+  void set_decode_weights(WeightType weights);
   // Beam search: sequence b of the cache continues from sequence source[b].
   void reorder_decoding(const std::vector<int64_t>& source);
 

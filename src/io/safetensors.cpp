@@ -34,22 +34,6 @@ constexpr DTypeName kDTypes[] = {{DType::F32, "F32", 4}, {DType::F16, "F16", 2},
 
 constexpr uint64_t kMaxHeader = uint64_t{100} << 20;  // as Hugging Face's reader: headers over 100 MB are refused
 
-// bf16 is the top half of a float; rounding to it is to nearest, ties to even (NaN stays NaN).
-uint16_t float_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float bf16_to_float(uint16_t h) {
-  const uint32_t bits = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 }  // namespace
 
 std::string_view dtype_name(DType dtype) {
@@ -212,13 +196,12 @@ void SafetensorsReader::load_into(std::string_view name, TensorView out) const {
   const auto n = static_cast<size_t>(t->shape.numel());
   switch (t->dtype) {
     case DType::F32: std::memcpy(out.data(), src, n * 4); break;
-    case DType::BF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out.data()[i] = bf16_to_float(h);
-      }
+    case DType::BF16: {
+      std::vector<uint16_t> halves(n);
+      std::memcpy(halves.data(), src, n * 2);
+      kernels::bf16_to_float(out.data(), halves.data(), static_cast<int64_t>(n));
       break;
+    }
     case DType::F16: {
       std::vector<uint16_t> halves(n);
       std::memcpy(halves.data(), src, n * 2);
@@ -273,10 +256,9 @@ void write_safetensors(const fs::path& path, const std::vector<NamedTensor>& ten
     if (dtype == DType::F32) {
       std::memcpy(dst, t.tensor->data(), count * 4);
     } else if (dtype == DType::BF16) {
-      for (size_t i = 0; i < count; ++i) {
-        const uint16_t h = float_to_bf16(t.tensor->data()[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
+      std::vector<uint16_t> halves(count);
+      kernels::float_to_bf16(halves.data(), t.tensor->data(), static_cast<int64_t>(count));
+      std::memcpy(dst, halves.data(), count * 2);
     } else {
       std::vector<uint16_t> halves(count);
       kernels::float_to_half(halves.data(), t.tensor->data(), static_cast<int64_t>(count));

@@ -1,5 +1,7 @@
 #include "kernels/convert.h"
 
+#include <cstring>
+
 #include "kernels/parallel.h"
 
 #include <cmath>
@@ -46,6 +48,26 @@ void dequantize_rows_int8(float* out, const int8_t* inp, const float* scales, in
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<float>(inp[n * C + c]) * scales[n];
   });
+}
+
+void float_to_bf16(uint16_t* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, inp + i, 4);
+    if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu)) {
+      out[i] = static_cast<uint16_t>((bits >> 16) | 0x40);  // a quiet NaN
+      continue;
+    }
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+}
+
+void bf16_to_float(float* out, const uint16_t* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = uint32_t{inp[i]} << 16;
+    std::memcpy(out + i, &bits, 4);
+  }
 }
 
 }  // namespace attend::kernels

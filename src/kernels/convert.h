@@ -9,6 +9,10 @@ namespace attend::kernels {
 void float_to_half(uint16_t* out, const float* inp, int64_t n);
 void half_to_float(float* out, const uint16_t* inp, int64_t n);
 
+// bfloat16: the top 16 bits of a float. Rounding to it is to nearest, ties to even; NaN stays NaN.
+void float_to_bf16(uint16_t* out, const float* inp, int64_t n);
+void bf16_to_float(float* out, const uint16_t* inp, int64_t n);
+
 // Symmetric int8 per row of C values: scale = max|x|/127, q = round(x/scale) ∈ [−127, 127], x ≈ q·scale.
 // The rounding error of each element is at most scale/2 = max|x|/254.
 void quantize_rows_int8(int8_t* out,       // (N, C)

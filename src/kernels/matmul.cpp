@@ -11,11 +11,6 @@ namespace attend::kernels {
 
 namespace {
 
-// Rows up to this many are multiplied as dot products against the weight's rows (decoding one token):
-// sgemm with one row and a transposed weight runs far below the memory bound, while each weight row is
-// contiguous, so streaming it once per output is exactly the bytes the product needs.
-constexpr int64_t kGemvRows = 4;
-
 // Σ_c x[c]·w[c] in float lanes (vec::sum), out of line so that GCC vectorises it (docs/ARCHITECTURE.md).
 [[gnu::noinline]] float dot(const float* x, const float* w, int64_t C) {
   return static_cast<float>(vec::sum<float>(C, [&](int64_t c) { return x[c] * w[c]; }));
@@ -30,7 +25,25 @@ void gemv_rows(float* out, const float* inp, const float* weight, const float* b
   });
 }
 
+[[gnu::noinline]] float dot_bf16(const float* x, const uint16_t* w, int64_t C) {
+  return static_cast<float>(vec::sum<float>(C, [&](int64_t c) {
+    const uint32_t bits = uint32_t{w[c]} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return x[c] * f;
+  }));
+}
+
 }  // namespace
+
+void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
+                         int64_t OC) {
+  parallel_for(OC, 256, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t n = 0; n < N; ++n)
+        out[n * OC + o] = dot_bf16(inp + n * C, weight + o * C, C) + (bias != nullptr ? bias[o] : 0.0f);
+  });
+}
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC) {

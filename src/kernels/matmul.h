@@ -16,6 +16,15 @@ void matmul_forward(T* out,             // (N, OC)
                     const T* bias,      // (OC) or nullptr
                     int64_t N, int64_t C, int64_t OC);
 
+// Up to this many rows are multiplied as dot products against the weight's contiguous rows (decoding one
+// token): sgemm with one row of a transposed weight runs far below the memory bound.
+inline constexpr int64_t kGemvRows = 4;
+
+// out = inp · weightᵀ + bias with the weight stored as bf16 (N ≤ a few rows: decoding). Each bf16 value is
+// widened to fp32 exactly; products and sums are fp32.
+void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
+                         int64_t OC);
+
 // dinp += dout · weight;  dweight += doutᵀ · inp;  dbias += Σ_n dout[n]
 // Any of dinp, dweight, dbias may be nullptr when that gradient is not wanted.
 template <typename T>

@@ -1,4 +1,5 @@
 #include "nn/attention.h"
+#include "nn/layers.h"
 
 #include "infer/kv_cache.h"
 #include "kernels/attention.h"
@@ -180,12 +181,12 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   if (!c.cross) {
     const int64_t W = (H + 2 * Hkv) * D;
     std::vector<float> qkv(B * Tq * W);
-    kernels::matmul_forward(qkv.data(), x.data(), w_qkv_.value.data(), data_or_null(b_qkv_), B * Tq, C, W);
+    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), B * Tq, C, W);
     split_columns(q_.data(), qkv.data(), B * Tq, W, 0, H * D);
     split_columns(k_.data(), qkv.data(), B * Tq, W, H * D, Hkv * D);
     split_columns(v_.data(), qkv.data(), B * Tq, W, (H + Hkv) * D, Hkv * D);
   } else {
-    kernels::matmul_forward(q_.data(), x.data(), w_q_.value.data(), data_or_null(b_q_), B * Tq, C, H * D);
+    linear_forward(q_.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D);
     if (!cached_context) {
       context_ = context->clone();
       project_context(*context, k_, v_);
@@ -227,7 +228,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
     }
   }
   Tensor out = Tensor::uninitialized({B, Tq, C});
-  kernels::matmul_forward(out.data(), attn_.data(), w_o_.value.data(), data_or_null(b_o_), B * Tq, H * D, C);
+  linear_forward(out.data(), attn_.data(), w_o_, data_or_null(b_o_), B * Tq, H * D, C);
   return out;
 }
 
@@ -235,7 +236,7 @@ void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tenso
   const int64_t C = config_.d_model, Hkv = config_.kv_heads(), D = config_.d_head();
   const int64_t B = context.size(0), Tk = context.size(1);
   std::vector<float> kv(B * Tk * 2 * Hkv * D);
-  kernels::matmul_forward(kv.data(), context.data(), w_kv_.value.data(), data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D);
+  linear_forward(kv.data(), context.data(), w_kv_, data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D);
   k = Tensor({B, Tk, Hkv, D});
   v = Tensor({B, Tk, Hkv, D});
   split_columns(k.data(), kv.data(), B * Tk, 2 * Hkv * D, 0, Hkv * D);

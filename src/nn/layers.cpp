@@ -36,6 +36,14 @@ Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
 
 }  // namespace
 
+void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
+                    int64_t OC) {
+  if (!weight.bf16.empty() && N <= kernels::kGemvRows)
+    kernels::matmul_forward_bf16(out, inp, weight.bf16.data(), bias, N, C, OC);
+  else
+    kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+}
+
 // ---- Linear ----------------------------------------------------------------------------------------
 
 Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias) : weight(name + ".weight", {out, in}) {
@@ -46,8 +54,7 @@ Tensor Linear::forward(const Tensor& x) {
   const int64_t N = x.numel() / in();
   x_ = x.clone();
   Tensor y = Tensor::uninitialized({N, out()});  // matmul_forward writes every element
-  kernels::matmul_forward(y.data(), x.data(), weight.value.data(), bias.numel() ? bias.value.data() : nullptr, N, in(),
-                          out());
+  linear_forward(y.data(), x.data(), weight, bias.numel() ? bias.value.data() : nullptr, N, in(), out());
   return y;
 }
 

@@ -13,6 +13,10 @@
 
 namespace attend::nn {
 
+// out = inp·Wᵀ + b for N rows; reads the weight's bf16 copy when it has one and N is small (decoding).
+void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
+                    int64_t OC);
+
 // y = x·Wᵀ + b, W (out, in) as nn.Linear.
 class Linear {
  public:

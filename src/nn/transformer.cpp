@@ -1,6 +1,7 @@
 #include "nn/transformer.h"
 
 #include "kernels/activation.h"
+#include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/matmul.h"
@@ -654,9 +655,22 @@ const Tensor& Model::decode(const std::vector<int32_t>& ids, int64_t T_new) {
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(last.data() + b * C, top.data() + (b * T_new + T_new - 1) * C, C * sizeof(float));
   m.next_logits = Tensor::uninitialized({B, V});
-  kernels::matmul_forward(m.next_logits.data(), last.data(), m.output_matrix().value.data(),
-                          static_cast<const float*>(nullptr), B, C, V);
+  nn::linear_forward(m.next_logits.data(), last.data(), m.output_matrix(), nullptr, B, C, V);
   return m.next_logits;
+}
+
+void Model::set_decode_weights(WeightType weights) {
+  check(weights != WeightType::F16, "generation: decode weights are f32 or bf16, not f16");
+  for (Parameter* p : impl_->params) {
+    p->bf16.clear();
+    if (weights != WeightType::BF16) continue;
+    // Every value becomes what a bf16 checkpoint holds, so the prompt (sgemm on fp32) and the decoded tokens
+    // (bf16) see one model; the multiplied matrices also stay packed for decoding.
+    std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
+    kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
+    kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());
+    if (p->value.rank() == 2 && p->name != "embed.positions.weight") p->bf16 = std::move(bits);
+  }
 }
 
 // ---- Initialisation (004 §8.1) ---------------------------------------------------------------------
