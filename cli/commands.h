@@ -8,7 +8,16 @@
 #include <string_view>
 #include <vector>
 
+namespace attend {
+class Model;
+class Tokenizer;
+struct GenerateOptions;
+}  // namespace attend
+
 namespace attend::cli {
+
+// EOS (or [SEP]) and, for encoder-decoder models, the decoder's start token BOS (or [CLS]), as training used.
+void set_special_tokens(const Tokenizer& tokenizer, const Model& model, GenerateOptions& options);
 
 // Token ids written "1,2,3", "1 2 3", "[1, 2]" or one per line; anything else is an error naming `origin`
 // and the bad entry.
@@ -24,7 +33,7 @@ void add_model_commands(CLI::App& app);
 void add_train_commands(CLI::App& app);
 // Adds `attend generate`.
 void add_generate_command(CLI::App& app);
-// Adds `attend eval`.
+// Adds `attend eval`, `attend eval-seq2seq` and `attend eval-classify`.
 void add_eval_command(CLI::App& app);
 
 }  // namespace attend::cli

@@ -6,7 +6,15 @@
 #include <attend/io.h>
 #include <attend/model.h>
 #include <attend/plot.h>
+#include <attend/generate.h>
 #include <attend/tokenizer.h>
+#include <attend/train.h>
+
+#include "progress.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,9 +30,181 @@ Series reliability_series(const std::string& name, const Calibration& c) {
   return s;
 }
 
+std::vector<std::string> split_words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// `attend eval-seq2seq`: decodes every distinct source of a source<TAB>target file and scores the outputs
+// against all of its targets (WER: right if equal to any; PER: edit distance to the closest).
+void add_eval_seq2seq(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval-seq2seq", "Word and token error rates of an encoder-decoder model on source<TAB>target lines");
+  static std::string model_dir, data;
+  static int64_t beam = 0, max_new = 64, limit = 0, batch = 32;
+  static bool json_output = false;
+  cmd->add_option("--model", model_dir, "An encoder-decoder model directory with its tokenizer")->required();
+  cmd->add_option("--data", data, "source<TAB>target lines; a source may appear with several targets")->required();
+  cmd->add_option("--beam", beam, "Beam width (0: greedy, batched)");
+  cmd->add_option("--max-new-tokens", max_new, "Longest output")->capture_default_str();
+  cmd->add_option("--batch", batch, "Sources decoded together (greedy)")->capture_default_str();
+  cmd->add_option("--limit", limit, "Score only the first N sources (0: all)");
+  cmd->add_flag("--json", json_output, "Print {\"words\", \"wer\", \"per\"}");
+  cmd->callback([] {
+    Model model = Model::load(model_dir);
+    check(model.config().architecture == Architecture::EncoderDecoder,
+          "eval-seq2seq: {} is a {} model, expected encoder-decoder", model_dir, architecture_name(model.config().architecture));
+    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    // Sources in order of first appearance, each with its references.
+    std::vector<std::string> sources;
+    std::map<std::string, size_t> index;
+    std::vector<std::vector<std::vector<std::string>>> references;
+    std::istringstream lines(read_file(data));
+    int64_t number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      if (line.empty()) continue;
+      const size_t tab = line.find('\t');
+      check(tab != std::string::npos, "{}:{}: expected source<TAB>target, found no tab", data, number);
+      const std::string source = line.substr(0, tab);
+      auto [it, fresh] = index.emplace(source, sources.size());
+      if (fresh) sources.push_back(source), references.emplace_back();
+      references[it->second].push_back(split_words(line.substr(tab + 1)));
+    }
+    if (limit > 0 && static_cast<int64_t>(sources.size()) > limit) sources.resize(limit), references.resize(limit);
+    check(!sources.empty(), "{}: no source<TAB>target lines", data);
+    GenerateOptions options{.max_new_tokens = max_new, .sampling = {.greedy = true}};
+    set_special_tokens(tokenizer, model, options);
+    const int64_t context = model.config().max_seq_len;
+    std::vector<std::vector<std::string>> hypotheses;
+    ProgressBar bar("decode");
+    for (size_t at = 0; at < sources.size();) {
+      const size_t n = beam > 0 ? 1 : std::min<size_t>(batch, sources.size() - at);
+      std::vector<std::vector<int32_t>> inputs;
+      for (size_t i = at; i < at + n; ++i) {
+        auto ids = tokenizer.encode(sources[i]);
+        if (static_cast<int64_t>(ids.size()) > context) ids.resize(context);
+        inputs.push_back(ids.empty() ? std::vector<int32_t>{0} : ids);
+      }
+      if (beam > 0) {
+        const auto best = beam_search(model, inputs[0], max_new, options.eos,
+                                      {.width = beam, .decoder_start = options.decoder_start});
+        hypotheses.push_back(split_words(tokenizer.decode(best[0].ids)));
+      } else {
+        for (const Generation& g : generate_batch(model, tokenizer, inputs, options))
+          hypotheses.push_back(split_words(g.text));
+      }
+      at += n;
+      bar.update(static_cast<int64_t>(at), static_cast<int64_t>(sources.size()));
+    }
+    bar.finish();
+    const TranscriptionScore s = score_transcriptions(hypotheses, references);
+    if (json_output) {
+      fmt::print("{}\n", nlohmann::ordered_json{{"words", s.words}, {"wer", s.wer}, {"per", s.per}}.dump());
+      return;
+    }
+    fmt::print("words {}\nWER {:.4f} ({} wrong)\nPER {:.4f} ({} of {} tokens)\n", s.words, s.wer, s.wrong_words, s.per,
+               s.token_errors, s.tokens);
+  });
+}
+
+// `attend eval-classify`: accuracy, precision, recall and F1 of an encoder's classification head on
+// label<TAB>text lines, and its calibration (ECE, temperature scaling fitted on the first half).
+void add_eval_classify(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval-classify", "Accuracy, precision, recall, F1 and calibration of a classifier on label<TAB>text lines");
+  static std::string model_dir, data, positive, reliability;
+  static bool calibrate = false, json_output = false;
+  cmd->add_option("--model", model_dir, "An encoder model directory with a classification head and its tokenizer")->required();
+  cmd->add_option("--data", data, "label<TAB>text lines (classes numbered in sorted order of their names, as in training)")
+      ->required();
+  cmd->add_option("--positive", positive, "The class that precision, recall and F1 are about (default: the last)");
+  cmd->add_flag("--calibrate", calibrate, "Fit a temperature on the first half; ECE before and after on the second");
+  cmd->add_option("--reliability", reliability, "Write a reliability diagram as SVG");
+  cmd->add_flag("--json", json_output, "Print one JSON object");
+  cmd->callback([] {
+    Model model = Model::load(model_dir);
+    const ModelConfig& c = model.config();
+    check(c.architecture == Architecture::Encoder && c.n_classes > 0,
+          "eval-classify: {} has no classification head (an encoder with n_classes > 0)", model_dir);
+    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    DataConfig d;
+    d.task = "classify", d.train = {data}, d.valid_fraction = 0.0, d.seq_len = c.max_seq_len;
+    const ExampleSets sets = load_examples(d, tokenizer);
+    check(static_cast<int64_t>(sets.labels.size()) == c.n_classes, "{}: {} classes ({}), the model has {}", data,
+          sets.labels.size(), fmt::join(sets.labels, ", "), c.n_classes);
+    int32_t pos = c.n_classes - 1;
+    if (!positive.empty()) {
+      const auto it = std::find(sets.labels.begin(), sets.labels.end(), positive);
+      check(it != sets.labels.end(), "--positive '{}': the classes are {}", positive, fmt::join(sets.labels, ", "));
+      pos = static_cast<int32_t>(it - sets.labels.begin());
+    }
+    const int64_t K = c.n_classes;
+    std::vector<float> logits;
+    std::vector<int32_t> truth;
+    ExampleDataset batches(ExampleDataset::Kind::Classify, sets.train, sets.train,
+                           {.batch_size = 16, .max_source_len = c.max_seq_len, .max_valid_batches = INT64_MAX});
+    for (int64_t i = 0; i < batches.valid_batches(); ++i) {
+      const Batch b = batches.valid_batch(i);
+      model.forward(b);
+      logits.insert(logits.end(), model.logits().span().begin(), model.logits().span().end());
+      truth.insert(truth.end(), b.labels.begin(), b.labels.end());
+    }
+    const auto n = static_cast<int64_t>(truth.size());
+    auto predictions = [&](int64_t from, int64_t to, double T, std::vector<int32_t>& predicted, std::vector<double>& conf,
+                           std::vector<uint8_t>& right) {
+      for (int64_t r = from; r < to; ++r) {
+        const float* z = logits.data() + r * K;
+        const auto arg = static_cast<int32_t>(std::max_element(z, z + K) - z);
+        double sum = 0.0;
+        for (int64_t k = 0; k < K; ++k) sum += std::exp((z[k] - z[arg]) / T);
+        predicted.push_back(arg), conf.push_back(1.0 / sum), right.push_back(arg == truth[r]);
+      }
+    };
+    std::vector<int32_t> predicted;
+    std::vector<double> conf;
+    std::vector<uint8_t> right;
+    predictions(0, n, 1.0, predicted, conf, right);
+    const ClassificationScore s = score_classification(predicted, truth, pos);
+    const Calibration cal = expected_calibration_error(conf, right);
+    nlohmann::ordered_json j = {{"examples", n},       {"accuracy", s.accuracy}, {"precision", s.precision},
+                                {"recall", s.recall},  {"f1", s.f1},             {"positive", sets.labels[pos]},
+                                {"ece", cal.ece}};
+    std::vector<Series> series = {reliability_series("all", cal)};
+    if (calibrate) {
+      check(n >= 4, "{}: {} examples are too few to fit a temperature on half of them", data, n);
+      const int64_t half = n / 2;
+      const double T = fit_temperature(logits.data(), truth.data(), half, K);
+      std::vector<int32_t> p1, p2;
+      std::vector<double> c1, c2;
+      std::vector<uint8_t> r1, r2;
+      predictions(half, n, 1.0, p1, c1, r1);
+      predictions(half, n, T, p2, c2, r2);
+      const Calibration before = expected_calibration_error(c1, r1), after = expected_calibration_error(c2, r2);
+      j["temperature"] = T, j["ece_before"] = before.ece, j["ece_after"] = after.ece;
+      series.push_back(reliability_series("second half, before", before));
+      series.push_back(reliability_series(fmt::format("second half, T = {:.3f}", T), after));
+    }
+    if (!reliability.empty())
+      write_file_atomic(reliability, line_plot_svg(series, {.title = "reliability", .x_label = "confidence",
+                                                             .y_label = "accuracy", .diagonal = true}));
+    if (json_output) {
+      fmt::print("{}\n", j.dump());
+      return;
+    }
+    fmt::print("examples {}\naccuracy {:.4f}\n{}: precision {:.4f}, recall {:.4f}, F1 {:.4f}\nECE {:.4f}\n", n, s.accuracy,
+               sets.labels[pos], s.precision, s.recall, s.f1, cal.ece);
+    if (calibrate)
+      fmt::print("temperature {:.4f} (fitted on the first half)\nsecond half: ECE {:.4f} -> {:.4f}\n", j["temperature"].get<double>(),
+                 j["ece_before"].get<double>(), j["ece_after"].get<double>());
+  });
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app) {
+  add_eval_seq2seq(app);
+  add_eval_classify(app);
   auto* cmd = app.add_subcommand("eval", "Loss, perplexity and calibration (ECE, temperature scaling) of a decoder model");
   static std::string model_dir, data, token_file, reliability;
   static EvalOptions options;

@@ -13,6 +13,16 @@
 
 namespace attend::cli {
 
+void set_special_tokens(const Tokenizer& tokenizer, const Model& model, GenerateOptions& options) {
+  options.eos = tokenizer.special_id(SpecialRole::Eos);
+  if (!options.eos) options.eos = tokenizer.special_id(SpecialRole::Sep);  // BERT-style vocabularies
+  if (model.config().architecture == Architecture::EncoderDecoder) {
+    // The prompt is the source; the decoder starts from BOS ([CLS] in BERT-style vocabularies), as in training.
+    options.decoder_start = tokenizer.special_id(SpecialRole::Bos);
+    if (!options.decoder_start) options.decoder_start = tokenizer.special_id(SpecialRole::Cls);
+  }
+}
+
 void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "generate", "Generate text with a model directory, streaming tokens (encoder-decoder models read the prompt as the source)");
@@ -64,14 +74,8 @@ void add_generate_command(CLI::App& app) {
               model.config().vocab_size);
     const std::vector<int32_t>& input = inputs[0];
     options.stop = stops;
-    options.eos = tokenizer.special_id(SpecialRole::Eos);
-    if (!options.eos) options.eos = tokenizer.special_id(SpecialRole::Sep);  // BERT-style vocabularies
-    if (model.config().architecture == Architecture::EncoderDecoder) {
-      // The prompt is the source; the decoder starts from BOS ([CLS] in BERT-style vocabularies), as in training.
-      options.decoder_start = tokenizer.special_id(SpecialRole::Bos);
-      if (!options.decoder_start) options.decoder_start = tokenizer.special_id(SpecialRole::Cls);
-      beam.decoder_start = options.decoder_start;
-    }
+    set_special_tokens(tokenizer, model, options);
+    beam.decoder_start = options.decoder_start;
     if (inputs.size() > 1) {  // several prompts: one batch, one line (or JSON object) per prompt
       check(beam.width == 0, "--beam takes one prompt at a time");
       for (const Generation& g : generate_batch(model, tokenizer, inputs, options)) {

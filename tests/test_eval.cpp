@@ -99,5 +99,53 @@ TEST(Evaluation, SlidingWindowMatchesBruteForce) {
   testing::expect_error_mentions<Error>([&] { evaluate_lm(model, {1, 99}); }, {"99", "position 1"});
 }
 
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  std::string w;
+  for (char c : s + " ")
+    if (c == ' ') {
+      if (!w.empty()) out.push_back(w), w.clear();
+    } else {
+      w += c;
+    }
+  return out;
+}
+
+TEST(TaskMetrics, EditDistanceWerAndPerByHand) {
+  EXPECT_EQ(edit_distance(words("K AE1 T"), words("K AE1 T")), 0);
+  EXPECT_EQ(edit_distance(words("K AE1 T"), words("K AE1 T S")), 1);    // one insertion
+  EXPECT_EQ(edit_distance(words("A B C"), words("X B")), 2);            // a substitution and a deletion
+  EXPECT_EQ(edit_distance(words(""), words("A B")), 2);
+  EXPECT_EQ(edit_distance(words("K IH1 T AH0 N"), words("S IH1 T IH0 NG")), 3);
+  // Three words. "either" has two pronunciations and matches the second: right. "cat" is off by one
+  // phoneme of 3: wrong. "a" is right. WER = 1/3; PER = (0 + 1 + 0) / (3 + 3 + 2), the closest references.
+  const std::vector<std::vector<std::string>> hyp = {words("AY1 DH ER0"), words("K AE1 D"), words("AH0 EY")};
+  const std::vector<std::vector<std::vector<std::string>>> refs = {
+      {words("IY1 DH ER0"), words("AY1 DH ER0")}, {words("K AE1 T")}, {words("AH0 EY"), words("EY1")}};
+  const TranscriptionScore s = score_transcriptions(hyp, refs);
+  EXPECT_EQ(s.words, 3);
+  EXPECT_EQ(s.wrong_words, 1);
+  EXPECT_NEAR(s.wer, 1.0 / 3.0, 1e-15);
+  EXPECT_EQ(s.token_errors, 1);
+  EXPECT_EQ(s.tokens, 8);
+  EXPECT_NEAR(s.per, 1.0 / 8.0, 1e-15);
+}
+
+TEST(TaskMetrics, PrecisionRecallAndF1ByHand) {
+  // Positive class 1. Predictions against truth: TP 3, FP 1, FN 2, TN 4.
+  const std::vector<int32_t> predicted = {1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+  const std::vector<int32_t> truth = {1, 1, 1, 0, 1, 1, 0, 0, 0, 0};
+  const ClassificationScore s = score_classification(predicted, truth, 1);
+  EXPECT_EQ(s.true_positive, 3);
+  EXPECT_EQ(s.false_positive, 1);
+  EXPECT_EQ(s.false_negative, 2);
+  EXPECT_EQ(s.true_negative, 4);
+  EXPECT_NEAR(s.accuracy, 0.7, 1e-15);
+  EXPECT_NEAR(s.precision, 0.75, 1e-15);
+  EXPECT_NEAR(s.recall, 0.6, 1e-15);
+  EXPECT_NEAR(s.f1, 2 * 0.75 * 0.6 / 1.35, 1e-15);  // 0.6667
+  EXPECT_EQ(score_classification(std::vector<int32_t>{0}, std::vector<int32_t>{0}, 1).f1, 0.0);  // no positives
+}
+
 }  // namespace
 }  // namespace attend

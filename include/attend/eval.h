@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace attend {
@@ -54,5 +55,28 @@ struct EvalResult {
 // allows: windows of max_seq_len tokens, `stride` apart; each scores only the tokens earlier windows
 // did not. Decoder-only models.
 EvalResult evaluate_lm(Model& model, const std::vector<int32_t>& tokens, const EvalOptions& options = {});
+
+// ---- Task metrics ----------------------------------------------------------------------------------
+
+// Levenshtein distance between token sequences: the fewest insertions, deletions and substitutions.
+int64_t edit_distance(std::span<const std::string> a, std::span<const std::string> b);
+
+// Sequence transduction scored as in grapheme-to-phoneme work: a word is right when its hypothesis equals
+// any of its references (WER = wrong words / words); PER = Σ over words of the edit distance to the closest
+// reference / Σ of that reference's length.
+struct TranscriptionScore {
+  int64_t words = 0, wrong_words = 0;
+  int64_t tokens = 0, token_errors = 0;
+  double wer = 0.0, per = 0.0;
+};
+TranscriptionScore score_transcriptions(const std::vector<std::vector<std::string>>& hypotheses,
+                                        const std::vector<std::vector<std::vector<std::string>>>& references);
+
+struct ClassificationScore {
+  int64_t n = 0, true_positive = 0, false_positive = 0, false_negative = 0, true_negative = 0;
+  double accuracy = 0.0, precision = 0.0, recall = 0.0, f1 = 0.0;  // of the positive class
+};
+ClassificationScore score_classification(std::span<const int32_t> predicted, std::span<const int32_t> truth,
+                                         int32_t positive);
 
 }  // namespace attend
