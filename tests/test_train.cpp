@@ -10,6 +10,7 @@
 #include <attend/io.h>
 #include <attend/model.h>
 #include <attend/safetensors.h>
+#include <attend/tokenizer.h>
 #include <attend/train.h>
 
 #include <gtest/gtest.h>
@@ -515,6 +516,17 @@ TEST(Datasets, Seq2SeqAndClassificationBatchesByHand) {
   EXPECT_EQ(c.labels.size(), 2u);
   EXPECT_EQ(c.lengths.size(), 2u);
   EXPECT_EQ(cls.valid_batches(), 0);
+  // A named validation file takes every validation line; the training files are not split as well.
+  const auto dir = fs::temp_directory_path();
+  write_file_atomic(dir / "attend_train_split.tsv", "a\tx y\nb\ty z\nc\tz x\nd\tx x\n");
+  write_file_atomic(dir / "attend_valid_split.tsv", "e\tx\n");
+  const Tokenizer t = Tokenizer::train_from_text("a b c d e x y z a b c d e x y z",
+                                                 {.kind = TokenizerKind::WordPiece, .vocab_size = 40, .min_frequency = 1});
+  DataConfig d{.task = "seq2seq", .train = {(dir / "attend_train_split.tsv").string()},
+               .valid = (dir / "attend_valid_split.tsv").string(), .valid_fraction = 0.99};
+  const ExampleSets sets = load_examples(d, t);
+  EXPECT_EQ(sets.train.size(), 4u);
+  EXPECT_EQ(sets.valid.size(), 1u);
   // Every example appears once per epoch.
   std::vector<int32_t> seen;
   for (int64_t i = 0; i < 2; ++i) seen.push_back(cls.train_batch(i).labels[0]), seen.push_back(cls.train_batch(i).labels[1]);

@@ -170,7 +170,7 @@ struct DataConfig {
   std::string task = "lm";              // lm (decoder), mlm (encoder), seq2seq (encoder-decoder), classify (encoder)
   std::vector<std::string> train;       // text files
   std::string valid;                    // a text file; empty: hold out valid_fraction of the documents
-  double valid_fraction = 0.05;         // documents (blank-line separated) go to validation by a hash of their text
+  double valid_fraction = 0.05;         // without `valid`: documents (or TSV lines) held out by a hash of their text
   std::string tokenizer;                // tokenizer.json, SentencePiece .model, or a directory
   int64_t batch_size = 8;
   int64_t seq_len = 128;

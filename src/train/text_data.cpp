@@ -87,7 +87,8 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
   }
 
   const auto eos = tokenizer.special_id(SpecialRole::Eos);
-  const uint64_t threshold = static_cast<uint64_t>(data.valid_fraction * 1e6);
+  // With a validation file, every line of the training files trains; otherwise a hash holds some out.
+  const uint64_t threshold = data.valid.empty() ? static_cast<uint64_t>(data.valid_fraction * 1e6) : 0;
   auto add_file = [&](const std::string& path, bool all_valid) {
     const std::string text = read_file(path);
     std::vector<std::string> train_docs, valid_docs;
@@ -126,7 +127,8 @@ ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer) {
     bool valid;
   };
   std::vector<Line> lines;
-  const uint64_t threshold = static_cast<uint64_t>(data.valid_fraction * 1e6);
+  // With a validation file, every line of the training files trains; otherwise a hash holds some out.
+  const uint64_t threshold = data.valid.empty() ? static_cast<uint64_t>(data.valid_fraction * 1e6) : 0;
   auto add_file = [&](const std::string& path, bool all_valid) {
     check(fs::is_regular_file(path), "data: {}: no such file", path);
     const std::string text = read_file(path);
