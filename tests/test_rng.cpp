@@ -72,3 +72,18 @@ TEST(Rng, BelowIsUniformOverSmallRanges) {
 
 }  // namespace
 }  // namespace attend
+
+namespace attend {
+namespace {
+
+// The range version gives exactly the numbers random_uniform gives, from any starting index.
+TEST(Rng, UniformsInARangeEqualOneByOne) {
+  for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{6}, uint64_t{1} << 40}) {
+    std::vector<float> range(37);
+    random_uniforms(99, first, 37, range.data());
+    for (int64_t k = 0; k < 37; ++k) ASSERT_EQ(range[k], random_uniform(99, first + k)) << first << " + " << k;
+  }
+}
+
+}  // namespace
+}  // namespace attend

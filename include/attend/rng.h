@@ -18,6 +18,10 @@ uint32_t random_u32(uint64_t seed, uint64_t i);
 // The i-th uniform float in [0, 1) of stream `seed`, with 24 random bits.
 float random_uniform(uint64_t seed, uint64_t i);
 
+// Uniforms number first, first + 1, ..., first + n − 1 of stream `seed` (exactly random_uniform's), each
+// Philox block computed once for its four numbers.
+void random_uniforms(uint64_t seed, uint64_t first, int64_t n, float* out);
+
 // A sequential view of one stream: draws numbers offset, offset+1, ... The whole state is
 // (seed, offset), so it can be saved in a checkpoint and restored exactly.
 class Rng {

@@ -34,6 +34,16 @@ float random_uniform(uint64_t seed, uint64_t i) {
   return static_cast<float>(random_u32(seed, i) >> 8) * 0x1.0p-24f;
 }
 
+void random_uniforms(uint64_t seed, uint64_t first, int64_t n, float* out) {
+  const std::array<uint32_t, 2> key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  int64_t k = 0;
+  while (k < n) {
+    const uint64_t index = first + static_cast<uint64_t>(k), block = index >> 2;
+    const auto words = philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u}, key);
+    for (uint64_t w = index & 3; w < 4 && k < n; ++w, ++k) out[k] = static_cast<float>(words[w] >> 8) * 0x1.0p-24f;
+  }
+}
+
 uint64_t Rng::next_u64() {
   uint64_t hi = next_u32();
   return (hi << 32) | next_u32();

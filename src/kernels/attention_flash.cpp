@@ -141,8 +141,9 @@ void flash_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
             for (int64_t d = 0; d < D; ++d) o[d] *= rescale;
           }
           if (p.dropout > 0.0f) {  // P̃ = P ⊙ M/(1 − p); l keeps the undropped sum
-            for (int64_t c = 0; c < bc; ++c)
-              s[c] *= dropout_keep_scale<T>(detail::dropout_index(p, b, h, i0 + r, j0 + c), p.dropout, p.dropout_seed);
+            T scales[kBc];
+            dropout_keep_scales(scales, bc, detail::dropout_index(p, b, h, i0 + r, j0), p.dropout, p.dropout_seed);
+            for (int64_t c = 0; c < bc; ++c) s[c] *= scales[c];
           }
         }
         gemm<T>(false, false, br, D, bc, T(1), t.S, kBc, V, Hkv * D, T(1), t.acc, D);
@@ -202,19 +203,21 @@ void flash_attention_backward(T* dq, T* dk, T* dv, T* dt5_table, const T* dout, 
               T* s = t.S + r * kBc;
               T* s2 = t.S2 + r * kBc;
               probabilities_row(s, bc, lse[(b * H + h) * Tq + i0 + r]);
-              for (int64_t c = 0; c < bc; ++c)  // P̃
-                s2[c] = p.dropout > 0.0f ? s[c] * dropout_keep_scale<T>(detail::dropout_index(p, b, h, i0 + r, j0 + c),
-                                                                        p.dropout, p.dropout_seed)
-                                         : s[c];
+              T scales[kBc];  // P̃
+              if (p.dropout > 0.0f)
+                dropout_keep_scales(scales, bc, detail::dropout_index(p, b, h, i0 + r, j0), p.dropout, p.dropout_seed);
+              for (int64_t c = 0; c < bc; ++c) s2[c] = p.dropout > 0.0f ? s[c] * scales[c] : s[c];
             }
             gemm<T>(true, false, bc, D, br, T(1), t.S2, kBc, dO, H * D, T(1), t.acc2, D);  // dV += P̃ᵀ dO
             gemm<T>(false, true, br, bc, D, T(1), dO, H * D, V, Hkv * D, T(0), t.S2, kBc);  // dP̃ = dO Vᵀ
             for (int64_t r = 0; r < br; ++r) {  // dS = P ⊙ (dP − D), dP = dP̃ ⊙ M/(1 − p)
               const T Di = Dsum[(b * H + h) * Tq + i0 + r];
               T* s2 = t.S2 + r * kBc;
-              if (p.dropout > 0.0f)
-                for (int64_t c = 0; c < bc; ++c)
-                  s2[c] *= dropout_keep_scale<T>(detail::dropout_index(p, b, h, i0 + r, j0 + c), p.dropout, p.dropout_seed);
+              if (p.dropout > 0.0f) {
+                T scales[kBc];
+                dropout_keep_scales(scales, bc, detail::dropout_index(p, b, h, i0 + r, j0), p.dropout, p.dropout_seed);
+                for (int64_t c = 0; c < bc; ++c) s2[c] *= scales[c];
+              }
               score_gradient_row(s2, t.S + r * kBc, bc, Di);
               if (dt5_table != nullptr)
                 for (int64_t c = 0; c < bc; ++c)

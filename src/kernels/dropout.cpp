@@ -13,14 +13,24 @@ constexpr int64_t kGrain = 1 << 14;
 template <typename T>
 void dropout_forward(T* out, const T* inp, int64_t n, float p, uint64_t seed, uint64_t offset) {
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] * dropout_keep_scale<T>(offset + i, p, seed);
+    T scales[256];
+    for (int64_t c0 = i0; c0 < i1; c0 += 256) {
+      const int64_t len = i1 - c0 < 256 ? i1 - c0 : 256;
+      dropout_keep_scales(scales, len, offset + c0, p, seed);
+      for (int64_t c = 0; c < len; ++c) out[c0 + c] = inp[c0 + c] * scales[c];
+    }
   });
 }
 
 template <typename T>
 void dropout_backward(T* dinp, const T* dout, int64_t n, float p, uint64_t seed, uint64_t offset) {
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) dinp[i] += dout[i] * dropout_keep_scale<T>(offset + i, p, seed);
+    T scales[256];
+    for (int64_t c0 = i0; c0 < i1; c0 += 256) {
+      const int64_t len = i1 - c0 < 256 ? i1 - c0 : 256;
+      dropout_keep_scales(scales, len, offset + c0, p, seed);
+      for (int64_t c = 0; c < len; ++c) dinp[c0 + c] += dout[c0 + c] * scales[c];
+    }
   });
 }
 

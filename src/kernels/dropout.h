@@ -16,6 +16,19 @@ inline T dropout_keep_scale(uint64_t index, float p, uint64_t seed) {
   return random_uniform(seed, index) >= p ? T(1) / (T(1) - T(p)) : T(0);
 }
 
+// scales[c] = dropout_keep_scale(first + c, p, seed) for c < n, drawing the random numbers a Philox block (four
+// numbers) at a time.
+template <typename T>
+inline void dropout_keep_scales(T* scales, int64_t n, uint64_t first, float p, uint64_t seed) {
+  float u[256];
+  for (int64_t c0 = 0; c0 < n; c0 += 256) {
+    const int64_t len = n - c0 < 256 ? n - c0 : 256;
+    random_uniforms(seed, first + static_cast<uint64_t>(c0), len, u);
+    const T keep = p >= 1.0f ? T(0) : T(1) / (T(1) - T(p));
+    for (int64_t c = 0; c < len; ++c) scales[c0 + c] = u[c] >= p ? keep : T(0);
+  }
+}
+
 // Keeps element i when random_uniform(seed, offset + i) ≥ p and scales kept elements by 1/(1 − p),
 // so the expected output equals the input and evaluation needs no rescaling. The mask is a pure
 // function of (seed, offset + i): backward regenerates it instead of storing it, and the result is the
