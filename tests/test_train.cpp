@@ -497,7 +497,7 @@ TEST(Datasets, MaskedLmChoosesFifteenPercentSplitEightyTenTen) {
 TEST(Datasets, Seq2SeqAndClassificationBatchesByHand) {
   std::vector<Example> pairs = {{{10, 11, 12}, {20, 21}, 0}, {{13}, {22, 23, 24, 25}, 0}};
   ExampleDataset s2s(ExampleDataset::Kind::Seq2Seq, pairs, pairs,
-                     {.batch_size = 2, .max_target_len = 4, .bos_id = 1, .eos_id = 2});
+                     {.batch_size = 2, .max_target_len = 4, .bos_id = 1, .eos_id = 2, .bucket_batches = 1});
   const Batch b = s2s.valid_batch(0);
   // Sources padded to 3; targets cut to 3 tokens (max_target_len 4 leaves room for EOS); the decoder reads
   // [BOS] y and predicts y [EOS] (teacher forcing).
@@ -510,7 +510,7 @@ TEST(Datasets, Seq2SeqAndClassificationBatchesByHand) {
   EXPECT_EQ(b.targets, (std::vector<int32_t>{20, 21, 2, X, 22, 23, 24, 2}));
   EXPECT_EQ(b.lengths, (std::vector<int32_t>{3, 4}));
   std::vector<Example> labelled = {{{5, 6}, {}, 1}, {{7, 8, 9}, {}, 0}};
-  ExampleDataset cls(ExampleDataset::Kind::Classify, labelled, {}, {.batch_size = 2});
+  ExampleDataset cls(ExampleDataset::Kind::Classify, labelled, {}, {.batch_size = 2, .bucket_batches = 1});
   const Batch c = cls.train_batch(0);
   EXPECT_EQ(c.T, 3);
   EXPECT_EQ(c.labels.size(), 2u);
@@ -532,6 +532,26 @@ TEST(Datasets, Seq2SeqAndClassificationBatchesByHand) {
   for (int64_t i = 0; i < 2; ++i) seen.push_back(cls.train_batch(i).labels[0]), seen.push_back(cls.train_batch(i).labels[1]);
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(seen, (std::vector<int32_t>{0, 0, 1, 1}));
+}
+
+// Length bucketing: 8 batches of 4 cover 32 examples of lengths 1..32 exactly once (one epoch), and each
+// batch spans a narrow range of lengths instead of about the whole range.
+TEST(Datasets, LengthBucketingKeepsEachExampleOnceAndNarrowsBatches) {
+  std::vector<Example> examples;
+  for (int32_t n = 1; n <= 32; ++n) examples.push_back({std::vector<int32_t>(n, 5), {6}, 0});
+  ExampleDataset bucketed(ExampleDataset::Kind::Seq2Seq, examples, {}, {.batch_size = 4, .seed = 3, .bucket_batches = 8});
+  std::vector<int64_t> lengths;
+  int64_t widest = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    const Batch b = bucketed.train_batch(i);
+    widest = std::max<int64_t>(widest, *std::max_element(b.src_lengths.begin(), b.src_lengths.end()) -
+                                           *std::min_element(b.src_lengths.begin(), b.src_lengths.end()));
+    lengths.insert(lengths.end(), b.src_lengths.begin(), b.src_lengths.end());
+  }
+  std::sort(lengths.begin(), lengths.end());
+  for (int64_t k = 0; k < 32; ++k) EXPECT_EQ(lengths[k], k + 1);
+  EXPECT_EQ(widest, 3);  // sorted, then cut in fours: 1-4, 5-8, ...
+  EXPECT_EQ(bucketed.train_batch(5).src_ids, bucketed.train_batch(5).src_ids);  // a pure function of i
 }
 
 // ---- Against PyTorch: 10 AdamW steps ------------------------------------------------------------------

@@ -131,6 +131,9 @@ struct ExampleOptions {
   int64_t max_source_len = 128, max_target_len = 128;  // longer sequences are cut
   int32_t bos_id = 0, eos_id = 0;                        // seq2seq: decoder input [BOS] y, targets y [EOS]
   int64_t max_valid_batches = 50;
+  // Length bucketing: the examples of this many consecutive batches are sorted by length and cut into
+  // batches again (visited in a seeded order), so a batch pads to similar lengths. 1 turns it off.
+  int64_t bucket_batches = 32;
 };
 
 // Seq2seq (teacher forcing: the decoder reads [BOS] y₁ … y_n and predicts y₁ … y_n [EOS]) or classification
@@ -145,6 +148,8 @@ class ExampleDataset : public Dataset {
 
  private:
   Batch collate(const std::vector<const Example*>& examples) const;
+  // Batch i's examples, as indices into train_ (length-bucketed).
+  std::vector<int64_t> batch_items(int64_t i) const;
   Kind kind_;
   std::vector<Example> train_, valid_;
   ExampleOptions options_;

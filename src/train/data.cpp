@@ -188,9 +188,30 @@ Batch ExampleDataset::collate(const std::vector<const Example*>& examples) const
   return b;
 }
 
+// Group g holds the examples of batches g·K … g·K + K − 1 in the epoch order (K = bucket_batches). They are
+// sorted by (source length, target length) and cut into K batches, which the group visits in an order drawn
+// from (seed, g): each batch pads to similar lengths, and batch i is still a pure function of i.
+std::vector<int64_t> ExampleDataset::batch_items(int64_t i) const {
+  const int64_t B = options_.batch_size, K = std::max<int64_t>(1, options_.bucket_batches);
+  const int64_t group = i / K, slot = i % K;
+  std::vector<int64_t> items(K * B);
+  for (int64_t k = 0; k < K * B; ++k) items[k] = order_(group * K * B + k);
+  if (K == 1) return items;
+  std::stable_sort(items.begin(), items.end(), [&](int64_t a, int64_t b) {
+    const Example &x = train_[a], &y = train_[b];
+    return x.source.size() != y.source.size() ? x.source.size() < y.source.size() : x.target.size() < y.target.size();
+  });
+  std::vector<int64_t> batches(K);
+  std::iota(batches.begin(), batches.end(), 0);
+  Rng rng(options_.seed ^ 0x9E3779B97F4A7C15ull, static_cast<uint64_t>(group) << 20);
+  for (int64_t k = K - 1; k > 0; --k) std::swap(batches[k], batches[static_cast<int64_t>(rng.below(k + 1))]);
+  const int64_t chunk = batches[slot];
+  return std::vector<int64_t>(items.begin() + chunk * B, items.begin() + (chunk + 1) * B);
+}
+
 Batch ExampleDataset::train_batch(int64_t i) const {
   std::vector<const Example*> batch;
-  for (int64_t b = 0; b < options_.batch_size; ++b) batch.push_back(&train_[order_(i * options_.batch_size + b)]);
+  for (int64_t k : batch_items(i)) batch.push_back(&train_[k]);
   return collate(batch);
 }
 
