@@ -12,6 +12,7 @@
 
 #include "progress.h"
 
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -43,8 +44,11 @@ void add_eval_seq2seq(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval-seq2seq", "Word and token error rates of an encoder-decoder model on source<TAB>target lines");
   static std::string model_dir, data;
   static int64_t beam = 0, max_new = 64, limit = 0, batch = 32;
-  static bool json_output = false;
+  static bool json_output = false, strip_stress = false;
   cmd->add_option("--model", model_dir, "An encoder-decoder model directory with its tokenizer")->required();
+  cmd->add_flag("--strip-stress", strip_stress,
+                "Score without the stress digits of ARPAbet vowels (AH0 = AH1 = AH): the 39-phoneme set of the "
+                "standard CMUdict benchmark");
   cmd->add_option("--data", data, "source<TAB>target lines; a source may appear with several targets")->required();
   cmd->add_option("--beam", beam, "Beam width (0: greedy, batched)");
   cmd->add_option("--max-new-tokens", max_new, "Longest output")->capture_default_str();
@@ -99,6 +103,15 @@ void add_eval_seq2seq(CLI::App& app) {
       bar.update(static_cast<int64_t>(at), static_cast<int64_t>(sources.size()));
     }
     bar.finish();
+    if (strip_stress) {
+      auto strip = [](std::vector<std::string>& tokens) {
+        for (std::string& t : tokens)
+          while (t.size() > 1 && std::isdigit(static_cast<unsigned char>(t.back()))) t.pop_back();
+      };
+      for (auto& h : hypotheses) strip(h);
+      for (auto& refs : references)
+        for (auto& r : refs) strip(r);
+    }
     const TranscriptionScore s = score_transcriptions(hypotheses, references);
     if (json_output) {
       fmt::print("{}\n", nlohmann::ordered_json{{"words", s.words}, {"wer", s.wer}, {"per", s.per}}.dump());
