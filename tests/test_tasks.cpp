@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
@@ -36,6 +37,25 @@ fs::path run_dir(const std::string& name) {
   return dir;
 }
 
+// A run of `run` on its data: the dataset, the trainer (its model stays usable) and the loss of every step.
+struct SmokeRun {
+  std::unique_ptr<Dataset> data;
+  std::unique_ptr<Trainer> trainer;
+  std::vector<double> losses;
+};
+
+SmokeRun train_smoke(RunConfig run, const Tokenizer& tok, const std::string& name) {
+  run.train.eval_every = 0, run.train.checkpoint_every = 0;
+  run.data.tokenizer = "(in memory)";
+  run.validate();
+  const fs::path dir = run_dir(name);
+  SmokeRun r;
+  r.data = make_dataset(run, tok, dir / "data");
+  r.trainer = std::make_unique<Trainer>(Model(run.model), *r.data, run.train, dir, false, &tok);
+  r.trainer->run([&](const StepReport& step) { r.losses.push_back(step.loss); });
+  return r;
+}
+
 // Grapheme-to-phoneme: 400 CMUdict pairs, a WordPiece vocabulary of letters and phonemes, a tiny T5-style
 // model for 60 steps; the loss falls well below its start, and WER/PER come out in range.
 TEST(Tasks, GraphemeToPhonemeSmoke) {
@@ -49,14 +69,8 @@ TEST(Tasks, GraphemeToPhonemeSmoke) {
   run.data.task = "seq2seq", run.data.train = {slice.string()}, run.data.valid_fraction = 0.1;
   run.data.batch_size = 16, run.data.seq_len = 32, run.data.max_target_len = 32;
   run.train.steps = 60, run.train.schedule = {.kind = train::ScheduleKind::Cosine, .lr = 3e-3, .warmup_steps = 5, .min_lr = 3e-4};
-  run.train.eval_every = 0, run.train.checkpoint_every = 0;
-  run.data.tokenizer = "(in memory)";
-  run.validate();
-  const fs::path dir = run_dir("g2p");
-  auto data = make_dataset(run, tok, dir / "data");
-  Trainer trainer(Model(run.model), *data, run.train, dir, false, &tok);
-  std::vector<double> losses;
-  trainer.run([&](const StepReport& r) { losses.push_back(r.loss); });
+  SmokeRun smoke = train_smoke(run, tok, "g2p");
+  const std::vector<double>& losses = smoke.losses;
   EXPECT_LT(losses.back(), 0.6 * losses.front()) << "first " << losses.front() << ", last " << losses.back();
   // Decode a few training words and score them: the numbers are rates.
   GenerateOptions options{.max_new_tokens = 12, .sampling = {.greedy = true}, .eos = tok.special_id(SpecialRole::Sep),
@@ -76,7 +90,7 @@ TEST(Tasks, GraphemeToPhonemeSmoke) {
     refs.push_back({words(line.substr(line.find('\t') + 1))});
   }
   std::vector<std::vector<std::string>> hyps;
-  for (const Generation& g : generate_batch(trainer.model(), tok, sources, options)) hyps.push_back(words(g.text));
+  for (const Generation& g : generate_batch(smoke.trainer->model(), tok, sources, options)) hyps.push_back(words(g.text));
   const TranscriptionScore s = score_transcriptions(hyps, refs);
   EXPECT_EQ(s.words, 8);
   EXPECT_GE(s.wer, 0.0);
@@ -107,18 +121,12 @@ TEST(Tasks, SpamClassificationSmoke) {
   run.data.task = "classify", run.data.train = {slice.string()}, run.data.valid_fraction = 0.1;
   run.data.batch_size = 16, run.data.seq_len = 64;
   run.train.steps = 40, run.train.schedule = {.kind = train::ScheduleKind::Cosine, .lr = 2e-3, .warmup_steps = 4, .min_lr = 2e-4};
-  run.train.eval_every = 0, run.train.checkpoint_every = 0;
-  run.data.tokenizer = "(in memory)";
-  run.validate();
-  const fs::path dir = run_dir("spam");
-  auto data = make_dataset(run, tok, dir / "data");
-  Trainer trainer(Model(run.model), *data, run.train, dir, false, &tok);
-  std::vector<double> losses;
-  trainer.run([&](const StepReport& r) { losses.push_back(r.loss); });
+  SmokeRun smoke = train_smoke(run, tok, "spam");
+  const std::vector<double>& losses = smoke.losses;
   double first = 0, last = 0;
   for (int i = 0; i < 5; ++i) first += losses[i], last += losses[losses.size() - 1 - i];
   EXPECT_LT(last, first) << "the loss did not fall";
-  EXPECT_TRUE(std::isfinite(trainer.validation_loss()));
+  EXPECT_TRUE(std::isfinite(smoke.trainer->validation_loss()));
 }
 
 }  // namespace
