@@ -93,7 +93,10 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
     svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#999\" "
                        "stroke-dasharray=\"4 4\"/>\n",
                        px(x0), py(x0), px(x1), py(x1));
-  // Series and legend.
+  // Series and legend; the legend sits at the top right, as wide as its longest name (about 7 px a character).
+  size_t longest = 0;
+  for (const Series& s : series) longest = std::max(longest, s.name.size());
+  const double legend_x = std::max(left + 10.0, left + W - 40.0 - 7.0 * static_cast<double>(longest));
   for (size_t k = 0; k < series.size(); ++k) {
     const Series& s = series[k];
     const char* color = kColors[k % std::size(kColors)];
@@ -106,9 +109,9 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
       }
     svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n", color, points);
     const double ly = top + 16 + 18.0 * k;
-    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
-                       left + W - 150, ly, left + W - 130, ly, color);
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text>\n", left + W - 124, ly + 4, escape(s.name));
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
+                       legend_x, ly, legend_x + 20, ly, color);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", legend_x + 26, ly + 4, escape(s.name));
   }
   svg += "</svg>\n";
   return svg;

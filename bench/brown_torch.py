@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""PyTorch 1.13 beside `attend train --config configs/gpt.json` on the Brown corpus (issue 8): the same GPT
+(learned positions, pre-LN, tanh-GELU, tied head, biases, residual dropout), the same token streams (Attend's
+cache in RUN/data/train.tokens and valid.tokens, int32), the same batch, sequence length, AdamW settings,
+clipping and warm-up + cosine schedule, read from RUN/run.json. Writes OUT/metrics.jsonl in Attend's format
+(step, loss, lr, elapsed_s, val_loss) so that both curves go on one plot:
+
+    OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/brown_torch.py --run runs/brown-gpt --out runs/brown-torch
+    build/attend plot runs/brown-gpt/metrics.jsonl runs/brown-torch/metrics.jsonl --y val_loss --x elapsed_s -o brown.svg
+
+Batches are random windows from a seeded generator, not Attend's exact order; the comparison is of loss
+against time.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d, H, dropout):
+        super().__init__()
+        self.H, self.dropout = H, dropout
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.H)
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.dropout(self.o(a), self.dropout, self.training)
+        return x + F.dropout(self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh")), self.dropout, self.training)
+
+
+class GPT(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        d = m["d_model"]
+        self.tok, self.pos = nn.Embedding(m["vocab_size"], d), nn.Embedding(m["max_seq_len"], d)
+        self.blocks = nn.ModuleList(Block(d, m["n_heads"], m["residual_dropout"]) for _ in range(m["n_layers"]))
+        self.ln = nn.LayerNorm(d)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=m["init_std"])
+
+    def forward(self, ids, targets):
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.ln(x) @ self.tok.weight.t()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def lr_at(t, tr, steps):
+    if t <= tr["warmup_steps"]:
+        return tr["lr"] * t / max(1, tr["warmup_steps"])
+    progress = min(1.0, (t - tr["warmup_steps"]) / max(1, steps - tr["warmup_steps"]))
+    return tr["min_lr"] + (tr["lr"] - tr["min_lr"]) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--run", required=True, help="an Attend run directory (run.json and data/*.tokens)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget")
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    run = json.load(open(os.path.join(a.run, "run.json")))
+    m, d, tr = run["model"], run["data"], run["train"]
+    train = torch.from_numpy(np.fromfile(os.path.join(a.run, "data", "train.tokens"), dtype=np.int32).astype(np.int64))
+    valid = torch.from_numpy(np.fromfile(os.path.join(a.run, "data", "valid.tokens"), dtype=np.int32).astype(np.int64))
+    B, T = d["batch_size"], d["seq_len"]
+    model = GPT(m)
+    decay = [p for p in model.parameters() if p.dim() == 2 and p is not model.tok.weight and p is not model.pos.weight]
+    rest = [p for p in model.parameters() if all(p is not q for q in decay)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tr["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
+                            betas=(tr["beta1"], tr["beta2"]), eps=tr["eps"])
+    windows = (len(valid) - 1) // T
+    starts = [w * T for w in range(min(windows, d["max_valid_batches"] * B))]
+
+    @torch.no_grad()
+    def validation():
+        model.eval()
+        total, n = 0.0, 0
+        for i in range(0, len(starts), B):
+            ids = torch.stack([valid[s:s + T + 1] for s in starts[i:i + B]])
+            total += model(ids[:, :-1], ids[:, 1:]).item() * ids.shape[0]
+            n += ids.shape[0]
+        model.train()
+        return total / n
+
+    os.makedirs(a.out, exist_ok=True)
+    gen = torch.Generator().manual_seed(d["seed"])
+    elapsed, steps = 0.0, tr["steps"]
+    with open(os.path.join(a.out, "metrics.jsonl"), "w") as out:
+        for t in range(1, steps + 1):
+            start = time.perf_counter()
+            idx = torch.randint(0, len(train) - T - 1, (B,), generator=gen)
+            ids = torch.stack([train[i:i + T + 1] for i in idx])
+            for g in opt.param_groups:
+                g["lr"] = lr_at(t, tr, steps)
+            loss = model(ids[:, :-1], ids[:, 1:])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tr["clip_norm"])
+            opt.step()
+            elapsed += time.perf_counter() - start
+            line = {"step": t, "loss": loss.item(), "lr": lr_at(t, tr, steps), "elapsed_s": elapsed}
+            if t % tr["eval_every"] == 0 or t == steps or elapsed > 60 * a.minutes:
+                line["val_loss"] = validation()
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            if elapsed > 60 * a.minutes:
+                break
+
+
+if __name__ == "__main__":
+    main()
