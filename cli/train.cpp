@@ -26,6 +26,32 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
+// One series per key of a metrics.jsonl file (one JSON object a line): (x_key, key) wherever both are numbers.
+// Series are named after their key; a malformed line is an error naming the file and the line.
+std::vector<Series> read_metrics(const std::string& path, const std::vector<std::string>& keys, const std::string& x_key) {
+  std::vector<Series> out;
+  for (const auto& k : keys) out.push_back({k, {}, {}});
+  std::istringstream lines(read_file(path));
+  int64_t number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw Error(fmt::format("{}:{}: not a JSON object: {}", path, number, e.what()));
+    }
+    check(j.is_object() && j.contains(x_key) && j[x_key].is_number(), "{}:{}: no numeric '{}' field", path, number, x_key);
+    for (size_t k = 0; k < keys.size(); ++k)
+      if (j.contains(keys[k]) && j[keys[k]].is_number()) {
+        out[k].x.push_back(j[x_key].get<double>());
+        out[k].y.push_back(j[keys[k]].get<double>());
+      }
+  }
+  return out;
+}
+
 // The first Ctrl-C (or SIGTERM) asks training to stop after the current step and write a checkpoint; a
 // second one ends the program at once.
 void on_signal(int) {
@@ -91,16 +117,10 @@ void add_train(CLI::App& app) {
     if (last_val)
       fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));
     // The curves, beside the metrics.
-    std::vector<Series> series;
-    std::istringstream lines(read_file(out / "metrics.jsonl"));
-    Series loss{"train loss", {}, {}}, val{"validation loss", {}, {}, true};
-    for (std::string line; std::getline(lines, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j["loss"].is_number()) loss.x.push_back(j["step"].get<double>()), loss.y.push_back(j["loss"].get<double>());
-      if (j.contains("val_loss") && j["val_loss"].is_number())
-        val.x.push_back(j["step"].get<double>()), val.y.push_back(j["val_loss"].get<double>());
-    }
-    write_file_atomic(out / "loss.svg", line_plot_svg({loss, val}, {.title = run.out, .x_label = "step", .y_label = "loss"}));
+    std::vector<Series> curves = read_metrics((out / "metrics.jsonl").string(), {"loss", "val_loss"}, "step");
+    curves[0].name = "train loss";
+    curves[1].name = "validation loss", curves[1].markers = true;
+    write_file_atomic(out / "loss.svg", line_plot_svg(curves, {.title = run.out, .x_label = "step", .y_label = "loss"}));
     fmt::print("model: {}\nmetrics: {}\nplot: {}\n", (out / "checkpoint").string(), (out / "metrics.jsonl").string(),
                (out / "loss.svg").string());
   });
@@ -155,34 +175,12 @@ void add_plot(CLI::App& app) {
   cmd->add_flag("--log", log_y, "Logarithmic y axis");
   cmd->callback([] {
     std::vector<Series> series;
-    for (const std::string& path : inputs) {
-      std::istringstream lines(read_file(path));
-      std::string line;
-      std::vector<Series> of_file;
-      for (const auto& k : keys) of_file.push_back({inputs.size() > 1 ? fmt::format("{} ({})", k, path) : k, {}, {}});
-      int64_t number = 0;
-      while (std::getline(lines, line)) {
-        ++number;
-        if (line.empty()) continue;
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
-          throw Error(fmt::format("{}:{}: not a JSON object: {}", path, number, e.what()));
-        }
-        check(j.is_object() && j.contains(x_key) && j[x_key].is_number(), "{}:{}: no numeric '{}' field", path, number,
-              x_key);
-        for (size_t k = 0; k < keys.size(); ++k)
-          if (j.contains(keys[k]) && j[keys[k]].is_number()) {
-            of_file[k].x.push_back(j[x_key].get<double>());
-            of_file[k].y.push_back(j[keys[k]].get<double>());
-          }
-      }
-      for (auto& s : of_file) {
+    for (const std::string& path : inputs)
+      for (Series& s : read_metrics(path, keys, x_key)) {
+        if (inputs.size() > 1) s.name = fmt::format("{} ({})", s.name, path);
         s.markers = s.x.size() <= 30;
         if (!s.x.empty()) series.push_back(std::move(s));
       }
-    }
     check(!series.empty(), "{}: none of the fields {} appear", fmt::join(inputs, ", "), fmt::join(keys, ", "));
     write_file_atomic(out, line_plot_svg(series, {.title = "training", .x_label = x_key,
                                                   .y_label = fmt::format("{}", fmt::join(keys, ", ")), .log_y = log_y}));
