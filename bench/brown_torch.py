@@ -20,45 +20,8 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, d, H, dropout):
-        super().__init__()
-        self.H, self.dropout = H, dropout
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        s = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.H)
-        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + F.dropout(self.o(a), self.dropout, self.training)
-        return x + F.dropout(self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh")), self.dropout, self.training)
-
-
-class GPT(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        d = m["d_model"]
-        self.tok, self.pos = nn.Embedding(m["vocab_size"], d), nn.Embedding(m["max_seq_len"], d)
-        self.blocks = nn.ModuleList(Block(d, m["n_heads"], m["residual_dropout"]) for _ in range(m["n_layers"]))
-        self.ln = nn.LayerNorm(d)
-        for p in self.parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, std=m["init_std"])
-
-    def forward(self, ids, targets):
-        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
-        for b in self.blocks:
-            x = b(x)
-        logits = self.ln(x) @ self.tok.weight.t()
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+from train_torch import GPT  # the same model as the throughput benchmark (bench/train_torch.py)
 
 
 def lr_at(t, tr, steps):
@@ -82,7 +45,10 @@ def main():
     train = torch.from_numpy(np.fromfile(os.path.join(a.run, "data", "train.tokens"), dtype=np.int32).astype(np.int64))
     valid = torch.from_numpy(np.fromfile(os.path.join(a.run, "data", "valid.tokens"), dtype=np.int32).astype(np.int64))
     B, T = d["batch_size"], d["seq_len"]
-    model = GPT(m)
+    model = GPT(m["n_layers"], m["d_model"], m["n_heads"], m["vocab_size"], m["max_seq_len"], m["residual_dropout"])
+    for p in model.parameters():
+        if p.dim() == 2:
+            nn.init.normal_(p, std=m["init_std"])
     decay = [p for p in model.parameters() if p.dim() == 2 and p is not model.tok.weight and p is not model.pos.weight]
     rest = [p for p in model.parameters() if all(p is not q for q in decay)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tr["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],

@@ -19,9 +19,9 @@ SHAPES = {"S": dict(L=6, d=384, H=6, V=8192, T=256, B=8), "gpt2": dict(L=12, d=7
 
 
 class Block(nn.Module):
-    def __init__(self, d, H):
+    def __init__(self, d, H, dropout=0.0):
         super().__init__()
-        self.H = H
+        self.H, self.dropout = H, dropout
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
@@ -32,8 +32,11 @@ class Block(nn.Module):
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True) if hasattr(F, "scaled_dot_product_attention") \
             else self.attend(q, k, v, T)
-        x = x + self.o(a.transpose(1, 2).reshape(B, T, C))
-        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+        x = x + self.drop(self.o(a.transpose(1, 2).reshape(B, T, C)))
+        return x + self.drop(self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh")))
+
+    def drop(self, x):  # residual dropout; none at all at rate 0 (the throughput benchmark)
+        return F.dropout(x, self.dropout, self.training) if self.dropout > 0 else x
 
     @staticmethod
     def attend(q, k, v, T):
@@ -43,10 +46,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, d, H, V, T, **_):
+    """Attend's decoder defaults: learned positions, pre-LN, tanh-GELU, tied LM head, biases, residual dropout."""
+
+    def __init__(self, L, d, H, V, positions=1024, dropout=0.0, **_):
         super().__init__()
-        self.tok, self.pos = nn.Embedding(V, d), nn.Embedding(1024, d)
-        self.blocks = nn.ModuleList(Block(d, H) for _ in range(L))
+        self.tok, self.pos = nn.Embedding(V, d), nn.Embedding(positions, d)
+        self.blocks = nn.ModuleList(Block(d, H, dropout) for _ in range(L))
         self.ln = nn.LayerNorm(d)
 
     def forward(self, ids, targets):
