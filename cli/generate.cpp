@@ -23,6 +23,19 @@ void set_special_tokens(const Tokenizer& tokenizer, const Model& model, Generate
   }
 }
 
+namespace {
+
+// {"ids": [...], "text": "..."}: the interface's JSON, one object a line; invalid UTF-8 is replaced.
+nlohmann::ordered_json generation_json(const std::vector<int32_t>& ids, const std::string& text) {
+  return {{"ids", ids}, {"text", text}};
+}
+
+void print_json(const nlohmann::ordered_json& j) {
+  fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+}  // namespace
+
 void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "generate", "Generate text with a model directory, streaming tokens (encoder-decoder models read the prompt as the source)");
@@ -80,8 +93,7 @@ void add_generate_command(CLI::App& app) {
       check(beam.width == 0, "--beam takes one prompt at a time");
       for (const Generation& g : generate_batch(model, tokenizer, inputs, options)) {
         if (json_output)
-          fmt::print("{}\n", nlohmann::ordered_json{{"ids", g.ids}, {"text", g.text}}.dump(
-                                  -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+          print_json(generation_json(g.ids, g.text));
         else
           fmt::print("{}\n", g.text);
       }
@@ -90,12 +102,12 @@ void add_generate_command(CLI::App& app) {
     if (beam.width > 0) {
       const auto hypotheses = beam_search(model, input, options.max_new_tokens, options.eos, beam);
       if (json_output) {
-        nlohmann::ordered_json j = {{"ids", hypotheses[0].ids}, {"text", tokenizer.decode(hypotheses[0].ids)}};
+        nlohmann::ordered_json j = generation_json(hypotheses[0].ids, tokenizer.decode(hypotheses[0].ids));
         if (hypotheses.size() > 1)
           for (const Hypothesis& h : hypotheses)
             j["n_best"].push_back(
                 nlohmann::ordered_json{{"ids", h.ids}, {"text", tokenizer.decode(h.ids)}, {"score", h.score}});
-        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+        print_json(j);
         return;
       }
       for (const Hypothesis& h : hypotheses)
@@ -116,8 +128,7 @@ void add_generate_command(CLI::App& app) {
       return true;
     });
     if (json_output) {
-      fmt::print("{}\n", nlohmann::ordered_json{{"ids", g.ids}, {"text", g.text}}.dump(
-                              -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+      print_json(generation_json(g.ids, g.text));
       return;
     }
     if (g.text.size() > printed.size() && g.text.compare(0, printed.size(), printed) == 0)

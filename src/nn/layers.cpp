@@ -124,10 +124,8 @@ void Dropout::forward(Tensor& x, bool training, Rng* rng) {
 
 void Dropout::backward(Tensor& dx) const {
   if (!active_) return;
-  // dropout_backward accumulates, so route the gradient through a copy.
-  const Tensor dout = dx.clone();
-  dx.zero();
-  kernels::dropout_backward(dx.data(), dout.data(), dx.numel(), p_, seed_, offset_);
+  // The gradient of x·m/(1 − p) is dy·m/(1 − p): the forward's multiply by the same regenerated mask, in place.
+  kernels::dropout_forward(dx.data(), dx.data(), dx.numel(), p_, seed_, offset_);
 }
 
 // ---- FeedForward -----------------------------------------------------------------------------------
