@@ -498,7 +498,7 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
     m.label_smoothing = smoothing;
   }
   result.n_targets = m.n_targets;
-  result.loss = result.ce_loss + c.moe_aux_loss_weight * result.aux_loss * (c.n_experts > 0 ? 1.0 : 0.0);
+  result.loss = result.ce_loss + c.moe_aux_loss_weight * result.aux_loss;  // aux is 0 without MoE blocks
   return result;
 }
 
