@@ -1,7 +1,7 @@
 // Training throughput: forward + backward + AdamW step of a GPT, one shape per process.
 //
 //   build/bench/attend_train_bench --shape S [--steps 6 --threads 2]
-//   build/bench/attend_train_bench --shape gpt2 --steps 4
+//   build/bench/attend_train_bench --shape gpt2 --steps 4 [--precision f32|bf16|f16]
 //
 // Shapes (issue 6): S = 6 layers, d_model 384, 6 heads, vocabulary 8192, T 256, batch 8;
 // gpt2 = 12 layers, d_model 768, 12 heads, vocabulary 50257, T 256, batch 4 (GPT-2 124M).
@@ -53,11 +53,13 @@ int main(int argc, char** argv) {
   std::string shape = "S";
   int64_t steps = 6;
   int threads = 2;
+  std::string precision = "f32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--shape") shape = value;
     else if (flag == "--steps") steps = std::atoll(value.c_str());
     else if (flag == "--threads") threads = std::atoi(value.c_str());
+    else if (flag == "--precision") precision = value;
   }
   attend::set_num_threads(threads);
   attend::ModelConfig c;
@@ -84,6 +86,9 @@ int main(int argc, char** argv) {
   attend::LmDataset data(tokens, {}, {.batch_size = B, .seq_len = T});
   attend::TrainConfig config;
   config.steps = steps;
+  config.precision = precision == "bf16" ? attend::Precision::BF16
+                     : precision == "f16" ? attend::Precision::F16
+                                          : attend::Precision::F32;
   config.schedule = {.kind = attend::train::ScheduleKind::Constant, .lr = 1e-4};
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("attend_train_bench_{}", getpid());
   std::vector<double> rates;
@@ -97,8 +102,8 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);
   std::sort(rates.begin(), rates.end());
   const double rate = rates.empty() ? 0.0 : rates[rates.size() / 2];
-  fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"threads\": {}, \"params\": {}, \"tokens_per_s\": {:.1f}, "
+  fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"precision\": \"{}\", \"threads\": {}, \"params\": {}, \"tokens_per_s\": {:.1f}, "
              "\"step_s\": {:.3f}, \"mfu\": {:.3f}, \"sgemm_gflops\": {:.0f}, \"peak_rss_mib\": {:.0f}}}\n",
-             shape, threads, n.total(), rate, double(B * T) / rate, rate * flops_per_token / (gflops * 1e9), gflops,
+             shape, precision, threads, n.total(), rate, double(B * T) / rate, rate * flops_per_token / (gflops * 1e9), gflops,
              peak_rss_mib());
 }

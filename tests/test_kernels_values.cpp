@@ -1,6 +1,7 @@
 // Kernel values: fp32 against the fp64 oracle, the GEMM backend against plain loops, and the
 // properties each operation must have (rows of a softmax sum to one, ALiBi's published slopes, ...).
 #include "kernels/activation.h"
+#include "kernels/convert.h"
 #include "kernels/dropout.h"
 #include "kernels/gemm.h"
 #include "kernels/matmul.h"
@@ -14,8 +15,11 @@
 #include <attend/runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 namespace attend::kernels {
 namespace {
@@ -57,6 +61,73 @@ TEST(Gemm, EmptyInnerDimensionOnlyScales) {
   std::vector<float> c = {1, 2, 3, 4};
   gemm<float>(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 3.0f, c.data(), 2);
   EXPECT_EQ(c, (std::vector<float>{3, 6, 9, 12}));
+}
+
+// Mixed precision (003 §13.2): gemm_half multiplies the rounded operands exactly and sums in fp32, so it
+// equals the fp64 product of the operands widened back, to fp32 summation error. Every transpose, beta 0
+// and 1, leading dimensions wider than the rows (the same memory strided), and M large enough that oneDNN
+// splits the work.
+TEST(GemmHalf, EqualsTheProductOfTheRoundedOperandsForBothFormats) {
+  for (Half type : {Half::BF16, Half::F16}) {
+    const auto widen = [&](const std::vector<uint16_t>& h) {
+      std::vector<float> out(h.size());
+      if (type == Half::BF16) bf16_to_float(out.data(), h.data(), static_cast<int64_t>(h.size()));
+      else half_to_float(out.data(), h.data(), static_cast<int64_t>(h.size()));
+      return out;
+    };
+    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{37, 29, 70}, {300, 48, 96}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (float beta : {0.0f, 1.0f}) {
+            const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5;  // padded rows
+            const auto a = cast<float>(random_vector((ta ? K : M) * lda, 7)), b = cast<float>(random_vector((tb ? N : K) * ldb, 8));
+            std::vector<uint16_t> ah(a.size()), bh(b.size());
+            round_to_half(type, ah.data(), a.data(), static_cast<int64_t>(a.size()));
+            round_to_half(type, bh.data(), b.data(), static_cast<int64_t>(b.size()));
+            const std::vector<double> aw = cast<double>(widen(ah)), bw = cast<double>(widen(bh));
+            const auto c0 = random_vector(M * N, 9);
+            std::vector<float> c = cast<float>(c0);
+            std::vector<double> want = c0;
+            gemm_half(type, ta, tb, M, N, K, ah.data(), lda, bh.data(), ldb, beta, c.data(), N);
+            gemm_reference<double>(ta, tb, M, N, K, 1.0, aw.data(), lda, bw.data(), ldb, beta, want.data(), N);
+            expect_all_close(c, want, 1e-5,
+                             fmt::format("{} M={} ta={} tb={} beta={}", type == Half::BF16 ? "bf16" : "f16", M, ta, tb, beta));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rounding to bf16 vectorised and threaded gives the scalar rule everywhere: nearest, ties to even, NaN quiet.
+// fp16's range is what loss scaling is for: 65520 overflows to infinity, and a gradient of 1e-8 underflows to
+// zero unless the loss scale (2^16) lifts it into range.
+TEST(GemmHalf, RoundingToBf16AndFp16AtTheEdges) {
+  const std::vector<float> x = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -0.0f, INFINITY, std::numeric_limits<float>::quiet_NaN(),
+                                3.0e38f, 1.0e-40f};
+  std::vector<uint16_t> h(x.size());
+  float_to_bf16(h.data(), x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(h[0], 0x3F80);  // 1: the tie goes to the even mantissa
+  EXPECT_EQ(h[1], 0x3F82);  // 1 + 2^-6
+  EXPECT_EQ(h[2], 0x8000);
+  EXPECT_EQ(h[3], 0x7F80);
+  EXPECT_EQ(h[4] & 0x7FC0, 0x7FC0);  // still a NaN, and quiet
+  EXPECT_EQ(h[5], 0x7F62);  // 3e38 = 0x7F61B1E6 rounds up in the mantissa, not to infinity
+  EXPECT_EQ(h[6], 0x0001);  // subnormals are kept (1e-40 = 0x000116C2)
+  std::vector<float> big(100000, 1.0f + 3 * 0x1p-8f);  // enough for both threads
+  std::vector<uint16_t> hb(big.size());
+  float_to_bf16(hb.data(), big.data(), static_cast<int64_t>(big.size()));
+  EXPECT_EQ(std::count(hb.begin(), hb.end(), uint16_t{0x3F82}), static_cast<long>(big.size()));
+
+  const std::vector<float> f = {65504.0f, 65520.0f, 1e-8f, 1e-8f * 65536.0f};
+  std::vector<uint16_t> fh(f.size());
+  round_to_half(Half::F16, fh.data(), f.data(), 4);
+  std::vector<float> back(4);
+  half_to_float(back.data(), fh.data(), 4);
+  EXPECT_EQ(back[0], 65504.0f);
+  EXPECT_TRUE(std::isinf(back[1]));
+  EXPECT_EQ(back[2], 0.0f);
+  EXPECT_NEAR(back[3], 1e-8 * 65536.0, 1e-3 * 1e-8 * 65536.0);
 }
 
 TEST(Matmul, FloatMatchesDoubleForwardAndBackward) {

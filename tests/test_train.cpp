@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 namespace attend::train {
 namespace {
@@ -293,14 +294,22 @@ TEST(Trainer, GradientAccumulationGivesTheBigBatchUpdate) {
   }
 }
 
-TEST(Trainer, ResumeContinuesBitForBit) {
+// Also in mixed precision: f16's loss scale (here doubling every 2 clean steps) is part of the saved state.
+class ResumeIn : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(ResumeIn, ContinuesBitForBit) {
   const auto tokens = pattern_tokens(2);
   LmDataset data(std::vector<int32_t>(tokens.begin(), tokens.begin() + 1600),
                  std::vector<int32_t>(tokens.begin() + 1600, tokens.end()), {.batch_size = 4, .seq_len = 16, .seed = 5});
   ModelConfig mc = tiny_gpt();
   mc.residual_dropout = mc.attention_dropout = 0.1f;  // the dropout stream must continue exactly too
   TrainConfig c = quick_config(6);
-  const fs::path straight = run_dir("straight"), stopped = run_dir("stopped");
+  c.precision = GetParam();
+  c.loss_scale = 1024.0;
+  c.loss_scale_window = 3;  // doubles after step 3 (saved at the step-4 checkpoint) and again after step 6
+  // ctest runs the instances in parallel processes: each has its own directories.
+  const std::string tag = std::to_string(static_cast<int>(GetParam()));
+  const fs::path straight = run_dir("straight" + tag), stopped = run_dir("stopped" + tag);
   Trainer once(Model(mc), data, c, straight);
   once.run();
   {
@@ -327,6 +336,97 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   EXPECT_EQ(losses(stopped).size(), 6u);
   // The checkpoint is a model directory.
   EXPECT_EQ(Model::load(stopped / "checkpoint").config().to_json(), mc.to_json());
+  if (GetParam() == Precision::F16)
+    EXPECT_EQ(nlohmann::json::parse(read_file(stopped / "checkpoint" / "trainer.json"))["loss_scale"], 4096.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ResumeIn, ::testing::Values(Precision::F32, Precision::BF16, Precision::F16),
+                         [](const auto& info) {
+                           return std::string(info.param == Precision::F32    ? "f32"
+                                              : info.param == Precision::BF16 ? "bf16"
+                                                                               : "f16");
+                         });
+
+// Mixed precision changes only the matmuls' operands: the loss and gradients follow fp32's to the format's
+// precision (bf16 keeps 8 bits of mantissa, fp16 11), and the master weights stay fp32. fp16's gradients
+// are taken with a loss scale of 2^10 and divided back, as the trainer does.
+TEST(MixedPrecision, LossAndGradientsFollowFp32) {
+  const auto tokens = pattern_tokens(7);
+  LmDataset data(tokens, {}, {.batch_size = 4, .seq_len = 16, .seed = 2});
+  const Batch batch = data.train_batch(0);
+  Model fp32(tiny_gpt());
+  const double loss32 = fp32.forward(batch).loss;
+  fp32.backward();
+  const std::vector<float> g32 = grads(fp32);
+  for (auto [precision, name, tolerance] : {std::tuple{Precision::BF16, "bf16", 0.03}, {Precision::F16, "f16", 0.005}}) {
+    Model mixed(tiny_gpt());
+    mixed.set_precision(precision);
+    EXPECT_EQ(mixed.precision(), precision);
+    const double loss = mixed.forward(batch).loss;
+    mixed.backward(1024.0);
+    EXPECT_NEAR(loss, loss32, tolerance * loss32) << name;
+    EXPECT_NE(loss, loss32) << name << ": the rounded path did not run";
+    std::vector<float> g = grads(mixed);
+    for (float& x : g) x /= 1024.0f;
+    double dot = 0.0, n32 = 0.0, n = 0.0, err = 0.0;
+    for (size_t i = 0; i < g32.size(); ++i) {
+      dot += double(g32[i]) * g[i], n32 += double(g32[i]) * g32[i], n += double(g[i]) * g[i];
+      err += (double(g32[i]) - g[i]) * (double(g32[i]) - g[i]);
+    }
+    EXPECT_GT(dot / std::sqrt(n32 * n), 0.999) << name;  // the same direction
+    EXPECT_LT(std::sqrt(err / n32), tolerance) << name;  // and close in norm
+    EXPECT_EQ(weights(mixed), weights(fp32)) << name << ": the master weights changed";
+    mixed.set_precision(Precision::F32);  // back to f32: the numbers of a model that was never mixed
+    EXPECT_EQ(mixed.forward(batch).loss, loss32) << name;
+  }
+}
+
+// f16 loss scaling (003 §13.2): a scale far too large overflows fp16; each such step is skipped without
+// touching a weight, halves the scale and is not counted by the divergence guard. Once the gradients fit,
+// steps go through, and loss_scale_window clean steps in a row double the scale. The metrics record both.
+TEST(MixedPrecision, F16LossScalingSkipsOverflowsAndAdaptsTheScale) {
+  const auto tokens = pattern_tokens(8);
+  LmDataset data(tokens, {}, {.batch_size = 4, .seq_len = 16, .seed = 2});
+  TrainConfig c = quick_config(40);
+  c.precision = Precision::F16;
+  c.loss_scale = 0x1p40;
+  c.loss_scale_window = 4;
+  c.max_bad_steps = 2;  // overflow skips are not bad steps
+  const fs::path dir = run_dir("loss_scale");
+  Trainer t(Model(tiny_gpt()), data, c, dir);
+  std::vector<StepReport> reports;
+  std::vector<float> before = weights(t.model());
+  t.run([&](const StepReport& r) {
+    reports.push_back(r);
+    const std::vector<float> now = weights(t.model());
+    if (r.overflow) EXPECT_TRUE(r.skipped && now == before) << "step " << r.step << " overflowed and changed weights";
+    before = now;
+  });
+  ASSERT_EQ(reports.size(), 40u);
+  size_t first_clean = 0;
+  while (first_clean < reports.size() && reports[first_clean].overflow) ++first_clean;
+  EXPECT_GE(first_clean, 5u);  // 2^40 is far beyond fp16's 65504
+  ASSERT_LT(first_clean, 30u) << "the scale never came down to fp16's range";
+  for (size_t i = 1; i <= first_clean; ++i) EXPECT_EQ(reports[i].loss_scale, reports[i - 1].loss_scale / 2);
+  // After the first clean step, the scale doubles after every 4 clean steps in a row and halves on overflow.
+  int64_t clean = 0;
+  for (size_t i = first_clean; i + 1 < reports.size(); ++i) {
+    const StepReport &r = reports[i], &next = reports[i + 1];
+    clean = r.overflow ? 0 : clean + 1;
+    const double expected = r.overflow ? r.loss_scale / 2 : clean == 4 ? r.loss_scale * 2 : r.loss_scale;
+    EXPECT_EQ(next.loss_scale, expected) << "step " << next.step;
+    if (clean == 4) clean = 0;
+  }
+  int growths = 0;
+  for (size_t i = first_clean + 1; i < reports.size(); ++i) growths += reports[i].loss_scale > reports[i - 1].loss_scale;
+  EXPECT_GE(growths, 1);  // it probed upwards again
+  std::istringstream lines(read_file(dir / "metrics.jsonl"));
+  std::string line;
+  std::getline(lines, line);
+  const auto first = nlohmann::json::parse(line);
+  EXPECT_EQ(first["loss_scale"], 0x1p40);
+  EXPECT_EQ(first["overflow"], true);
+  EXPECT_EQ(first["skipped"], true);
 }
 
 TEST(Trainer, GuardSkipsNonFiniteStepsAndStopsAfterTooMany) {
@@ -354,6 +454,7 @@ TEST(Trainer, GuardSkipsNonFiniteStepsAndStopsAfterTooMany) {
   EXPECT_EQ(nlohmann::json::parse(read_file(dir / "checkpoint" / "trainer.json"))["step"], 1);  // intact
 }
 
+// In fp32 and in both mixed precisions (bf16; f16 with loss scaling), training reaches the same floor.
 TEST(Trainer, TinyModelOverfitsATinyCorpusAndWritesMetrics) {
   const auto tokens = pattern_tokens(4, 600);
   LmDataset data(tokens, tokens, {.batch_size = 8, .seq_len = 16, .seed = 1});
@@ -362,6 +463,14 @@ TEST(Trainer, TinyModelOverfitsATinyCorpusAndWritesMetrics) {
   c.schedule = Schedule{.kind = ScheduleKind::Cosine, .lr = 1e-2, .warmup_steps = 10, .min_lr = 1e-3};
   c.eval_every = 50;
   c.checkpoint_every = 0;
+  for (Precision precision : {Precision::BF16, Precision::F16}) {
+    TrainConfig mixed = c;
+    mixed.precision = precision;
+    Trainer t(Model(tiny_gpt()), data, mixed, run_dir("overfit_mixed"));
+    double last = 0.0;
+    t.run([&](const StepReport& r) { last = r.loss; });
+    EXPECT_LT(last, 0.35) << (precision == Precision::BF16 ? "bf16" : "f16");
+  }
   const fs::path dir = run_dir("overfit");
   Trainer t(Model(tiny_gpt()), data, c, dir);
   std::vector<StepReport> reports;

@@ -179,6 +179,13 @@ class Model {
   const Tensor& logits() const;
   std::vector<MoEStats> moe_stats() const;
 
+  // Mixed precision (003 §13.2): every matmul rounds its weight and input (and in backward its output
+  // gradient) to bf16 or fp16 and sums in fp32; weights, gradients, norms, softmax, the loss and MoE routers
+  // (Switch Transformer's selective precision) stay fp32. BF16 is about twice sgemm's rate on CPUs with
+  // AVX-512 BF16; F16 overflows past 65504 and needs loss scaling (Trainer does it). F32 turns it off.
+  void set_precision(Precision precision);
+  Precision precision() const;
+
   // Generation through the KV cache (001 §10), decoder-only models. start_decoding preallocates the
   // cache for `batch` sequences of up to max_T positions (at most max_seq_len); each decode call runs
   // ids (batch, T_new) at the next positions, appends their keys and values, and returns the logits of the

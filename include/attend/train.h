@@ -168,6 +168,13 @@ struct TrainConfig {
   int64_t max_bad_steps = 5;          // non-finite loss or gradient this many steps in a row stops training
   double spike_factor = 3.0;          // a loss above this × its running average is logged as a spike
   uint64_t seed = 0;                  // dropout's stream
+  // Mixed precision (003 §13.2, Model::set_precision): F32, BF16 (the fast one on AVX-512 BF16 CPUs) or F16
+  // with dynamic loss scaling: the loss is multiplied by the scale before backward and the gradients divided
+  // after; a step whose gradients overflow is skipped and halves the scale, and loss_scale_window clean steps
+  // in a row double it.
+  Precision precision = Precision::F32;
+  double loss_scale = 65536.0;        // F16: the starting scale (2^16)
+  int64_t loss_scale_window = 2000;   // F16: clean steps before the scale doubles
 };
 
 // Where the training text comes from and how it is cut into batches.
@@ -235,6 +242,8 @@ struct StepReport {
   int64_t tokens = 0;                 // target tokens in this step
   std::optional<double> val_loss;
   bool skipped = false;               // non-finite loss or gradient: no update
+  bool overflow = false;              // F16: the scaled gradients overflowed (skipped; the scale was halved)
+  double loss_scale = 0.0;            // F16: the scale this step's backward used; 0 otherwise
   std::vector<MoEStats> moe;          // MoE models: tokens per expert and refusals of the last micro-batch
 };
 

@@ -51,23 +51,33 @@ void dequantize_rows_int8(float* out, const int8_t* inp, const float* scales, in
 }
 
 void float_to_bf16(uint16_t* out, const float* inp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, inp + i, 4);
-    if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu)) {
-      out[i] = static_cast<uint16_t>((bits >> 16) | 0x40);  // a quiet NaN
-      continue;
+  // Branch-free so that it vectorises: round to nearest even by adding 0x7FFF plus the kept part's lowest bit;
+  // a NaN keeps its top bits and is made quiet (rounding could otherwise carry it into infinity).
+  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, inp + i, 4);
+      const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+      const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+      out[i] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x40u : rounded);
     }
-    bits += 0x7FFFu + ((bits >> 16) & 1u);
-    out[i] = static_cast<uint16_t>(bits >> 16);
-  }
+  });
 }
 
 void bf16_to_float(float* out, const uint16_t* inp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = uint32_t{inp[i]} << 16;
-    std::memcpy(out + i, &bits, 4);
-  }
+  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint32_t bits = uint32_t{inp[i]} << 16;
+      std::memcpy(out + i, &bits, 4);
+    }
+  });
+}
+
+void round_to_half(Half type, uint16_t* out, const float* inp, int64_t n) {
+  if (type == Half::BF16)
+    float_to_bf16(out, inp, n);
+  else
+    float_to_half(out, inp, n);
 }
 
 }  // namespace attend::kernels

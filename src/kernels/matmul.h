@@ -4,6 +4,8 @@
 // Backward *adds* into every gradient buffer; the caller zeroes them.
 #pragma once
 
+#include "kernels/gemm.h"
+
 #include <cstdint>
 
 namespace attend::kernels {
@@ -24,6 +26,15 @@ inline constexpr int64_t kGemvRows = 4;
 // widened to fp32 exactly; products and sums are fp32.
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
                          int64_t OC);
+
+// Mixed precision (003 §13.2): the same products with 16-bit operands (gemm_half), fp32 sums and outputs.
+// out = inp · weightᵀ + bias, with inp and weight rounded to `type` by the caller.
+void matmul_forward_half(Half type, float* out, const uint16_t* inp, const uint16_t* weight, const float* bias,
+                         int64_t N, int64_t C, int64_t OC);
+// dinp += dout16 · weight;  dweight += dout16ᵀ · inp;  dbias += Σ_n dout[n] (from the fp32 dout).
+void matmul_backward_half(Half type, float* dinp, float* dweight, float* dbias, const float* dout,
+                          const uint16_t* dout16, const uint16_t* inp, const uint16_t* weight, int64_t N, int64_t C,
+                          int64_t OC);
 
 // dinp += dout · weight;  dweight += doutᵀ · inp;  dbias += Σ_n dout[n]
 // Any of dinp, dweight, dbias may be nullptr when that gradient is not wanted.

@@ -260,8 +260,7 @@ Tensor MultiHeadAttention::backward(const Tensor& dout) {
         name_, dout.shape(), Shape({s.B, s.Tq, C}));
   // out = attn · W_Oᵀ + b_O
   Tensor dattn({s.B, s.Tq, H, D});
-  kernels::matmul_backward(dattn.data(), w_o_.grad.data(), grad_or_null(b_o_), dout.data(), attn_.data(),
-                           w_o_.value.data(), s.B * s.Tq, H * D, C);
+  linear_backward(dattn.data(), w_o_, grad_or_null(b_o_), dout.data(), attn_.data(), s.B * s.Tq, H * D, C);
 
   const kernels::AttentionParams<float> p = kernel_params();
   Tensor dq(q_.shape()), dk(k_.shape()), dv(v_.shape());
@@ -300,17 +299,15 @@ Tensor MultiHeadAttention::backward(const Tensor& dout) {
     join_columns(dqkv.data(), dq.data(), s.B * s.Tq, W, 0, H * D);
     join_columns(dqkv.data(), dk.data(), s.B * s.Tq, W, H * D, Hkv * D);
     join_columns(dqkv.data(), dv.data(), s.B * s.Tq, W, (H + Hkv) * D, Hkv * D);
-    kernels::matmul_backward(dx.data(), w_qkv_.grad.data(), grad_or_null(b_qkv_), dqkv.data(), x_.data(),
-                             w_qkv_.value.data(), s.B * s.Tq, C, W);
+    linear_backward(dx.data(), w_qkv_, grad_or_null(b_qkv_), dqkv.data(), x_.data(), s.B * s.Tq, C, W);
   } else {
-    kernels::matmul_backward(dx.data(), w_q_.grad.data(), grad_or_null(b_q_), dq.data(), x_.data(), w_q_.value.data(),
-                             s.B * s.Tq, C, H * D);
+    linear_backward(dx.data(), w_q_, grad_or_null(b_q_), dq.data(), x_.data(), s.B * s.Tq, C, H * D);
     std::vector<float> dkv(s.B * s.Tk * 2 * Hkv * D);
     join_columns(dkv.data(), dk.data(), s.B * s.Tk, 2 * Hkv * D, 0, Hkv * D);
     join_columns(dkv.data(), dv.data(), s.B * s.Tk, 2 * Hkv * D, Hkv * D, Hkv * D);
     dcontext_ = Tensor({s.B, s.Tk, C});
-    kernels::matmul_backward(dcontext_.data(), w_kv_.grad.data(), grad_or_null(b_kv_), dkv.data(), context_.data(),
-                             w_kv_.value.data(), s.B * s.Tk, C, 2 * Hkv * D);
+    linear_backward(dcontext_.data(), w_kv_, grad_or_null(b_kv_), dkv.data(), context_.data(), s.B * s.Tk, C,
+                    2 * Hkv * D);
   }
   return dx;
 }

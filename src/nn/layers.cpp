@@ -1,6 +1,7 @@
 #include "nn/layers.h"
 
 #include "kernels/activation.h"
+#include "kernels/convert.h"
 #include "kernels/dropout.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
@@ -34,11 +35,35 @@ Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
   return out;
 }
 
+kernels::Half half_of(Precision p) { return p == Precision::BF16 ? kernels::Half::BF16 : kernels::Half::F16; }
+
+// The weight rounded to its precision, made once per forward (Parameter::rounded_stale).
+const uint16_t* rounded_weight(const Parameter& w) {
+  if (w.rounded_stale || w.rounded.size() != static_cast<size_t>(w.numel())) {
+    w.rounded.resize(static_cast<size_t>(w.numel()));
+    kernels::round_to_half(half_of(w.precision), w.rounded.data(), w.value.data(), w.numel());
+    w.rounded_stale = false;
+  }
+  return w.rounded.data();
+}
+
+// Rounded copies of activations and gradients, reused from call to call (the model runs one layer at a time).
+uint16_t* rounded(int slot, Precision p, const float* x, int64_t n) {
+  thread_local std::vector<uint16_t> buffers[2];
+  std::vector<uint16_t>& b = buffers[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  kernels::round_to_half(half_of(p), b.data(), x, n);
+  return b.data();
+}
+
 }  // namespace
 
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC) {
-  if (!weight.bf16.empty() && N <= kernels::kGemvRows)
+  if (weight.precision != Precision::F32)
+    kernels::matmul_forward_half(half_of(weight.precision), out, rounded(0, weight.precision, inp, N * C),
+                                 rounded_weight(weight), bias, N, C, OC);
+  else if (!weight.bf16.empty() && N <= kernels::kGemvRows)
     kernels::matmul_forward_bf16(out, inp, weight.bf16.data(), bias, N, C, OC);
   else
     kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
@@ -58,11 +83,20 @@ Tensor Linear::forward(const Tensor& x) {
   return y;
 }
 
+void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
+                     int64_t C, int64_t OC) {
+  if (weight.precision == Precision::F32)
+    return kernels::matmul_backward(dinp, weight.grad.data(), dbias, dout, inp, weight.value.data(), N, C, OC);
+  kernels::matmul_backward_half(half_of(weight.precision), dinp, weight.grad.data(), dbias, dout,
+                                rounded(0, weight.precision, dout, N * OC), rounded(1, weight.precision, inp, N * C),
+                                rounded_weight(weight), N, C, OC);
+}
+
 Tensor Linear::backward(const Tensor& dout) {
   const int64_t N = x_.numel() / in();
   Tensor dx({N, in()});
-  kernels::matmul_backward(dx.data(), weight.grad.data(), bias.numel() ? bias.grad.data() : nullptr, dout.data(),
-                           x_.data(), weight.value.data(), N, in(), out());
+  linear_backward(dx.data(), weight, bias.numel() ? bias.grad.data() : nullptr, dout.data(), x_.data(), N, in(),
+                  out());
   return dx;
 }
 

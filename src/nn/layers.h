@@ -13,9 +13,14 @@
 
 namespace attend::nn {
 
-// out = inp·Wᵀ + b for N rows; reads the weight's bf16 copy when it has one and N is small (decoding).
+// out = inp·Wᵀ + b for N rows; reads the weight's bf16 copy when it has one and N is small (decoding). With
+// mixed precision (weight.precision), inp and W are rounded to bf16 or fp16 and multiplied with fp32 sums.
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC);
+// dinp += dout·W;  W.grad += doutᵀ·inp;  dbias += Σ dout. dinp and dbias may be nullptr. Mixed precision
+// rounds dout, inp and W as the forward did.
+void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
+                     int64_t C, int64_t OC);
 
 // y = x·Wᵀ + b, W (out, in) as nn.Linear.
 class Linear {

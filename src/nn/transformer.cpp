@@ -1,5 +1,6 @@
 #include "nn/transformer.h"
 
+#include "kernels/elementwise.h"
 #include "kernels/activation.h"
 #include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
@@ -87,7 +88,7 @@ template <typename F>
 Tensor Block::sublayer_backward(Sublayer& s, const Tensor& dout, F&& f_backward) {
   Tensor dsum = pre_norm_ ? dout.clone() : s.norm.backward(dout);
   Tensor dbranch = dsum.clone();
-  for (int64_t i = 0; i < dbranch.numel(); ++i) dbranch[i] *= alpha_;
+  if (alpha_ != 1.0f) kernels::scale(dbranch.data(), dbranch.numel(), alpha_);
   s.dropout.backward(dbranch);
   Tensor dinner = f_backward(dbranch);
   if (pre_norm_) dinner = s.norm.backward(dinner);
@@ -341,6 +342,25 @@ void Model::zero_grad() {
 
 const Tensor& Model::logits() const { return impl_->logits; }
 
+void Model::Impl::mark_rounded_stale() {
+  if (precision == Precision::F32) return;
+  for (Parameter* p : params) p->rounded_stale = true;
+}
+
+void Model::set_precision(Precision precision) {
+  Impl& m = *impl_;
+  m.precision = precision;
+  for (Parameter* p : m.params) {
+    const bool router = p->name.ends_with(".router.weight");
+    p->precision = router ? Precision::F32 : precision;
+    p->rounded.clear();
+    p->rounded.shrink_to_fit();
+    p->rounded_stale = true;
+  }
+}
+
+Precision Model::precision() const { return impl_->precision; }
+
 std::vector<MoEStats> Model::moe_stats() const {
   std::vector<MoEStats> out;
   if (impl_->encoder) impl_->encoder->moe_stats(out);
@@ -373,6 +393,7 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
   const int64_t B = batch.B, T = batch.T, C = c.d_model, V = c.vocab_size;
   check(B >= 1, "batch: B = {}, expected at least one sequence", B);
   Rng rng(options.seed, options.offset);
+  m.mark_rounded_stale();
   m.B = B, m.T = T, m.src_T = batch.src_T;
   m.has_loss = false;
   m.n_targets = 0;
@@ -469,14 +490,13 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
     kernels::activation_forward(Activation::GELU, m.mlm_act.data(), m.mlm_hidden.data(), m.mlm_act.numel());
     const Tensor h = m.mlm_norm->forward(m.mlm_act);
     m.logits = Tensor({rows, V});
-    kernels::matmul_forward(m.logits.data(), h.data(), m.output_matrix().value.data(), m.mlm_bias.value.data(), rows, C,
-                            V);
+    nn::linear_forward(m.logits.data(), h.data(), m.output_matrix(), m.mlm_bias.value.data(), rows, C, V);
   } else {  // LM head: logits = h·Wᵀ
     m.head = Impl::Head::LM;
     rows = B * T;
     m.head_in = std::move(top);
     m.logits = Tensor::uninitialized({B, T, V});
-    kernels::matmul_forward(m.logits.data(), m.head_in.data(), m.output_matrix().value.data(), static_cast<const float*>(nullptr), rows, C, V);
+    nn::linear_forward(m.logits.data(), m.head_in.data(), m.output_matrix(), nullptr, rows, C, V);
     m.head_targets = targets.empty() ? std::vector<int32_t>(rows, Batch::kIgnore) : targets;
   }
 
@@ -523,14 +543,12 @@ void Model::backward(double scale) {
   Parameter& W = m.output_matrix();
   switch (m.head) {
     case Impl::Head::LM:
-      kernels::matmul_backward(dtop.data(), W.grad.data(), static_cast<float*>(nullptr), dlogits.data(), m.head_in.data(), W.value.data(),
-                               rows, C, V);
+      nn::linear_backward(dtop.data(), W, nullptr, dlogits.data(), m.head_in.data(), rows, C, V);
       break;
     case Impl::Head::MLM: {
       const Tensor h = m.mlm_norm->forward(m.mlm_act);  // recompute the normed rows (cheap, and keeps the norm's state)
       Tensor dh({rows, C});
-      kernels::matmul_backward(dh.data(), W.grad.data(), m.mlm_bias.grad.data(), dlogits.data(), h.data(),
-                               W.value.data(), rows, C, V);
+      nn::linear_backward(dh.data(), W, m.mlm_bias.grad.data(), dlogits.data(), h.data(), rows, C, V);
       const Tensor dact = m.mlm_norm->backward(dh);
       Tensor dhidden(m.mlm_hidden.shape());
       kernels::activation_backward(Activation::GELU, dhidden.data(), dact.data(), m.mlm_hidden.data(), dhidden.numel());
@@ -592,6 +610,7 @@ void Model::start_decoding(int64_t batch, int64_t max_T, std::vector<int32_t> le
   m.decode_position = 0;
   m.src_lengths.clear();
   m.left_pad = std::move(left_pad);
+  m.mark_rounded_stale();
 }
 
 void Model::start_decoding(const Batch& source, int64_t max_T) {
@@ -602,6 +621,7 @@ void Model::start_decoding(const Batch& source, int64_t max_T) {
         c.max_seq_len, max_T);
   const int64_t B = source.B;
   check(B >= 1, "generation: the source has no sequences");
+  m.mark_rounded_stale();
   m.src_lengths = check_sequences(source.src_ids, source.src_lengths, B, source.src_T, "src_ids", "src_lengths", c);
   m.enc_valid = valid_mask(m.src_lengths, B, source.src_T);
   Impl::Embedded embedded;

@@ -97,8 +97,11 @@ namespace attend {
 
 struct Model::Impl {
   explicit Impl(const ModelConfig& config);
+  // Mixed precision: the weights' rounded copies are out of date (a forward or decoding starts).
+  void mark_rounded_stale();
 
   ModelConfig config;
+  Precision precision = Precision::F32;  // of the matmuls (Model::set_precision)
   Parameter tokens, positions;  // embed.tokens (V, C); embed.positions (max_seq_len, C) when learned
   Tensor sinusoid;              // (max_seq_len, C) when sinusoidal
   std::unique_ptr<nn::Stack> encoder, decoder;

@@ -12,6 +12,10 @@ double global_grad_norm(std::span<Parameter* const> params) {
   return std::sqrt(sumsq);
 }
 
+void scale_grads(std::span<Parameter* const> params, double factor) {
+  for (Parameter* p : params) kernels::scale(p->grad.data(), p->grad.numel(), static_cast<float>(factor));
+}
+
 double clip_grad_norm(std::span<Parameter* const> params, double max_norm) {
   const double norm = global_grad_norm(params);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;

@@ -11,6 +11,9 @@ namespace attend::train {
 // ‖g‖₂ over every parameter's gradient, summed in double.
 double global_grad_norm(std::span<Parameter* const> params);
 
+// g ← factor·g for every parameter (dividing out the loss scale of f16 training).
+void scale_grads(std::span<Parameter* const> params, double factor);
+
 // Scales every gradient by min(1, max_norm/‖g‖₂) and returns ‖g‖₂ before clipping.
 // A non-finite norm is returned as is and nothing is scaled: the caller decides to skip the step.
 double clip_grad_norm(std::span<Parameter* const> params, double max_norm);

@@ -12,6 +12,13 @@ std::span<const EnumName<train::ScheduleKind>> names_of();  // schedule.cpp
 template <>
 std::span<const EnumName<train::OptimizerKind>> names_of();  // optimizer.cpp
 
+constexpr EnumName<Precision> kPrecisions[] = {
+    {Precision::F32, "f32"}, {Precision::BF16, "bf16"}, {Precision::F16, "f16"}};
+template <>
+std::span<const EnumName<Precision>> names_of() {
+  return kPrecisions;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -56,6 +63,9 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("max_bad_steps", t.max_bad_steps, "stop after this many non-finite steps in a row");
   f("spike_factor", t.spike_factor, "log a loss above this × its running average");
   f("seed", t.seed, "dropout's seed");
+  f("precision", t.precision, "matmul operands: f32, bf16 (mixed precision, fast with AVX-512 BF16) or f16 (loss-scaled)");
+  f("loss_scale", t.loss_scale, "f16: the starting loss scale (halved on overflow)");
+  f("loss_scale_window", t.loss_scale_window, "f16: steps without overflow before the scale doubles");
 }
 
 }  // namespace
@@ -124,6 +134,9 @@ void RunConfig::validate() const {
         data.valid_fraction);
   check(train.steps >= 1 && train.grad_accum >= 1, "run: train.steps and train.grad_accum must be positive");
   check(train.label_smoothing >= 0.0f && train.label_smoothing < 1.0f, "run: train.label_smoothing must be in [0, 1)");
+  check(train.loss_scale >= 1.0 && train.loss_scale_window >= 1,
+        "run: train.loss_scale must be at least 1 and train.loss_scale_window positive, got {} and {}",
+        train.loss_scale, train.loss_scale_window);
   train::Schedule s = train.schedule;
   if (s.total_steps == 0) s.total_steps = train.steps;
   s.validate();

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -54,6 +55,8 @@ struct Trainer::State {
   std::unique_ptr<train::Optimizer> optimizer;
   int64_t step = 0, bad_streak = 0;
   double loss_average = NAN;  // for spike detection
+  double loss_scale = 1.0;    // F16: dynamic loss scaling
+  int64_t clean_steps = 0;    // F16: steps since the scale last changed or overflowed
   double elapsed_s = 0.0;     // over every run of this training, resumes included
   std::ofstream metrics;      // DIR/metrics.jsonl, a JSON object per step, appended
 
@@ -69,6 +72,10 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   TrainConfig& c = s.config;
   check(c.steps >= 1, "train: steps must be at least 1, got {}", c.steps);
   check(c.clip_norm >= 0.0 && c.max_bad_steps >= 1, "train: clip_norm must be non-negative and max_bad_steps positive");
+  check(c.loss_scale >= 1.0 && c.loss_scale_window >= 1,
+        "train: loss_scale must be at least 1 and loss_scale_window positive, got {} and {}", c.loss_scale,
+        c.loss_scale_window);
+  s.loss_scale = c.precision == Precision::F16 ? c.loss_scale : 1.0;
   if (c.schedule.total_steps == 0) c.schedule.total_steps = c.steps;
   c.schedule.validate();
   std::error_code ec;
@@ -86,6 +93,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
           first_difference(have, want));
     s.model = std::move(saved);
   }
+  s.model.set_precision(c.precision);
   s.optimizer = std::make_unique<train::Optimizer>(c.optimizer, s.model.parameters());
   check(c.grad_accum >= 1, "train: grad_accum must be at least 1, got {}", c.grad_accum);
   if (resume) {
@@ -96,6 +104,10 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     s.bad_streak = state.value("bad_streak", int64_t{0});
     s.loss_average = state.value("loss_average", NAN);
     s.elapsed_s = state.value("elapsed_s", 0.0);
+    if (c.precision == Precision::F16 && state.contains("loss_scale")) {  // a run that trained in f16 before
+      s.loss_scale = state.at("loss_scale").get<double>();
+      s.clean_steps = state.value("clean_steps", int64_t{0});
+    }
     // Keep the metrics up to the checkpoint's step: the steps after it are trained again.
     std::string kept;
     if (fs::exists(s.dir / "metrics.jsonl")) {
@@ -139,6 +151,11 @@ StepReport Trainer::step() {
     r.tokens += counts.back();
   }
   check(r.tokens > 0, "train: step {} has no targets (every position is padding or ignored)", t);
+  // F16: the loss (so every gradient) is multiplied by the scale, lifting small gradients out of fp16's
+  // underflow; the gradients are divided by it again before clipping and the update.
+  const bool scaling = c.precision == Precision::F16;
+  const double scale = scaling ? s.loss_scale : 1.0;
+  if (scaling) r.loss_scale = scale;
   s.model.zero_grad();
   for (int64_t k = 0; k < c.grad_accum; ++k) {
     const double share = double(counts[k]) / double(r.tokens);
@@ -146,13 +163,23 @@ StepReport Trainer::step() {
     const RunOptions options{.training = true, .label_smoothing = c.label_smoothing, .seed = c.seed,
                              .offset = static_cast<uint64_t>((t - 1) * c.grad_accum + k) << 32};
     r.loss += share * s.model.forward(micro[k], options).loss;
-    s.model.backward(share);
+    s.model.backward(share * scale);
   }
   r.moe = s.model.moe_stats();
   const auto params = s.model.parameters();
+  if (scaling) train::scale_grads(params, 1.0 / scale);
   r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(params, c.clip_norm) : train::global_grad_norm(params);
   r.lr = c.schedule.at(t);
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+  // F16 overflow: a finite loss whose scaled gradients overflowed. The scale is too large; halve it and skip
+  // the step (the divergence guard does not count it unless the scale is already at its floor of 1).
+  const bool overflow = scaling && std::isfinite(r.loss) && !std::isfinite(r.grad_norm) && s.loss_scale > 1.0;
+  if (overflow) {
+    r.skipped = r.overflow = true;
+    s.loss_scale = std::max(1.0, s.loss_scale / 2.0);
+    s.clean_steps = 0;
+    log::info("step {}: f16 gradients overflowed at loss scale {}: step skipped, scale now {}", t, scale,
+              s.loss_scale);
+  } else if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     r.skipped = true;
     ++s.bad_streak;
     log::warn("step {}: non-finite {} ({}): step skipped ({} in a row)", t, std::isfinite(r.loss) ? "gradient norm" : "loss",
@@ -165,6 +192,10 @@ StepReport Trainer::step() {
   } else {
     s.bad_streak = 0;
     s.optimizer->step(r.lr);
+    if (scaling && ++s.clean_steps >= c.loss_scale_window) {
+      s.loss_scale *= 2.0;
+      s.clean_steps = 0;
+    }
     if (std::isfinite(s.loss_average) && r.loss > c.spike_factor * s.loss_average)
       log::warn("step {}: loss spike: {:.4f} against a running average of {:.4f}", t, r.loss, s.loss_average);
     s.loss_average = std::isfinite(s.loss_average) ? 0.95 * s.loss_average + 0.05 * r.loss : r.loss;
@@ -203,6 +234,8 @@ void Trainer::save_checkpoint() {
                 {"bad_streak", s.bad_streak},
                 {"loss_average", std::isfinite(s.loss_average) ? json(s.loss_average) : json(nullptr)},
                 {"elapsed_s", s.elapsed_s},
+                {"loss_scale", s.loss_scale},
+                {"clean_steps", s.clean_steps},
                 {"seed", s.config.seed}};
   write_file_atomic(tmp / "trainer.json", state.dump(2) + "\n");
   fs::remove_all(old);
@@ -220,6 +253,8 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
                  {"elapsed_s", r.elapsed_s}};
     if (r.val_loss) line["val_loss"] = *r.val_loss;
     if (r.skipped) line["skipped"] = true;
+    if (r.overflow) line["overflow"] = true;
+    if (r.loss_scale > 0.0) line["loss_scale"] = r.loss_scale;
     if (!r.moe.empty()) {  // routing: tokens per expert of each MoE block, and choices refused for capacity
       json tokens = json::array();
       int64_t refused = 0;
