@@ -30,16 +30,18 @@ void momentum_update(float* param, float* velocity, const float* grad, int64_t n
 }
 
 void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamStep& s) {
-  const double rc1 = 1.0 / s.correction1, rc2 = 1.0 / s.correction2;
-  const double shrink = 1.0 - double(s.lr) * s.decoupled;
+  // In float, in PyTorch's order: θ ← (1 − ηλ)θ;  θ ← θ − (η/c₁)·m / (√v/√c₂ + ε). Double would be no more
+  // right (the moments are float) and its vector square root and divide cost twice the memory traffic's time.
+  const float step = static_cast<float>(double(s.lr) / s.correction1);
+  const float rsqrt_c2 = static_cast<float>(1.0 / std::sqrt(s.correction2));
+  const float shrink = static_cast<float>(1.0 - double(s.lr) * s.decoupled);
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) {
       const float g = grad[i] + s.l2 * param[i];
       m[i] = s.beta1 * m[i] + s.gain1 * g;
       v[i] = s.beta2 * v[i] + s.gain2 * g * g;
-      const double update = (m[i] * rc1) / (std::sqrt(v[i] * rc2) + s.eps);
-      param[i] = static_cast<float>(shrink * param[i] - s.lr * update);
+      param[i] = shrink * param[i] - step * m[i] / (std::sqrt(v[i]) * rsqrt_c2 + s.eps);
     }
   });
 }

@@ -256,8 +256,9 @@ Tensor MultiHeadAttention::backward(const Tensor& dout) {
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   check(!s.used_cache, "attention '{}': backward after a forward through the KV cache (generation has no backward)",
         name_);
-  check(dout.shape() == Shape({s.B, s.Tq, C}), "attention '{}': output gradient has shape {}, forward produced {}",
-        name_, dout.shape(), Shape({s.B, s.Tq, C}));
+  check(dout.size(-1) == C && dout.numel() == s.B * s.Tq * C,
+        "attention '{}': output gradient has shape {}, forward produced {} (or its rows, {})", name_, dout.shape(),
+        Shape({s.B, s.Tq, C}), Shape({s.B * s.Tq, C}));
   // out = attn · W_Oᵀ + b_O
   Tensor dattn({s.B, s.Tq, H, D});
   linear_backward(dattn.data(), w_o_, grad_or_null(b_o_), dout.data(), attn_.data(), s.B * s.Tq, H * D, C);

@@ -77,9 +77,20 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias) 
 
 Tensor Linear::forward(const Tensor& x) {
   const int64_t N = x.numel() / in();
-  x_ = x.clone();
+  rows_ = N;
   Tensor y = Tensor::uninitialized({N, out()});  // matmul_forward writes every element
-  linear_forward(y.data(), x.data(), weight, bias.numel() ? bias.value.data() : nullptr, N, in(), out());
+  const float* b = bias.numel() ? bias.value.data() : nullptr;
+  if (weight.precision == Precision::F32) {
+    x_ = x.clone();
+    linear_forward(y.data(), x.data(), weight, b, N, in(), out());
+    return y;
+  }
+  // Mixed precision keeps the rounded input for backward: half the bytes of a copy, and no second rounding.
+  x_ = Tensor();
+  x_rounded_.resize(static_cast<size_t>(N * in()));
+  kernels::round_to_half(half_of(weight.precision), x_rounded_.data(), x.data(), N * in());
+  kernels::matmul_forward_half(half_of(weight.precision), y.data(), x_rounded_.data(), rounded_weight(weight), b, N,
+                               in(), out());
   return y;
 }
 
@@ -93,10 +104,17 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
 }
 
 Tensor Linear::backward(const Tensor& dout) {
-  const int64_t N = x_.numel() / in();
+  const int64_t N = rows_;
   Tensor dx({N, in()});
-  linear_backward(dx.data(), weight, bias.numel() ? bias.grad.data() : nullptr, dout.data(), x_.data(), N, in(),
-                  out());
+  float* dbias = bias.numel() ? bias.grad.data() : nullptr;
+  if (weight.precision == Precision::F32) {
+    linear_backward(dx.data(), weight, dbias, dout.data(), x_.data(), N, in(), out());
+  } else {
+    check(x_rounded_.size() == static_cast<size_t>(N * in()), "linear '{}': backward without its forward", weight.name);
+    kernels::matmul_backward_half(half_of(weight.precision), dx.data(), weight.grad.data(), dbias, dout.data(),
+                                  rounded(0, weight.precision, dout.data(), N * out()), x_rounded_.data(),
+                                  rounded_weight(weight), N, in(), out());
+  }
   return dx;
 }
 
@@ -194,7 +212,7 @@ Tensor FeedForward::backward(const Tensor& dout) {
     kernels::swiglu_backward(dg.data(), du.data(), dh.data(), g_.data(), u_.data(), dh.numel());
     Tensor dx = up_.backward(du);
     const Tensor dx_gate = gate_.backward(dg);
-    for (int64_t i = 0; i < dx.numel(); ++i) dx[i] += dx_gate[i];
+    kernels::residual_forward(dx.data(), dx.data(), dx_gate.data(), dx.numel(), 1.0f);
     return dx;
   }
   kernels::activation_backward(activation_of(kind_), du.data(), dh.data(), u_.data(), dh.numel());

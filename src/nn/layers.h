@@ -37,7 +37,9 @@ class Linear {
   Parameter weight, bias;
 
  private:
-  Tensor x_;
+  int64_t rows_ = 0;
+  Tensor x_;                            // the input, saved for backward (f32)
+  std::vector<uint16_t> x_rounded_;     // or, in mixed precision, the input rounded as the matmul read it
 };
 
 // LayerNorm (γ, β) or RMSNorm (γ) over the last dimension (000 §3.3-3.4).
@@ -65,6 +67,7 @@ class Dropout {
   // In place. Draws its numbers from `rng` when training with p > 0; otherwise the identity.
   void forward(Tensor& x, bool training, Rng* rng);
   void backward(Tensor& dx) const;  // in place
+  bool active() const { return active_; }  // the last forward dropped anything
 
  private:
   float p_ = 0.0f;

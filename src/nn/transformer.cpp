@@ -43,7 +43,7 @@ AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) 
 }
 
 void add_into(Tensor& dst, const Tensor& src) {
-  for (int64_t i = 0; i < dst.numel(); ++i) dst[i] += src[i];
+  kernels::residual_forward(dst.data(), dst.data(), src.data(), dst.numel(), 1.0f);  // dst + 1·src, threaded
 }
 
 }  // namespace
@@ -70,14 +70,14 @@ Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cr
 template <typename F>
 Tensor Block::sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call) {
   if (pre_norm_) {  // x + α·drop(F(norm(x)))
-    Tensor branch = f(s.norm.forward(x));
+    Tensor branch = f(s.norm.forward(x));  // F takes its input by value: the normed rows move in
     s.dropout.forward(branch, call.training, call.rng);
     Tensor out = Tensor::uninitialized(x.shape());
     kernels::residual_forward(out.data(), x.data(), branch.data(), x.numel(), alpha_);
     return out;
   }
   // norm(x + α·drop(F(x)))
-  Tensor branch = f(x);
+  Tensor branch = f(x.clone());
   s.dropout.forward(branch, call.training, call.rng);
   kernels::residual_forward(branch.data(), x.data(), branch.data(), x.numel(), alpha_);
   return s.norm.forward(branch);
@@ -85,20 +85,25 @@ Tensor Block::sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackC
 
 // Pre-LN: dx = dout + norm'(F'(α·drop'(dout))).  Post-LN: ds = norm'(dout), dx = ds + F'(α·drop'(ds)).
 template <typename F>
-Tensor Block::sublayer_backward(Sublayer& s, const Tensor& dout, F&& f_backward) {
-  Tensor dsum = pre_norm_ ? dout.clone() : s.norm.backward(dout);
-  Tensor dbranch = dsum.clone();
-  if (alpha_ != 1.0f) kernels::scale(dbranch.data(), dbranch.numel(), alpha_);
-  s.dropout.backward(dbranch);
-  Tensor dinner = f_backward(dbranch);
+Tensor Block::sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward) {
+  Tensor dsum = pre_norm_ ? std::move(dout) : s.norm.backward(dout);
+  Tensor dinner;
+  if (alpha_ == 1.0f && !s.dropout.active()) {  // the branch's gradient is dsum itself
+    dinner = f_backward(dsum);
+  } else {
+    Tensor dbranch = dsum.clone();
+    if (alpha_ != 1.0f) kernels::scale(dbranch.data(), dbranch.numel(), alpha_);
+    s.dropout.backward(dbranch);
+    dinner = f_backward(dbranch);
+  }
   if (pre_norm_) dinner = s.norm.backward(dinner);
   add_into(dsum, dinner);
   return dsum;
 }
 
-Tensor Block::attention_forward(MultiHeadAttention& attn, const Tensor& x, const StackCall& call) {
-  Tensor in = x.clone();
-  in.reshape({call.B, call.T, x.size(-1)});
+Tensor Block::attention_forward(MultiHeadAttention& attn, Tensor in, const StackCall& call) {
+  const int64_t C = in.size(-1);
+  in.reshape({call.B, call.T, C});
   AttentionCall ac;
   ac.training = call.training;
   ac.rng = call.rng;
@@ -114,41 +119,41 @@ Tensor Block::attention_forward(MultiHeadAttention& attn, const Tensor& x, const
     ac.mask_shape = Shape{call.B, call.T, call.position + call.T};
   }
   Tensor out = attn.forward(in, cross ? call.context : nullptr, ac);
-  out.reshape({call.B * call.T, x.size(-1)});
+  out.reshape({call.B * call.T, C});
   return out;
 }
 
 Tensor Block::forward(const Tensor& x, const StackCall& call) {
   B_ = call.B, T_ = call.T;
-  Tensor h = sublayer_forward(attn_sub_, x, [&](const Tensor& in) { return attention_forward(attn_, in, call); }, call);
+  Tensor h =
+      sublayer_forward(attn_sub_, x, [&](Tensor in) { return attention_forward(attn_, std::move(in), call); }, call);
   if (cross_)
-    h = sublayer_forward(cross_sub_, h, [&](const Tensor& in) { return attention_forward(*cross_, in, call); }, call);
+    h = sublayer_forward(cross_sub_, h, [&](Tensor in) { return attention_forward(*cross_, std::move(in), call); },
+                         call);
   return sublayer_forward(
       ffn_sub_, h,
-      [&](const Tensor& in) {
+      [&](Tensor in) {
         return moe_ ? moe_->forward(in, call.valid, call.training, call.rng)
                     : ffn_->forward(in, call.training, call.rng);
       },
       call);
 }
 
-Tensor Block::backward(const Tensor& dout, double daux, Tensor* dcontext) {
+Tensor Block::backward(Tensor dout, double daux, Tensor* dcontext) {
   const int64_t C = dout.size(-1);
-  auto attention_backward = [&](MultiHeadAttention& attn, const Tensor& d) {
-    Tensor d3 = d.clone();
-    d3.reshape({B_, T_, C});
-    Tensor dx = attn.backward(d3);
+  auto attention_backward = [&](MultiHeadAttention& attn, const Tensor& d) {  // d: (B·T, C) rows
+    Tensor dx = attn.backward(d);
     dx.reshape({B_ * T_, C});
     return dx;
   };
-  Tensor dh = sublayer_backward(ffn_sub_, dout, [&](const Tensor& d) {
+  Tensor dh = sublayer_backward(ffn_sub_, std::move(dout), [&](const Tensor& d) {
     return moe_ ? moe_->backward(d, daux) : ffn_->backward(d);
   });
   if (cross_) {
-    dh = sublayer_backward(cross_sub_, dh, [&](const Tensor& d) { return attention_backward(*cross_, d); });
+    dh = sublayer_backward(cross_sub_, std::move(dh), [&](const Tensor& d) { return attention_backward(*cross_, d); });
     add_into(*dcontext, cross_->context_grad());
   }
-  return sublayer_backward(attn_sub_, dh, [&](const Tensor& d) { return attention_backward(attn_, d); });
+  return sublayer_backward(attn_sub_, std::move(dh), [&](const Tensor& d) { return attention_backward(attn_, d); });
 }
 
 void Block::collect(std::vector<Parameter*>& out) {
@@ -182,7 +187,7 @@ Tensor Stack::forward(const Tensor& x, const StackCall& call) {
 
 Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext) {
   Tensor d = final_norm_ ? final_norm_->backward(dout) : dout.clone();
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = (*it)->backward(d, daux, dcontext);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = (*it)->backward(std::move(d), daux, dcontext);
   return d;
 }
 
@@ -256,7 +261,7 @@ Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t 
   kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), B * T, C);
   if (config.scale_embeddings) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
-    for (int64_t i = 0; i < x.numel(); ++i) x[i] *= s;
+    kernels::scale(x.data(), x.numel(), s);
   }
   const float* table = config.position == PositionKind::Learned      ? positions.value.data()
                        : config.position == PositionKind::Sinusoidal ? sinusoid.data()
@@ -282,7 +287,7 @@ void Model::Impl::embed_backward(Embedded& e, Tensor& dx) {
   }
   if (config.scale_embeddings) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
-    for (int64_t i = 0; i < dx.numel(); ++i) dx[i] *= s;
+    kernels::scale(dx.data(), dx.numel(), s);
   }
   kernels::embedding_backward(tokens.grad.data(), dx.data(), e.ids->data(), e.B * e.T, C);
 }

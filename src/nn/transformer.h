@@ -40,7 +40,7 @@ class Block {
 
   Tensor forward(const Tensor& x, const StackCall& call);  // (B·T, C) → (B·T, C)
   // Adds the gradient of the cross-attention context into *dcontext (B, T_src, C) when there is one.
-  Tensor backward(const Tensor& dout, double daux, Tensor* dcontext);
+  Tensor backward(Tensor dout, double daux, Tensor* dcontext);
   void collect(std::vector<Parameter*>& out);
   double aux() const { return moe_ ? moe_->aux() : 0.0; }
   const MixtureOfExperts* moe() const { return moe_ ? &*moe_ : nullptr; }
@@ -58,9 +58,9 @@ class Block {
   template <typename F>
   Tensor sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call);
   template <typename F>
-  Tensor sublayer_backward(Sublayer& s, const Tensor& dout, F&& f_backward);
+  Tensor sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward);
 
-  Tensor attention_forward(MultiHeadAttention& attn, const Tensor& x, const StackCall& call);
+  Tensor attention_forward(MultiHeadAttention& attn, Tensor x, const StackCall& call);
 
   bool pre_norm_ = true;
   float alpha_ = 1.0f;
