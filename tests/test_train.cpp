@@ -713,12 +713,17 @@ TEST(TrainerGolden, TenAdamWStepsMatchPyTorch) {
     const SafetensorsReader trained(dir / "trained_10.safetensors");
     const ModelConfig& mc = t.model().config();
     const int64_t key_begin = mc.n_heads * mc.d_head(), key_end = key_begin + mc.kv_heads() * mc.d_head();
+    // The keys' bias has a gradient of exactly zero (softmax ignores a shift shared by all keys), so both
+    // sides update it by Adam's normalised rounding noise, m̂/√v̂ ∈ [−1, 1] per step: they can differ by up to
+    // 2·Σ η_t. That is the bound for those entries; every other entry is held to 1e-4.
+    double lr_sum = 0.0;
+    for (const auto& lr : golden["lrs"]) lr_sum += lr.get<double>();
     for (Parameter* p : t.model().parameters()) {
       const Tensor expected = trained.load(p->name);
       const bool key_bias = p->name.ends_with(".attn.qkv.bias");
       int64_t bad = 0;
       for (int64_t i = 0; i < p->numel(); ++i) {
-        const double tolerance = key_bias && i >= key_begin && i < key_end ? 1e-2 : 1e-4;
+        const double tolerance = key_bias && i >= key_begin && i < key_end ? 2.0 * lr_sum : 1e-4;
         if (std::abs(double(p->value[i]) - double(expected[i])) > tolerance && bad++ == 0)
           ADD_FAILURE() << name << ": " << p->name << "[" << i << "] after 10 steps: " << p->value[i] << ", PyTorch "
                         << expected[i];
