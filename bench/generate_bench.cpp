@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
     else if (flag == "--weights") weights = value;
   }
   attend::set_num_threads(threads);
-  const double bandwidth = read_bandwidth_gbs();
+  // The machine is shared: its bandwidth is measured before and after the passes, and the better is the bound.
+  double bandwidth = read_bandwidth_gbs();
   attend::ModelConfig c;
   c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
   c.activation = attend::FfnKind::GELUTanh;
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
       if (pass > 0) token_s.push_back(seconds_since(start));
     }
   }
+  bandwidth = std::max(bandwidth, read_bandwidth_gbs());
   const double ttft = percentile(prompt_s, 0.5), per_token = percentile(token_s, 0.5);
   fmt::print("{{\"impl\": \"attend\", \"weights\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
              "\"ttft_ms\": {:.1f}, \"generate_tokens_per_s\": {:.1f}, \"token_ms_p50\": {:.2f}, \"token_ms_p90\": {:.2f}, "
