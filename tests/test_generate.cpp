@@ -195,8 +195,11 @@ TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
   EXPECT_GE(wide[1].score, wide[2].score);
   // With an end token, finished hypotheses leave it out and are scored with it.
   const auto with_eos = beam_search(model, prompt, 4, greedy.ids[0], {.width = 3, .n_best = 3});
-  for (const Hypothesis& h : with_eos)
-    if (h.finished) EXPECT_EQ(std::find(h.ids.begin(), h.ids.end(), greedy.ids[0]), h.ids.end());
+  for (const Hypothesis& h : with_eos) {
+    if (h.finished) {
+      EXPECT_EQ(std::find(h.ids.begin(), h.ids.end(), greedy.ids[0]), h.ids.end());
+    }
+  }
   testing::expect_error_mentions<Error>([&] { beam_search(model, prompt, 2, std::nullopt, {.width = 2, .n_best = 3}); },
                                         {"n_best must be in [1, width = 2]"});
 }

@@ -399,7 +399,9 @@ TEST(MixedPrecision, F16LossScalingSkipsOverflowsAndAdaptsTheScale) {
   t.run([&](const StepReport& r) {
     reports.push_back(r);
     const std::vector<float> now = weights(t.model());
-    if (r.overflow) EXPECT_TRUE(r.skipped && now == before) << "step " << r.step << " overflowed and changed weights";
+    if (r.overflow) {
+      EXPECT_TRUE(r.skipped && now == before) << "step " << r.step << " overflowed and changed weights";
+    }
     before = now;
   });
   ASSERT_EQ(reports.size(), 40u);

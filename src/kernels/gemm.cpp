@@ -3,6 +3,8 @@
 #include "kernels/convert.h"
 #include "kernels/parallel.h"
 
+#include <attend/error.h>
+#include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cassert>
@@ -54,8 +56,13 @@ const Bf16Matmul& bf16_matmul(const MatmulKey& key) {
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-  return cache.emplace(key, Bf16Matmul{a, b, c, dnnl::matmul(pd)}).first->second;
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    return cache.emplace(key, Bf16Matmul{a, b, c, dnnl::matmul(pd)}).first->second;
+  } catch (const dnnl::error& e) {  // oneDNN has bf16 kernels for AVX-512 CPUs; older ones have none
+    throw Error(fmt::format("bf16 matmul: oneDNN has no implementation for this CPU ({}); train with "
+                            "precision f32 (or f16, which runs on sgemm)", e.what()));
+  }
 }
 
 void scale_rows(float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
