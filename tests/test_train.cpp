@@ -336,8 +336,9 @@ TEST_P(ResumeIn, ContinuesBitForBit) {
   EXPECT_EQ(losses(stopped).size(), 6u);
   // The checkpoint is a model directory.
   EXPECT_EQ(Model::load(stopped / "checkpoint").config().to_json(), mc.to_json());
-  if (GetParam() == Precision::F16)
+  if (GetParam() == Precision::F16) {
     EXPECT_EQ(nlohmann::json::parse(read_file(stopped / "checkpoint" / "trainer.json"))["loss_scale"], 4096.0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, ResumeIn, ::testing::Values(Precision::F32, Precision::BF16, Precision::F16),
