@@ -129,7 +129,6 @@ void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   assert(status == dnnl_success);
 }
 
-
 void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
