@@ -562,6 +562,13 @@ TEST(RunConfigs, ExampleConfigsParseAndValidate) {
   EXPECT_EQ(r.train.optimizer.kind, OptimizerKind::SGD);
   EXPECT_EQ(r.model.norm, NormKind::RMSNorm);
   testing::expect_error_mentions<Error>([&] { r.set("training.lr", "1"); }, {"unknown option 'training.lr'"});
+  r.set("train.precision", "bf16");
+  EXPECT_EQ(r.train.precision, Precision::BF16);
+  EXPECT_NE(r.to_json().find("\"precision\": \"bf16\""), std::string::npos);
+  testing::expect_error_mentions<Error>([&] { r.set("train.precision", "fp8"); }, {"'precision'", "'fp8'", "f32, bf16, f16"});
+  RunConfig scaled = RunConfig::from_json(read_file(fs::path(ATTEND_DATA_DIR) / ".." / "configs" / "gpt.json"));
+  scaled.set("train.loss_scale", "0.5");
+  testing::expect_error_mentions<Error>([&] { scaled.validate(); }, {"train.loss_scale must be at least 1"});
 }
 
 // ---- Datasets -------------------------------------------------------------------------------------
