@@ -12,8 +12,8 @@ namespace {
 
 // Decoding multiplies one row by each weight row: a stream through the weights, bound by memory. The dot
 // products use GCC's vector extension directly (two 16-float registers: AVX-512 here, pairs of AVX2
-// registers elsewhere) and sum in float. Through vec::sum's double blocks they read 22 GB/s on this machine;
-// like this, 31-36 GB/s (docs/BENCHMARKS.md).
+// registers elsewhere) and sum in float. Through vec::sum's double blocks they streamed 22 GB/s through
+// GPT-2's 495 MB on this machine; like this, 40-48 GB/s (docs/BENCHMARKS.md).
 using Lanes = float __attribute__((vector_size(64)));
 using Halves = uint16_t __attribute__((vector_size(32)));
 using Words = uint32_t __attribute__((vector_size(64)));
@@ -25,7 +25,7 @@ inline Lanes load(const float* p) {
 }
 
 // 16 bf16 values widened exactly: each is the top half of its float.
-inline Lanes load_bf16(const uint16_t* p) {
+inline Lanes load(const uint16_t* p) {
   Halves h;
   std::memcpy(&h, p, sizeof h);
   const Words bits = __builtin_convertvector(h, Words) << 16;
@@ -34,59 +34,46 @@ inline Lanes load_bf16(const uint16_t* p) {
   return v;
 }
 
-inline float lane_sum(Lanes a) {
-  float s = 0.0f;
-  for (int l = 0; l < 16; ++l) s += a[l];
-  return s;
+inline float widen(float w) { return w; }
+inline float widen(uint16_t w) {
+  const uint32_t bits = uint32_t{w} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
-[[gnu::noinline]] float dot(const float* x, const float* w, int64_t C) {
+// Σ_c x[c]·w[c] with the weights stored as float or bf16.
+template <typename W>
+[[gnu::noinline]] float dot(const float* x, const W* w, int64_t C) {
   Lanes a0 = {}, a1 = {};
   int64_t c = 0;
   for (; c + 32 <= C; c += 32) {
     a0 += load(x + c) * load(w + c);
     a1 += load(x + c + 16) * load(w + c + 16);
   }
-  float s = lane_sum(a0 + a1);
-  for (; c < C; ++c) s += x[c] * w[c];
+  const Lanes a = a0 + a1;
+  float s = 0.0f;
+  for (int l = 0; l < 16; ++l) s += a[l];
+  for (; c < C; ++c) s += x[c] * widen(w[c]);
   return s;
 }
 
-void gemv_rows(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+// A few rows times the weight: threads split the output channels, each streams its weight rows once.
+template <typename W>
+void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
   parallel_for(OC, 256, [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
-      const float* w = weight + o * C;
+      const W* w = weight + o * C;
       for (int64_t n = 0; n < N; ++n) out[n * OC + o] = dot(inp + n * C, w, C) + (bias != nullptr ? bias[o] : 0.0f);
     }
   });
-}
-
-[[gnu::noinline]] float dot_bf16(const float* x, const uint16_t* w, int64_t C) {
-  Lanes a0 = {}, a1 = {};
-  int64_t c = 0;
-  for (; c + 32 <= C; c += 32) {
-    a0 += load(x + c) * load_bf16(w + c);
-    a1 += load(x + c + 16) * load_bf16(w + c + 16);
-  }
-  float s = lane_sum(a0 + a1);
-  for (; c < C; ++c) {
-    const uint32_t bits = uint32_t{w[c]} << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    s += x[c] * f;
-  }
-  return s;
 }
 
 }  // namespace
 
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
                          int64_t OC) {
-  parallel_for(OC, 256, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-      for (int64_t n = 0; n < N; ++n)
-        out[n * OC + o] = dot_bf16(inp + n * C, weight + o * C, C) + (bias != nullptr ? bias[o] : 0.0f);
-  });
+  gemv_rows(out, inp, weight, bias, N, C, OC);
 }
 
 namespace {
