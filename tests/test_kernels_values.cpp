@@ -66,9 +66,11 @@ TEST(Gemm, EmptyInnerDimensionOnlyScales) {
 // Mixed precision (003 §13.2): gemm_half multiplies the rounded operands exactly and sums in fp32, so it
 // equals the fp64 product of the operands widened back, to fp32 summation error. Every transpose, beta 0
 // and 1, leading dimensions wider than the rows (the same memory strided), and M large enough that oneDNN
-// splits the work.
+// splits the work. bf16 runs twice: through oneDNN's bf16 kernel (where this CPU has one) and through the
+// widening path of CPUs without one.
 TEST(GemmHalf, EqualsTheProductOfTheRoundedOperandsForBothFormats) {
-  for (Half type : {Half::BF16, Half::F16}) {
+  for (auto [type, kernel] : {std::pair{Half::BF16, true}, {Half::BF16, false}, {Half::F16, false}}) {
+    set_bf16_kernel_enabled(kernel);
     const auto widen = [&](const std::vector<uint16_t>& h) {
       std::vector<float> out(h.size());
       if (type == Half::BF16) bf16_to_float(out.data(), h.data(), static_cast<int64_t>(h.size()));
@@ -91,12 +93,14 @@ TEST(GemmHalf, EqualsTheProductOfTheRoundedOperandsForBothFormats) {
             gemm_half(type, ta, tb, M, N, K, ah.data(), lda, bh.data(), ldb, beta, c.data(), N);
             gemm_reference<double>(ta, tb, M, N, K, 1.0, aw.data(), lda, bw.data(), ldb, beta, want.data(), N);
             expect_all_close(c, want, 1e-5,
-                             fmt::format("{} M={} ta={} tb={} beta={}", type == Half::BF16 ? "bf16" : "f16", M, ta, tb, beta));
+                             fmt::format("{} (kernel {}) M={} ta={} tb={} beta={}", type == Half::BF16 ? "bf16" : "f16",
+                                         kernel, M, ta, tb, beta));
           }
         }
       }
     }
   }
+  set_bf16_kernel_enabled(true);
 }
 
 // Rounding to bf16 vectorised and threaded gives the scalar rule everywhere: nearest, ties to even, NaN quiet.

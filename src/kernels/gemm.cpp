@@ -3,10 +3,9 @@
 #include "kernels/convert.h"
 #include "kernels/parallel.h"
 
-#include <attend/error.h>
-#include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
 #include <cassert>
 #include <map>
 #include <mutex>
@@ -38,12 +37,16 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-const Bf16Matmul& bf16_matmul(const MatmulKey& key) {
+std::atomic<bool> bf16_kernel_enabled{true};
+
+// The cached oneDNN bf16 matmul for these shapes, or null where this CPU has none.
+const Bf16Matmul* bf16_matmul(const MatmulKey& key) {
+  if (!bf16_kernel_enabled.load(std::memory_order_relaxed)) return nullptr;
   static std::mutex mutex;
   static std::map<MatmulKey, Bf16Matmul> cache;
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
+  if (it != cache.end()) return &it->second;
   using dims = dnnl::memory::dims;
   using dt = dnnl::memory::data_type;
   // Row-major with leading dimensions; a transposed operand is the same memory with its strides swapped.
@@ -58,10 +61,9 @@ const Bf16Matmul& bf16_matmul(const MatmulKey& key) {
   }
   try {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-    return cache.emplace(key, Bf16Matmul{a, b, c, dnnl::matmul(pd)}).first->second;
-  } catch (const dnnl::error& e) {  // oneDNN has bf16 kernels for AVX-512 CPUs; older ones have none
-    throw Error(fmt::format("bf16 matmul: oneDNN has no implementation for this CPU ({}); train with "
-                            "precision f32 (or f16, which runs on sgemm)", e.what()));
+    return &cache.emplace(key, Bf16Matmul{a, b, c, dnnl::matmul(pd)}).first->second;
+  } catch (const dnnl::error&) {  // oneDNN has bf16 kernels for AVX-512 CPUs; older ones have none
+    return nullptr;
   }
 }
 
@@ -70,11 +72,17 @@ void scale_rows(float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
 }
 
-// op(X) of a rows×cols product operand, widened from fp16 into a dense fp32 copy with the same layout.
-void widen_f16(std::vector<float>& out, const uint16_t* X, bool trans, int64_t rows, int64_t cols, int64_t ld) {
+// op(X) of a rows×cols product operand, widened exactly into a dense fp32 copy with the same layout.
+void widen(Half type, std::vector<float>& out, const uint16_t* X, bool trans, int64_t rows, int64_t cols,
+           int64_t ld) {
   const int64_t outer = trans ? cols : rows, inner = trans ? rows : cols;
   out.resize(static_cast<size_t>(outer * inner));
-  for (int64_t r = 0; r < outer; ++r) half_to_float(out.data() + r * inner, X + r * ld, inner);
+  for (int64_t r = 0; r < outer; ++r) {
+    if (type == Half::F16)
+      half_to_float(out.data() + r * inner, X + r * ld, inner);
+    else
+      bf16_to_float(out.data() + r * inner, X + r * ld, inner);
+  }
 }
 
 }  // namespace
@@ -133,20 +141,23 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_rows(C, M, N, ldc, beta);
-  if (type == Half::F16) {
+  const Bf16Matmul* mm = type == Half::BF16 ? bf16_matmul({trans_a, trans_b, M, N, K, lda, ldb, ldc, beta}) : nullptr;
+  if (mm == nullptr) {  // fp16, or bf16 on a CPU without a oneDNN bf16 kernel: the same numbers through sgemm
     thread_local std::vector<float> a, b;
-    widen_f16(a, A, trans_a, M, K, lda);
-    widen_f16(b, B, trans_b, K, N, ldb);
+    widen(type, a, A, trans_a, M, K, lda);
+    widen(type, b, B, trans_b, K, N, ldb);
     return gemm<float>(trans_a, trans_b, M, N, K, 1.0f, a.data(), trans_a ? M : K, b.data(), trans_b ? K : N, beta, C,
                        ldc);
   }
-  const Bf16Matmul& mm = bf16_matmul({trans_a, trans_b, M, N, K, lda, ldb, ldc, beta});
   const dnnl::engine& engine = cpu_engine();
-  dnnl::memory a(mm.a, engine, const_cast<uint16_t*>(A)), b(mm.b, engine, const_cast<uint16_t*>(B)), c(mm.c, engine, C);
+  dnnl::memory a(mm->a, engine, const_cast<uint16_t*>(A)), b(mm->b, engine, const_cast<uint16_t*>(B));
+  dnnl::memory c(mm->c, engine, C);
   dnnl::stream stream(engine);
-  mm.primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  mm->primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   stream.wait();
 }
+
+void set_bf16_kernel_enabled(bool enabled) { bf16_kernel_enabled = enabled; }
 
 const char* gemm_backend() {
   static const std::string name = [] {

@@ -24,10 +24,14 @@ enum class Half { BF16, F16 };
 
 // C = op(A)·op(B) + beta·C with A and B as 16-bit values (bits of `type`), products and sums in fp32, C fp32.
 // BF16 runs oneDNN's matmul, which uses the AVX-512 BF16 dot-product instructions where the CPU has them
-// (about twice sgemm's rate). F16 widens A and B to fp32 and runs sgemm: CPUs without AVX512-FP16 have no
-// fp16 arithmetic, so this gives fp16's numbers (the operands' rounding, overflow and underflow), not speed.
+// (about twice sgemm's rate); on CPUs for which oneDNN has no bf16 matmul it widens A and B exactly to fp32
+// and runs sgemm. F16 always widens: CPUs without AVX512-FP16 have no fp16 arithmetic, so this gives fp16's
+// numbers (the operands' rounding, overflow and underflow), not speed.
 void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Tests turn oneDNN's bf16 matmul off (and back on) to check the widening path that other CPUs take.
+void set_bf16_kernel_enabled(bool enabled);
 
 // The name of the backend behind gemm<float>, for `attend info` and the benchmarks.
 const char* gemm_backend();
