@@ -538,6 +538,47 @@ TEST(Trainer, RefusesToOverwriteOrResumeAnotherModel) {
       [&] { LmDataset(std::vector<int32_t>(10, 1), {}, {.batch_size = 2, .seq_len = 16}); }, {"10 tokens"});
 }
 
+// Fine-tuning (train.init_from): the run starts from the checkpoint's parameters of the same names; a new
+// classification head keeps its initialisation; a parameter of another shape is an error naming it.
+TEST(Trainer, InitFromCopiesTheSharedParametersAndKeepsTheNewHead) {
+  ModelConfig encoder;
+  encoder.architecture = Architecture::Encoder;
+  encoder.vocab_size = 16, encoder.d_model = 32, encoder.n_layers = 1, encoder.n_heads = 4, encoder.max_seq_len = 32;
+  encoder.seed = 3;
+  const Model pretrained(encoder);
+  ModelConfig classifier = encoder;
+  classifier.n_classes = 3, classifier.seed = 4;
+  Model fine(classifier);
+  const Model fresh(classifier);
+  EXPECT_EQ(fine.copy_parameters_from(pretrained), (std::vector<std::string>{"classifier.weight", "classifier.bias"}));
+  for (const Parameter* p : fine.parameters()) {
+    const auto find = [&](const Model& m) {
+      for (const Parameter* q : m.parameters())
+        if (q->name == p->name) return q;
+      return static_cast<const Parameter*>(nullptr);
+    };
+    const Parameter* want = p->name.starts_with("classifier") ? find(fresh) : find(pretrained);
+    ASSERT_NE(want, nullptr) << p->name;
+    EXPECT_TRUE(std::equal(p->value.span().begin(), p->value.span().end(), want->value.span().begin())) << p->name;
+  }
+  // Through the trainer: a decoder saved, a run started from it with another seed, and a wider one refused.
+  const fs::path source = run_dir("init_from_source");
+  Model(tiny_gpt()).save(source);
+  const auto tokens = pattern_tokens(5);
+  LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});
+  ModelConfig reseeded = tiny_gpt();
+  reseeded.seed = 99;
+  TrainConfig config = quick_config(2);
+  config.init_from = source.string();
+  Trainer trainer(Model(reseeded), data, config, run_dir("init_from"));
+  Model saved = Model::load(source);
+  EXPECT_EQ(weights(trainer.model()), weights(saved));
+  ModelConfig wider = tiny_gpt();
+  wider.d_model = 64;
+  testing::expect_error_mentions<Error>([&] { Trainer(Model(wider), data, config, run_dir("init_from_wide")); },
+                                        {"train.init_from", "'embed.tokens.weight' is [16, 32] in the source model, [16, 64]"});
+}
+
 // ---- run.json -------------------------------------------------------------------------------------
 
 TEST(RunConfigs, ExampleConfigsParseAndValidate) {

@@ -167,6 +167,11 @@ class Model {
   void zero_grad();
   // Re-draws every parameter from `seed` with the configured scheme.
   void initialize(uint64_t seed);
+  // Fine-tuning from a pre-trained model (an MLM encoder under a new classification head): copies every
+  // parameter of `source` that this model has under the same name. Returns the names of this model's
+  // parameters that kept their own values (the new head). A parameter of another shape is an error naming it,
+  // and so is a source that shares no parameter with this model.
+  std::vector<std::string> copy_parameters_from(const Model& source);
 
   // Runs the model on the batch; computes the loss when the batch has targets or labels. Errors name the
   // batch field at fault (ids out of range, lengths, shapes, a sequence longer than max_seq_len).

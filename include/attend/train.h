@@ -168,6 +168,10 @@ struct TrainConfig {
   int64_t max_bad_steps = 5;          // non-finite loss or gradient this many steps in a row stops training
   double spike_factor = 3.0;          // a loss above this × its running average is logged as a spike
   uint64_t seed = 0;                  // dropout's stream
+  // Fine-tuning: a checkpoint directory whose parameters (by name; shapes must agree) replace the fresh
+  // model's before the first step. Parameters it lacks, such as a new classification head, keep their
+  // initialisation. Ignored on resume (the run's own checkpoint holds them).
+  std::string init_from;
   // Mixed precision (003 §13.2, Model::set_precision): F32, BF16 (the fast one on AVX-512 BF16 CPUs) or F16
   // with dynamic loss scaling: the loss is multiplied by the scale before backward and the gradients divided
   // after; a step whose gradients overflow is skipped and halves the scale, and loss_scale_window clean steps

@@ -11,6 +11,7 @@
 
 #include <attend/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -339,6 +340,25 @@ Parameter* Model::find(std::string_view name) {
   for (Parameter* p : impl_->params)
     if (p->name == name) return p;
   return nullptr;
+}
+
+std::vector<std::string> Model::copy_parameters_from(const Model& source) {
+  std::vector<std::string> kept;
+  for (Parameter* p : impl_->params) {
+    const Parameter* from = nullptr;
+    for (const Parameter* q : source.impl_->params)
+      if (q->name == p->name) from = q;
+    if (from == nullptr) {
+      kept.push_back(p->name);
+      continue;
+    }
+    check(from->value.shape() == p->value.shape(), "'{}' is {} in the source model, {} in this one", p->name,
+          from->value.shape().str(), p->value.shape().str());
+    std::copy(from->value.span().begin(), from->value.span().end(), p->value.data());
+  }
+  check(kept.size() < impl_->params.size(), "the source model shares no parameter with this one (its first is '{}')",
+        source.impl_->params.empty() ? std::string("none") : source.impl_->params.front()->name);
+  return kept;
 }
 
 void Model::zero_grad() {

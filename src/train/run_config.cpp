@@ -63,6 +63,7 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("max_bad_steps", t.max_bad_steps, "stop after this many non-finite steps in a row");
   f("spike_factor", t.spike_factor, "log a loss above this × its running average");
   f("seed", t.seed, "dropout's seed");
+  f("init_from", t.init_from, "fine-tuning: a checkpoint directory whose parameters of the same names start the run");
   f("precision", t.precision, "matmul operands: f32, bf16 (mixed precision, fast with AVX-512 BF16) or f16 (loss-scaled)");
   f("loss_scale", t.loss_scale, "f16: the starting loss scale (halved on overflow)");
   f("loss_scale_window", t.loss_scale_window, "f16: steps without overflow before the scale doubles");

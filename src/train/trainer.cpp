@@ -11,6 +11,7 @@
 #include "train/clip.h"
 #include "train/optimizer.h"
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -121,6 +122,18 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   } else {
     check(!fs::exists(s.checkpoint()), "{}: already holds a checkpoint; resume it, or train into another directory",
           s.dir.string());
+    if (!c.init_from.empty()) {
+      const Model source = Model::load(c.init_from);
+      std::vector<std::string> kept;
+      try {
+        kept = s.model.copy_parameters_from(source);
+      } catch (const Error& e) {
+        throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
+      }
+      log::info("init_from {}: {} of {} parameters copied; new: {}", c.init_from,
+                s.model.parameters().size() - kept.size(), s.model.parameters().size(),
+                kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(kept, ", ")));
+    }
     write_file_atomic(s.dir / "metrics.jsonl", "");
   }
   s.metrics.open(s.dir / "metrics.jsonl", std::ios::app);
