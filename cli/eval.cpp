@@ -235,9 +235,17 @@ void add_eval_command(CLI::App& app) {
   cmd->callback([] {
     check(!data.empty() || !token_file.empty(), "give the data with --data TEXTFILE or --tokens IDSFILE");
     Model model = Model::load(model_dir);
-    const std::vector<int32_t> tokens = data.empty() ? parse_ids(read_file(token_file), token_file)
-                                                     : Tokenizer::load(model_dir).encode(read_file(data));
+    std::vector<int32_t> tokens;
+    int64_t bytes = 0;  // --data: the bytes of the scored tokens' text, for the figures per byte
+    if (data.empty()) {
+      tokens = parse_ids(read_file(token_file), token_file);
+    } else {
+      const Tokenizer tokenizer = Tokenizer::load(model_dir);
+      tokens = tokenizer.encode(read_file(data));
+      for (size_t i = 1; i < tokens.size(); ++i) bytes += static_cast<int64_t>(tokenizer.id_to_bytes(tokens[i]).size());
+    }
     const EvalResult r = evaluate_lm(model, tokens, options);
+    const double loss_per_byte = bytes > 0 ? r.loss * double(r.tokens) / double(bytes) : 0.0;
     if (!reliability.empty()) {
       std::vector<Series> series = {reliability_series("all tokens", r.calibration)};
       if (r.temperature) {
@@ -250,6 +258,12 @@ void add_eval_command(CLI::App& app) {
     if (json_output) {
       nlohmann::ordered_json j = {
           {"tokens", r.tokens}, {"loss", r.loss}, {"perplexity", r.perplexity}, {"ece", r.calibration.ece}};
+      if (bytes > 0) {
+        j["bytes"] = bytes;
+        j["loss_per_byte"] = loss_per_byte;
+        j["bits_per_byte"] = loss_per_byte / std::log(2.0);
+        j["perplexity_per_byte"] = std::exp(loss_per_byte);
+      }
       if (r.temperature) {
         j["temperature"] = *r.temperature;
         j["ece_before"] = r.held_out_before.ece;
@@ -262,6 +276,9 @@ void add_eval_command(CLI::App& app) {
     }
     fmt::print("tokens {}\nloss {:.4f} nats\nperplexity {:.2f}\nECE {:.4f} ({} bins)\n", r.tokens, r.loss, r.perplexity,
                r.calibration.ece, options.bins);
+    if (bytes > 0)
+      fmt::print("per byte ({} bytes): loss {:.4f} nats ({:.4f} bits), perplexity {:.3f}\n", bytes, loss_per_byte,
+                 loss_per_byte / std::log(2.0), std::exp(loss_per_byte));
     if (r.temperature)
       fmt::print("temperature {:.4f} (fitted on the first half)\nsecond half: ECE {:.4f} -> {:.4f}, loss {:.4f} -> {:.4f}\n",
                  *r.temperature, r.held_out_before.ece, r.held_out_after.ece, r.held_out_loss_before,

@@ -101,10 +101,10 @@ void add_train(CLI::App& app) {
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     ProgressBar bar("train");
-    std::optional<double> last_val;
+    std::optional<double> last_val, last_val_per_byte;
     trainer.run(
         [&](const StepReport& r) {
-          if (r.val_loss) last_val = r.val_loss;
+          if (r.val_loss) last_val = r.val_loss, last_val_per_byte = r.val_loss_per_byte;
           bar.set_status(fmt::format("loss {:.3f}  lr {:.2e}  {:.0f} tok/s{}", r.loss, r.lr, r.tokens_per_s,
                                      last_val ? fmt::format("  val {:.3f}", *last_val) : ""));
           bar.update(r.step, r.steps);
@@ -116,6 +116,9 @@ void add_train(CLI::App& app) {
     if (g_stop) fmt::print(stderr, "interrupted: checkpoint written at step {}\n", trainer.steps_done());
     if (last_val)
       fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));
+    if (last_val_per_byte)
+      fmt::print("per byte of text: loss {:.4f} nats ({:.4f} bits), perplexity {:.3f}\n", *last_val_per_byte,
+                 *last_val_per_byte / std::log(2.0), std::exp(*last_val_per_byte));
     // The curves, beside the metrics.
     std::vector<Series> curves = read_metrics((out / "metrics.jsonl").string(), {"loss", "val_loss"}, "step");
     curves[0].name = "train loss";

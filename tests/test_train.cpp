@@ -538,6 +538,26 @@ TEST(Trainer, RefusesToOverwriteOrResumeAnotherModel) {
       [&] { LmDataset(std::vector<int32_t>(10, 1), {}, {.batch_size = 2, .seq_len = 16}); }, {"10 tokens"});
 }
 
+// Validation loss per byte: Σ nll over the bytes of the target tokens. With a vocabulary whose every token is
+// two bytes, it is exactly half the loss per token; models other than decoders get none.
+TEST(Trainer, ValidationLossPerByteDividesByTheTargetsBytes) {
+  std::string vocab = R"("[UNK]": 0)";
+  for (int id = 1; id < 16; ++id) vocab += fmt::format(R"(, "{}{}": {})", char('a' + id), char('a' + id), id);
+  const Tokenizer tok = Tokenizer::from_json(
+      fmt::format(R"({{"model": {{"type": "WordPiece", "unk_token": "[UNK]", "vocab": {{{}}}}}}})", vocab), "two-byte");
+  for (int32_t id = 1; id < 16; ++id) ASSERT_EQ(tok.id_to_bytes(id).size(), 2u) << id;
+  const auto tokens = pattern_tokens(4, 600);
+  LmDataset data(tokens, tokens, {.batch_size = 4, .seq_len = 16, .seed = 1, .max_valid_batches = 3});
+  Trainer t(Model(tiny_gpt()), data, quick_config(1), run_dir("per_byte"), false, &tok);
+  std::optional<double> per_byte;
+  const double per_token = t.validation_loss(&per_byte);
+  ASSERT_TRUE(per_byte.has_value());
+  EXPECT_NEAR(*per_byte, per_token / 2.0, 1e-12 * per_token);
+  std::optional<double> none;
+  Trainer(Model(tiny_gpt()), data, quick_config(1), run_dir("per_byte_no_tokenizer")).validation_loss(&none);
+  EXPECT_FALSE(none.has_value());
+}
+
 // Fine-tuning (train.init_from): the run starts from the checkpoint's parameters of the same names; a new
 // classification head keeps its initialisation; a parameter of another shape is an error naming it.
 TEST(Trainer, InitFromCopiesTheSharedParametersAndKeepsTheNewHead) {

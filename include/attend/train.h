@@ -245,6 +245,9 @@ struct StepReport {
   double tokens_per_s = 0.0, elapsed_s = 0.0;
   int64_t tokens = 0;                 // target tokens in this step
   std::optional<double> val_loss;
+  // Decoder language models trained with a tokenizer: the validation loss per byte of the predicted
+  // tokens' text (Σ nll / Σ bytes), comparable across tokenizers. exp of it is the perplexity per byte.
+  std::optional<double> val_loss_per_byte;
   bool skipped = false;               // non-finite loss or gradient: no update
   bool overflow = false;              // F16: the scaled gradients overflowed (skipped; the scale was halved)
   double loss_scale = 0.0;            // F16: the scale this step's backward used; 0 otherwise
@@ -267,7 +270,9 @@ class Trainer {
 
   // One optimisation step (forward and backward over every micro-batch, clip, update); exposed for tests.
   StepReport step();
-  double validation_loss();
+  // The mean loss over the validation batches; with per_byte (decoder language models with a tokenizer
+  // only; otherwise left alone) also the loss per byte of the target tokens' text.
+  double validation_loss(std::optional<double>* per_byte = nullptr);
   void save_checkpoint();
   int64_t steps_done() const;
   Model& model();

@@ -82,10 +82,10 @@ void for_each_field(Config& c, F&& f) {
   f("attention_kernel", c.attention_kernel, "flash (tiled, exact), reference (materialised scores), linear (φ(x) = elu(x)+1, a different model)");
   f("scale_embeddings", c.scale_embeddings, "multiply token embeddings by √d_model (Vaswani et al.)");
   f("tie_embeddings", c.tie_embeddings, "the LM (or MLM) output matrix is the token embedding");
-  f("embedding_dropout", c.embedding_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
-  f("attention_dropout", c.attention_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
-  f("residual_dropout", c.residual_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
-  f("ffn_dropout", c.ffn_dropout, "dropout on the embeddings, the attention probabilities, each residual branch's output, and the FFN's hidden activations");
+  f("embedding_dropout", c.embedding_dropout, "dropout on the embeddings (token + position), in training");
+  f("attention_dropout", c.attention_dropout, "dropout on the attention probabilities, in training");
+  f("residual_dropout", c.residual_dropout, "dropout on each residual branch's output before it is added, in training");
+  f("ffn_dropout", c.ffn_dropout, "dropout on the FFN's hidden activations, in training");
   f("n_experts", c.n_experts, "0: dense FFNs; E > 0: Mixture-of-Experts FFNs of E experts");
   f("moe_top_k", c.moe_top_k, "experts per token");
   f("moe_capacity_factor", c.moe_capacity_factor, "each expert takes at most ⌈factor·N·k/E⌉ of a batch's N tokens; 0 means no limit");

@@ -60,6 +60,7 @@ struct Trainer::State {
   int64_t clean_steps = 0;    // F16: steps since the scale last changed or overflowed
   double elapsed_s = 0.0;     // over every run of this training, resumes included
   std::ofstream metrics;      // DIR/metrics.jsonl, a JSON object per step, appended
+  std::vector<int32_t> token_bytes;  // per id, the bytes it decodes to (validation loss per byte)
 
   State(Model m, const Dataset& d, const TrainConfig& c, fs::path p, const Tokenizer* t)
       : model(std::move(m)), data(d), config(c), dir(std::move(p)), tokenizer(t) {}
@@ -221,16 +222,26 @@ StepReport Trainer::step() {
   return r;
 }
 
-double Trainer::validation_loss() {
+double Trainer::validation_loss(std::optional<double>* per_byte) {
   State& s = *s_;
+  const bool count_bytes = per_byte != nullptr && s.tokenizer != nullptr &&
+                           s.model.config().architecture == Architecture::Decoder;
+  if (count_bytes && s.token_bytes.empty())
+    for (int32_t id = 0; id < s.tokenizer->vocab_size(); ++id)
+      s.token_bytes.push_back(static_cast<int32_t>(s.tokenizer->id_to_bytes(id).size()));
   double sum = 0.0;
-  int64_t n = 0;
+  int64_t n = 0, bytes = 0;
   for (int64_t i = 0; i < s.data.valid_batches(); ++i) {
     const Batch b = s.data.valid_batch(i);
     const ForwardResult r = s.model.forward(b);
     sum += r.ce_loss * double(r.n_targets);
     n += r.n_targets;
+    if (count_bytes)
+      for (int64_t j = 0; j < static_cast<int64_t>(b.targets.size()); ++j)
+        if (b.targets[j] != Batch::kIgnore && (b.lengths.empty() || j % b.T < b.lengths[j / b.T]))
+          bytes += s.token_bytes.at(static_cast<size_t>(b.targets[j]));
   }
+  if (count_bytes && bytes > 0) *per_byte = sum / double(bytes);
   return n > 0 ? sum / double(n) : NAN;
 }
 
@@ -265,6 +276,7 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
                  {"grad_norm", r.grad_norm}, {"tokens", r.tokens}, {"tokens_per_s", r.tokens_per_s},
                  {"elapsed_s", r.elapsed_s}};
     if (r.val_loss) line["val_loss"] = *r.val_loss;
+    if (r.val_loss_per_byte) line["val_loss_per_byte"] = *r.val_loss_per_byte;
     if (r.skipped) line["skipped"] = true;
     if (r.overflow) line["overflow"] = true;
     if (r.loss_scale > 0.0) line["loss_scale"] = r.loss_scale;
@@ -282,7 +294,7 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
   while (s.step < c.steps && !(stop && stop->load())) {
     StepReport r = step();
     const bool last = s.step == c.steps || (stop && stop->load());
-    if ((c.eval_every > 0 && s.step % c.eval_every == 0) || last) r.val_loss = validation_loss();
+    if ((c.eval_every > 0 && s.step % c.eval_every == 0) || last) r.val_loss = validation_loss(&r.val_loss_per_byte);
     append_metrics(r);
     if (on_step) on_step(r);
     if ((c.checkpoint_every > 0 && s.step % c.checkpoint_every == 0) || last) save_checkpoint();
