@@ -1,10 +1,11 @@
 // Inference speed of a GPT-2-124M-shaped model (random weights), batch 1:
 //
-//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2 --weights f32|bf16]
+//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2 --weights f32|bf16 --passes 8]
 //
-// Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token), generation
-// tokens/s (median per-token latency over the new tokens, and its p90/p99), the memory read bandwidth measured
-// in the same process, and the bound it implies: weight bytes per token / bandwidth. bench/generate.sh runs it
+// Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token) and
+// generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
+// reports them; per-token latency percentiles over every pass; the memory read bandwidth measured in the same
+// process, and the bound it implies: weight bytes per token / bandwidth. bench/generate.sh runs it
 // beside PyTorch (bench/generate_torch.py).
 #include <attend/generate.h>
 #include <attend/model.h>
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -57,14 +59,26 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
-  int threads = 2;
+  int threads = 2, passes = 8;
   std::string weights = "f32";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
     else if (flag == "--new") new_tokens = std::atoll(value.c_str());
     else if (flag == "--threads") threads = std::atoi(value.c_str());
     else if (flag == "--weights") weights = value;
+    else if (flag == "--passes") passes = std::atoi(value.c_str());
+    else {
+      std::fprintf(flag == "--help" ? stdout : stderr,
+                   "usage: attend_generate_bench [--prompt 512] [--new 128] [--threads 2] [--weights f32|bf16] [--passes 8]\n"
+                   "GPT-2-124M shape, random weights: prompt and generation rates, per-token latency, the\n"
+                   "share of the memory-bandwidth bound; one JSON line.\n");
+      return flag == "--help" ? 0 : 2;
+    }
+  }
+  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16")) {
+    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or bf16\n");
+    return 2;
   }
   attend::set_num_threads(threads);
   // The machine is shared: its bandwidth is measured before and after the passes, and the better is the bound.
@@ -82,26 +96,30 @@ int main(int argc, char** argv) {
   attend::Rng rng(3);
   std::vector<int32_t> prompt(prompt_len);
   for (auto& t : prompt) t = static_cast<int32_t>(rng.below(c.vocab_size));
-  std::vector<double> prompt_s, token_s;
-  for (int pass = 0; pass < 3; ++pass) {  // the first pass warms up
+  std::vector<double> prompt_s, generate_rate, token_s;
+  for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms up
     model.start_decoding(1, prompt_len + new_tokens);
     auto start = std::chrono::steady_clock::now();
     const attend::Tensor* logits = &model.decode(prompt, prompt_len);
     if (pass > 0) prompt_s.push_back(seconds_since(start));
+    double total = 0.0;
     for (int64_t t = 0; t < new_tokens; ++t) {
       const int32_t next = attend::sample_token(logits->data(), c.vocab_size, {.greedy = true}, 0.0);
       start = std::chrono::steady_clock::now();
       logits = &model.decode({next}, 1);
-      if (pass > 0) token_s.push_back(seconds_since(start));
+      const double s = seconds_since(start);
+      total += s;
+      if (pass > 0) token_s.push_back(s);
     }
+    if (pass > 0) generate_rate.push_back(double(new_tokens) / total);
   }
   bandwidth = std::max(bandwidth, read_bandwidth_gbs());
-  const double ttft = percentile(prompt_s, 0.5), per_token = percentile(token_s, 0.5);
+  const double ttft = percentile(prompt_s, 0.5), rate = percentile(generate_rate, 0.5);
   fmt::print("{{\"impl\": \"attend\", \"weights\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
              "\"ttft_ms\": {:.1f}, \"generate_tokens_per_s\": {:.1f}, \"token_ms_p50\": {:.2f}, \"token_ms_p90\": {:.2f}, "
              "\"token_ms_p99\": {:.2f}, \"read_gbs\": {:.1f}, \"weight_mb_per_token\": {:.0f}, \"bound_tokens_per_s\": {:.1f}, "
              "\"share_of_bound\": {:.2f}}}\n",
-             weights, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, 1.0 / per_token, 1e3 * per_token,
-             1e3 * percentile(token_s, 0.9), 1e3 * percentile(token_s, 0.99), bandwidth, weight_bytes / 1e6,
-             bandwidth * 1e9 / weight_bytes, (1.0 / per_token) / (bandwidth * 1e9 / weight_bytes));
+             weights, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, rate,
+             1e3 * percentile(token_s, 0.5), 1e3 * percentile(token_s, 0.9), 1e3 * percentile(token_s, 0.99), bandwidth,
+             weight_bytes / 1e6, bandwidth * 1e9 / weight_bytes, rate / (bandwidth * 1e9 / weight_bytes));
 }
