@@ -1,8 +1,10 @@
 // Memory-bound kernels, forward + backward, in GB/s of compulsory traffic (each array read or written
 // once), beside the machine's own memory bandwidth measured in the same run (a STREAM-style triad).
 //
-//   build/bench/attend_bench --benchmark_filter='Bandwidth|Kernel' --benchmark_counters_tabular=true
+//   build/bench/attend_bench --benchmark_filter='Bandwidth|Kernel|Decode' --benchmark_counters_tabular=true
 #include "kernels/activation.h"
+#include "kernels/convert.h"
+#include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/parallel.h"
 #include "kernels/softmax.h"
@@ -84,6 +86,25 @@ void BM_Kernel_GeluForwardBackward(benchmark::State& state) {
   set_bandwidth(state, (2.0 + 4.0) * n * sizeof(float));
 }
 
+// Decoding's matmul: one row times GPT-2's tied LM head (50257 × 768), a stream through 154 MB of fp32
+// weights (77 MB as bf16); the GB/s are the weight bytes read.
+void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
+  attend::set_num_threads(static_cast<int>(state.range(0)));
+  const int64_t V = 50257, C = 768;
+  const std::vector<float> w = random_floats(V * C, 1), x = random_floats(C, 2);
+  std::vector<uint16_t> w16(bf16 ? V * C : 0);
+  if (bf16) attend::kernels::float_to_bf16(w16.data(), w.data(), V * C);
+  std::vector<float> out(V);
+  for (auto _ : state) {
+    if (bf16)
+      attend::kernels::matmul_forward_bf16(out.data(), x.data(), w16.data(), nullptr, 1, C, V);
+    else
+      attend::kernels::matmul_forward(out.data(), x.data(), w.data(), static_cast<const float*>(nullptr), 1, C, V);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bandwidth(state, double(V * C) * (bf16 ? 2.0 : 4.0));
+}
+
 void threads_1_2(benchmark::internal::Benchmark* b) {
   b->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
 }
@@ -92,5 +113,7 @@ BENCHMARK(BM_Bandwidth_Triad)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_SoftmaxForwardBackward)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_LayerNormForwardBackward)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
+BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
+BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
 
 }  // namespace

@@ -14,6 +14,9 @@ namespace {
 // products use GCC's vector extension directly (two 16-float registers: AVX-512 here, pairs of AVX2
 // registers elsewhere) and sum in float. Through vec::sum's double blocks they streamed 22 GB/s through
 // GPT-2's 495 MB on this machine; like this, 40-48 GB/s (docs/BENCHMARKS.md).
+// The vectors never cross a call boundary of another translation unit, so the ABI GCC warns about (builds
+// without -mavx512f pass them differently) does not matter.
+#pragma GCC diagnostic ignored "-Wpsabi"
 using Lanes = float __attribute__((vector_size(64)));
 using Halves = uint16_t __attribute__((vector_size(32)));
 using Words = uint32_t __attribute__((vector_size(64)));
