@@ -212,6 +212,25 @@ TEST(Plot, SvgHasOneLinePerSeriesWithEveryFinitePoint) {
                                {"plot 'empty'", "no finite points"});
 }
 
+// A 100,000-step curve keeps at most four points per pixel column (first, lowest, highest, last), so the
+// file stays small, and its extremes are still drawn.
+TEST(Plot, LongSeriesAreThinnedPerPixelColumnKeepingTheExtremes) {
+  Series noisy{"loss", {}, {}};
+  for (int i = 0; i < 100000; ++i) noisy.x.push_back(i), noisy.y.push_back(std::sin(i * 0.37) + (i == 54321 ? 5.0 : 0.0));
+  const std::string svg = line_plot_svg({noisy}, {.title = "long", .width = 800});
+  const size_t p = svg.find("points=\"", svg.find("<polyline")) + 8;
+  const std::string points = svg.substr(p, svg.find('"', p) - p);
+  const auto n = std::count(points.begin(), points.end(), ',');
+  EXPECT_GT(n, 800);
+  EXPECT_LE(n, 4 * 801);
+  // The one spike (y ≈ 5, the rest within ±1) stays: the highest point drawn stands far above the next.
+  std::vector<double> ys;  // pixel rows: smaller is higher
+  std::istringstream in(points);
+  for (std::string xy; in >> xy;) ys.push_back(std::stod(xy.substr(xy.find(',') + 1)));
+  std::sort(ys.begin(), ys.end());
+  EXPECT_GT(ys[1] - ys[0], 0.5 * (ys.back() - ys[0])) << "the spike was dropped";
+}
+
 // ---- The trainer -----------------------------------------------------------------------------------
 
 namespace fs = std::filesystem;

@@ -100,13 +100,30 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
   for (size_t k = 0; k < series.size(); ++k) {
     const Series& s = series[k];
     const char* color = kColors[k % std::size(kColors)];
+    // A long run has more points than the plot has pixel columns: within a column only its first, lowest,
+    // highest and last points are drawn (in their order), which draws the same picture with at most four
+    // points a column.
     std::string points;
+    std::vector<size_t> column;  // the current column's points, by index
+    auto flush = [&] {
+      if (column.empty()) return;
+      auto by_y = [&](size_t a, size_t b) { return py(s.y[a]) < py(s.y[b]); };
+      const size_t lo = *std::min_element(column.begin(), column.end(), by_y);
+      const size_t hi = *std::max_element(column.begin(), column.end(), by_y);
+      std::vector<size_t> keep = {column.front(), lo, hi, column.back()};
+      std::sort(keep.begin(), keep.end());
+      keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+      for (size_t i : keep) points += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.y[i]));
+      column.clear();
+    };
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
       if (usable(s.x[i], s.y[i])) {
-        points += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(s.y[i]));
+        if (!column.empty() && std::floor(px(s.x[i])) != std::floor(px(s.x[column.front()]))) flush();
+        column.push_back(i);
         if (s.markers)
           svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px(s.x[i]), py(s.y[i]), color);
       }
+    flush();
     svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n", color, points);
     const double ly = top + 16 + 18.0 * k;
     svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
