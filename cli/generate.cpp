@@ -66,7 +66,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
   static std::string weights = "f32";
-  cmd->add_option("--weights", weights, "f32, or bf16: decode reading half the bytes (weights rounded to bf16)")
+  cmd->add_option("--weights", weights, "f32, or bf16: weights rounded to bf16; decoding reads half the bytes and prompts run bf16 matmuls")
       ->capture_default_str();
   cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
   cmd->callback([] {
