@@ -108,5 +108,27 @@ TEST(TensorMemory, LargeBlocksAreReusedAndReleased) {
 #endif
 }
 
+// Shapes that change every step (padded batches) must not keep a block of every size: the kept blocks stay
+// under the limit, the newest freed block is kept, and a block larger than the limit is not kept at all.
+// (The SpamAssassin classifier once grew to 23 GB this way and was killed.)
+TEST(TensorMemory, KeptBlocksStayUnderTheLimit) {
+  release_cached_memory();
+  const int64_t limit = cached_memory_limit();
+  EXPECT_GT(limit, int64_t{1} << 28);  // a quarter of physical memory by default
+  set_cached_memory_limit(int64_t{8} << 20);  // 8 MiB
+  for (int64_t rows = 256; rows < 256 + 40; ++rows) { Tensor t({rows, 1024}); }  // 40 sizes of about 1 MiB
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_LE(cached_memory_bytes(), int64_t{8} << 20);
+  EXPECT_GE(cached_memory_bytes(), int64_t{6} << 20);  // full, not emptied
+  { Tensor last({295, 1024}); }  // the size freed last is still kept: taken, then put back
+  EXPECT_LE(cached_memory_bytes(), int64_t{8} << 20);
+  { Tensor huge({4096, 1024}); }  // 16 MiB: above the limit, freed at once
+  EXPECT_LE(cached_memory_bytes(), int64_t{8} << 20);
+#endif
+  set_cached_memory_limit(limit);
+  release_cached_memory();
+  EXPECT_EQ(cached_memory_bytes(), 0);
+}
+
 }  // namespace
 }  // namespace attend

@@ -118,6 +118,11 @@ class Tensor {
 // the kept blocks; an allocation that fails releases them and tries again.
 void release_cached_memory();
 int64_t cached_memory_bytes();
+// The most the kept blocks may hold (a quarter of physical memory unless set): beyond it a freed block
+// displaces others. Without a limit, work whose shapes change from step to step (batches padded to their
+// longest example) would keep a block of every size it ever used.
+void set_cached_memory_limit(int64_t bytes);
+int64_t cached_memory_limit();
 
 // Throws attend::Error naming `what` and both shapes when `a` and `b` differ.
 void check_same_shape(const Shape& a, const Shape& b, const char* what);

@@ -246,7 +246,8 @@ struct StepReport {
   int64_t tokens = 0;                 // target tokens in this step
   std::optional<double> val_loss;
   // Decoder language models trained with a tokenizer: the validation loss per byte of the predicted
-  // tokens' text (Σ nll / Σ bytes), comparable across tokenizers. exp of it is the perplexity per byte.
+  // tokens' text (Σ nll / Σ bytes; special tokens such as a document's end have no bytes), comparable
+  // across tokenizers. exp of it is the perplexity per byte.
   std::optional<double> val_loss_per_byte;
   bool skipped = false;               // non-finite loss or gradient: no update
   bool overflow = false;              // F16: the scaled gradients overflowed (skipped; the scale was halved)

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <unistd.h>
+
 namespace attend {
 
 Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
@@ -61,10 +63,16 @@ constexpr size_t kCachedBytes = SIZE_MAX;
 constexpr size_t kCachedBytes = size_t{1} << 20;
 #endif
 
+size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : size_t{8} << 30;
+}
+
 struct BlockCache {
   std::mutex mutex;
   std::unordered_multimap<size_t, void*> blocks;
   size_t bytes = 0;
+  size_t limit = physical_memory_bytes() / 4;
 
   void* take(size_t size) {
     std::lock_guard lock(mutex);
@@ -77,6 +85,21 @@ struct BlockCache {
   }
   void put(void* p, size_t size) {
     std::lock_guard lock(mutex);
+    if (size > limit) {
+      std::free(p);
+      return;
+    }
+    while (bytes + size > limit) {  // make room: blocks of other sizes are the likeliest to stay unused
+      auto victim = blocks.begin();
+      for (auto it = blocks.begin(); it != blocks.end(); ++it)
+        if (it->first != size) {
+          victim = it;
+          break;
+        }
+      std::free(victim->second);
+      bytes -= victim->first;
+      blocks.erase(victim);
+    }
     blocks.emplace(size, p);
     bytes += size;
   }
@@ -97,6 +120,21 @@ BlockCache& cache() {
 }  // namespace
 
 void release_cached_memory() { cache().release(); }
+void set_cached_memory_limit(int64_t bytes) {
+  check(bytes >= 0, "set_cached_memory_limit: {} bytes is negative", bytes);
+  BlockCache& c = cache();
+  bool over = false;
+  {
+    std::lock_guard lock(c.mutex);
+    c.limit = static_cast<size_t>(bytes);
+    over = c.bytes > c.limit;
+  }
+  if (over) c.release();
+}
+int64_t cached_memory_limit() {
+  std::lock_guard lock(cache().mutex);
+  return static_cast<int64_t>(cache().limit);
+}
 int64_t cached_memory_bytes() {
   std::lock_guard lock(cache().mutex);
   return static_cast<int64_t>(cache().bytes);

@@ -228,7 +228,7 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
                            s.model.config().architecture == Architecture::Decoder;
   if (count_bytes && s.token_bytes.empty())
     for (int32_t id = 0; id < s.tokenizer->vocab_size(); ++id)
-      s.token_bytes.push_back(static_cast<int32_t>(s.tokenizer->id_to_bytes(id).size()));
+      s.token_bytes.push_back(s.tokenizer->is_special(id) ? 0 : static_cast<int32_t>(s.tokenizer->id_to_bytes(id).size()));
   double sum = 0.0;
   int64_t n = 0, bytes = 0;
   for (int64_t i = 0; i < s.data.valid_batches(); ++i) {
