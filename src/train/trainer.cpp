@@ -27,12 +27,16 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Targets that count towards the loss: labels, or token targets at real positions.
+// Whether token target i counts towards the loss: it has a target, at a real (not padded) position.
+bool is_scored(const Batch& b, int64_t i) {
+  return b.targets[i] != Batch::kIgnore && (b.lengths.empty() || i % b.T < b.lengths[i / b.T]);
+}
+
+// Targets that count towards the loss: labels, or scored token targets.
 int64_t count_targets(const Batch& b) {
   if (!b.labels.empty()) return b.B;
   int64_t n = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(b.targets.size()); ++i)
-    if (b.targets[i] != Batch::kIgnore && (b.lengths.empty() || i % b.T < b.lengths[i / b.T])) ++n;
+  for (int64_t i = 0; i < static_cast<int64_t>(b.targets.size()); ++i) n += is_scored(b, i);
   return n;
 }
 
@@ -238,8 +242,7 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
     n += r.n_targets;
     if (count_bytes)
       for (int64_t j = 0; j < static_cast<int64_t>(b.targets.size()); ++j)
-        if (b.targets[j] != Batch::kIgnore && (b.lengths.empty() || j % b.T < b.lengths[j / b.T]))
-          bytes += s.token_bytes.at(static_cast<size_t>(b.targets[j]));
+        if (is_scored(b, j)) bytes += s.token_bytes.at(static_cast<size_t>(b.targets[j]));
   }
   if (count_bytes && bytes > 0) *per_byte = sum / double(bytes);
   return n > 0 ? sum / double(n) : NAN;
