@@ -23,6 +23,9 @@ void set_special_tokens(const Tokenizer& tokenizer, const Model& model, Generate
 // and the bad entry.
 std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin);
 
+// "loss L nats (B bits), perplexity P" for a loss per byte of text in nats (`attend train`, `attend eval`).
+std::string per_byte_summary(double loss_per_byte);
+
 // Adds `attend info`: version, threads, GEMM backend and CPU features.
 void add_info_command(CLI::App& app);
 // Adds `attend tokenizer train|info`, `attend tokenize` and `attend detokenize`.

@@ -22,6 +22,11 @@
 
 namespace attend::cli {
 
+std::string per_byte_summary(double loss_per_byte) {
+  return fmt::format("loss {:.4f} nats ({:.4f} bits), perplexity {:.3f}", loss_per_byte, loss_per_byte / std::log(2.0),
+                     std::exp(loss_per_byte));
+}
+
 namespace {
 
 Series reliability_series(const std::string& name, const Calibration& c) {
@@ -278,8 +283,7 @@ void add_eval_command(CLI::App& app) {
     fmt::print("tokens {}\nloss {:.4f} nats\nperplexity {:.2f}\nECE {:.4f} ({} bins)\n", r.tokens, r.loss, r.perplexity,
                r.calibration.ece, options.bins);
     if (bytes > 0)
-      fmt::print("per byte ({} bytes): loss {:.4f} nats ({:.4f} bits), perplexity {:.3f}\n", bytes, loss_per_byte,
-                 loss_per_byte / std::log(2.0), std::exp(loss_per_byte));
+      fmt::print("per byte ({} bytes): {}\n", bytes, per_byte_summary(loss_per_byte));
     if (r.temperature)
       fmt::print("temperature {:.4f} (fitted on the first half)\nsecond half: ECE {:.4f} -> {:.4f}, loss {:.4f} -> {:.4f}\n",
                  *r.temperature, r.held_out_before.ece, r.held_out_after.ece, r.held_out_loss_before,

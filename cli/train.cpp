@@ -117,8 +117,7 @@ void add_train(CLI::App& app) {
     if (last_val)
       fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));
     if (last_val_per_byte)
-      fmt::print("per byte of text: loss {:.4f} nats ({:.4f} bits), perplexity {:.3f}\n", *last_val_per_byte,
-                 *last_val_per_byte / std::log(2.0), std::exp(*last_val_per_byte));
+      fmt::print("per byte of text: {}\n", per_byte_summary(*last_val_per_byte));
     // The curves, beside the metrics.
     std::vector<Series> curves = read_metrics((out / "metrics.jsonl").string(), {"loss", "val_loss"}, "step");
     curves[0].name = "train loss";

@@ -591,12 +591,7 @@ TEST(Trainer, InitFromCopiesTheSharedParametersAndKeepsTheNewHead) {
   const Model fresh(classifier);
   EXPECT_EQ(fine.copy_parameters_from(pretrained), (std::vector<std::string>{"classifier.weight", "classifier.bias"}));
   for (const Parameter* p : fine.parameters()) {
-    const auto find = [&](const Model& m) {
-      for (const Parameter* q : m.parameters())
-        if (q->name == p->name) return q;
-      return static_cast<const Parameter*>(nullptr);
-    };
-    const Parameter* want = p->name.starts_with("classifier") ? find(fresh) : find(pretrained);
+    const Parameter* want = (p->name.starts_with("classifier") ? fresh : pretrained).find(p->name);
     ASSERT_NE(want, nullptr) << p->name;
     EXPECT_TRUE(std::equal(p->value.span().begin(), p->value.span().end(), want->value.span().begin())) << p->name;
   }

@@ -163,6 +163,7 @@ class Model {
   std::vector<Parameter*> parameters();
   std::vector<const Parameter*> parameters() const;
   Parameter* find(std::string_view name);
+  const Parameter* find(std::string_view name) const;
   ParameterCount count() const;
   void zero_grad();
   // Re-draws every parameter from `seed` with the configured scheme.

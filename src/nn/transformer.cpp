@@ -342,12 +342,12 @@ Parameter* Model::find(std::string_view name) {
   return nullptr;
 }
 
+const Parameter* Model::find(std::string_view name) const { return const_cast<Model*>(this)->find(name); }
+
 std::vector<std::string> Model::copy_parameters_from(const Model& source) {
   std::vector<std::string> kept;
   for (Parameter* p : impl_->params) {
-    const Parameter* from = nullptr;
-    for (const Parameter* q : source.impl_->params)
-      if (q->name == p->name) from = q;
+    const Parameter* from = source.find(p->name);
     if (from == nullptr) {
       kept.push_back(p->name);
       continue;
