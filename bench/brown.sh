@@ -8,6 +8,7 @@
 #
 #   bench/brown.sh            # needs build/ and Debian's python3-torch (scripts/setup.sh --with-peers)
 #   STEPS=300 bench/brown.sh  # a quick check of the pipeline
+#   PEER_ONLY=1 bench/brown.sh  # keep the Attend runs, redo PyTorch's, the plot and the summary
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-3000}
@@ -16,6 +17,7 @@ mkdir -p runs/brown-bpe docs/img
 [[ -s runs/brown-bpe/tokenizer.json ]] ||
   build/attend tokenizer train --kind bpe --vocab-size 8000 --input data/brown.txt -o runs/brown-bpe/tokenizer.json
 for precision in f32 bf16; do
+  [[ -n "${PEER_ONLY:-}" && -s runs/brown-attend-$precision/metrics.jsonl ]] && continue
   rm -rf runs/brown-attend-$precision
   build/attend train --config configs/gpt.json --set train.steps=$steps --set train.eval_every=100 \
     --set train.checkpoint_every=1000 --set train.precision=$precision --set out=runs/brown-attend-$precision
@@ -35,7 +37,8 @@ for name in ("f32", "bf16"):
     points = curve(f"runs/brown-attend-{name}/metrics.jsonl")
     reached = next((s for s, v in points if v <= target), None)
     final_s, final = points[-1]
-    print(f"Attend {name}: final validation loss {final:.4f} after {final_s / 60:.1f} minutes; " +
+    print(f"Attend {name}: final validation loss {final:.4f} after {final_s / 60:.1f} minutes "
+          f"(the same steps {target_s / final_s:.2f}x sooner); " +
           (f"reaches PyTorch's final loss after {reached / 60:.1f} minutes ({target_s / reached:.2f}x sooner)"
            if reached is not None else "does not reach PyTorch's final loss"))
 PY

@@ -8,8 +8,10 @@ clipping and warm-up + cosine schedule, read from RUN/run.json. Writes OUT/metri
     OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/brown_torch.py --run runs/brown-gpt --out runs/brown-torch
     build/attend plot runs/brown-gpt/metrics.jsonl runs/brown-torch/metrics.jsonl --y val_loss --x elapsed_s -o brown.svg
 
-Batches are random windows from a seeded generator, not Attend's exact order; the comparison is of loss
-against time.
+Initialisation is Attend's (GPT-2's): matrices and embeddings N(0, init_std²), the residual output
+projections (attention out, MLP down) divided by √(2·layers), biases 0. Batches are drawn as Attend draws
+them, each epoch a seeded shuffle of the non-overlapping windows of T + 1 tokens, though not Attend's exact
+permutation; the comparison is of loss against time.
 """
 import argparse
 import json
@@ -46,9 +48,12 @@ def main():
     valid = torch.from_numpy(np.fromfile(os.path.join(a.run, "data", "valid.tokens"), dtype=np.int32).astype(np.int64))
     B, T = d["batch_size"], d["seq_len"]
     model = GPT(m["n_layers"], m["d_model"], m["n_heads"], m["vocab_size"], m["max_seq_len"], m["residual_dropout"])
-    for p in model.parameters():
+    for name, p in model.named_parameters():
         if p.dim() == 2:
-            nn.init.normal_(p, std=m["init_std"])
+            scaled = name.endswith(".o.weight") or name.endswith(".down.weight")  # residual outputs
+            nn.init.normal_(p, std=m["init_std"] / (math.sqrt(2 * m["n_layers"]) if scaled else 1.0))
+        elif name.endswith(".bias"):
+            nn.init.zeros_(p)
     decay = [p for p in model.parameters() if p.dim() == 2 and p is not model.tok.weight and p is not model.pos.weight]
     rest = [p for p in model.parameters() if all(p is not q for q in decay)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tr["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
@@ -69,12 +74,18 @@ def main():
 
     os.makedirs(a.out, exist_ok=True)
     gen = torch.Generator().manual_seed(d["seed"])
+    train_windows = (len(train) - 1) // T
+
+    def window_starts():  # epoch after epoch, a shuffle of the non-overlapping windows
+        while True:
+            yield from (int(w) * T for w in torch.randperm(train_windows, generator=gen))
+
+    next_start = window_starts()
     elapsed, steps = 0.0, tr["steps"]
     with open(os.path.join(a.out, "metrics.jsonl"), "w") as out:
         for t in range(1, steps + 1):
             start = time.perf_counter()
-            idx = torch.randint(0, len(train) - T - 1, (B,), generator=gen)
-            ids = torch.stack([train[i:i + T + 1] for i in idx])
+            ids = torch.stack([train[s:s + T + 1] for s in (next(next_start) for _ in range(B))])
             for g in opt.param_groups:
                 g["lr"] = lr_at(t, tr, steps)
             loss = model(ids[:, :-1], ids[:, 1:])
