@@ -1,11 +1,13 @@
 // Inference speed of a GPT-2-124M-shaped model (random weights), batch 1:
 //
-//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2 --weights f32|bf16 --passes 8]
+//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2 --weights f32|bf16 --kv-cache f32|f16|int8
+//                                      --passes 8]
 //
 // Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token) and
 // generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
 // reports them; per-token latency percentiles over every pass; the memory read bandwidth measured in the same
-// process, and the bound it implies: weight bytes per token / bandwidth. bench/generate.sh runs it
+// process, and the bound it implies: weight bytes per token / bandwidth. The KV cache's bytes per token (the
+// mean over the generated tokens) are reported beside it, not counted in the bound. bench/generate.sh runs it
 // beside PyTorch (bench/generate_torch.py).
 #include <attend/generate.h>
 #include <attend/model.h>
@@ -60,7 +62,7 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2, passes = 8;
-  std::string weights = "f32";
+  std::string weights = "f32", kv_cache = "f32";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
@@ -68,16 +70,20 @@ int main(int argc, char** argv) {
     else if (flag == "--threads") threads = std::atoi(value.c_str());
     else if (flag == "--weights") weights = value;
     else if (flag == "--passes") passes = std::atoi(value.c_str());
+    else if (flag == "--kv-cache") kv_cache = value;
     else {
       std::fprintf(flag == "--help" ? stdout : stderr,
-                   "usage: attend_generate_bench [--prompt 512] [--new 128] [--threads 2] [--weights f32|bf16] [--passes 8]\n"
+                   "usage: attend_generate_bench [--prompt 512] [--new 128] [--threads 2] [--weights f32|bf16] [--kv-cache f32|f16|int8]\n"
+                   "       [--passes 8]\n"
                    "GPT-2-124M shape, random weights: prompt and generation rates, per-token latency, the\n"
                    "share of the memory-bandwidth bound; one JSON line.\n");
       return flag == "--help" ? 0 : 2;
     }
   }
-  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16")) {
-    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or bf16\n");
+  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16") ||
+      (kv_cache != "f32" && kv_cache != "f16" && kv_cache != "int8")) {
+    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or bf16, "
+                 "--kv-cache f32, f16 or int8\n");
     return 2;
   }
   attend::set_num_threads(threads);
@@ -89,9 +95,14 @@ int main(int argc, char** argv) {
   attend::Model model(c);
   const bool bf16 = weights == "bf16";
   if (bf16) model.set_decode_weights(attend::WeightType::BF16);
+  model.set_cache_type(attend::parse_cache_type(kv_cache));
   // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
   // position table, not all of it), fp32.
   const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
+  // Keys and values of every layer at the mean position of the generated tokens.
+  const double cache_element_bytes = kv_cache == "f32" ? 4.0 : kv_cache == "f16" ? 2.0 : 1.0 + 4.0 / double(c.d_head());
+  const double kv_bytes = 2.0 * double(c.n_layers * c.d_model) * (double(prompt_len) + double(new_tokens + 1) / 2.0) *
+                          cache_element_bytes;
 
   attend::Rng rng(3);
   std::vector<int32_t> prompt(prompt_len);
@@ -115,11 +126,11 @@ int main(int argc, char** argv) {
   }
   bandwidth = std::max(bandwidth, read_bandwidth_gbs());
   const double ttft = percentile(prompt_s, 0.5), rate = percentile(generate_rate, 0.5);
-  fmt::print("{{\"impl\": \"attend\", \"weights\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
+  fmt::print("{{\"impl\": \"attend\", \"weights\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
              "\"ttft_ms\": {:.1f}, \"generate_tokens_per_s\": {:.1f}, \"token_ms_p50\": {:.2f}, \"token_ms_p90\": {:.2f}, "
-             "\"token_ms_p99\": {:.2f}, \"read_gbs\": {:.1f}, \"weight_mb_per_token\": {:.0f}, \"bound_tokens_per_s\": {:.1f}, "
+             "\"token_ms_p99\": {:.2f}, \"read_gbs\": {:.1f}, \"weight_mb_per_token\": {:.0f}, \"kv_mb_per_token\": {:.0f}, \"bound_tokens_per_s\": {:.1f}, "
              "\"share_of_bound\": {:.2f}}}\n",
-             weights, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, rate,
+             weights, kv_cache, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, rate,
              1e3 * percentile(token_s, 0.5), 1e3 * percentile(token_s, 0.9), 1e3 * percentile(token_s, 0.99), bandwidth,
-             weight_bytes / 1e6, bandwidth * 1e9 / weight_bytes, rate / (bandwidth * 1e9 / weight_bytes));
+             weight_bytes / 1e6, kv_bytes / 1e6, bandwidth * 1e9 / weight_bytes, rate / (bandwidth * 1e9 / weight_bytes));
 }

@@ -247,8 +247,7 @@ void add_eval_command(CLI::App& app) {
     } else {
       const Tokenizer tokenizer = Tokenizer::load(model_dir);
       tokens = tokenizer.encode(read_file(data));
-      for (size_t i = 1; i < tokens.size(); ++i)  // special tokens (a document's end) are no text
-        if (!tokenizer.is_special(tokens[i])) bytes += static_cast<int64_t>(tokenizer.id_to_bytes(tokens[i]).size());
+      for (size_t i = 1; i < tokens.size(); ++i) bytes += tokenizer.text_bytes(tokens[i]);  // the scored tokens
     }
     const EvalResult r = evaluate_lm(model, tokens, options);
     const double loss_per_byte = bytes > 0 ? r.loss * double(r.tokens) / double(bytes) : 0.0;

@@ -68,12 +68,16 @@ void add_generate_command(CLI::App& app) {
   static std::string weights = "f32";
   cmd->add_option("--weights", weights, "f32, or bf16: weights rounded to bf16; decoding reads half the bytes and prompts run bf16 matmuls")
       ->capture_default_str();
+  static std::string kv_cache = "f32";
+  cmd->add_option("--kv-cache", kv_cache, "f32, f16 or int8: how the KV cache stores keys and values (f16 halves its memory and reads)")
+      ->capture_default_str();
   cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = Model::load(model_dir);
     check(weights == "f32" || weights == "bf16", "--weights '{}': expected f32 or bf16", weights);
     if (weights == "bf16") model.set_decode_weights(WeightType::BF16);
+    model.set_cache_type(parse_cache_type(kv_cache));
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     check(tokenizer.vocab_size() <= model.config().vocab_size,
           "{}: the tokenizer has {} tokens, the model's vocabulary {}", model_dir, tokenizer.vocab_size(),

@@ -101,11 +101,13 @@ void add_train(CLI::App& app) {
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     ProgressBar bar("train");
+    // The rate counts the step's targets: tokens, but examples for classification (one label each).
+    const char* rate_unit = run.data.task == "classify" ? "examples/s" : "tok/s";
     std::optional<double> last_val, last_val_per_byte;
     trainer.run(
         [&](const StepReport& r) {
           if (r.val_loss) last_val = r.val_loss, last_val_per_byte = r.val_loss_per_byte;
-          bar.set_status(fmt::format("loss {:.3f}  lr {:.2e}  {:.0f} tok/s{}", r.loss, r.lr, r.tokens_per_s,
+          bar.set_status(fmt::format("loss {:.3f}  lr {:.2e}  {:.0f} {}{}", r.loss, r.lr, r.tokens_per_s, rate_unit,
                                      last_val ? fmt::format("  val {:.3f}", *last_val) : ""));
           bar.update(r.step, r.steps);
         },

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace attend {
 namespace {
@@ -21,8 +22,11 @@ namespace {
 using testing::expect_error_mentions;
 
 // The prompt (5 tokens) at once, then one token at a time: each step's logits must equal the full forward's
-// at that position. Learned positions (gpt) and RoPE with GQA (llama); the flash kernel sums the keys in
-// another order than the cached decode step, so fp32 agreement is to 2e-5.
+// at that position. Learned positions (gpt) and RoPE with GQA (llama); the decode kernel sums the keys in
+// another order than the full forward's tiles, so fp32 agreement is to 2e-5. An fp16 cache rounds each key
+// and value to 11 significant bits (relative 2⁻¹¹) and int8 each by up to 1/254 of its row's largest, so
+// their logits move by about that share of the logits' scale: largest |Δ| measured 9.5e-7 (fp32), 8.2e-4
+// (fp16) and 9.5e-3 (int8).
 TEST(Decoding, IncrementalLogitsEqualTheFullForward) {
   for (const std::string name : {"gpt", "llama"}) {
     Model model = Model::load(testing::kModels / name);
@@ -34,18 +38,30 @@ TEST(Decoding, IncrementalLogitsEqualTheFullForward) {
     full.B = 1, full.T = T, full.ids = ids;
     model.forward(full);
     const std::vector<float> reference(model.logits().span().begin(), model.logits().span().end());
-    model.start_decoding(1, T);
-    const int64_t prompt = 5;
-    const Tensor* step = &model.decode(std::vector<int32_t>(ids.begin(), ids.begin() + prompt), prompt);
-    for (int64_t t = prompt - 1; t < T; ++t) {
-      const std::vector<float> got(step->span().begin(), step->span().end());
-      const std::vector<float> want(reference.begin() + t * V, reference.begin() + (t + 1) * V);
-      testing::expect_all_close(got, want, 2e-5, name + ": logits at position " + std::to_string(t));
-      if (t + 1 < T) step = &model.decode({ids[t + 1]}, 1);
+    const std::pair<CacheType, double> caches[] = {{CacheType::F32, 2e-5}, {CacheType::F16, 2e-3}, {CacheType::Int8, 3e-2}};
+    for (const auto& [type, tolerance] : caches) {
+      const std::string what = name + " with a " + cache_type_name(type) + " cache";
+      model.set_cache_type(type);
+      model.start_decoding(1, T);
+      const int64_t prompt = 5;
+      const Tensor* step = &model.decode(std::vector<int32_t>(ids.begin(), ids.begin() + prompt), prompt);
+      double largest = 0.0;
+      for (int64_t t = prompt - 1; t < T; ++t) {
+        const std::vector<float> got(step->span().begin(), step->span().end());
+        const std::vector<float> want(reference.begin() + t * V, reference.begin() + (t + 1) * V);
+        testing::expect_all_close(got, want, tolerance, what + ": logits at position " + std::to_string(t));
+        for (int64_t i = 0; i < V; ++i) largest = std::max(largest, double(std::abs(got[i] - want[i])));
+        if (t + 1 < T) step = &model.decode({ids[t + 1]}, 1);
+      }
+      if (type != CacheType::F32) {
+        EXPECT_GT(largest, 1e-6) << what << ": the cache's rounding must show";
+      }
+      EXPECT_EQ(model.decoded_positions(), T);
+      expect_error_mentions<Error>([&] { model.decode({1}, 1); }, {"do not fit the context"});
     }
-    EXPECT_EQ(model.decoded_positions(), T);
-    expect_error_mentions<Error>([&] { model.decode({1}, 1); }, {"do not fit the context"});
   }
+  EXPECT_EQ(parse_cache_type("f16"), CacheType::F16);
+  expect_error_mentions<Error>([] { parse_cache_type("int4"); }, {"KV cache type", "'int4'", "f32, f16, int8"});
 }
 
 // Encoder-decoder: the encoder runs once, cross-attention keys and values are projected once, and the

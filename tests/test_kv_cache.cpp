@@ -17,8 +17,9 @@ using kernels::AttentionParams;
 using testing::cast;
 using testing::random_vector;
 
-// Largest |incremental − full| over every position, batch item, head and channel.
-double incremental_decoding_error(CacheStorage storage) {
+// Largest |incremental − full| over every position, batch item, head and channel. as_stored: the decode
+// kernel reads the cache in place (KVCache::attend); otherwise the tiled kernel reads fp32 copies.
+double incremental_decoding_error(CacheType storage, bool as_stored) {
   const int64_t B = 2, T = 50, H = 4, Hkv = 2, D = 16, max_T = 64, layer = 1;
   auto q = cast<float>(random_vector(B * T * H * D, 1, -2, 2));
   auto k = cast<float>(random_vector(B * T * Hkv * D, 2, -2, 2));
@@ -41,10 +42,15 @@ double incremental_decoding_error(CacheStorage storage) {
     }
     cache.write(layer, t, k_t.data(), v_t.data(), 1);
     AttentionParams<float> step = full;  // one query at position t over the t + 1 cached keys
-    step.Tq = 1, step.Tk = t + 1, step.q_offset = t, step.kv_capacity = max_T;
-    std::vector<float> ws_t(kernels::flash_attention_workspace_size(step, num_threads()));
-    kernels::flash_attention_forward(out_t.data(), lse_t.data(), q_t.data(), cache.keys(layer, t + 1),
-                                     cache.values(layer, t + 1), step, ws_t.data());
+    step.Tq = 1, step.Tk = t + 1, step.q_offset = t;
+    if (as_stored) {
+      cache.attend(layer, out_t.data(), q_t.data(), step);
+    } else {
+      step.kv_capacity = max_T;
+      std::vector<float> ws_t(kernels::flash_attention_workspace_size(step, num_threads()));
+      kernels::flash_attention_forward(out_t.data(), lse_t.data(), q_t.data(), cache.keys(layer, t + 1),
+                                       cache.values(layer, t + 1), step, ws_t.data());
+    }
     for (int64_t b = 0; b < B; ++b)
       for (int64_t e = 0; e < H * D; ++e)
         worst = std::max(worst, double(std::abs(out_t[b * H * D + e] - out_full[(b * T + t) * H * D + e])));
@@ -57,18 +63,71 @@ TEST(KVCache, IncrementalDecodingEqualsFullForward) {
   // ≤ 2⁻¹¹ ≈ 4.9e-4 per element) and int8 rounds each element by up to max|row|/254 (≈ 0.8% of a row
   // of values in [−2, 2]); an output is a convex combination of values, so its error is of that order.
   // Measured: 2.4e-7, 3.5e-4 and 6.4e-3.
-  EXPECT_LT(incremental_decoding_error(CacheStorage::F32), 1e-5);
-  EXPECT_LT(incremental_decoding_error(CacheStorage::F16), 1e-3);
-  EXPECT_LT(incremental_decoding_error(CacheStorage::I8), 1.5e-2);
+  for (bool as_stored : {false, true}) {
+    SCOPED_TRACE(as_stored ? "decode kernel, cache read as stored" : "tiled kernel over fp32 copies");
+    EXPECT_LT(incremental_decoding_error(CacheType::F32, as_stored), 1e-5);
+    EXPECT_LT(incremental_decoding_error(CacheType::F16, as_stored), 1e-3);
+    EXPECT_LT(incremental_decoding_error(CacheType::Int8, as_stored), 1.5e-2);
+  }
+}
+
+// The decode kernel against the reference kernel on the same (converted) keys and values, with every
+// mask and bias it must honour: grouped-query heads (3 per key/value head), d_head 20 (past the 16-lane
+// blocks), ALiBi, T5 buckets, key lengths (one sequence has none: zeros) and an explicit mask, causal
+// and not. Only the order of the sums differs, so agreement is to float rounding.
+TEST(KVCache, DecodeKernelEqualsTheReferenceWithMasksAndBiases) {
+  const int64_t B = 3, H = 6, Hkv = 2, D = 20, max_T = 40, Tk = 29;
+  auto k = cast<float>(random_vector(B * Tk * Hkv * D, 4, -2, 2));
+  auto v = cast<float>(random_vector(B * Tk * Hkv * D, 5));
+  auto q = cast<float>(random_vector(B * H * D, 6, -2, 2));
+  const auto t5_table = cast<float>(random_vector(32 * H, 7));
+  const std::vector<double> slopes = {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625};
+  const std::vector<int32_t> key_lengths = {29, 17, 0};
+  std::vector<uint8_t> mask(B * Tk, 1);
+  for (int64_t j = 0; j < Tk; j += 3) mask[Tk + j] = 0;  // sequence 1 skips every third key
+  for (CacheType storage : {CacheType::F32, CacheType::F16, CacheType::Int8}) {
+    KVCache cache({.n_layers = 1, .batch = B, .max_T = max_T, .n_kv_heads = Hkv, .d_head = D, .storage = storage});
+    for (int64_t t = 0; t < Tk; ++t) {  // position t of every sequence
+      std::vector<float> kt(B * Hkv * D), vt(B * Hkv * D);
+      for (int64_t b = 0; b < B; ++b) {
+        std::copy_n(&k[(b * Tk + t) * Hkv * D], Hkv * D, &kt[b * Hkv * D]);
+        std::copy_n(&v[(b * Tk + t) * Hkv * D], Hkv * D, &vt[b * Hkv * D]);
+      }
+      cache.write(0, t, kt.data(), vt.data(), 1);
+    }
+    for (int variant = 0; variant < 4; ++variant) {
+      AttentionParams<float> p;
+      p.B = B, p.Tq = 1, p.Tk = Tk, p.n_heads = H, p.n_kv_heads = Hkv, p.d_head = D, p.scale = 0.3;
+      p.causal = variant != 3, p.q_offset = variant == 1 ? 20 : Tk - 1;  // variant 1: keys past 20 are in the future
+      if (variant == 0) p.alibi_slopes = slopes.data(), p.key_lengths = key_lengths.data();
+      if (variant == 1) p.t5_table = t5_table.data(), p.mask = mask.data();
+      if (variant == 2) p.t5_table = t5_table.data(), p.t5_bidirectional = false, p.key_lengths = key_lengths.data();
+      std::vector<float> got(B * H * D), want(B * H * D), probs(B * H * Tk);
+      cache.attend(0, got.data(), q.data(), p);
+      p.kv_capacity = max_T;
+      kernels::attention_reference_forward(want.data(), probs.data(), q.data(), cache.keys(0, Tk), cache.values(0, Tk), p);
+      testing::expect_all_close(got, want, 1e-5,
+                                std::string(cache_type_name(storage)) + " cache, variant " + std::to_string(variant));
+      if (variant == 0 || variant == 2) {
+        for (int64_t e = 2 * H * D; e < 3 * H * D; ++e) EXPECT_EQ(got[e], 0.0f) << "sequence 2 has no keys";
+      }
+    }
+  }
+  KVCache cache({.n_layers = 1, .batch = 1, .max_T = 4, .n_kv_heads = 1, .d_head = 2});
+  AttentionParams<float> two_queries;
+  two_queries.Tq = 2, two_queries.Tk = 2, two_queries.d_head = 2;
+  std::vector<float> q2(4), out2(4);
+  testing::expect_error_mentions<Error>([&] { cache.attend(0, out2.data(), q2.data(), two_queries); },
+                                        {"one query per sequence", "got 2 queries"});
 }
 
 TEST(KVCache, MemoryFollowsTheFormula) {
   // GPT-2 small at 1024 tokens: 2 · 12 layers · 12 heads · 64 · 1024 · 4 bytes = 72 MiB in fp32.
   KVCacheConfig gpt2{.n_layers = 12, .batch = 1, .max_T = 1024, .n_kv_heads = 12, .d_head = 64};
   EXPECT_EQ(KVCache::memory_bytes(gpt2), 2LL * 12 * 12 * 64 * 1024 * 4);
-  gpt2.storage = CacheStorage::F16;
+  gpt2.storage = CacheType::F16;
   EXPECT_EQ(KVCache::memory_bytes(gpt2), 2LL * 12 * 12 * 64 * 1024 * 2);
-  gpt2.storage = CacheStorage::I8;  // one byte per value plus a 4-byte scale per 64-value row
+  gpt2.storage = CacheType::Int8;  // one byte per value plus a 4-byte scale per 64-value row
   EXPECT_EQ(KVCache::memory_bytes(gpt2), 2LL * 12 * 12 * 1024 * (64 + 4));
   KVCache small({.n_layers = 2, .batch = 1, .max_T = 8, .n_kv_heads = 1, .d_head = 4});
   EXPECT_EQ(small.memory_bytes(), 2 * 2 * 8 * 4 * 4);
@@ -86,7 +145,6 @@ TEST(KVCache, WritingPastMaxTIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("4 positions"), std::string::npos) << e.what();
   }
   EXPECT_THROW(cache.keys(1, 1), Error);
-  EXPECT_THROW(parse_cache_storage("int4"), Error);
 }
 
 TEST(Convert, HalfAndInt8RoundTrips) {

@@ -470,6 +470,10 @@ TEST(SentencePiece, DecodingGivesBackTheText) {
   const int32_t bos = *tok.token_to_id("<s>");
   EXPECT_EQ(tok.decode(std::vector<int32_t>{bos}), "");
   EXPECT_TRUE(tok.is_special(bos));
+  EXPECT_EQ(tok.text_bytes(bos), 0);  // a control piece is no text
+  const int32_t hello = tok.encode("hello")[0];
+  EXPECT_EQ(tok.text_bytes(hello), static_cast<int64_t>(tok.id_to_bytes(hello).size()));
+  EXPECT_GT(tok.text_bytes(hello), 0);
   // The unigram model without byte fallback writes UNK as SentencePiece does.
   const Tokenizer plain = Tokenizer::load(std::string(ATTEND_TEST_DATA) + "/spm/unigram_plain.model");
   EXPECT_EQ(plain.decode(plain.encode("a\u4e2d")), "a \u2047 ");

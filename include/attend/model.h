@@ -30,6 +30,9 @@ enum class PositionKind { None, Learned, Sinusoidal, RoPE, ALiBi, T5 };
 enum class Pooling { CLS, Mean };
 enum class InitScheme { GPT2, Xavier };
 enum class WeightType { F32, BF16, F16 };  // how model.safetensors stores the weights
+// How the KV cache stores keys and values: F16 halves its memory and the bytes each generated token reads
+// (relative error ≤ 2⁻¹¹ per element); Int8 keeps one byte per element and a scale per (position, head).
+enum class CacheType { F32, F16, Int8 };
 
 struct ModelConfig {
   Architecture architecture = Architecture::Decoder;
@@ -98,6 +101,9 @@ struct ModelConfig {
 };
 
 const char* architecture_name(Architecture a);  // "decoder", "encoder", "encoder-decoder"
+const char* cache_type_name(CacheType t);       // "f32", "f16", "int8"
+// The inverse of cache_type_name; attend::Error naming the accepted words otherwise.
+CacheType parse_cache_type(std::string_view name);
 
 // One batch of B sequences of T tokens, padded on the right. Encoder-only and decoder-only models read
 // ids; encoder-decoder models read src_* (the encoder's input) and ids (the decoder's).
@@ -208,6 +214,9 @@ class Model {
   // are kept packed so that decoding reads half the bytes per token. F32 drops the packed copies; the
   // rounding stays.
   void set_decode_weights(WeightType weights);
+  // The storage of the KV caches that later start_decoding calls allocate (F32 unless set).
+  void set_cache_type(CacheType type);
+  CacheType cache_type() const;
   // Beam search: sequence b of the cache continues from sequence source[b].
   void reorder_decoding(const std::vector<int64_t>& source);
 

@@ -103,6 +103,9 @@ class Tokenizer {
   // The bytes an id decodes to on its own.
   std::string id_to_bytes(int32_t id) const;
   bool is_special(int32_t id) const;
+  // The bytes of text an id stands for: id_to_bytes's length, 0 for special tokens (a document's end is no
+  // text). The denominator of loss per byte.
+  int64_t text_bytes(int32_t id) const;
 
   std::optional<int32_t> special_id(SpecialRole role) const;
   // Binds a role to an existing token; an unknown token is an error naming it.

@@ -166,7 +166,7 @@ struct TrainConfig {
   int64_t eval_every = 100;           // validation loss every N steps (and at the end); 0 = only at the end
   int64_t checkpoint_every = 500;     // 0 = only at the end
   int64_t max_bad_steps = 5;          // non-finite loss or gradient this many steps in a row stops training
-  double spike_factor = 3.0;          // a loss above this × its running average is logged as a spike
+  double spike_factor = 3.0;          // a loss above this × its running average (+0.5 nats) is logged
   uint64_t seed = 0;                  // dropout's stream
   // Fine-tuning: a checkpoint directory whose parameters (by name; shapes must agree) replace the fresh
   // model's before the first step. Parameters it lacks, such as a new classification head, keep their

@@ -1,36 +1,31 @@
 #include "infer/kv_cache.h"
 
+#include "core/enum_names.h"
 #include "kernels/convert.h"
+#include "kernels/parallel.h"
 
 #include <attend/error.h>
 
 #include <algorithm>
 #include <cstring>
 
-namespace attend::infer {
+namespace attend {
 
-const char* cache_storage_name(CacheStorage s) {
-  switch (s) {
-    case CacheStorage::F32: return "f32";
-    case CacheStorage::F16: return "f16";
-    case CacheStorage::I8: return "int8";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<CacheType> kCacheTypes[] = {{CacheType::F32, "f32"}, {CacheType::F16, "f16"}, {CacheType::Int8, "int8"}};
+}  // namespace
 
-CacheStorage parse_cache_storage(std::string_view name) {
-  if (name == "f32" || name == "fp32") return CacheStorage::F32;
-  if (name == "f16" || name == "fp16") return CacheStorage::F16;
-  if (name == "int8" || name == "i8") return CacheStorage::I8;
-  throw Error(fmt::format("unknown KV cache storage '{}': expected f32, f16 or int8", name));
-}
+const char* cache_type_name(CacheType t) { return enum_name<CacheType>(kCacheTypes, t); }
+CacheType parse_cache_type(std::string_view name) { return parse_enum<CacheType>(kCacheTypes, name, "KV cache type"); }
+
+namespace infer {
 
 int64_t KVCache::memory_bytes(const KVCacheConfig& c) {
   const int64_t rows = 2 * c.n_layers * c.batch * c.max_T * c.n_kv_heads;
   switch (c.storage) {
-    case CacheStorage::F32: return rows * c.d_head * 4;
-    case CacheStorage::F16: return rows * c.d_head * 2;
-    case CacheStorage::I8: return rows * (c.d_head + 4);  // int8 values and one float scale per row
+    case CacheType::F32: return rows * c.d_head * 4;
+    case CacheType::F16: return rows * c.d_head * 2;
+    case CacheType::Int8: return rows * (c.d_head + 4);  // int8 values and one float scale per row
   }
   return 0;
 }
@@ -42,9 +37,9 @@ KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
   rows_per_layer_ = c.batch * c.max_T * c.n_kv_heads;
   const int64_t rows = 2 * c.n_layers * rows_per_layer_;
   switch (c.storage) {
-    case CacheStorage::F32: f32_.assign(rows * c.d_head, 0.0f); break;
-    case CacheStorage::F16: f16_.assign(rows * c.d_head, 0); break;
-    case CacheStorage::I8:
+    case CacheType::F32: f32_.assign(rows * c.d_head, 0.0f); break;
+    case CacheType::F16: f16_.assign(rows * c.d_head, 0); break;
+    case CacheType::Int8:
       i8_.assign(rows * c.d_head, 0);
       scales_.assign(rows, 0.0f);
       break;
@@ -69,11 +64,11 @@ void KVCache::write(int64_t layer, int64_t pos, const float* k, const float* v, 
       const float* src = (which == 0 ? k : v) + b * n_rows * c.d_head;
       const int64_t first = row(layer, which == 1, b, pos);
       switch (c.storage) {
-        case CacheStorage::F32:
+        case CacheType::F32:
           std::memcpy(&f32_[first * c.d_head], src, n_rows * c.d_head * sizeof(float));
           break;
-        case CacheStorage::F16: kernels::float_to_half(&f16_[first * c.d_head], src, n_rows * c.d_head); break;
-        case CacheStorage::I8:
+        case CacheType::F16: kernels::float_to_half(&f16_[first * c.d_head], src, n_rows * c.d_head); break;
+        case CacheType::Int8:
           kernels::quantize_rows_int8(&i8_[first * c.d_head], &scales_[first], src, n_rows, c.d_head);
           break;
       }
@@ -85,14 +80,14 @@ const float* KVCache::read(int64_t layer, int64_t length, bool value) {
   const auto& c = config_;
   check(layer >= 0 && layer < c.n_layers, "KV cache: layer {} out of range [0, {})", layer, c.n_layers);
   check(length >= 0 && length <= c.max_T, "KV cache: reading {} positions of a cache of {}", length, c.max_T);
-  if (c.storage == CacheStorage::F32) return &f32_[row(layer, value, 0, 0) * c.d_head];
+  if (c.storage == CacheType::F32) return &f32_[row(layer, value, 0, 0) * c.d_head];
   std::vector<float>& out = decoded_[value ? 1 : 0];
   out.resize(rows_per_layer_ * c.d_head);
   const int64_t n_rows = length * c.n_kv_heads;
   for (int64_t b = 0; b < c.batch; ++b) {
     const int64_t first = row(layer, value, b, 0);
     float* dst = &out[b * c.max_T * c.n_kv_heads * c.d_head];
-    if (c.storage == CacheStorage::F16) kernels::half_to_float(dst, &f16_[first * c.d_head], n_rows * c.d_head);
+    if (c.storage == CacheType::F16) kernels::half_to_float(dst, &f16_[first * c.d_head], n_rows * c.d_head);
     else kernels::dequantize_rows_int8(dst, &i8_[first * c.d_head], &scales_[first], n_rows, c.d_head);
   }
   return out.data();
@@ -117,11 +112,38 @@ void KVCache::reorder(const std::vector<int64_t>& source, int64_t length) {
       }
   };
   switch (c.storage) {
-    case CacheStorage::F32: permute(f32_, c.d_head); break;
-    case CacheStorage::F16: permute(f16_, c.d_head); break;
-    case CacheStorage::I8:
+    case CacheType::F32: permute(f32_, c.d_head); break;
+    case CacheType::F16: permute(f16_, c.d_head); break;
+    case CacheType::Int8:
       permute(i8_, c.d_head);
       permute(scales_, 1);
+      break;
+  }
+}
+
+void KVCache::attend(int64_t layer, float* out, const float* q, kernels::AttentionParams<float> p) {
+  const auto& c = config_;
+  check(layer >= 0 && layer < c.n_layers, "KV cache: layer {} out of range [0, {})", layer, c.n_layers);
+  check(p.Tq == 1 && p.B == c.batch && p.n_kv_heads == c.n_kv_heads && p.d_head == c.d_head && p.Tk >= 0 &&
+            p.Tk <= c.max_T,
+        "KV cache: attend takes one query per sequence over at most {} positions of batch {} × {} heads × {} "
+        "channels, got {} queries over {} positions of batch {} × {} × {}",
+        c.max_T, c.batch, c.n_kv_heads, c.d_head, p.Tq, p.Tk, p.B, p.n_kv_heads, p.d_head);
+  p.kv_capacity = c.max_T;
+  workspace_.resize(kernels::decode_attention_workspace_size(p, kernels::num_threads()));
+  const int64_t keys = row(layer, false, 0, 0), values = row(layer, true, 0, 0);
+  switch (c.storage) {
+    case CacheType::F32:
+      kernels::decode_attention_forward(out, q, &f32_[keys * c.d_head], &f32_[values * c.d_head], nullptr, nullptr,
+                                        p, workspace_.data());
+      break;
+    case CacheType::F16:
+      kernels::decode_attention_forward(out, q, &f16_[keys * c.d_head], &f16_[values * c.d_head], nullptr, nullptr,
+                                        p, workspace_.data());
+      break;
+    case CacheType::Int8:
+      kernels::decode_attention_forward(out, q, &i8_[keys * c.d_head], &i8_[values * c.d_head], &scales_[keys],
+                                        &scales_[values], p, workspace_.data());
       break;
   }
 }
@@ -129,4 +151,5 @@ void KVCache::reorder(const std::vector<int64_t>& source, int64_t length) {
 const float* KVCache::keys(int64_t layer, int64_t length) { return read(layer, length, false); }
 const float* KVCache::values(int64_t layer, int64_t length) { return read(layer, length, true); }
 
-}  // namespace attend::infer
+}  // namespace infer
+}  // namespace attend

@@ -4,19 +4,18 @@
 //
 // Storage is fp32, fp16 or int8 with one scale per (position, head) row. Memory is
 // 2 · n_layers · batch · n_kv_heads · d_head · max_T · bytes (+ 4 bytes per row for int8 scales).
+// A generated token's attention reads the rows as stored (attend); longer prompts read fp32 copies
+// (keys, values) through the tiled kernel.
 #pragma once
 
+#include "kernels/attention.h"
+
+#include <attend/model.h>
+
 #include <cstdint>
-#include <string_view>
 #include <vector>
 
 namespace attend::infer {
-
-enum class CacheStorage { F32, F16, I8 };
-
-const char* cache_storage_name(CacheStorage s);
-// "f32", "f16" or "int8"; throws attend::Error otherwise.
-CacheStorage parse_cache_storage(std::string_view name);
 
 struct KVCacheConfig {
   int64_t n_layers = 1;   // e.g. 12
@@ -24,7 +23,7 @@ struct KVCacheConfig {
   int64_t max_T = 1024;   // positions preallocated, e.g. the model's context length
   int64_t n_kv_heads = 1; // e.g. 12 (MHA), 4 (GQA), 1 (MQA)
   int64_t d_head = 64;
-  CacheStorage storage = CacheStorage::F32;
+  CacheType storage = CacheType::F32;
 };
 
 class KVCache {
@@ -46,6 +45,11 @@ class KVCache {
   const float* keys(int64_t layer, int64_t length);
   const float* values(int64_t layer, int64_t length);
 
+  // Decoding's attention over `layer` (kernels::decode_attention_forward): one query per sequence,
+  // q and out (batch, 1, n_heads, d_head), against the first p.Tk positions, read as stored (no fp32 copy).
+  // p describes the call (p.Tq = 1); its kv_capacity is set here.
+  void attend(int64_t layer, float* out, const float* q, kernels::AttentionParams<float> p);
+
   // Beam search: sequence b continues from sequence source[b] (every layer, positions [0, length)).
   void reorder(const std::vector<int64_t>& source, int64_t length);
 
@@ -60,6 +64,7 @@ class KVCache {
   std::vector<int8_t> i8_;
   std::vector<float> scales_;
   std::vector<float> decoded_[2];  // fp32 copies of the keys and values read last (fp16 and int8 only)
+  std::vector<float> workspace_;   // attend()'s scratch: score rows and T5 buckets
 };
 
 }  // namespace attend::infer

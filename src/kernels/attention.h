@@ -114,4 +114,21 @@ template <typename T>
 void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                                const AttentionParams<T>& p, T* workspace);
 
+// ---- One query per sequence (generation) ----------------------------------------------------------
+
+// Decoding's attention (001 §10): each of the B sequences has one new query (Tq = 1, at position q_offset)
+// against its Tk cached keys. For each (b, h): s_j = scale·q·k_j + bias_j (masked: −∞), p = softmax(s),
+// out = Σ_j p_j·v_j, in one pass over the cached rows as they are stored: KV is float, uint16_t (IEEE fp16)
+// or int8_t with one scale per (position, head) row, k_scales and v_scales (B, kv_rows, Hkv) (nullptr
+// otherwise). No conversion buffer and no tiles: an fp16 cache is read at half the bytes of an fp32 one.
+// The heads of one key/value group share each row they read. Masks and biases as above; no dropout
+// (inference), no log-sum-exp (no backward). A query whose keys are all masked gets zeros.
+int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int threads);
+template <typename KV>
+void decode_attention_forward(float* out,       // (B, 1, H, d_head)
+                              const float* q,   // (B, 1, H, d_head)
+                              const KV* k, const KV* v, const float* k_scales, const float* v_scales,
+                              const AttentionParams<float>& p,
+                              float* workspace);  // decode_attention_workspace_size(...) floats
+
 }  // namespace attend::kernels

@@ -173,7 +173,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
     saved_.dropout_seed = call.rng->seed();
     saved_.dropout_offset = call.rng->reserve(static_cast<uint64_t>(B * H * Tq * Tk));
   }
-  x_ = x.clone();
+  x_ = saved_.used_cache ? Tensor() : x.clone();  // backward's input; generation has no backward
   const int64_t Tkv = c.cross ? Tk : Tq;  // rows projected to keys/values in this call
   q_ = Tensor({B, Tq, H, D});
   k_ = cached_context ? Tensor() : Tensor({B, Tkv, Hkv, D});
@@ -199,32 +199,45 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   }
 
   kernels::AttentionParams<float> p = kernel_params();
+  attn_ = Tensor({B, Tq, H, D});
   const float* keys = cached_context ? context_k_.data() : k_.data();
   const float* values = cached_context ? context_v_.data() : v_.data();
+  // A generated token (one query per sequence, no backward) takes the decode kernel, which reads the KV
+  // cache as stored; longer inputs take the tiled kernel over fp32 rows.
+  const bool decode_step = (call.cache != nullptr || cached_context) && Tq == 1 && !dropout &&
+                           c.kernel == AttentionKernel::Flash;
   if (call.cache != nullptr) {
     call.cache->write(call.cache_layer, call.position, k_.data(), v_.data(), Tq);
-    keys = call.cache->keys(call.cache_layer, Tk);
-    values = call.cache->values(call.cache_layer, Tk);
-    p.kv_capacity = call.cache->config().max_T;
+    if (!decode_step) {
+      keys = call.cache->keys(call.cache_layer, Tk);
+      values = call.cache->values(call.cache_layer, Tk);
+      p.kv_capacity = call.cache->config().max_T;
+    }
   }
 
-  attn_ = Tensor({B, Tq, H, D});
   const int threads = kernels::num_threads();
-  switch (c.kernel) {
-    case AttentionKernel::Flash: {
-      stats_ = Tensor({B, H, Tq});
-      std::vector<float> workspace(kernels::flash_attention_workspace_size(p, threads));
-      kernels::flash_attention_forward(attn_.data(), stats_.data(), q_.data(), keys, values, p, workspace.data());
-      break;
-    }
-    case AttentionKernel::Reference:
-      stats_ = Tensor({B, H, Tq, Tk});
-      kernels::attention_reference_forward(attn_.data(), stats_.data(), q_.data(), keys, values, p);
-      break;
-    case AttentionKernel::Linear: {
-      std::vector<float> workspace(kernels::linear_attention_workspace_size(p, threads));
-      kernels::linear_attention_forward(attn_.data(), q_.data(), keys, values, p, workspace.data());
-      break;
+  if (decode_step && call.cache != nullptr) {
+    call.cache->attend(call.cache_layer, attn_.data(), q_.data(), p);
+  } else if (decode_step) {  // cross-attention over the cached encoder output
+    std::vector<float> workspace(kernels::decode_attention_workspace_size(p, threads));
+    kernels::decode_attention_forward(attn_.data(), q_.data(), keys, values, nullptr, nullptr, p, workspace.data());
+  } else {
+    switch (c.kernel) {
+      case AttentionKernel::Flash: {
+        stats_ = Tensor({B, H, Tq});
+        std::vector<float> workspace(kernels::flash_attention_workspace_size(p, threads));
+        kernels::flash_attention_forward(attn_.data(), stats_.data(), q_.data(), keys, values, p, workspace.data());
+        break;
+      }
+      case AttentionKernel::Reference:
+        stats_ = Tensor({B, H, Tq, Tk});
+        kernels::attention_reference_forward(attn_.data(), stats_.data(), q_.data(), keys, values, p);
+        break;
+      case AttentionKernel::Linear: {
+        std::vector<float> workspace(kernels::linear_attention_workspace_size(p, threads));
+        kernels::linear_attention_forward(attn_.data(), q_.data(), keys, values, p, workspace.data());
+        break;
+      }
     }
   }
   Tensor out = Tensor::uninitialized({B, Tq, C});

@@ -631,7 +631,7 @@ void Model::start_decoding(int64_t batch, int64_t max_T, std::vector<int32_t> le
   for (int32_t pad : left_pad)
     check(pad >= 0 && pad < max_T, "generation: left padding {} is outside [0, {})", pad, max_T);
   m.cache = std::make_unique<infer::KVCache>(
-      infer::KVCacheConfig{c.decoder_layers(), batch, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
+      infer::KVCacheConfig{c.decoder_layers(), batch, max_T, c.kv_heads(), c.d_head(), m.cache_type});
   m.decode_position = 0;
   m.src_lengths.clear();
   m.left_pad = std::move(left_pad);
@@ -657,7 +657,7 @@ void Model::start_decoding(const Batch& source, int64_t max_T) {
   m.decoder->cache_context(enc);
   m.left_pad.clear();
   m.cache = std::make_unique<infer::KVCache>(
-      infer::KVCacheConfig{c.decoder_layers(), B, max_T, c.kv_heads(), c.d_head(), infer::CacheStorage::F32});
+      infer::KVCacheConfig{c.decoder_layers(), B, max_T, c.kv_heads(), c.d_head(), m.cache_type});
   m.decode_position = 0;
 }
 
@@ -703,6 +703,9 @@ const Tensor& Model::decode(const std::vector<int32_t>& ids, int64_t T_new) {
   nn::linear_forward(m.next_logits.data(), last.data(), m.output_matrix(), nullptr, B, C, V);
   return m.next_logits;
 }
+
+void Model::set_cache_type(CacheType type) { impl_->cache_type = type; }
+CacheType Model::cache_type() const { return impl_->cache_type; }
 
 void Model::set_decode_weights(WeightType weights) {
   check(weights != WeightType::F16, "generation: decode weights are f32 or bf16, not f16");

@@ -139,6 +139,7 @@ struct Model::Impl {
   float label_smoothing = 0.0f;
   int64_t B = 0, T = 0, src_T = 0;
   std::unique_ptr<infer::KVCache> cache;  // generation
+  CacheType cache_type = CacheType::F32;  // the storage start_decoding gives it
   int64_t decode_position = 0;
   std::vector<int32_t> left_pad;          // generation of prompts of different lengths: pad tokens per sequence
   Tensor next_logits;                     // (batch, V) of the last decode call

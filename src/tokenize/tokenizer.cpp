@@ -409,6 +409,10 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   return impl_->model_id_to_token(id);
 }
 
+int64_t Tokenizer::text_bytes(int32_t id) const {
+  return is_special(id) ? 0 : static_cast<int64_t>(id_to_bytes(id).size());
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   if (const AddedToken* t = impl_->added_by_id(id)) return t->special;
   if (const auto* u = std::get_if<tokenize::UnigramModel>(&impl_->model))

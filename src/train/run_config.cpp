@@ -61,7 +61,7 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("eval_every", t.eval_every, "validation loss every N steps (and at the end)");
   f("checkpoint_every", t.checkpoint_every, "checkpoint every N steps (and at the end and on Ctrl-C)");
   f("max_bad_steps", t.max_bad_steps, "stop after this many non-finite steps in a row");
-  f("spike_factor", t.spike_factor, "log a loss above this × its running average");
+  f("spike_factor", t.spike_factor, "log a loss above this × its running average (and 0.5 nats above it)");
   f("seed", t.seed, "dropout's seed");
   f("init_from", t.init_from, "fine-tuning: a checkpoint directory whose parameters of the same names start the run");
   f("precision", t.precision, "matmul operands: f32, bf16 (mixed precision, fast with AVX-512 BF16) or f16 (loss-scaled)");

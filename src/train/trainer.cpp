@@ -214,7 +214,9 @@ StepReport Trainer::step() {
       s.loss_scale *= 2.0;
       s.clean_steps = 0;
     }
-    if (std::isfinite(s.loss_average) && r.loss > c.spike_factor * s.loss_average)
+    // Near zero loss one batch can triple without meaning anything: a spike must also rise 0.5 nats.
+    constexpr double kSpikeRise = 0.5;
+    if (std::isfinite(s.loss_average) && r.loss > c.spike_factor * s.loss_average && r.loss > s.loss_average + kSpikeRise)
       log::warn("step {}: loss spike: {:.4f} against a running average of {:.4f}", t, r.loss, s.loss_average);
     s.loss_average = std::isfinite(s.loss_average) ? 0.95 * s.loss_average + 0.05 * r.loss : r.loss;
   }
@@ -232,7 +234,7 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
                            s.model.config().architecture == Architecture::Decoder;
   if (count_bytes && s.token_bytes.empty())
     for (int32_t id = 0; id < s.tokenizer->vocab_size(); ++id)
-      s.token_bytes.push_back(s.tokenizer->is_special(id) ? 0 : static_cast<int32_t>(s.tokenizer->id_to_bytes(id).size()));
+      s.token_bytes.push_back(static_cast<int32_t>(s.tokenizer->text_bytes(id)));
   double sum = 0.0;
   int64_t n = 0, bytes = 0;
   for (int64_t i = 0; i < s.data.valid_batches(); ++i) {
