@@ -11,6 +11,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace attend::kernels {
 namespace {
 
@@ -30,9 +34,18 @@ inline Lanes load(const float* p) {
   return v;
 }
 inline Lanes load(const uint16_t* p) {
+#if defined(__AVX512F__)
+  // One vcvtph2ps of 16 halves. Through a _Float16 vector GCC 12 (without AVX512-FP16) loads the halves
+  // one by one, which made an fp16 cache slower to read than an fp32 one.
+  const __m512 v = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  Lanes out;
+  std::memcpy(&out, &v, sizeof out);
+  return out;
+#else
   Halves h;
   std::memcpy(&h, p, sizeof h);
   return __builtin_convertvector(h, Lanes);
+#endif
 }
 inline Lanes load(const int8_t* p) {
   Bytes b;
