@@ -99,7 +99,6 @@ inline void axpy(float* o, float w, const KV* v, int64_t D) {
 
 int64_t per_thread_size(const AttentionParams<float>& p) { return p.group_size() * p.Tk; }
 
-
 }  // namespace
 
 int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int threads) {
