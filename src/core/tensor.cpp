@@ -58,10 +58,11 @@ namespace {
 // Freed blocks of at least kCachedBytes, by exact size. AddressSanitizer builds keep nothing, so that a
 // use after free of a large tensor is still caught.
 #if defined(__SANITIZE_ADDRESS__)
-constexpr size_t kCachedBytes = SIZE_MAX;
+constexpr bool kKeepBlocks = false;
 #else
-constexpr size_t kCachedBytes = size_t{1} << 20;
+constexpr bool kKeepBlocks = true;
 #endif
+constexpr size_t kCachedBytes = size_t{1} << 20;
 
 size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -141,7 +142,7 @@ int64_t cached_memory_bytes() {
 }
 
 void Tensor::FreeDeleter::operator()(float* p) const {
-  if (bytes >= kCachedBytes)
+  if (kKeepBlocks && bytes >= kCachedBytes)
     cache().put(p, bytes);
   else
     std::free(p);
@@ -150,9 +151,10 @@ void Tensor::FreeDeleter::operator()(float* p) const {
 Tensor::Tensor(Shape shape, Uninitialized) : shape_(shape) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);  // aligned_alloc wants a multiple
-  void* p = rounded >= kCachedBytes ? cache().take(rounded) : nullptr;
+  const bool kept = kKeepBlocks && rounded >= kCachedBytes;
+  void* p = kept ? cache().take(rounded) : nullptr;
   if (p == nullptr) p = std::aligned_alloc(64, rounded);
-  if (p == nullptr && rounded >= kCachedBytes) {  // give the kept blocks back and try once more
+  if (p == nullptr && kept) {  // give the kept blocks back and try once more
     cache().release();
     p = std::aligned_alloc(64, rounded);
   }

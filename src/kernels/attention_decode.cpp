@@ -4,6 +4,7 @@
 // fp16 rows in place halves them, and needs no fp32 copy of the cache.
 #include "kernels/attention.h"
 #include "kernels/attention_scores.h"
+#include "kernels/lanes.h"
 #include "kernels/parallel.h"
 #include "kernels/vec_math.h"
 
@@ -11,54 +12,18 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 namespace attend::kernels {
 namespace {
 
-// 16 channels at a time in GCC's vector extension (one AVX-512 register; two AVX2 ones elsewhere): fp16
-// widens with vcvtph2ps, int8 with vpmovsxbd + vcvtdq2ps (its row scale is applied once per row). Written
-// element by element, GCC kept these loops scalar. The vectors stay inside this file, so the ABI GCC warns
-// about does not matter (as in matmul.cpp).
-#pragma GCC diagnostic ignored "-Wpsabi"
-using Lanes = float __attribute__((vector_size(64)));
-using Halves = _Float16 __attribute__((vector_size(32)));
-using Bytes = int8_t __attribute__((vector_size(16)));
-constexpr int64_t kLanes = 16;
-
-inline Lanes load(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline Lanes load(const uint16_t* p) {
-#if defined(__AVX512F__)
-  // One vcvtph2ps of 16 halves. Through a _Float16 vector GCC 12 (without AVX512-FP16) loads the halves
-  // one by one, which made an fp16 cache slower to read than an fp32 one.
-  const __m512 v = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  Lanes out;
-  std::memcpy(&out, &v, sizeof out);
-  return out;
-#else
-  Halves h;
-  std::memcpy(&h, p, sizeof h);
-  return __builtin_convertvector(h, Lanes);
-#endif
-}
-inline Lanes load(const int8_t* p) {
-  Bytes b;
-  std::memcpy(&b, p, sizeof b);
-  return __builtin_convertvector(b, Lanes);
-}
-
+// 16 channels at a time (lanes.h): fp16 widens with vcvtph2ps, int8 with vpmovsxbd + vcvtdq2ps (its row
+// scale is applied once per row).
+using lanes::kLanes;
+using lanes::Lanes;
+inline Lanes load(const float* p) { return lanes::load(p); }
+inline Lanes load(const uint16_t* p) { return lanes::load_f16(p); }
+inline Lanes load(const int8_t* p) { return lanes::load(p); }
 inline float widen(float x) { return x; }
-inline float widen(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, sizeof h);
-  return static_cast<float>(h);
-}
+inline float widen(uint16_t bits) { return lanes::widen_f16(bits); }
 inline float widen(int8_t x) { return static_cast<float>(x); }
 
 // q·k over D channels.
@@ -67,8 +32,7 @@ inline float dot(const float* q, const KV* k, int64_t D) {
   Lanes acc = {};
   int64_t d = 0;
   for (; d + kLanes <= D; d += kLanes) acc += load(q + d) * load(k + d);
-  float s = 0.0f;
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  float s = lanes::sum(acc);
   for (; d < D; ++d) s += q[d] * widen(k[d]);
   return s;
 }

@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include "kernels/gemm.h"
+#include "kernels/lanes.h"
 #include "kernels/parallel.h"
 
 #include <cstring>
@@ -11,39 +12,13 @@ namespace attend::kernels {
 namespace {
 
 // Decoding multiplies one row by each weight row: a stream through the weights, bound by memory. The dot
-// products use GCC's vector extension directly (two 16-float registers: AVX-512 here, pairs of AVX2
-// registers elsewhere) and sum in float. Through vec::sum's double blocks they streamed 22 GB/s through
-// GPT-2's 495 MB on this machine; like this, 40-48 GB/s (docs/BENCHMARKS.md).
-// The vectors never cross a call boundary of another translation unit, so the ABI GCC warns about (builds
-// without -mavx512f pass them differently) does not matter.
-#pragma GCC diagnostic ignored "-Wpsabi"
-using Lanes = float __attribute__((vector_size(64)));
-using Halves = uint16_t __attribute__((vector_size(32)));
-using Words = uint32_t __attribute__((vector_size(64)));
-
-inline Lanes load(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// 16 bf16 values widened exactly: each is the top half of its float.
-inline Lanes load(const uint16_t* p) {
-  Halves h;
-  std::memcpy(&h, p, sizeof h);
-  const Words bits = __builtin_convertvector(h, Words) << 16;
-  Lanes v;
-  std::memcpy(&v, &bits, sizeof v);
-  return v;
-}
-
+// products use GCC's vector extension directly (lanes.h) and sum in float. Through vec::sum's double blocks
+// they streamed 22 GB/s through GPT-2's 495 MB on this machine; like this, 40-48 GB/s (docs/BENCHMARKS.md).
+using lanes::Lanes;
+inline Lanes load(const float* p) { return lanes::load(p); }
+inline Lanes load(const uint16_t* p) { return lanes::load_bf16(p); }
 inline float widen(float w) { return w; }
-inline float widen(uint16_t w) {
-  const uint32_t bits = uint32_t{w} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+inline float widen(uint16_t w) { return lanes::widen_bf16(w); }
 
 // Σ_c x[c]·w[c] with the weights stored as float or bf16.
 template <typename W>
@@ -54,9 +29,7 @@ template <typename W>
     a0 += load(x + c) * load(w + c);
     a1 += load(x + c + 16) * load(w + c + 16);
   }
-  const Lanes a = a0 + a1;
-  float s = 0.0f;
-  for (int l = 0; l < 16; ++l) s += a[l];
+  float s = lanes::sum(a0 + a1);
   for (; c < C; ++c) s += x[c] * widen(w[c]);
   return s;
 }
