@@ -542,6 +542,20 @@ TEST(Trainer, MoERoutingIsReportedInTheMetrics) {
   EXPECT_TRUE(j.contains("moe_refused"));
 }
 
+// The inverse square-root schedule's d_model^(-1/2) is the model's width (32 here), whatever the config's
+// schedule says: at step t ≤ warm-up, lr = η · 32^(-1/2) · t · 4^(-3/2).
+TEST(Trainer, InverseSqrtScheduleUsesTheModelsWidth) {
+  const auto tokens = pattern_tokens(7, 200);
+  LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});
+  TrainConfig c = quick_config(2);
+  c.schedule = Schedule{.kind = ScheduleKind::InverseSqrt, .lr = 1.0, .warmup_steps = 4, .d_model = 512};
+  Trainer trainer(Model(tiny_gpt()), data, c, run_dir("inverse_sqrt"));
+  std::vector<double> lr;
+  trainer.run([&](const StepReport& r) { lr.push_back(r.lr); });
+  ASSERT_EQ(lr.size(), 2u);
+  for (int t = 1; t <= 2; ++t) EXPECT_NEAR(lr[t - 1], t / (std::sqrt(32.0) * 8.0), 1e-12) << "step " << t;
+}
+
 TEST(Trainer, RefusesToOverwriteOrResumeAnotherModel) {
   const auto tokens = pattern_tokens(5);
   LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});

@@ -21,7 +21,7 @@ struct Schedule {
   int64_t warmup_steps = 0;    // T_w, e.g. 100
   int64_t total_steps = 0;     // T: where cosine reaches min_lr, e.g. 10000
   double min_lr = 0.0;         // η_min, the cosine floor, e.g. 3e-5
-  int64_t d_model = 512;       // inverse_sqrt only
+  int64_t d_model = 512;       // inverse_sqrt only (the Trainer sets it to the model's d_model)
 
   // Throws attend::Error naming the field when the schedule cannot be computed.
   void validate() const;

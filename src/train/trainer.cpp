@@ -83,6 +83,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
         c.loss_scale_window);
   s.loss_scale = c.precision == Precision::F16 ? c.loss_scale : 1.0;
   if (c.schedule.total_steps == 0) c.schedule.total_steps = c.steps;
+  c.schedule.d_model = s.model.config().d_model;  // inverse_sqrt's d_model^(-1/2) is the model's width
   c.schedule.validate();
   std::error_code ec;
   fs::create_directories(s.dir, ec);
