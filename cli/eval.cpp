@@ -49,6 +49,7 @@ void add_eval_seq2seq(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval-seq2seq", "Word and token error rates of an encoder-decoder model on source<TAB>target lines");
   static std::string model_dir, data;
   static int64_t beam = 0, max_new = 64, limit = 0, batch = 32;
+  static double length_penalty = 1.0;
   static bool json_output = false, strip_stress = false;
   cmd->add_option("--model", model_dir, "An encoder-decoder model directory with its tokenizer")->required();
   cmd->add_flag("--strip-stress", strip_stress,
@@ -56,6 +57,8 @@ void add_eval_seq2seq(CLI::App& app) {
                 "standard CMUdict benchmark");
   cmd->add_option("--data", data, "source<TAB>target lines; a source may appear with several targets")->required();
   cmd->add_option("--beam", beam, "Beam width (0: greedy, batched)");
+  cmd->add_option("--length-penalty", length_penalty, "Beam search: a finished output scores log p / length^α")
+      ->capture_default_str();
   cmd->add_option("--max-new-tokens", max_new, "Longest output")->capture_default_str();
   cmd->add_option("--batch", batch, "Sources decoded together (greedy)")->capture_default_str();
   cmd->add_option("--limit", limit, "Score only the first N sources (0: all)");
@@ -98,7 +101,7 @@ void add_eval_seq2seq(CLI::App& app) {
       }
       if (beam > 0) {
         const auto best = beam_search(model, inputs[0], max_new, options.eos,
-                                      {.width = beam, .decoder_start = options.decoder_start});
+                                      {.width = beam, .length_penalty = length_penalty, .decoder_start = options.decoder_start});
         hypotheses.push_back(split_words(tokenizer.decode(best[0].ids)));
       } else {
         for (const Generation& g : generate_batch(model, tokenizer, inputs, options))

@@ -22,7 +22,7 @@ case $task in
     resume=()
     [[ -d runs/g2p/checkpoint ]] && resume=(--resume)
     $attend train --config configs/g2p.json "$@" "${resume[@]}"
-    $attend eval-seq2seq --model runs/g2p/checkpoint --data data/cmudict/test-39.tsv --beam 4
+    $attend eval-seq2seq --model runs/g2p/checkpoint --data data/cmudict/test-39.tsv --beam 8
     ;;
   spam)
     # The messages' text alone (no labels), one document each, for the tokenizer and MLM pre-training.
