@@ -101,7 +101,8 @@ void add_eval_seq2seq(CLI::App& app) {
       }
       if (beam > 0) {
         const auto best = beam_search(model, inputs[0], max_new, options.eos,
-                                      {.width = beam, .length_penalty = length_penalty, .decoder_start = options.decoder_start});
+                                      {.width = beam, .length_penalty = length_penalty,
+                                       .decoder_start = options.decoder_start});
         hypotheses.push_back(split_words(tokenizer.decode(best[0].ids)));
       } else {
         for (const Generation& g : generate_batch(model, tokenizer, inputs, options))
