@@ -9,6 +9,9 @@
 // process, and the bound it implies: weight bytes per token / bandwidth. The KV cache's bytes per token (the
 // mean over the generated tokens) are reported beside it, not counted in the bound. bench/generate.sh runs it
 // beside PyTorch (bench/generate_torch.py).
+#include "infer/kv_cache.h"
+
+#include <attend/error.h>
 #include <attend/generate.h>
 #include <attend/model.h>
 #include <attend/rng.h>
@@ -80,10 +83,15 @@ int main(int argc, char** argv) {
       return flag == "--help" ? 0 : 2;
     }
   }
-  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16") ||
-      (kv_cache != "f32" && kv_cache != "f16" && kv_cache != "int8")) {
-    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or bf16, "
-                 "--kv-cache f32, f16 or int8\n");
+  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16")) {
+    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or bf16\n");
+    return 2;
+  }
+  attend::CacheType cache_type;
+  try {
+    cache_type = attend::parse_cache_type(kv_cache);
+  } catch (const attend::Error& e) {
+    std::fprintf(stderr, "attend_generate_bench: --kv-cache: %s\n", e.what());
     return 2;
   }
   attend::set_num_threads(threads);
@@ -95,14 +103,14 @@ int main(int argc, char** argv) {
   attend::Model model(c);
   const bool bf16 = weights == "bf16";
   if (bf16) model.set_decode_weights(attend::WeightType::BF16);
-  model.set_cache_type(attend::parse_cache_type(kv_cache));
+  model.set_cache_type(cache_type);
   // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
   // position table, not all of it), fp32.
   const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
   // Keys and values of every layer at the mean position of the generated tokens.
-  const double cache_element_bytes = kv_cache == "f32" ? 4.0 : kv_cache == "f16" ? 2.0 : 1.0 + 4.0 / double(c.d_head());
-  const double kv_bytes = 2.0 * double(c.n_layers * c.d_model) * (double(prompt_len) + double(new_tokens + 1) / 2.0) *
-                          cache_element_bytes;
+  const double kv_bytes_per_position = double(attend::infer::KVCache::memory_bytes(
+      {.n_layers = c.n_layers, .batch = 1, .max_T = 1, .n_kv_heads = c.kv_heads(), .d_head = c.d_head(), .storage = cache_type}));
+  const double kv_bytes = kv_bytes_per_position * (double(prompt_len) + double(new_tokens + 1) / 2.0);
 
   attend::Rng rng(3);
   std::vector<int32_t> prompt(prompt_len);
