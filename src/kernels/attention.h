@@ -118,11 +118,13 @@ void linear_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
 
 // Decoding's attention (001 §10): each of the B sequences has one new query (Tq = 1, at position q_offset)
 // against its Tk cached keys. For each (b, h): s_j = scale·q·k_j + bias_j (masked: −∞), p = softmax(s),
-// out = Σ_j p_j·v_j, in one pass over the cached rows as they are stored: KV is float, uint16_t (IEEE fp16)
+// out = Σ_j p_j·v_j, reading the cached rows once, as they are stored: KV is float, uint16_t (IEEE fp16)
 // or int8_t with one scale per (position, head) row, k_scales and v_scales (B, kv_rows, Hkv) (nullptr
-// otherwise). No conversion buffer and no tiles: an fp16 cache is read at half the bytes of an fp32 one.
-// The heads of one key/value group share each row they read. Masks and biases as above; no dropout
-// (inference), no log-sum-exp (no backward). A query whose keys are all masked gets zeros.
+// otherwise). No conversion buffer: an fp16 cache is read at half the bytes of an fp32 one. The threads
+// share blocks of 32 positions (all heads of a position together, in storage order), and the blocks'
+// partial softmaxes merge at the end; the blocks are fixed, so the result does not depend on the thread
+// count. Masks and biases as above; no dropout (inference), no log-sum-exp (no backward). A query whose
+// keys are all masked gets zeros.
 int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int threads);
 template <typename KV>
 void decode_attention_forward(float* out,       // (B, 1, H, d_head)
