@@ -6,8 +6,8 @@
 // Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token) and
 // generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
 // reports them; per-token latency percentiles over every pass; the memory read bandwidth measured in the same
-// process before each pass, and the bound it implies: weight bytes per token / bandwidth, with each pass's
-// rate taken over its own bound. The KV cache's bytes per token (the mean over the generated tokens) are
+// process during each pass (a 256 MiB sum on every thread after every 8th token), and the bound it implies:
+// weight bytes per token / bandwidth, with each pass's rate taken over its own bound. The KV cache's bytes per token (the mean over the generated tokens) are
 // reported beside it, not counted in the bound. bench/generate.sh runs it
 // beside PyTorch (bench/generate_torch.py).
 #include "infer/kv_cache.h"
@@ -34,25 +34,21 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Read bandwidth: the sum of `data` (1 GiB) on every thread, the best of `repeats`, in GB/s.
-double read_bandwidth_gbs(const std::vector<float>& data, int repeats) {
+// Seconds to sum `data` on every thread: the read-bandwidth probe.
+double read_seconds(const std::vector<float>& data) {
   const int64_t n = static_cast<int64_t>(data.size());
-  double best = 0.0;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    double total = 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  double total = 0.0;
 #pragma omp parallel for reduction(+ : total) schedule(static)
-    for (int64_t block = 0; block < n / 4096; ++block) {
-      float lanes[16] = {};
-      for (int64_t i = block * 4096; i < (block + 1) * 4096; i += 16)
-        for (int l = 0; l < 16; ++l) lanes[l] += data[i + l];
-      for (float l : lanes) total += l;
-    }
-    const double s = seconds_since(start);
-    if (total != double(n)) fmt::print(stderr, "bandwidth: wrong sum\n");
-    best = std::max(best, double(n) * 4 / s / 1e9);
+  for (int64_t block = 0; block < n / 4096; ++block) {
+    float lanes[16] = {};
+    for (int64_t i = block * 4096; i < (block + 1) * 4096; i += 16)
+      for (int l = 0; l < 16; ++l) lanes[l] += data[i + l];
+    for (float l : lanes) total += l;
   }
-  return best;
+  const double s = seconds_since(start);
+  if (total != double(n)) fmt::print(stderr, "bandwidth: wrong sum\n");
+  return s;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -95,7 +91,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   attend::set_num_threads(threads);
-  const std::vector<float> probe(int64_t{1} << 28, 1.0f);  // 1 GiB
+  const std::vector<float> probe(int64_t{1} << 26, 1.0f);  // 256 MiB
+  constexpr int64_t kProbeEvery = 8;                        // generated tokens between probes
   attend::ModelConfig c;
   c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
   c.activation = attend::FfnKind::GELUTanh;
@@ -114,17 +111,18 @@ int main(int argc, char** argv) {
   attend::Rng rng(3);
   std::vector<int32_t> prompt(prompt_len);
   for (auto& t : prompt) t = static_cast<int32_t>(rng.below(c.vocab_size));
-  // The machine is shared and its bandwidth drifts by tens of percent within minutes, so each pass has its
-  // own bound, measured just before it (the best of three sums), and its share of the bound is its rate
-  // over that bound. The figures reported are the medians over the passes.
+  // The machine is shared and its bandwidth moves by tens of percent within seconds, so the bound is
+  // measured during the pass it bounds: the probe runs after every 8th generated token (outside the tokens'
+  // timing), and a pass's bandwidth is its probes' bytes over their time. A pass's share of the bound is
+  // its rate over that bound; the figures reported are the medians over the passes.
   std::vector<double> prompt_s, generate_rate, token_s, bandwidth, share;
   for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms up
-    const double pass_bandwidth = read_bandwidth_gbs(probe, 3);
     model.start_decoding(1, prompt_len + new_tokens);
     auto start = std::chrono::steady_clock::now();
     const attend::Tensor* logits = &model.decode(prompt, prompt_len);
     if (pass > 0) prompt_s.push_back(seconds_since(start));
-    double total = 0.0;
+    double total = 0.0, probe_s = 0.0;
+    int probes = 0;
     for (int64_t t = 0; t < new_tokens; ++t) {
       const int32_t next = attend::sample_token(logits->data(), c.vocab_size, {.greedy = true}, 0.0);
       start = std::chrono::steady_clock::now();
@@ -132,8 +130,13 @@ int main(int argc, char** argv) {
       const double s = seconds_since(start);
       total += s;
       if (pass > 0) token_s.push_back(s);
+      if (t % kProbeEvery == kProbeEvery - 1 || (t == new_tokens - 1 && probes == 0)) {
+        probe_s += read_seconds(probe);
+        ++probes;
+      }
     }
     if (pass > 0) {
+      const double pass_bandwidth = double(probes) * double(probe.size()) * sizeof(float) / probe_s / 1e9;
       generate_rate.push_back(double(new_tokens) / total);
       bandwidth.push_back(pass_bandwidth);
       share.push_back(generate_rate.back() / (pass_bandwidth * 1e9 / weight_bytes));
