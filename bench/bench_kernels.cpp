@@ -2,6 +2,7 @@
 // once), beside the machine's own memory bandwidth measured in the same run (a STREAM-style triad).
 //
 //   build/bench/attend_bench --benchmark_filter='Bandwidth|Kernel|Decode' --benchmark_counters_tabular=true
+#include "infer/kv_cache.h"
 #include "kernels/activation.h"
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
@@ -105,6 +106,27 @@ void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
   set_bandwidth(state, double(V * C) * (bf16 ? 2.0 : 4.0));
 }
 
+// Decoding's attention: one query of GPT-2's shape (12 heads of 64) against 576 cached positions, the mean
+// position of bench/generate_bench.cpp's tokens, over 48 layers of cache (85 MB in fp16, more than the
+// last-level cache, as GPT-2's 12 layers are between a token's 495 MB of weights); GB/s of cache read.
+void BM_Decode_Attention(benchmark::State& state, attend::CacheType storage) {
+  attend::set_num_threads(static_cast<int>(state.range(0)));
+  const int64_t layers = 48, T = 576, H = 12, D = 64;
+  attend::infer::KVCache cache({.n_layers = layers, .batch = 1, .max_T = T, .n_kv_heads = H, .d_head = D, .storage = storage});
+  const std::vector<float> kv = random_floats(T * H * D, 3), q = random_floats(H * D, 4);
+  for (int64_t l = 0; l < layers; ++l) {
+    cache.write(l, 0, kv.data(), kv.data(), T);
+  }
+  std::vector<float> out(H * D);
+  attend::kernels::AttentionParams<float> p;
+  p.Tq = 1, p.Tk = T, p.n_heads = H, p.n_kv_heads = H, p.d_head = D, p.causal = true, p.q_offset = T - 1;
+  for (auto _ : state) {
+    for (int64_t l = 0; l < layers; ++l) cache.attend(l, out.data(), q.data(), p);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bandwidth(state, double(cache.memory_bytes()));
+}
+
 void threads_1_2(benchmark::internal::Benchmark* b) {
   b->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
 }
@@ -115,5 +137,7 @@ BENCHMARK(BM_Kernel_LayerNormForwardBackward)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
+BENCHMARK_CAPTURE(BM_Decode_Attention, f32, attend::CacheType::F32)->Apply(threads_1_2);
+BENCHMARK_CAPTURE(BM_Decode_Attention, f16, attend::CacheType::F16)->Apply(threads_1_2);
 
 }  // namespace
