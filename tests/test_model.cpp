@@ -407,6 +407,11 @@ TEST(ModelDirectory, MismatchedWeightsAreErrorsNamingTheTensor) {
   write_file_atomic(dir / "model.safetensors", bytes.substr(0, bytes.size() / 2));
   expect_error_mentions<Error>([&] { Model::load(dir); }, {"model.safetensors", "truncated"});
   expect_error_mentions<Error>([&] { Model::load(dir / "nowhere"); }, {"not a model directory"});
+  // A training run's directory (its model is in checkpoint/) is named as such.
+  const fs::path run = dir / "run";
+  fs::create_directories(run / "checkpoint");
+  write_file_atomic(run / "checkpoint" / "config.json", read_file(kModels / "gpt" / "config.json"));
+  expect_error_mentions<Error>([&] { Model::load(run); }, {"training run's directory", "checkpoint"});
   fs::remove_all(dir);
 }
 

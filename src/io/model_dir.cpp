@@ -34,6 +34,9 @@ Model Model::load(const fs::path& dir) {
   check(fs::is_directory(dir), "{}: not a model directory (expected a directory holding config.json and "
                                "model.safetensors)", dir.string());
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
+  // `attend train` writes its model to OUT/checkpoint: name it when given the run's directory.
+  check(!fs::exists(dir / "checkpoint" / "config.json"),
+        "{}: a training run's directory; its model is {}", dir.string(), (dir / "checkpoint").string());
   check(fs::exists(config_path), "{}: missing config.json", dir.string());
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const std::string config_text = read_file(config_path);
