@@ -1,7 +1,11 @@
 #include "testing.h"
 
+#include "kernels/random_fill.h"
+
 #include <attend/rng.h>
 
+#include <cmath>
+#include <numbers>
 #include <set>
 
 namespace attend {
@@ -70,12 +74,6 @@ TEST(Rng, BelowIsUniformOverSmallRanges) {
   EXPECT_LT(chi2, 22.5);
 }
 
-}  // namespace
-}  // namespace attend
-
-namespace attend {
-namespace {
-
 // The range version gives exactly the numbers random_uniform gives, from any starting index.
 TEST(Rng, UniformsInARangeEqualOneByOne) {
   for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{6}, uint64_t{1} << 40}) {
@@ -83,6 +81,27 @@ TEST(Rng, UniformsInARangeEqualOneByOne) {
     random_uniforms(99, first, 37, range.data());
     for (int64_t k = 0; k < 37; ++k) ASSERT_EQ(range[k], random_uniform(99, first + k)) << first << " + " << k;
   }
+}
+
+// fill_normal draws its uniforms a Philox block at a time; every value must still be Box-Muller of
+// u(seed, offset + 2p) and u(seed, offset + 2p + 1), whatever the batch and thread boundaries. The size is
+// odd (the last pair keeps only its cosine) and spans several batches and both threads' chunks.
+TEST(Rng, FillNormalIsBoxMullerOfTheIndexedUniforms) {
+  const int64_t n = 20001;
+  const uint64_t seed = 5, offset = 7;
+  std::vector<float> got(n);
+  kernels::fill_normal(got.data(), n, 0.5, 2.0, seed, offset);
+  double mean = 0.0, square = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = i / 2;
+    const double u1 = 1.0 - random_uniform(seed, offset + 2 * p), u2 = random_uniform(seed, offset + 2 * p + 1);
+    const double r = std::sqrt(-2.0 * std::log(u1)) * 2.0, a = 2.0 * std::numbers::pi * u2;
+    ASSERT_EQ(got[i], static_cast<float>(0.5 + r * (i % 2 == 0 ? std::cos(a) : std::sin(a)))) << i;
+    mean += got[i] / double(n);
+    square += (got[i] - 0.5) * (got[i] - 0.5) / double(n);
+  }
+  EXPECT_NEAR(mean, 0.5, 5 * 2.0 / std::sqrt(double(n)));  // standard error 2/√n ≈ 0.014
+  EXPECT_NEAR(std::sqrt(square), 2.0, 0.05);
 }
 
 }  // namespace
