@@ -150,6 +150,42 @@ TEST(Matmul, FloatMatchesDoubleForwardAndBackward) {
   expect_all_close(dbf, db, kFloatTolerance, "dbias");
 }
 
+// Decoding's path: up to kGemvRows rows take the dot-product gemv, whose channels the threads share (an own
+// contiguous part each, then a shared tail in chunks). Against the fp64 oracle, with and without threads,
+// for a size that runs on one thread and one that is shared, an inner size with a scalar tail (77), and
+// bf16 weights against the same product of the rounded weights. One and two threads give the same bits.
+TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
+  const int threads = attend::num_threads();
+  for (int64_t OC : {300, 1003}) {
+    for (int64_t N = 1; N <= kGemvRows; ++N) {
+      const int64_t C = 77;
+      auto x = random_vector(N * C, 5), w = random_vector(OC * C, 6), b = random_vector(OC, 7);
+      std::vector<double> want(N * OC);
+      matmul_forward(want.data(), x.data(), w.data(), b.data(), N, C, OC);
+      auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);
+      std::vector<uint16_t> w16(OC * C);
+      float_to_bf16(w16.data(), wf.data(), OC * C);
+      std::vector<float> w_rounded(OC * C);
+      bf16_to_float(w_rounded.data(), w16.data(), OC * C);
+      std::vector<double> want_bf16(N * OC);
+      matmul_forward(want_bf16.data(), x.data(), cast<double>(w_rounded).data(), b.data(), N, C, OC);
+      std::vector<float> got[2], got_bf16[2];
+      for (int t : {1, 2}) {
+        attend::set_num_threads(t);
+        got[t - 1].resize(N * OC), got_bf16[t - 1].resize(N * OC);
+        matmul_forward(got[t - 1].data(), xf.data(), wf.data(), bf.data(), N, C, OC);
+        matmul_forward_bf16(got_bf16[t - 1].data(), xf.data(), w16.data(), bf.data(), N, C, OC);
+      }
+      attend::set_num_threads(threads);
+      const std::string what = fmt::format("N={} OC={}", N, OC);
+      expect_all_close(got[1], want, kFloatTolerance, what);
+      expect_all_close(got_bf16[1], want_bf16, kFloatTolerance, what + " bf16");
+      EXPECT_EQ(got[0], got[1]) << what;
+      EXPECT_EQ(got_bf16[0], got_bf16[1]) << what;
+    }
+  }
+}
+
 TEST(Norm, FloatLayerNormAndRMSNormMatchDouble) {
   const int64_t N = 9, C = 257;
   auto x = random_vector(N * C, 1, -5, 7), w = random_vector(C, 2), b = random_vector(C, 3);
