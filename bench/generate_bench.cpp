@@ -7,9 +7,9 @@
 // generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
 // reports them; per-token latency percentiles over every pass; the memory read bandwidth measured in the same
 // process during each pass (a 256 MiB sum on every thread after every 8th token), and the bound it implies:
-// weight bytes per token / bandwidth, with each pass's rate taken over its own bound. The KV cache's bytes per token (the mean over the generated tokens) are
-// reported beside it, not counted in the bound. bench/generate.sh runs it
-// beside PyTorch (bench/generate_torch.py).
+// weight bytes per token / bandwidth, with each pass's rate taken over its own bound. The KV cache's bytes
+// per token (the mean over the generated tokens) are reported beside it, not counted in the bound.
+// bench/generate.sh runs it beside PyTorch (bench/generate_torch.py).
 #include "infer/kv_cache.h"
 
 #include <attend/error.h>

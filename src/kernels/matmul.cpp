@@ -38,11 +38,9 @@ template <typename W>
 
 // A few rows times the weight: threads split the output channels, each streams its weight rows once.
 // Each thread first takes its own contiguous share of seven eighths of the channels (one long stream),
-// then the last eighth is shared in chunks of 32 as the threads free up. This machine's cores stream at
-// rates that differ from call to call: with an even split, one thread waited for the other for 15% of the
-// gemv time (timers around each thread's part). A standalone test of GPT-2's 49 gemv calls at 45-55 GB/s
-// read at 0.86-0.88 of the bandwidth probe with the even split, 0.89-0.91 like this, and 0.83-0.87 with a
-// quarter shared in chunks of 16 (small chunks restart the prefetchers' streams). Every channel is
+// then the last eighth is shared in chunks of 32 as the threads free up: the cores stream at rates that
+// differ from call to call, and with an even split one waited for the other for 15% of the gemv time.
+// Smaller chunks restart the prefetchers' streams too often (docs/BENCHMARKS.md). Every channel is
 // computed the same way whichever thread takes it, so the result does not depend on the timing.
 template <typename W>
 void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
