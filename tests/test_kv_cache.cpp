@@ -78,47 +78,51 @@ TEST(KVCache, IncrementalDecodingEqualsFullForward) {
 TEST(KVCache, DecodeKernelEqualsTheReferenceWithMasksAndBiases) {
   // 77 keys are three of the kernel's 32-key blocks, the last one partial, so the blocks' merge is exercised;
   // sequence 1's mask hides the whole middle block and variant 1's causal limit leaves the last one empty.
-  const int64_t B = 3, H = 6, Hkv = 2, D = 20, max_T = 90, Tk = 77;
-  auto k = cast<float>(random_vector(B * Tk * Hkv * D, 4, -2, 2));
-  auto v = cast<float>(random_vector(B * Tk * Hkv * D, 5));
-  auto q = cast<float>(random_vector(B * H * D, 6, -2, 2));
-  const auto t5_table = cast<float>(random_vector(32 * H, 7));
-  const std::vector<double> slopes = {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625};
-  const std::vector<int32_t> key_lengths = {77, 40, 0};
-  std::vector<uint8_t> mask(B * Tk, 1);
-  for (int64_t j = 0; j < Tk; ++j) mask[Tk + j] = j % 3 != 0 && (j < 32 || j >= 64);  // sequence 1's hidden keys
-  for (CacheType storage : {CacheType::F32, CacheType::F16, CacheType::Int8}) {
-    KVCache cache({.n_layers = 1, .batch = B, .max_T = max_T, .n_kv_heads = Hkv, .d_head = D, .storage = storage});
-    for (int64_t t = 0; t < Tk; ++t) {  // position t of every sequence
-      std::vector<float> kt(B * Hkv * D), vt(B * Hkv * D);
-      for (int64_t b = 0; b < B; ++b) {
-        std::copy_n(&k[(b * Tk + t) * Hkv * D], Hkv * D, &kt[b * Hkv * D]);
-        std::copy_n(&v[(b * Tk + t) * Hkv * D], Hkv * D, &vt[b * Hkv * D]);
+  // Head sizes 20 (the kernel's general loops) and 64 (compiled for that size).
+  for (const int64_t D : {20, 64}) {
+    SCOPED_TRACE("d_head " + std::to_string(D));
+    const int64_t B = 3, H = 6, Hkv = 2, max_T = 90, Tk = 77;
+    auto k = cast<float>(random_vector(B * Tk * Hkv * D, 4, -2, 2));
+    auto v = cast<float>(random_vector(B * Tk * Hkv * D, 5));
+    auto q = cast<float>(random_vector(B * H * D, 6, -2, 2));
+    const auto t5_table = cast<float>(random_vector(32 * H, 7));
+    const std::vector<double> slopes = {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625};
+    const std::vector<int32_t> key_lengths = {77, 40, 0};
+    std::vector<uint8_t> mask(B * Tk, 1);
+    for (int64_t j = 0; j < Tk; ++j) mask[Tk + j] = j % 3 != 0 && (j < 32 || j >= 64);  // sequence 1's hidden keys
+    for (CacheType storage : {CacheType::F32, CacheType::F16, CacheType::Int8}) {
+      KVCache cache({.n_layers = 1, .batch = B, .max_T = max_T, .n_kv_heads = Hkv, .d_head = D, .storage = storage});
+      for (int64_t t = 0; t < Tk; ++t) {  // position t of every sequence
+        std::vector<float> kt(B * Hkv * D), vt(B * Hkv * D);
+        for (int64_t b = 0; b < B; ++b) {
+          std::copy_n(&k[(b * Tk + t) * Hkv * D], Hkv * D, &kt[b * Hkv * D]);
+          std::copy_n(&v[(b * Tk + t) * Hkv * D], Hkv * D, &vt[b * Hkv * D]);
+        }
+        cache.write(0, t, kt.data(), vt.data(), 1);
       }
-      cache.write(0, t, kt.data(), vt.data(), 1);
-    }
-    for (int variant = 0; variant < 4; ++variant) {
-      AttentionParams<float> p;
-      p.B = B, p.Tq = 1, p.Tk = Tk, p.n_heads = H, p.n_kv_heads = Hkv, p.d_head = D, p.scale = 0.3;
-      p.causal = variant != 3, p.q_offset = variant == 1 ? 50 : Tk - 1;  // variant 1: keys past 50 are in the future
-      if (variant == 0) p.alibi_slopes = slopes.data(), p.key_lengths = key_lengths.data();
-      if (variant == 1) p.t5_table = t5_table.data(), p.mask = mask.data();
-      if (variant == 2) p.t5_table = t5_table.data(), p.t5_bidirectional = false, p.key_lengths = key_lengths.data();
-      std::vector<float> got(B * H * D), want(B * H * D), probs(B * H * Tk);
-      cache.attend(0, got.data(), q.data(), p);
-      // The blocks are fixed, not one per thread: one thread gives the same bits.
-      std::vector<float> one_thread(B * H * D);
-      const int threads = attend::num_threads();
-      attend::set_num_threads(1);
-      cache.attend(0, one_thread.data(), q.data(), p);
-      attend::set_num_threads(threads);
-      EXPECT_EQ(one_thread, got) << cache_type_name(storage) << " cache, variant " << variant;
-      p.kv_capacity = max_T;
-      kernels::attention_reference_forward(want.data(), probs.data(), q.data(), cache.keys(0, Tk), cache.values(0, Tk), p);
-      testing::expect_all_close(got, want, 1e-5,
-                                std::string(cache_type_name(storage)) + " cache, variant " + std::to_string(variant));
-      if (variant == 0 || variant == 2) {
-        for (int64_t e = 2 * H * D; e < 3 * H * D; ++e) EXPECT_EQ(got[e], 0.0f) << "sequence 2 has no keys";
+      for (int variant = 0; variant < 4; ++variant) {
+        AttentionParams<float> p;
+        p.B = B, p.Tq = 1, p.Tk = Tk, p.n_heads = H, p.n_kv_heads = Hkv, p.d_head = D, p.scale = 0.3;
+        p.causal = variant != 3, p.q_offset = variant == 1 ? 50 : Tk - 1;  // variant 1: keys past 50 are in the future
+        if (variant == 0) p.alibi_slopes = slopes.data(), p.key_lengths = key_lengths.data();
+        if (variant == 1) p.t5_table = t5_table.data(), p.mask = mask.data();
+        if (variant == 2) p.t5_table = t5_table.data(), p.t5_bidirectional = false, p.key_lengths = key_lengths.data();
+        std::vector<float> got(B * H * D), want(B * H * D), probs(B * H * Tk);
+        cache.attend(0, got.data(), q.data(), p);
+        // The blocks are fixed, not one per thread: one thread gives the same bits.
+        std::vector<float> one_thread(B * H * D);
+        const int threads = attend::num_threads();
+        attend::set_num_threads(1);
+        cache.attend(0, one_thread.data(), q.data(), p);
+        attend::set_num_threads(threads);
+        EXPECT_EQ(one_thread, got) << cache_type_name(storage) << " cache, variant " << variant;
+        p.kv_capacity = max_T;
+        kernels::attention_reference_forward(want.data(), probs.data(), q.data(), cache.keys(0, Tk), cache.values(0, Tk), p);
+        testing::expect_all_close(got, want, 1e-5,
+                                  std::string(cache_type_name(storage)) + " cache, variant " + std::to_string(variant));
+        if (variant == 0 || variant == 2) {
+          for (int64_t e = 2 * H * D; e < 3 * H * D; ++e) EXPECT_EQ(got[e], 0.0f) << "sequence 2 has no keys";
+        }
       }
     }
   }

@@ -70,10 +70,16 @@ int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int thr
 // across positions touches a new 4 KiB page every few rows, which the hardware prefetchers do not follow:
 // that ran at 5 GB/s). Each block keeps its own max and sum, and the blocks merge as in the tiled kernel:
 // out = Σ_blocks e^{m_b − m}·O_b / Σ_blocks e^{m_b − m}·l_b.
-template <typename KV>
-void decode_attention_forward(float* out, const float* q, const KV* k, const KV* v, const float* k_scales,
-                              const float* v_scales, const AttentionParams<float>& p, float* workspace) {
-  const int64_t H = p.n_heads, Hkv = p.n_kv_heads, D = p.d_head, G = p.group_size();
+//
+// kD is the head size when it is known at compile time (64 and 128, the common ones), 0 otherwise. With it
+// the per-head loops unroll: the kernel is nearly bound by its arithmetic (rows already in L2 read at only
+// 19 GB/s on one thread), and unrolled it is 5% faster there and from memory.
+namespace {
+
+template <int64_t kD, typename KV>
+void decode_attention(float* out, const float* q, const KV* k, const KV* v, const float* k_scales,
+                      const float* v_scales, const AttentionParams<float>& p, float* workspace) {
+  const int64_t H = p.n_heads, Hkv = p.n_kv_heads, D = kD > 0 ? kD : p.d_head, G = p.group_size();
   const int64_t rows = p.kv_rows(), n_blocks = blocks(p), stride = partial_size(p);
   const float scale = static_cast<float>(p.scale);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
@@ -150,6 +156,18 @@ void decode_attention_forward(float* out, const float* q, const KV* k, const KV*
       for (int64_t d = 0; d < D; ++d) O[d] *= inv;
     }
   });
+}
+
+}  // namespace
+
+template <typename KV>
+void decode_attention_forward(float* out, const float* q, const KV* k, const KV* v, const float* k_scales,
+                              const float* v_scales, const AttentionParams<float>& p, float* workspace) {
+  switch (p.d_head) {
+    case 64: return decode_attention<64>(out, q, k, v, k_scales, v_scales, p, workspace);
+    case 128: return decode_attention<128>(out, q, k, v, k_scales, v_scales, p, workspace);
+    default: return decode_attention<0>(out, q, k, v, k_scales, v_scales, p, workspace);
+  }
 }
 
 template void decode_attention_forward<float>(float*, const float*, const float*, const float*, const float*,
