@@ -53,14 +53,16 @@ constexpr int64_t kBlock = 32;
 
 int64_t blocks(const AttentionParams<float>& p) { return (p.Tk + kBlock - 1) / kBlock; }
 // Per (sequence, block, head): the block's unnormalised output Σ_j e^{s_j − m}·v_j (D floats), its max m and
-// its sum l = Σ_j e^{s_j − m}.
-int64_t partial_size(const AttentionParams<float>& p) { return p.d_head + 2; }
+// its sum l = Σ_j e^{s_j − m}, padded to whole vectors so that every head's output starts a cache line
+// (with D + 2 floats, half the heads' vector loads and stores straddled two lines).
+int64_t partial_size(const AttentionParams<float>& p) { return (p.d_head + 2 + kLanes - 1) / kLanes * kLanes; }
+constexpr int64_t kLineFloats = 16;  // floats in a 64-byte cache line
 int64_t scores_size(const AttentionParams<float>& p) { return p.n_heads * kBlock; }
 
 }  // namespace
 
 int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int threads) {
-  return threads * scores_size(p) + p.B * blocks(p) * p.n_heads * partial_size(p) +
+  return threads * scores_size(p) + kLineFloats + p.B * blocks(p) * p.n_heads * partial_size(p) +
          detail::t5_bucket_table_size(p);  // int32 buckets fit in floats
 }
 
@@ -83,7 +85,8 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
   const int64_t rows = p.kv_rows(), n_blocks = blocks(p), stride = partial_size(p);
   const float scale = static_cast<float>(p.scale);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  float* partials = workspace + num_threads() * scores_size(p);  // (B, n_blocks, H, D + 2)
+  float* partials = workspace + num_threads() * scores_size(p);  // (B, n_blocks, H, stride), line-aligned
+  partials += (kLineFloats - reinterpret_cast<uintptr_t>(partials) / sizeof(float) % kLineFloats) % kLineFloats;
   int32_t* buckets = reinterpret_cast<int32_t*>(partials + p.B * n_blocks * H * stride);
   detail::fill_t5_buckets(buckets, p);
 
