@@ -55,8 +55,8 @@ int64_t blocks(const AttentionParams<float>& p) { return (p.Tk + kBlock - 1) / k
 // Per (sequence, block, head): the block's unnormalised output Σ_j e^{s_j − m}·v_j (D floats), its max m and
 // its sum l = Σ_j e^{s_j − m}, padded to whole vectors so that every head's output starts a cache line
 // (with D + 2 floats, half the heads' vector loads and stores straddled two lines).
-int64_t partial_size(const AttentionParams<float>& p) { return (p.d_head + 2 + kLanes - 1) / kLanes * kLanes; }
-constexpr int64_t kLineFloats = 16;  // floats in a 64-byte cache line
+constexpr int64_t kLineFloats = 64 / sizeof(float);
+int64_t partial_size(const AttentionParams<float>& p) { return (p.d_head + 2 + kLineFloats - 1) / kLineFloats * kLineFloats; }
 int64_t scores_size(const AttentionParams<float>& p) { return p.n_heads * kBlock; }
 
 }  // namespace
