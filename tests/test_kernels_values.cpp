@@ -4,6 +4,7 @@
 #include "kernels/convert.h"
 #include "kernels/dropout.h"
 #include "kernels/gemm.h"
+#include "kernels/lru_cache.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/position.h"
@@ -101,6 +102,58 @@ TEST(GemmHalf, EqualsTheProductOfTheRoundedOperandsForBothFormats) {
     }
   }
   set_bf16_kernel_enabled(true);
+}
+
+// The LRU map behind the bf16 primitive cache, by hand: capacity 3, keys 1 2 3, then 1 is used, so 4 evicts 2
+// (the least recently used), and 5 evicts 3.
+TEST(LruCache, KeepsTheCapacityAndEvictsTheLeastRecentlyUsed) {
+  LruCache<int, std::string> cache(3);
+  EXPECT_EQ(cache.find(1), nullptr);
+  for (int k : {1, 2, 3}) cache.insert(k, std::to_string(k));
+  EXPECT_EQ(cache.size(), 3u);
+  ASSERT_NE(cache.find(1), nullptr);
+  EXPECT_EQ(*cache.find(1), "1");
+  EXPECT_EQ(cache.insert(4, "4"), "4");
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.find(2), nullptr) << "2 was the least recently used";
+  cache.insert(5, "5");
+  EXPECT_EQ(cache.find(3), nullptr);
+  for (int k : {1, 4, 5}) EXPECT_NE(cache.find(k), nullptr) << k;
+  EXPECT_EQ(cache.size(), 3u);
+}
+
+// The bf16 primitive cache keeps the kBf16MatmulCacheCapacity most recently used shapes: prompts of 100
+// lengths leave it full, not 100 long, and a shape evicted and made again gives the same numbers.
+TEST(GemmHalf, PrimitiveCacheIsBoundedAndEvictsTheLeastRecentlyUsed) {
+  set_bf16_kernel_enabled(true);
+  const int64_t N = 8, K = 16, max_M = 100;
+  std::vector<uint16_t> a(max_M * K), b(K * N);
+  const auto av = cast<float>(random_vector(a.size(), 3)), bv = cast<float>(random_vector(b.size(), 4));
+  round_to_half(Half::BF16, a.data(), av.data(), static_cast<int64_t>(a.size()));
+  round_to_half(Half::BF16, b.data(), bv.data(), static_cast<int64_t>(b.size()));
+  auto product = [&](int64_t M) {
+    std::vector<float> c(M * N);
+    gemm_half(Half::BF16, false, false, M, N, K, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+    return c;
+  };
+  const std::vector<float> first = product(1);
+  if (bf16_matmul_cache_stats().size == 0) GTEST_SKIP() << "oneDNN has no bf16 matmul for this CPU";
+  for (int64_t M = 1; M <= max_M; ++M) {
+    product(M);
+    ASSERT_LE(bf16_matmul_cache_stats().size, kBf16MatmulCacheCapacity) << "after M = " << M;
+  }
+  EXPECT_EQ(bf16_matmul_cache_stats().size, kBf16MatmulCacheCapacity);
+  // M = 1 was evicted (36 shapes ago): it is made again, with the same numbers.
+  size_t made = bf16_matmul_cache_stats().made;
+  EXPECT_EQ(product(1), first);
+  EXPECT_EQ(bf16_matmul_cache_stats().made, made + 1) << "M = 1 should have been evicted";
+  // Now the most recently used, it survives 63 new shapes; M = 50, used least recently, does not.
+  for (int64_t M = max_M + 1; M < max_M + 64; ++M) product(M);
+  made = bf16_matmul_cache_stats().made;
+  product(1);
+  EXPECT_EQ(bf16_matmul_cache_stats().made, made) << "M = 1 was evicted though recently used";
+  product(50);
+  EXPECT_EQ(bf16_matmul_cache_stats().made, made + 1) << "M = 50 should have been evicted";
 }
 
 // Rounding to bf16 vectorised and threaded gives the scalar rule everywhere: nearest, ties to even, NaN quiet.

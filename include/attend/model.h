@@ -125,6 +125,10 @@ struct RunOptions {
   float label_smoothing = 0.0f; // e.g. 0.1
   uint64_t seed = 0;            // dropout's stream (with offset)
   uint64_t offset = 0;
+  // How many numbers of the stream, from offset on, this forward may draw (0: no limit). A caller that gives
+  // consecutive forwards consecutive windows (the trainer: 2^32 per micro-batch) sets it, so a forward that
+  // would run into the next window, whose masks would then repeat these, is an error instead.
+  uint64_t rng_window = 0;
 };
 
 struct ForwardResult {

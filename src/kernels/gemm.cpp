@@ -1,6 +1,7 @@
 #include "kernels/gemm.h"
 
 #include "kernels/convert.h"
+#include "kernels/lru_cache.h"
 #include "kernels/parallel.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <cassert>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -18,7 +20,9 @@ namespace attend::kernels {
 namespace {
 
 // oneDNN's matmul is a primitive made once per shape (it JIT-compiles a kernel for it); training multiplies
-// the same few dozen shapes every step, so the primitives are kept here, one per shape and stride.
+// the same few dozen shapes every step, so the primitives are kept here, one per shape and stride. Padded
+// batches and prompts of every length bring new shapes without end, so the cache keeps only the
+// kBf16MatmulCacheCapacity most recently used ones (making one again costs well under a millisecond).
 struct MatmulKey {
   bool trans_a, trans_b;
   int64_t M, N, K, lda, ldb, ldc;
@@ -39,14 +43,24 @@ const dnnl::engine& cpu_engine() {
 
 std::atomic<bool> bf16_kernel_enabled{true};
 
+// Entries are shared pointers, so one evicted while another thread still runs it stays alive until done.
+struct Bf16MatmulCache {
+  std::mutex mutex;
+  LruCache<MatmulKey, std::shared_ptr<const Bf16Matmul>> primitives{kBf16MatmulCacheCapacity};
+  size_t made = 0;
+};
+
+Bf16MatmulCache& bf16_cache() {
+  static Bf16MatmulCache cache;
+  return cache;
+}
+
 // The cached oneDNN bf16 matmul for these shapes, or null where this CPU has none.
-const Bf16Matmul* bf16_matmul(const MatmulKey& key) {
+std::shared_ptr<const Bf16Matmul> bf16_matmul(const MatmulKey& key) {
   if (!bf16_kernel_enabled.load(std::memory_order_relaxed)) return nullptr;
-  static std::mutex mutex;
-  static std::map<MatmulKey, Bf16Matmul> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it != cache.end()) return &it->second;
+  Bf16MatmulCache& cache = bf16_cache();
+  const std::lock_guard<std::mutex> lock(cache.mutex);
+  if (const auto* found = cache.primitives.find(key)) return *found;
   using dims = dnnl::memory::dims;
   using dt = dnnl::memory::data_type;
   // Row-major with leading dimensions; a transposed operand is the same memory with its strides swapped.
@@ -59,12 +73,15 @@ const Bf16Matmul* bf16_matmul(const MatmulKey& key) {
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
+  std::shared_ptr<const Bf16Matmul> made;
   try {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-    return &cache.emplace(key, Bf16Matmul{a, b, c, dnnl::matmul(pd)}).first->second;
+    made = std::make_shared<const Bf16Matmul>(Bf16Matmul{a, b, c, dnnl::matmul(pd)});
   } catch (const dnnl::error&) {  // oneDNN has bf16 kernels for AVX-512 CPUs; older ones have none
     return nullptr;
   }
+  ++cache.made;
+  return cache.primitives.insert(key, std::move(made));
 }
 
 void scale_rows(float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
@@ -141,7 +158,7 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_rows(C, M, N, ldc, beta);
-  const Bf16Matmul* mm = type == Half::BF16 ? bf16_matmul({trans_a, trans_b, M, N, K, lda, ldb, ldc, beta}) : nullptr;
+  const std::shared_ptr<const Bf16Matmul> mm = type == Half::BF16 ? bf16_matmul({trans_a, trans_b, M, N, K, lda, ldb, ldc, beta}) : nullptr;
   if (mm == nullptr) {  // fp16, or bf16 on a CPU without a oneDNN bf16 kernel: the same numbers through sgemm
     thread_local std::vector<float> a, b;
     widen(type, a, A, trans_a, M, K, lda);
@@ -158,6 +175,12 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 }
 
 void set_bf16_kernel_enabled(bool enabled) { bf16_kernel_enabled = enabled; }
+
+Bf16MatmulCacheStats bf16_matmul_cache_stats() {
+  Bf16MatmulCache& cache = bf16_cache();
+  const std::lock_guard<std::mutex> lock(cache.mutex);
+  return {cache.primitives.size(), cache.made};
+}
 
 const char* gemm_backend() {
   static const std::string name = [] {

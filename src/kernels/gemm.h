@@ -6,6 +6,7 @@
 // version are plain loops: the oracle in tests.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace attend::kernels {
@@ -32,6 +33,14 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 
 // Tests turn oneDNN's bf16 matmul off (and back on) to check the widening path that other CPUs take.
 void set_bf16_kernel_enabled(bool enabled);
+
+// The bf16 matmul primitives kept (one per shape; past the capacity the least recently used goes), and how
+// many were made since the program started (a shape made again after its eviction counts twice).
+inline constexpr size_t kBf16MatmulCacheCapacity = 64;
+struct Bf16MatmulCacheStats {
+  size_t size = 0, made = 0;
+};
+Bf16MatmulCacheStats bf16_matmul_cache_stats();
 
 // The name of the backend behind gemm<float>, for `attend info` and the benchmarks.
 const char* gemm_backend();

@@ -456,6 +456,12 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
     top = m.enc_out.clone();
     top.reshape({B * T, C});
   }
+  // Every dropout mask has been drawn by now (attention's alone takes B·H·Tq·Tk numbers per layer).
+  const uint64_t drawn = rng.offset() - options.offset;
+  check(options.rng_window == 0 || drawn <= options.rng_window,
+        "dropout: this batch (B = {}, T = {}) draws {} random numbers, more than its window of {}: the next "
+        "batch's masks would repeat these; split it into smaller micro-batches (train.grad_accum) or shorten it",
+        B, T, drawn, options.rng_window);
 
   // Targets at padding positions are dropped, so padding never has a loss.
   std::vector<int32_t> targets;

@@ -5,6 +5,8 @@
 #include <attend/tokenizer.h>
 #include <attend/train.h>
 
+#include "core/json_fields.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -75,14 +77,32 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
                  valid_path = cache_dir / "valid.tokens";
   TokenStreams out;
   if (fs::exists(meta) && fs::exists(train_path) && fs::exists(valid_path)) {
-    const auto cached = nlohmann::json::parse(read_file(meta));
-    if (cached.value("key", nlohmann::json()) == key) {
-      out.train = read_ids(train_path);
-      out.valid = read_ids(valid_path);
-      out.train_documents = cached.value("train_documents", int64_t{0});
-      out.valid_documents = cached.value("valid_documents", int64_t{0});
-      out.from_cache = true;
-      return out;
+    // The cache is derived data: a damaged or stale one is rebuilt (with a warning), never trusted.
+    try {
+      const nlohmann::json cached = parse_json(read_file(meta), meta.string());
+      check(cached.is_object(), "{}: expected a JSON object, found {}", meta.string(), cached.type_name());
+      if (cached.value("key", nlohmann::json()) == key) {
+        auto count = [&](const char* field) {
+          int64_t n = -1;
+          check(cached.contains(field), "{}: has no '{}'", meta.string(), field);
+          read_field(n, cached.at(field), fmt::format("{}: '{}'", meta.string(), field));
+          check(n >= 0, "{}: '{}' is {}, expected a non-negative count", meta.string(), field, n);
+          return n;
+        };
+        out.train = read_ids(train_path);
+        out.valid = read_ids(valid_path);
+        check(static_cast<int64_t>(out.train.size()) == count("train_tokens") &&
+                  static_cast<int64_t>(out.valid.size()) == count("valid_tokens"),
+              "{}: the token files hold {} and {} tokens, the cache's meta says {} and {}", cache_dir.string(),
+              out.train.size(), out.valid.size(), count("train_tokens"), count("valid_tokens"));
+        out.train_documents = count("train_documents");
+        out.valid_documents = count("valid_documents");
+        out.from_cache = true;
+        return out;
+      }
+    } catch (const Error& e) {
+      log::warn("ignoring the token cache: {}; tokenizing again", e.what());
+      out = TokenStreams{};
     }
   }
 

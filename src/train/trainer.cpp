@@ -8,6 +8,7 @@
 #include <attend/tokenizer.h>
 #include <attend/train.h>
 
+#include "core/json_fields.h"
 #include "train/clip.h"
 #include "train/optimizer.h"
 
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace attend {
@@ -47,6 +49,70 @@ std::string first_difference(const std::string& a, const std::string& b) {
   while (std::getline(sa, la) && std::getline(sb, lb))
     if (la != lb) return fmt::format("checkpoint has {}, the run has {}", la, lb);
   return "they differ";
+}
+
+// What trainer.json holds besides the model and the optimiser: the step and the guards' state. Every field
+// is checked, so a damaged file is an error naming the file and the field, not a parser's exception.
+struct SavedState {
+  int64_t step = -1, bad_streak = 0, clean_steps = 0;
+  double loss_average = NAN, elapsed_s = 0.0;
+  std::optional<double> loss_scale;  // runs saved before f16 training existed have none
+};
+
+SavedState read_trainer_state(const fs::path& path) {
+  const nlohmann::json j = parse_json(read_file(path), path.string());
+  check(j.is_object(), "{}: expected a JSON object, found {}", path.string(), j.type_name());
+  SavedState s;
+  auto field = [&](const char* key, auto& value) {
+    if (auto it = j.find(key); it != j.end()) read_field(value, *it, fmt::format("{}: '{}'", path.string(), key));
+  };
+  check(j.contains("step"), "{}: has no 'step'", path.string());
+  field("step", s.step);
+  check(s.step >= 0, "{}: 'step' is {}, expected a non-negative integer", path.string(), s.step);
+  field("bad_streak", s.bad_streak);
+  field("clean_steps", s.clean_steps);
+  field("elapsed_s", s.elapsed_s);
+  if (auto it = j.find("loss_average"); it != j.end() && !it->is_null()) field("loss_average", s.loss_average);
+  if (j.contains("loss_scale")) {
+    double scale = 0.0;
+    field("loss_scale", scale);
+    check(scale >= 1.0, "{}: 'loss_scale' is {}, expected at least 1", path.string(), scale);
+    s.loss_scale = scale;
+  }
+  return s;
+}
+
+// The metrics of the steps up to `step`, line for line: the steps after the checkpoint are trained again.
+// metrics.jsonl is appended a line per step, so a crash can cut its last line short; such a line (the last,
+// without its newline, not valid JSON) is dropped. Any other line that is not a JSON object with an integer
+// "step" is an error naming its line.
+std::string metrics_up_to(const fs::path& path, int64_t step) {
+  const std::string text = read_file(path);
+  std::string kept;
+  size_t pos = 0;
+  for (int64_t number = 1; pos < text.size(); ++number) {
+    size_t end = text.find('\n', pos);
+    const bool cut_short = end == std::string::npos;
+    if (cut_short) end = text.size();
+    const std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = fmt::format("{}:{}", path.string(), number);
+    nlohmann::json j;
+    try {
+      j = parse_json(line, where);
+    } catch (const Error&) {
+      if (!cut_short) throw;
+      log::warn("{}: the last line was cut short (an interrupted run); dropped", where);
+      break;
+    }
+    check(j.is_object() && j.contains("step"), "{}: expected a JSON object with a \"step\", found {}", where,
+          line.substr(0, 80));
+    int64_t line_step = 0;
+    read_field(line_step, j.at("step"), fmt::format("{}: 'step'", where));
+    if (line_step <= step) kept.append(line).append("\n");
+  }
+  return kept;
 }
 
 }  // namespace
@@ -106,23 +172,17 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   if (resume) {
     const fs::path ckpt = s.checkpoint();
     s.optimizer->load_state(SafetensorsReader(ckpt / "optimizer.safetensors"));
-    const auto state = nlohmann::json::parse(read_file(ckpt / "trainer.json"));
-    s.step = state.at("step").get<int64_t>();
-    s.bad_streak = state.value("bad_streak", int64_t{0});
-    s.loss_average = state.value("loss_average", NAN);
-    s.elapsed_s = state.value("elapsed_s", 0.0);
-    if (c.precision == Precision::F16 && state.contains("loss_scale")) {  // a run that trained in f16 before
-      s.loss_scale = state.at("loss_scale").get<double>();
-      s.clean_steps = state.value("clean_steps", int64_t{0});
+    const SavedState state = read_trainer_state(ckpt / "trainer.json");
+    s.step = state.step;
+    s.bad_streak = state.bad_streak;
+    s.loss_average = state.loss_average;
+    s.elapsed_s = state.elapsed_s;
+    if (c.precision == Precision::F16 && state.loss_scale) {  // a run that trained in f16 before
+      s.loss_scale = *state.loss_scale;
+      s.clean_steps = state.clean_steps;
     }
     // Keep the metrics up to the checkpoint's step: the steps after it are trained again.
-    std::string kept;
-    if (fs::exists(s.dir / "metrics.jsonl")) {
-      std::istringstream lines(read_file(s.dir / "metrics.jsonl"));
-      std::string line;
-      while (std::getline(lines, line))
-        if (!line.empty() && nlohmann::json::parse(line).value("step", int64_t{0}) <= s.step) kept += line + "\n";
-    }
+    const std::string kept = fs::exists(s.dir / "metrics.jsonl") ? metrics_up_to(s.dir / "metrics.jsonl", s.step) : "";
     write_file_atomic(s.dir / "metrics.jsonl", kept);
     log::info("resuming {} at step {}", ckpt.string(), s.step);
   } else {
@@ -178,9 +238,13 @@ StepReport Trainer::step() {
   s.model.zero_grad();
   for (int64_t k = 0; k < c.grad_accum; ++k) {
     const double share = double(counts[k]) / double(r.tokens);
-    // Dropout's stream: a range of 2^32 numbers per micro-batch, so a step's masks depend only on (seed, t, k).
+    // Dropout's stream: a window of 2^32 numbers per micro-batch, so a step's masks depend only on (seed, t, k).
+    // The forward checks that its masks fit the window (B·H·T² per layer can pass 2^32 for big micro-batches);
+    // Philox's counter takes the whole 64-bit index, so windows past 2^32 do not wrap.
+    constexpr uint64_t kDropoutWindow = uint64_t{1} << 32;
     const RunOptions options{.training = true, .label_smoothing = c.label_smoothing, .seed = c.seed,
-                             .offset = static_cast<uint64_t>((t - 1) * c.grad_accum + k) << 32};
+                             .offset = static_cast<uint64_t>((t - 1) * c.grad_accum + k) * kDropoutWindow,
+                             .rng_window = kDropoutWindow};
     r.loss += share * s.model.forward(micro[k], options).loss;
     s.model.backward(share * scale);
   }
