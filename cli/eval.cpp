@@ -4,6 +4,7 @@
 #include <attend/error.h>
 #include <attend/eval.h>
 #include <attend/io.h>
+#include <attend/log.h>
 #include <attend/model.h>
 #include <attend/plot.h>
 #include <attend/generate.h>
@@ -138,7 +139,7 @@ void add_eval_classify(CLI::App& app) {
   static std::string model_dir, data, positive, reliability;
   static bool calibrate = false, json_output = false;
   cmd->add_option("--model", model_dir, "An encoder model directory with a classification head and its tokenizer")->required();
-  cmd->add_option("--data", data, "label<TAB>text lines (classes numbered in sorted order of their names, as in training)")
+  cmd->add_option("--data", data, "label<TAB>text lines, each label one of the model's classes (its config.json's class_names)")
       ->required();
   cmd->add_option("--positive", positive, "The class that precision, recall and F1 are about (default: the last)");
   cmd->add_flag("--calibrate", calibrate, "Fit a temperature on the first half; ECE before and after on the second");
@@ -152,60 +153,28 @@ void add_eval_classify(CLI::App& app) {
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     DataConfig d;
     d.task = "classify", d.train = {data}, d.valid_fraction = 0.0, d.seq_len = c.max_seq_len;
-    const ExampleSets sets = load_examples(d, tokenizer);
+    // A label the model was not trained on is an error naming it; a model saved before class names were
+    // recorded numbers the file's labels in sorted order, as its training did.
+    const ExampleSets sets = load_examples(d, tokenizer, c.class_names);
+    if (c.class_names.empty())
+      log::warn("{}: config.json has no class_names; numbering the labels of {} in sorted order ({})", model_dir, data,
+                fmt::join(sets.labels, ", "));
     check(static_cast<int64_t>(sets.labels.size()) == c.n_classes, "{}: {} classes ({}), the model has {}", data,
           sets.labels.size(), fmt::join(sets.labels, ", "), c.n_classes);
-    int32_t pos = c.n_classes - 1;
-    if (!positive.empty()) {
-      const auto it = std::find(sets.labels.begin(), sets.labels.end(), positive);
-      check(it != sets.labels.end(), "--positive '{}': the classes are {}", positive, fmt::join(sets.labels, ", "));
-      pos = static_cast<int32_t>(it - sets.labels.begin());
-    }
-    const int64_t K = c.n_classes;
-    std::vector<float> logits;
-    std::vector<int32_t> truth;
-    ExampleDataset batches(ExampleDataset::Kind::Classify, sets.train, sets.train,
-                           {.batch_size = 16, .max_source_len = c.max_seq_len, .max_valid_batches = INT64_MAX});
-    for (int64_t i = 0; i < batches.valid_batches(); ++i) {
-      const Batch b = batches.valid_batch(i);
-      model.forward(b);
-      logits.insert(logits.end(), model.logits().span().begin(), model.logits().span().end());
-      truth.insert(truth.end(), b.labels.begin(), b.labels.end());
-    }
-    const auto n = static_cast<int64_t>(truth.size());
-    auto predictions = [&](int64_t from, int64_t to, double T, std::vector<int32_t>& predicted, std::vector<double>& conf,
-                           std::vector<uint8_t>& right) {
-      for (int64_t r = from; r < to; ++r) {
-        const float* z = logits.data() + r * K;
-        const auto arg = static_cast<int32_t>(std::max_element(z, z + K) - z);
-        double sum = 0.0;
-        for (int64_t k = 0; k < K; ++k) sum += std::exp((z[k] - z[arg]) / T);
-        predicted.push_back(arg), conf.push_back(1.0 / sum), right.push_back(arg == truth[r]);
-      }
-    };
-    std::vector<int32_t> predicted;
-    std::vector<double> conf;
-    std::vector<uint8_t> right;
-    predictions(0, n, 1.0, predicted, conf, right);
-    const ClassificationScore s = score_classification(predicted, truth, pos);
-    const Calibration cal = expected_calibration_error(conf, right);
-    nlohmann::ordered_json j = {{"examples", n},       {"accuracy", s.accuracy}, {"precision", s.precision},
-                                {"recall", s.recall},  {"f1", s.f1},             {"positive", sets.labels[pos]},
-                                {"ece", cal.ece}};
-    std::vector<Series> series = {reliability_series("all", cal)};
-    if (calibrate) {
-      check(n >= 4, "{}: {} examples are too few to fit a temperature on half of them", data, n);
-      const int64_t half = n / 2;
-      const double T = fit_temperature(logits.data(), truth.data(), half, K);
-      std::vector<int32_t> p1, p2;
-      std::vector<double> c1, c2;
-      std::vector<uint8_t> r1, r2;
-      predictions(half, n, 1.0, p1, c1, r1);
-      predictions(half, n, T, p2, c2, r2);
-      const Calibration before = expected_calibration_error(c1, r1), after = expected_calibration_error(c2, r2);
-      j["temperature"] = T, j["ece_before"] = before.ece, j["ece_after"] = after.ece;
-      series.push_back(reliability_series("second half, before", before));
-      series.push_back(reliability_series(fmt::format("second half, T = {:.3f}", T), after));
+    std::vector<std::vector<int32_t>> sources;
+    std::vector<int32_t> labels;
+    for (const Example& e : sets.train) sources.push_back(e.source), labels.push_back(e.label);
+    const ClassifierEvaluation r =
+        evaluate_classifier(model, sources, labels, sets.labels, {.positive = positive, .calibrate = calibrate});
+    const ClassificationScore& s = r.score;
+    nlohmann::ordered_json j = {{"examples", r.examples}, {"accuracy", s.accuracy}, {"precision", s.precision},
+                                {"recall", s.recall},     {"f1", s.f1},             {"positive", r.positive},
+                                {"ece", r.calibration.ece}};
+    std::vector<Series> series = {reliability_series("all", r.calibration)};
+    if (r.temperature) {
+      j["temperature"] = *r.temperature, j["ece_before"] = r.held_out_before.ece, j["ece_after"] = r.held_out_after.ece;
+      series.push_back(reliability_series("second half, before", r.held_out_before));
+      series.push_back(reliability_series(fmt::format("second half, T = {:.3f}", *r.temperature), r.held_out_after));
     }
     if (!reliability.empty())
       write_file_atomic(reliability, line_plot_svg(series, {.title = "reliability", .x_label = "confidence",
@@ -214,11 +183,11 @@ void add_eval_classify(CLI::App& app) {
       fmt::print("{}\n", j.dump());
       return;
     }
-    fmt::print("examples {}\naccuracy {:.4f}\n{}: precision {:.4f}, recall {:.4f}, F1 {:.4f}\nECE {:.4f}\n", n, s.accuracy,
-               sets.labels[pos], s.precision, s.recall, s.f1, cal.ece);
-    if (calibrate)
-      fmt::print("temperature {:.4f} (fitted on the first half)\nsecond half: ECE {:.4f} -> {:.4f}\n", j["temperature"].get<double>(),
-                 j["ece_before"].get<double>(), j["ece_after"].get<double>());
+    fmt::print("examples {}\naccuracy {:.4f}\n{}: precision {:.4f}, recall {:.4f}, F1 {:.4f}\nECE {:.4f}\n", r.examples,
+               s.accuracy, r.positive, s.precision, s.recall, s.f1, r.calibration.ece);
+    if (r.temperature)
+      fmt::print("temperature {:.4f} (fitted on the first half)\nsecond half: ECE {:.4f} -> {:.4f}\n", *r.temperature,
+                 r.held_out_before.ece, r.held_out_after.ece);
   });
 }
 

@@ -847,6 +847,33 @@ TEST(Datasets, Seq2SeqAndClassificationBatchesByHand) {
   EXPECT_EQ(seen, (std::vector<int32_t>{0, 0, 1, 1}));
 }
 
+// A classifier's labels are numbered by its classes (config.json's class_names) when it has them: a label
+// outside them is an error naming the file, the line and the label, not a new class numbered silently.
+TEST(Datasets, ClassifierLabelsFollowTheModelsClasses) {
+  const auto dir = fs::temp_directory_path();
+  write_file_atomic(dir / "attend_classes.tsv", "spam\tx y\nham\ty z\nham\tz x\n");
+  const Tokenizer t = Tokenizer::train_from_text("x y z x y z", {.kind = TokenizerKind::WordPiece, .vocab_size = 20, .min_frequency = 1});
+  DataConfig d{.task = "classify", .train = {(dir / "attend_classes.tsv").string()}, .valid_fraction = 0.0};
+  const ExampleSets sorted = load_examples(d, t);
+  EXPECT_EQ(sorted.labels, (std::vector<std::string>{"ham", "spam"}));
+  EXPECT_EQ(sorted.train[0].label, 1);
+  const std::vector<std::string> classes = {"spam", "ham", "eggs"};
+  const ExampleSets named = load_examples(d, t, classes);
+  EXPECT_EQ(named.labels, classes);
+  EXPECT_EQ(named.train[0].label, 0);
+  EXPECT_EQ(named.train[1].label, 1);
+  expect_error_mentions<Error>([&] { load_examples(d, t, std::vector<std::string>{"ham", "other"}); },
+                               {"attend_classes.tsv:1", "label 'spam'", "ham, other"});
+  // The config keeps them, one per class.
+  ModelConfig m;
+  m.architecture = Architecture::Encoder, m.n_classes = 2, m.class_names = {"ham", "spam"};
+  EXPECT_EQ(ModelConfig::from_json(m.to_json()).class_names, m.class_names);
+  m.class_names = {"ham"};
+  expect_error_mentions<Error>([&] { m.validate(); }, {"class_names has 1 names", "n_classes is 2"});
+  m.class_names = {"ham", "ham"};
+  expect_error_mentions<Error>([&] { m.validate(); }, {"'ham' twice"});
+}
+
 // Length bucketing: 8 batches of 4 cover 32 examples of lengths 1..32 exactly once (one epoch), and each
 // batch spans a narrow range of lengths instead of about the whole range.
 TEST(Datasets, LengthBucketingKeepsEachExampleOnceAndNarrowsBatches) {

@@ -9,9 +9,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
+
+// Tests of the data scripts/get-data.sh fetches into data/ (GPT-2's vocabulary, the Brown corpus, CMUdict,
+// SpamAssassin) skip, saying what is missing and how to get it, where it was not fetched. A macro because
+// GTEST_SKIP returns from the test's own body.
+#define ATTEND_SKIP_WITHOUT_DATA(relative)                                                        \
+  do {                                                                                            \
+    if (!std::filesystem::exists(std::filesystem::path(ATTEND_DATA_DIR) / (relative)))           \
+      GTEST_SKIP() << "data/" << (relative) << " is missing: run scripts/get-data.sh (setup.sh does)"; \
+  } while (false)
 
 namespace attend::testing {
 

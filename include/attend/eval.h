@@ -1,5 +1,6 @@
 // Evaluation and calibration (003 §10.2, 004 §11.2): loss and perplexity over long token streams with a
-// sliding window, expected calibration error of next-token predictions, and temperature scaling.
+// sliding window, expected calibration error of next-token predictions, and temperature scaling; task metrics
+// (WER/PER, precision/recall/F1) and a classifier's evaluation.
 #pragma once
 
 #include <attend/model.h>
@@ -78,5 +79,28 @@ struct ClassificationScore {
 };
 ClassificationScore score_classification(std::span<const int32_t> predicted, std::span<const int32_t> truth,
                                          int32_t positive);
+
+struct ClassifierEvalOptions {
+  std::string positive;       // the class precision, recall and F1 are about; empty: the last
+  bool calibrate = false;     // fit a temperature on the first half of the examples, ECE before and after on the second
+  int64_t batch_size = 16;
+  int bins = 15;
+};
+
+struct ClassifierEvaluation {
+  int64_t examples = 0;
+  std::string positive;       // the positive class's name
+  ClassificationScore score;
+  Calibration calibration;    // of the predicted class's probability, over every example
+  // With calibrate: the temperature fitted on the first half, and the second half's ECE before and after it.
+  std::optional<double> temperature;
+  Calibration held_out_before, held_out_after;
+};
+
+// An encoder's classification head on examples: sources[i] (token ids, cut to the model's context) has class
+// labels[i], an id into `classes` (the classes' names, as many as the model's n_classes).
+ClassifierEvaluation evaluate_classifier(Model& model, const std::vector<std::vector<int32_t>>& sources,
+                                         std::span<const int32_t> labels, std::span<const std::string> classes,
+                                         const ClassifierEvalOptions& options = {});
 
 }  // namespace attend

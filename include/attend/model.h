@@ -74,6 +74,7 @@ struct ModelConfig {
   int64_t moe_every = 1;          // block i has an MoE FFN when (i + 1) % moe_every == 0
   Pooling pooling = Pooling::CLS;
   int64_t n_classes = 0;          // encoder: classification classes (0: no classification head)
+  std::vector<std::string> class_names;  // the classes' names by id, e.g. {"ham", "spam"}; empty: unnamed
   InitScheme init = InitScheme::GPT2;
   double init_std = 0.02;
   double init_qk_scale = 1.0;     // multiplies the σ of W_Q and W_K

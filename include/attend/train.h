@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -228,15 +229,17 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
 // Examples from TSV files: "source<TAB>target" lines (seq2seq) or "label<TAB>text" lines (classify). A line
 // goes to validation by the hash of its text (or every line of `valid` does). Sources are cut to
 // data.seq_len tokens; classification sources start with [CLS] when the tokenizer has one. Labels are
-// numbered in sorted order of their names.
+// numbered by `classes` (a model's class_names), where a label outside them is an error naming its file and
+// line; without classes, in sorted order of the labels the files hold.
 struct ExampleSets {
   std::vector<Example> train, valid;
   std::vector<std::string> labels;  // classify: the class names, by id
 };
-ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer);
+ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer, std::span<const std::string> classes = {});
 
-// The dataset a run's task needs, built from its files.
-std::unique_ptr<Dataset> make_dataset(const RunConfig& run, const Tokenizer& tokenizer,
+// The dataset a run's task needs, built from its files. Classification numbers the labels by
+// run.model.class_names when given, and records the classes there (the model saves them in config.json).
+std::unique_ptr<Dataset> make_dataset(RunConfig& run, const Tokenizer& tokenizer,
                                       const std::filesystem::path& cache_dir, std::string* summary = nullptr);
 
 struct StepReport {

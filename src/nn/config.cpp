@@ -94,6 +94,7 @@ void for_each_field(Config& c, F&& f) {
   f("moe_every", c.moe_every, "block i (from 0) has an MoE FFN when (i + 1) is a multiple of this");
   f("pooling", c.pooling, "encoder classification: the first token's state (cls) or the mean over real tokens (mean)");
   f("n_classes", c.n_classes, "encoder: the classification head's classes (0: none)");
+  f("class_names", c.class_names, "the classes' names by id (training fills them from the data files' labels, sorted); evaluation maps labels by them");
   f("init", c.init, "gpt2: N(0, init_std²), residual output projections (attention W_O, FFN down) scaled by 1/√(2·blocks); xavier: N(0, 2/(fan_in + fan_out)) for matrices, N(0, init_std²) for embeddings");
   f("init_std", c.init_std, "σ of the GPT-2 initialisation and of the embeddings");
   f("init_qk_scale", c.init_qk_scale, "multiplies the σ of W_Q and W_K (below 1 keeps early attention from collapsing, 004 §8.1)");
@@ -166,6 +167,14 @@ void ModelConfig::validate() const {
   check(n_classes >= 0, "config: n_classes must be non-negative, got {}", n_classes);
   check(n_classes == 0 || architecture == Architecture::Encoder,
         "config: n_classes applies to encoder models (a classification head), not {}", architecture_name(architecture));
+  check(class_names.empty() || static_cast<int64_t>(class_names.size()) == n_classes,
+        "config: class_names has {} names, n_classes is {}", class_names.size(), n_classes);
+  for (size_t i = 0; i < class_names.size(); ++i) {
+    check(!class_names[i].empty() && class_names[i].find_first_of("\t\n") == std::string::npos,
+          "config: class_names[{}] = '{}': expected a non-empty name without tabs or newlines", i, class_names[i]);
+    for (size_t j = 0; j < i; ++j)
+      check(class_names[j] != class_names[i], "config: class_names has '{}' twice", class_names[i]);
+  }
   check(init_std > 0.0 && init_qk_scale > 0.0, "config: init_std and init_qk_scale must be positive");
 }
 

@@ -140,11 +140,12 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
   return out;
 }
 
-ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer) {
+ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer, std::span<const std::string> classes) {
   const bool classify = data.task == "classify";
   struct Line {
     std::string first, second;
     bool valid;
+    std::string where;  // file:line, for a label that is not one of `classes`
   };
   std::vector<Line> lines;
   // With a validation file, every line of the training files trains; otherwise a hash holds some out.
@@ -164,7 +165,7 @@ ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer) {
       check(tab != std::string_view::npos, "{}:{}: expected {}<TAB>{}, found no tab", path, number,
             classify ? "label" : "source", classify ? "text" : "target");
       lines.push_back({std::string(line.substr(0, tab)), std::string(line.substr(tab + 1)),
-                       all_valid || fnv1a(line) % 1000000 < threshold});
+                       all_valid || fnv1a(line) % 1000000 < threshold, fmt::format("{}:{}", path, number)});
     }
   };
   for (const std::string& f : data.train) add_file(f, false);
@@ -179,6 +180,12 @@ ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer) {
   }
   std::sort(out.labels.begin(), out.labels.end());
   out.labels.erase(std::unique(out.labels.begin(), out.labels.end()), out.labels.end());
+  if (classify && !classes.empty()) {  // the model's classes: a label outside them is an error, not a new class
+    for (const Line& l : lines)
+      check(std::find(classes.begin(), classes.end(), l.first) != classes.end(),
+            "{}: label '{}' is not one of the classes {}", l.where, l.first, fmt::join(classes, ", "));
+    out.labels.assign(classes.begin(), classes.end());
+  }
   const auto source_ids = tokenizer.encode_batch(sources);
   const auto target_ids = tokenizer.encode_batch(targets);
   const auto cls = classify ? tokenizer.special_id(SpecialRole::Cls) : std::nullopt;
@@ -188,7 +195,7 @@ ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer) {
     e.source.insert(e.source.end(), source_ids[i].begin(), source_ids[i].end());
     if (static_cast<int64_t>(e.source.size()) > data.seq_len) e.source.resize(data.seq_len);
     if (classify)
-      e.label = static_cast<int32_t>(std::lower_bound(out.labels.begin(), out.labels.end(), lines[i].first) -
+      e.label = static_cast<int32_t>(std::find(out.labels.begin(), out.labels.end(), lines[i].first) -
                                      out.labels.begin());
     else
       e.target = target_ids[i];
@@ -198,7 +205,7 @@ ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer) {
   return out;
 }
 
-std::unique_ptr<Dataset> make_dataset(const RunConfig& run, const Tokenizer& tokenizer, const fs::path& cache_dir,
+std::unique_ptr<Dataset> make_dataset(RunConfig& run, const Tokenizer& tokenizer, const fs::path& cache_dir,
                                       std::string* summary) {
   const DataConfig& d = run.data;
   // A role, or its BERT-style stand-in (sequences start with [CLS] and end with [SEP]).
@@ -225,7 +232,7 @@ std::unique_ptr<Dataset> make_dataset(const RunConfig& run, const Tokenizer& tok
       if (tokenizer.is_special(id)) o.special_ids.push_back(id);
     return std::make_unique<MlmDataset>(std::move(s.train), std::move(s.valid), o);
   }
-  ExampleSets e = load_examples(d, tokenizer);
+  ExampleSets e = load_examples(d, tokenizer, run.model.class_names);
   if (summary)
     *summary = fmt::format("{} training and {} validation examples{}", e.train.size(), e.valid.size(),
                            e.labels.empty() ? "" : fmt::format(", classes {}", fmt::join(e.labels, ", ")));
@@ -239,6 +246,7 @@ std::unique_ptr<Dataset> make_dataset(const RunConfig& run, const Tokenizer& tok
   check(static_cast<int64_t>(e.labels.size()) == run.model.n_classes,
         "data: the files have {} classes ({}), model.n_classes is {}", e.labels.size(), fmt::join(e.labels, ", "),
         run.model.n_classes);
+  run.model.class_names = e.labels;  // saved in config.json: evaluation maps labels to ids by them
   return std::make_unique<ExampleDataset>(ExampleDataset::Kind::Classify, std::move(e.train), std::move(e.valid), o);
 }
 

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Kills `attend train` with SIGKILL at random moments and resumes it each time.
+
+A tiny GPT (with dropout, so the random stream must continue exactly too) trains on a generated corpus with a
+checkpoint after every step, once straight through (the reference) and then again with kill -9 at a random
+moment of each attempt, resuming after each kill until the run completes. After every kill the checkpoint
+left behind must load (`attend inspect`) and the next attempt must resume from it; each completed run must
+end with the reference's weights and optimiser state byte for byte and the same metrics step for step.
+
+CTest runs a few kills (tests/CMakeLists.txt); the record in docs/ARCHITECTURE.md is of
+
+    python3 tests/kill_resume.py --attend build/attend --work /tmp/attend_kill --kills 50
+
+Exits 0 when every check passed, 1 with the first failure otherwise.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+
+def fail(message):
+    print(f"kill_resume: FAILED: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def corpus(path, lines=3000):
+    # Sentences of a small vocabulary in a fixed pseudo-random order, paragraphs of five lines.
+    words = ("the jury said it did find that many of the new laws were not clear and the city was to pay "
+             "for its own work on a plan which would take place in two years if they could get money").split()
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for i in range(lines):
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(5, 14))) + "\n")
+            if i % 5 == 4:
+                f.write("\n")
+
+
+def train_command(args, tokenizer, text, out, resume):
+    cmd = [args.attend, "train",
+           "--set", "model.d_model=32", "--set", "model.n_layers=2", "--set", "model.n_heads=2",
+           "--set", "model.max_seq_len=32", "--set", "model.residual_dropout=0.1",
+           "--set", "model.attention_dropout=0.1", "--set", f"data.train={text}", "--set", f"data.tokenizer={tokenizer}",
+           "--set", "data.batch_size=4", "--set", "data.seq_len=32", "--set", "data.max_valid_batches=2",
+           "--set", "train.warmup_steps=2", "--set", "train.eval_every=5", "--set", "train.checkpoint_every=1",
+           "--set", f"train.steps={args.steps}", "--set", f"out={out}"]
+    return cmd + (["--resume"] if resume else [])
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def metrics(out):
+    # Every metric but the timings, step by step.
+    rows = []
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        for line in f:
+            j = json.loads(line)
+            rows.append({k: v for k, v in j.items() if k not in ("tokens_per_s", "elapsed_s")})
+    return rows
+
+
+def final_state(out):
+    ckpt = os.path.join(out, "checkpoint")
+    return {"model": read_bytes(os.path.join(ckpt, "model.safetensors")),
+            "optimizer": read_bytes(os.path.join(ckpt, "optimizer.safetensors")),
+            "step": json.load(open(os.path.join(ckpt, "trainer.json")))["step"],
+            "metrics": metrics(out)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--attend", required=True, help="the attend binary")
+    p.add_argument("--work", required=True, help="a scratch directory (emptied first)")
+    p.add_argument("--kills", type=int, default=50, help="SIGKILLs in all")
+    p.add_argument("--steps", type=int, default=40, help="steps of each run")
+    p.add_argument("--seed", type=int, default=1, help="seeds the kill moments")
+    args = p.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    text, tokenizer = os.path.join(args.work, "corpus.txt"), os.path.join(args.work, "tokenizer.json")
+    corpus(text)
+    subprocess.run([args.attend, "tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "200", "--input", text,
+                    "-o", tokenizer], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    reference = os.path.join(args.work, "reference")
+    start = time.monotonic()
+    subprocess.run(train_command(args, tokenizer, text, reference, False), check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    duration = time.monotonic() - start
+    want = final_state(reference)
+    if want["step"] != args.steps or len(want["metrics"]) != args.steps:
+        fail(f"the reference run ended at step {want['step']} with {len(want['metrics'])} metrics lines")
+
+    rng = random.Random(args.seed)
+    kills = rounds = 0
+    seen = {"before the first checkpoint": 0, "with a checkpoint swap under way": 0, "with a cut metrics line": 0,
+            "at a step after the checkpoint's": 0}
+    while kills < args.kills:
+        rounds += 1
+        out = os.path.join(args.work, f"run{rounds}")
+        shutil.rmtree(out, ignore_errors=True)
+        while True:
+            has_checkpoint = any(os.path.exists(os.path.join(out, d, "trainer.json"))
+                                 for d in ("checkpoint", "checkpoint.old"))
+            log = open(os.path.join(args.work, "attempt.log"), "w")
+            proc = subprocess.Popen(train_command(args, tokenizer, text, out, has_checkpoint), stdout=log, stderr=log)
+            killed = False
+            if kills < args.kills:
+                try:
+                    proc.wait(timeout=rng.uniform(0.0, duration))
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGKILL)
+                    killed = True
+            rc = proc.wait()
+            log.close()
+            if not killed:
+                if rc != 0:
+                    fail(f"round {rounds}: the attempt after {kills} kills exited {rc}: "
+                         + open(os.path.join(args.work, "attempt.log")).read()[-2000:])
+                break
+            kills += 1
+            # What the kill left: a checkpoint that loads (the trainer falls back to checkpoint.old when a swap
+            # was cut between its two renames).
+            ckpt = os.path.join(out, "checkpoint")
+            if not os.path.exists(ckpt) and os.path.exists(os.path.join(out, "checkpoint.old")):
+                ckpt = os.path.join(out, "checkpoint.old")
+                seen["with a checkpoint swap under way"] += 1
+            elif os.path.exists(os.path.join(out, "checkpoint.tmp")) or os.path.exists(os.path.join(out, "checkpoint.old")):
+                seen["with a checkpoint swap under way"] += 1
+            if not os.path.exists(os.path.join(ckpt, "trainer.json")):
+                seen["before the first checkpoint"] += 1
+                continue
+            inspect = subprocess.run([args.attend, "inspect", ckpt], capture_output=True, text=True)
+            if inspect.returncode != 0:
+                fail(f"kill {kills}: the checkpoint left behind does not load: {inspect.stderr.strip()}")
+            step = json.load(open(os.path.join(ckpt, "trainer.json")))["step"]
+            path = os.path.join(out, "metrics.jsonl")
+            if os.path.exists(path):
+                data = read_bytes(path)
+                if data and not data.endswith(b"\n"):
+                    seen["with a cut metrics line"] += 1
+                lines = [line for line in data.split(b"\n") if line.strip()]
+                if lines and data.endswith(b"\n") and json.loads(lines[-1])["step"] > step:
+                    seen["at a step after the checkpoint's"] += 1
+        got = final_state(out)
+        for key in ("step", "metrics", "model", "optimizer"):
+            if got[key] != want[key]:
+                fail(f"round {rounds} (after {kills} kills in all): the resumed run's {key} differs from the reference")
+        print(f"round {rounds}: completed after {kills} kills in all; weights, optimiser state and metrics equal the reference")
+    print(f"kill_resume: {kills} kills in {rounds} runs of {args.steps} steps (reference run {duration:.2f} s); every "
+          f"checkpoint loaded and every run resumed to the reference's bytes. Kills "
+          + ", ".join(f"{n} {what}" for what, n in seen.items()))
+
+
+if __name__ == "__main__":
+    main()
