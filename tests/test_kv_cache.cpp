@@ -78,8 +78,8 @@ TEST(KVCache, IncrementalDecodingEqualsFullForward) {
 TEST(KVCache, DecodeKernelEqualsTheReferenceWithMasksAndBiases) {
   // 77 keys are three of the kernel's 32-key blocks, the last one partial, so the blocks' merge is exercised;
   // sequence 1's mask hides the whole middle block and variant 1's causal limit leaves the last one empty.
-  // Head sizes 20 (the kernel's general loops) and 64 (compiled for that size).
-  for (const int64_t D : {20, 64}) {
+  // Head sizes 20 (the kernel's general loops), 64 and 128 (compiled for those sizes).
+  for (const int64_t D : {20, 64, 128}) {
     SCOPED_TRACE("d_head " + std::to_string(D));
     const int64_t B = 3, H = 6, Hkv = 2, max_T = 90, Tk = 77;
     auto k = cast<float>(random_vector(B * Tk * Hkv * D, 4, -2, 2));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/attention.h"
+#include "kernels/isa_namespace.h"
 #include "kernels/position.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <limits>
 
 namespace attend::kernels::detail {
+inline namespace ATTEND_ISA_NAMESPACE {
 
 // The T5 bucket of every relative position a call can meet, j − pos_i ∈ [−(q_offset + Tq − 1), Tk − 1],
 // so the tiles look buckets up instead of taking a logarithm per score.
@@ -82,4 +84,5 @@ uint64_t dropout_index(const AttentionParams<T>& p, int64_t b, int64_t h, int64_
   return p.dropout_offset + static_cast<uint64_t>(((b * p.n_heads + h) * p.Tq + i) * p.Tk + j);
 }
 
+}  // namespace ATTEND_ISA_NAMESPACE
 }  // namespace attend::kernels::detail

@@ -8,27 +8,6 @@
 
 namespace attend::kernels {
 
-// GCC 12 has _Float16 on x86-64; with -mf16c (implied by -march=native here) the conversions compile to
-// vcvtps2ph / vcvtph2ps, otherwise to a correct software routine.
-void float_to_half(uint16_t* out, const float* inp, int64_t n) {
-  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      _Float16 h = static_cast<_Float16>(inp[i]);
-      __builtin_memcpy(&out[i], &h, sizeof(h));
-    }
-  });
-}
-
-void half_to_float(float* out, const uint16_t* inp, int64_t n) {
-  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      _Float16 h;
-      __builtin_memcpy(&h, &inp[i], sizeof(h));
-      out[i] = static_cast<float>(h);
-    }
-  });
-}
-
 void quantize_rows_int8(int8_t* out, float* scales, const float* inp, int64_t N, int64_t C) {
   parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
@@ -47,29 +26,6 @@ void dequantize_rows_int8(float* out, const int8_t* inp, const float* scales, in
   parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t c = 0; c < C; ++c) out[n * C + c] = static_cast<float>(inp[n * C + c]) * scales[n];
-  });
-}
-
-void float_to_bf16(uint16_t* out, const float* inp, int64_t n) {
-  // Branch-free so that it vectorises: round to nearest even by adding 0x7FFF plus the kept part's lowest bit;
-  // a NaN keeps its top bits and is made quiet (rounding could otherwise carry it into infinity).
-  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, inp + i, 4);
-      const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-      const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-      out[i] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x40u : rounded);
-    }
-  });
-}
-
-void bf16_to_float(float* out, const uint16_t* inp, int64_t n) {
-  parallel_for(n, 1 << 15, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const uint32_t bits = uint32_t{inp[i]} << 16;
-      std::memcpy(out + i, &bits, 4);
-    }
   });
 }
 

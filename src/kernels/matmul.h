@@ -26,6 +26,9 @@ inline constexpr int64_t kGemvRows = 4;
 // widened to fp32 exactly; products and sums are fp32.
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
                          int64_t OC);
+// The same with the weight stored as IEEE fp16 (GGUF's F16 tensors), widened exactly.
+void matmul_forward_f16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
+                        int64_t OC);
 
 // Mixed precision (003 §13.2): the same products with 16-bit operands (gemm_half), fp32 sums and outputs.
 // out = inp · weightᵀ + bias, with inp and weight rounded to `type` by the caller.

@@ -10,9 +10,17 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
+
 namespace attend::kernels::vec {
+inline namespace ATTEND_ISA_NAMESPACE {
 
 inline float exp(float x) {
+  // NaN comes back as itself. It is replaced by 0 for the arithmetic: converting NaN to an integer (the
+  // exponent k below) is undefined behaviour.
+  const float input = x;
+  const bool nan = x != x;
+  x = nan ? 0.0f : x;
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding it rounds to the nearest integer
@@ -30,7 +38,7 @@ inline float exp(float x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   const float scale = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
-  return underflow ? 0.0f : p * scale;
+  return nan ? input : underflow ? 0.0f : p * scale;
 }
 inline double exp(double x) { return std::exp(x); }
 
@@ -86,4 +94,5 @@ double sum(int64_t n, Term&& term) {
   return total;
 }
 
+}  // namespace ATTEND_ISA_NAMESPACE
 }  // namespace attend::kernels::vec

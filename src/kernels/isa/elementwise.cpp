@@ -1,11 +1,10 @@
-#include "kernels/elementwise.h"
-
+// Whole-buffer passes bound by memory (elementwise.h).
+#include "kernels/isa/isa.h"
 #include "kernels/parallel.h"
 #include "kernels/vec_math.h"
 
-#include <vector>
 
-namespace attend::kernels {
+namespace attend::kernels::ATTEND_ISA {
 namespace {
 
 constexpr int64_t kGrain = 1 << 16;  // below this one thread is faster than waking another
@@ -28,7 +27,8 @@ void scale(float* x, int64_t n, float factor) {
 
 double sum_squares(const float* x, int64_t n) {
   const int64_t blocks = (n + kGrain - 1) / kGrain;
-  std::vector<double> partial(static_cast<size_t>(blocks));
+  // new[] rather than std::vector: no library template is instantiated in a per-set source (isa/isa.h).
+  double* partial = new double[static_cast<size_t>(blocks)];
   parallel_for(blocks, 4, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* p = x + b * kGrain;
@@ -37,8 +37,9 @@ double sum_squares(const float* x, int64_t n) {
     }
   });
   double total = 0.0;
-  for (double s : partial) total += s;
+  for (int64_t b = 0; b < blocks; ++b) total += partial[b];
+  delete[] partial;
   return total;
 }
 
-}  // namespace attend::kernels
+}  // namespace attend::kernels::ATTEND_ISA

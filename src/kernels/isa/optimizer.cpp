@@ -1,10 +1,10 @@
-#include "kernels/optimizer.h"
-
+// The optimisers' element-wise updates (optimizer.h), streamed through the parameters and their state.
+#include "kernels/isa/isa.h"
 #include "kernels/parallel.h"
 
 #include <cmath>
 
-namespace attend::kernels {
+namespace attend::kernels::ATTEND_ISA {
 namespace {
 
 constexpr int64_t kGrain = 1 << 15;
@@ -46,4 +46,4 @@ void adam_update(float* param, float* m, float* v, const float* grad, int64_t n,
   });
 }
 
-}  // namespace attend::kernels
+}  // namespace attend::kernels::ATTEND_ISA

@@ -2,9 +2,10 @@
 // stores (fp32, fp16, or int8 with row scales). A generated token's attention reads every cached row of
 // every layer once, so at long contexts the cache's bytes add to the weights' bytes per token; reading
 // fp16 rows in place halves them, and needs no fp32 copy of the cache.
-#include "kernels/attention.h"
+#include "kernels/isa/isa.h"
 #include "kernels/attention_scores.h"
-#include "kernels/lanes.h"
+#include "kernels/decode_attention_layout.h"
+#include "kernels/isa/lanes.h"
 #include "kernels/parallel.h"
 #include "kernels/vec_math.h"
 
@@ -12,7 +13,7 @@
 #include <cstring>
 #include <limits>
 
-namespace attend::kernels {
+namespace attend::kernels::ATTEND_ISA {
 namespace {
 
 // 16 channels at a time (lanes.h): fp16 widens with vcvtph2ps, int8 with vpmovsxbd + vcvtdq2ps (its row
@@ -29,42 +30,27 @@ inline float widen(int8_t x) { return static_cast<float>(x); }
 // q·k over D channels.
 template <typename KV>
 inline float dot(const float* q, const KV* k, int64_t D) {
+  // The tail starts at D rounded down, not where the vector loop stopped: with D known (64, 128) GCC then sees
+  // an empty loop instead of warning about one it cannot bound.
+  const int64_t whole = D - D % kLanes;
   Lanes acc = {};
-  int64_t d = 0;
-  for (; d + kLanes <= D; d += kLanes) acc += load(q + d) * load(k + d);
+  for (int64_t d = 0; d < whole; d += kLanes) acc += load(q + d) * load(k + d);
   float s = lanes::sum(acc);
-  for (; d < D; ++d) s += q[d] * widen(k[d]);
+  for (int64_t d = whole; d < D; ++d) s += q[d] * widen(k[d]);
   return s;
 }
 
 // o += w·v over D channels.
 template <typename KV>
 inline void axpy(float* o, float w, const KV* v, int64_t D) {
-  int64_t d = 0;
-  for (; d + kLanes <= D; d += kLanes) {
-    const Lanes sum = load(o + d) + w * load(v + d);
-    std::memcpy(o + d, &sum, sizeof sum);
-  }
-  for (; d < D; ++d) o[d] += w * widen(v[d]);
+  const int64_t whole = D - D % kLanes;
+  for (int64_t d = 0; d < whole; d += kLanes) lanes::store(o + d, load(o + d) + w * load(v + d));
+  for (int64_t d = whole; d < D; ++d) o[d] += w * widen(v[d]);
 }
 
-// Keys a work item reads: a fixed number, so that the result does not depend on the thread count.
-constexpr int64_t kBlock = 32;
-
-int64_t blocks(const AttentionParams<float>& p) { return (p.Tk + kBlock - 1) / kBlock; }
-// Per (sequence, block, head): the block's unnormalised output Σ_j e^{s_j − m}·v_j (D floats), its max m and
-// its sum l = Σ_j e^{s_j − m}, padded to whole vectors so that every head's output starts a cache line
-// (with D + 2 floats, half the heads' vector loads and stores straddled two lines).
-constexpr int64_t kLineFloats = 64 / sizeof(float);
-int64_t partial_size(const AttentionParams<float>& p) { return (p.d_head + 2 + kLineFloats - 1) / kLineFloats * kLineFloats; }
-int64_t scores_size(const AttentionParams<float>& p) { return p.n_heads * kBlock; }
+using namespace decode_layout;
 
 }  // namespace
-
-int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int threads) {
-  return threads * scores_size(p) + kLineFloats + p.B * blocks(p) * p.n_heads * partial_size(p) +
-         detail::t5_bucket_table_size(p);  // int32 buckets fit in floats
-}
 
 // Split-K decoding (flash-decoding): the visible keys of each sequence are cut into blocks of kBlock
 // positions, and the threads share the blocks. A block reads its positions' rows whole, every head of a
@@ -161,11 +147,10 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
   });
 }
 
-}  // namespace
 
 template <typename KV>
-void decode_attention_forward(float* out, const float* q, const KV* k, const KV* v, const float* k_scales,
-                              const float* v_scales, const AttentionParams<float>& p, float* workspace) {
+void decode_attention_any(float* out, const float* q, const KV* k, const KV* v, const float* k_scales,
+                          const float* v_scales, const AttentionParams<float>& p, float* workspace) {
   switch (p.d_head) {
     case 64: return decode_attention<64>(out, q, k, v, k_scales, v_scales, p, workspace);
     case 128: return decode_attention<128>(out, q, k, v, k_scales, v_scales, p, workspace);
@@ -173,11 +158,21 @@ void decode_attention_forward(float* out, const float* q, const KV* k, const KV*
   }
 }
 
-template void decode_attention_forward<float>(float*, const float*, const float*, const float*, const float*,
-                                              const float*, const AttentionParams<float>&, float*);
-template void decode_attention_forward<uint16_t>(float*, const float*, const uint16_t*, const uint16_t*, const float*,
-                                                 const float*, const AttentionParams<float>&, float*);
-template void decode_attention_forward<int8_t>(float*, const float*, const int8_t*, const int8_t*, const float*,
-                                               const float*, const AttentionParams<float>&, float*);
+}  // namespace
 
-}  // namespace attend::kernels
+void decode_attention_f32(float* out, const float* q, const float* k, const float* v, const float* k_scales,
+                          const float* v_scales, const AttentionParams<float>& p, float* workspace) {
+  decode_attention_any(out, q, k, v, k_scales, v_scales, p, workspace);
+}
+
+void decode_attention_f16(float* out, const float* q, const uint16_t* k, const uint16_t* v, const float* k_scales,
+                          const float* v_scales, const AttentionParams<float>& p, float* workspace) {
+  decode_attention_any(out, q, k, v, k_scales, v_scales, p, workspace);
+}
+
+void decode_attention_i8(float* out, const float* q, const int8_t* k, const int8_t* v, const float* k_scales,
+                         const float* v_scales, const AttentionParams<float>& p, float* workspace) {
+  decode_attention_any(out, q, k, v, k_scales, v_scales, p, workspace);
+}
+
+}  // namespace attend::kernels::ATTEND_ISA

@@ -1,0 +1,58 @@
+#include "kernels/cpu.h"
+
+#include <array>
+
+namespace attend::kernels {
+namespace {
+
+Isa detect() {
+  __builtin_cpu_init();
+  // __builtin_cpu_supports also checks that the operating system saves the wide registers (XCR0).
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    return Isa::Avx2;
+  return Isa::Generic;
+}
+
+constexpr std::array kAll = {Isa::Generic, Isa::Avx2, Isa::Avx512};
+
+Isa& chosen() {
+  static Isa isa = cpu_isa();
+  return isa;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Generic: return "generic";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool parse_isa(std::string_view name, Isa& isa) {
+  for (Isa candidate : kAll) {
+    if (isa_name(candidate) == name) {
+      isa = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+Isa cpu_isa() {
+  static const Isa isa = detect();
+  return isa;
+}
+
+std::span<const Isa> supported_isas() { return std::span(kAll).first(static_cast<size_t>(cpu_isa()) + 1); }
+
+Isa active_isa() { return chosen(); }
+
+Isa set_isa(Isa isa) { return chosen() = isa <= cpu_isa() ? isa : cpu_isa(); }
+
+}  // namespace attend::kernels

@@ -1,0 +1,35 @@
+// Which instruction set the hot kernels run with (docs/ARCHITECTURE.md, "Kernels per CPU").
+//
+// The decode matmuls, decode attention, the storage conversions and the memory-bound element-wise passes
+// are compiled once per instruction set (src/kernels/isa/) and one set is chosen at run time from the
+// CPU's features, so that one portable binary runs on any x86-64 at the speed its CPU allows. A lower set
+// can be forced (the CLI's --isa and ATTEND_ISA; tests run every set the CPU has).
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace attend::kernels {
+
+enum class Isa {
+  Generic,  // x86-64's baseline (SSE2): plain loops the compiler vectorises 4 floats wide
+  Avx2,     // AVX2 + FMA + F16C (Haswell, Zen 1 and later)
+  Avx512,   // AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4 and later)
+};
+
+std::string_view isa_name(Isa isa);
+// The set named `name` ("generic", "avx2", "avx512"), or false.
+bool parse_isa(std::string_view name, Isa& isa);
+
+// The widest set this CPU (and its operating system) can run.
+Isa cpu_isa();
+// Every set the CPU can run, narrowest first.
+std::span<const Isa> supported_isas();
+
+// The set the kernels use now: cpu_isa() unless a narrower one was forced.
+Isa active_isa();
+// Uses `isa` from now on, or the CPU's widest if `isa` is wider than it can run; returns the set chosen.
+// Not to be called while kernels run on other threads.
+Isa set_isa(Isa isa);
+
+}  // namespace attend::kernels

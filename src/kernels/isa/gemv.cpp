@@ -1,0 +1,86 @@
+// Decoding's matmul: one row (or a few) times each weight row, a stream through the weights bound by
+// memory. The weights are fp32, bf16 or fp16; products and sums are fp32.
+#include "kernels/isa/isa.h"
+#include "kernels/isa/lanes.h"
+#include "kernels/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace attend::kernels::ATTEND_ISA {
+namespace {
+
+// The dot products use GCC's vector extension directly (lanes.h) and sum in float. Through vec::sum's
+// double blocks they streamed 22 GB/s through GPT-2's 495 MB on the AVX-512 machine; like this, 40-48 GB/s
+// (docs/BENCHMARKS.md).
+using lanes::Lanes;
+
+struct Fp32 {
+  static Lanes load(const float* p) { return lanes::load(p); }
+  static float widen(float w) { return w; }
+};
+struct Bf16 {
+  static Lanes load(const uint16_t* p) { return lanes::load_bf16(p); }
+  static float widen(uint16_t w) { return lanes::widen_bf16(w); }
+};
+struct Fp16 {
+  static Lanes load(const uint16_t* p) { return lanes::load_f16(p); }
+  static float widen(uint16_t w) { return lanes::widen_f16(w); }
+};
+
+// Σ_c x[c]·w[c] with the weights stored as Format's type.
+template <typename Format, typename W>
+[[gnu::noinline]] float dot(const float* x, const W* w, int64_t C) {
+  Lanes a0 = {}, a1 = {};
+  int64_t c = 0;
+  for (; c + 32 <= C; c += 32) {
+    a0 += lanes::load(x + c) * Format::load(w + c);
+    a1 += lanes::load(x + c + 16) * Format::load(w + c + 16);
+  }
+  float s = lanes::sum(a0 + a1);
+  for (; c < C; ++c) s += x[c] * Format::widen(w[c]);
+  return s;
+}
+
+// Threads split the output channels, each streams its weight rows once. Each thread first takes its own
+// contiguous share of seven eighths of the channels (one long stream), then the last eighth is shared in
+// chunks of 32 as the threads free up: the cores stream at rates that differ from call to call, and with an
+// even split one waited for the other for 15% of the gemv time. Smaller chunks restart the prefetchers'
+// streams too often (docs/BENCHMARKS.md). Every channel is computed the same way whichever thread takes
+// it, so the result does not depend on the timing.
+template <typename Format, typename W>
+void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  auto channels = [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const W* w = weight + o * C;
+      for (int64_t n = 0; n < N; ++n)
+        out[n * OC + o] = dot<Format>(inp + n * C, w, C) + (bias != nullptr ? bias[o] : 0.0f);
+    }
+  };
+  const int threads = OC >= 512 ? num_threads() : 1;  // below 256 channels per thread, one thread is faster
+  const int64_t own = OC * 7 / 8 / threads;
+  constexpr int64_t kChunk = 32;
+  std::atomic<int64_t> next{own * threads};
+  parallel_for(threads, 1, [&](int64_t t, int64_t) {
+    channels(t * own, (t + 1) * own);
+    for (int64_t o; (o = next.fetch_add(kChunk, std::memory_order_relaxed)) < OC;) channels(o, std::min(OC, o + kChunk));
+  });
+}
+
+}  // namespace
+
+void gemv_f32(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  gemv_rows<Fp32>(out, inp, weight, bias, N, C, OC);
+}
+
+void gemv_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
+               int64_t OC) {
+  gemv_rows<Bf16>(out, inp, weight, bias, N, C, OC);
+}
+
+void gemv_f16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
+              int64_t OC) {
+  gemv_rows<Fp16>(out, inp, weight, bias, N, C, OC);
+}
+
+}  // namespace attend::kernels::ATTEND_ISA

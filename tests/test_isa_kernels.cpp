@@ -1,0 +1,223 @@
+// The kernels compiled once per instruction set (src/kernels/isa/), each set's table against an oracle
+// that does not depend on it: fp64 sums, the exact values of the 16-bit formats, scalar double updates.
+// Every set is a test instance; a set this CPU cannot run is skipped with the reason. (CTest also runs the
+// kernel suites with each set active: tests/CMakeLists.txt.)
+#include "kernels/attention.h"
+#include "kernels/cpu.h"
+#include "kernels/kernel_table.h"
+#include "kernels/matmul.h"
+#include "testing.h"
+
+#include <attend/runtime.h>
+
+#include <bit>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace attend::kernels {
+namespace {
+
+using testing::random_vector;
+
+class IsaKernels : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (GetParam() > cpu_isa())
+      GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " kernels (it has up to "
+                   << isa_name(cpu_isa()) << ")";
+  }
+  const KernelTable& table() const { return kernel_table(GetParam()); }
+};
+
+// fp32's unit roundoff and the bound γ_n = n·u/(1 − n·u) on the relative error of an n-term sum.
+constexpr double kUnit = 0x1p-24;
+double gamma(int64_t n) { return n * kUnit / (1 - n * kUnit); }
+
+// The exact value of an IEEE half, from its fields.
+double half_value(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  const double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
+  if (exponent == 0x1F) return mantissa != 0 ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+TEST_P(IsaKernels, TableIsTheSetsOwn) { EXPECT_EQ(table().isa, GetParam()); }
+
+TEST_P(IsaKernels, HalfWidensExactlyForEveryBitPattern) {
+  std::vector<uint16_t> all(1 << 16);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> out(all.size());
+  table().half_to_float(out.data(), all.data(), static_cast<int64_t>(all.size()));
+  for (size_t i = 0; i < all.size(); ++i) {
+    const double want = half_value(all[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(out[i])) << "half 0x" << std::hex << i;
+      // A quiet NaN, with the payload kept: the half's 10 mantissa bits are the float's top 10, quiet bit set.
+      EXPECT_EQ((std::bit_cast<uint32_t>(out[i]) >> 13) & 0x3FF, (i & 0x3FF) | 0x200) << "half 0x" << std::hex << i;
+    } else {
+      ASSERT_EQ(double(out[i]), want) << "half 0x" << std::hex << i;
+      EXPECT_EQ(std::signbit(out[i]), (i & 0x8000) != 0) << "half 0x" << std::hex << i;
+    }
+  }
+}
+
+// Round to nearest, ties to even, by brute force: the two halves around x, and the even one on a tie.
+uint16_t nearest_half(float x) {
+  if (std::isnan(x)) return 0x7E00;
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(double(x));
+  if (a >= 65520.0) return sign | 0x7C00;  // halfway past the largest half, 65504
+  uint16_t lo = 0;
+  for (uint16_t step = 0x4000; step > 0; step >>= 1)  // the largest half ≤ a (halves are ordered as integers)
+    if (lo + step <= 0x7BFF && half_value(lo + step) <= a) lo += step;
+  if (half_value(lo) == a) return sign | lo;
+  const double below = a - half_value(lo), above = half_value(lo + 1) - a;
+  const uint16_t pick = below < above ? lo : above < below ? lo + 1 : (lo & 1) == 0 ? lo : lo + 1;
+  return sign | pick;
+}
+
+TEST_P(IsaKernels, FloatNarrowsToTheNearestHalfTiesToEven) {
+  std::vector<float> x;
+  for (int e = -27; e <= 17; ++e)  // every binade a half can round into, with the ties and their neighbours
+    for (float m : {1.0f, 1.0009765625f, 1.00048828125f, 1.0014648438f, 1.5f, 1.99951171875f, 1.9997558594f, 1.999f})
+      for (float s : {1.0f, -1.0f}) x.push_back(s * std::ldexp(m, e));
+  for (float special : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e9f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
+                        0x1.ff8p-15f, 0x1.ffcp-15f, INFINITY, -INFINITY, NAN})
+    x.push_back(special);
+  const auto random = random_vector(20000, 11, -70000.0, 70000.0);
+  const auto tiny = random_vector(20000, 12, -1e-4, 1e-4);
+  for (double r : random) x.push_back(static_cast<float>(r));
+  for (double r : tiny) x.push_back(static_cast<float>(r));
+  std::vector<uint16_t> out(x.size());
+  table().float_to_half(out.data(), x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE((out[i] & 0x7C00) == 0x7C00 && (out[i] & 0x3FF) != 0) << "NaN gave 0x" << std::hex << out[i];
+      continue;
+    }
+    ASSERT_EQ(out[i], nearest_half(x[i])) << "x = " << x[i] << " (" << std::hexfloat << x[i] << ")";
+  }
+}
+
+TEST_P(IsaKernels, Bf16RoundsToNearestEvenAndWidensExactly) {
+  const std::vector<float> x = {1.0f, std::bit_cast<float>(0x3F808000u), std::bit_cast<float>(0x3F818000u),
+                                std::bit_cast<float>(0x3F808001u), -2.5f, 0x1p-130f, INFINITY, NAN};
+  const std::vector<uint16_t> want = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xC020, 0x0008, 0x7F80};
+  std::vector<uint16_t> out(x.size());
+  table().float_to_bf16(out.data(), x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out[i], want[i]) << "x = " << std::hexfloat << x[i];
+  EXPECT_EQ(out.back() & 0x7FC0, 0x7FC0) << "NaN stays a quiet NaN";
+  std::vector<float> back(x.size());
+  table().bf16_to_float(back.data(), out.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t{want[i]} << 16);
+}
+
+// Decoding's matmul for each weight type, against the fp64 product of the stored weights' exact values.
+// An fp32 sum of C products has error at most γ_C·Σ|x·w| (each product rounds once and each addition once,
+// whatever the order); the bias adds one more rounding of the result.
+TEST_P(IsaKernels, GemvMatchesTheExactProductWithinTheSumsBound) {
+  for (const int64_t C : {77, 768}) {
+    const int64_t OC = 600;  // shared between threads
+    for (int64_t N = 1; N <= kGemvRows; ++N) {
+      const auto x = random_vector(N * C, 21, -2, 2), w = random_vector(OC * C, 22), b = random_vector(OC, 23);
+      std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end());
+      std::vector<uint16_t> w_bf16(OC * C), w_f16(OC * C);
+      table().float_to_bf16(w_bf16.data(), wf.data(), OC * C);
+      table().float_to_half(w_f16.data(), wf.data(), OC * C);
+      struct Case {
+        const char* name;
+        std::function<void(float*)> run;
+        std::function<double(int64_t)> weight;
+      };
+      const Case cases[] = {
+          {"fp32", [&](float* out) { table().gemv_f32(out, xf.data(), wf.data(), bf.data(), N, C, OC); },
+           [&](int64_t i) { return double(wf[i]); }},
+          {"bf16", [&](float* out) { table().gemv_bf16(out, xf.data(), w_bf16.data(), bf.data(), N, C, OC); },
+           [&](int64_t i) { return double(std::bit_cast<float>(uint32_t{w_bf16[i]} << 16)); }},
+          {"fp16", [&](float* out) { table().gemv_f16(out, xf.data(), w_f16.data(), bf.data(), N, C, OC); },
+           [&](int64_t i) { return half_value(w_f16[i]); }},
+      };
+      for (const Case& c : cases) {
+        std::vector<float> out(N * OC);
+        c.run(out.data());
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t o = 0; o < OC; ++o) {
+            double exact = 0.0, magnitude = 0.0;
+            for (int64_t k = 0; k < C; ++k) {
+              const double product = double(xf[n * C + k]) * c.weight(o * C + k);
+              exact += product, magnitude += std::fabs(product);
+            }
+            const double bound = gamma(C) * magnitude + kUnit * (std::fabs(exact) + magnitude + std::fabs(bf[o]));
+            ASSERT_NEAR(out[n * OC + o], exact + bf[o], bound)
+                << c.name << " weights, C=" << C << " N=" << N << " row " << n << " channel " << o;
+          }
+        }
+      }
+    }
+  }
+}
+
+// AdamW's update of one element in double from the same float inputs: the kernel's float arithmetic is a
+// handful of roundings (about 10 operations) away from it, each relative error ≤ u.
+TEST_P(IsaKernels, AdamFollowsItsFormulaInDouble) {
+  const int64_t n = 100003;  // more than one thread's grain, and an odd tail
+  const auto p0 = random_vector(n, 31), m0 = random_vector(n, 32, -0.1, 0.1), v0 = random_vector(n, 33, 0, 0.01),
+             g0 = random_vector(n, 34);
+  std::vector<float> param(p0.begin(), p0.end()), m(m0.begin(), m0.end()), v(v0.begin(), v0.end()), g(g0.begin(), g0.end());
+  const AdamStep s{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .gain1 = 0.1f, .gain2 = 0.001f,
+                   .correction1 = 1 - std::pow(0.9, 3), .correction2 = 1 - std::pow(0.999, 3), .l2 = 0.0f,
+                   .decoupled = 0.1f};
+  table().adam_update(param.data(), m.data(), v.data(), g.data(), n, s);
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = float(g0[i]);
+    const double mi = double(s.beta1) * float(m0[i]) + double(s.gain1) * gi;
+    const double vi = double(s.beta2) * float(v0[i]) + double(s.gain2) * gi * gi;
+    const double update = double(s.lr) / s.correction1 * mi / (std::sqrt(vi / s.correction2) + s.eps);
+    const double want = (1 - double(s.lr) * s.decoupled) * float(p0[i]) - update;
+    ASSERT_NEAR(m[i], mi, 4 * kUnit * (std::fabs(mi) + std::fabs(gi)) + 1e-30) << "m at " << i;
+    ASSERT_NEAR(v[i], vi, 4 * kUnit * (std::fabs(vi) + gi * gi) + 1e-30) << "v at " << i;
+    ASSERT_NEAR(param[i], want, 4 * kUnit * std::fabs(float(p0[i])) + 12 * kUnit * std::fabs(update)) << "param at " << i;
+  }
+}
+
+TEST_P(IsaKernels, SumOfSquaresAndScaleAndFill) {
+  const int64_t n = 300007;
+  const auto x = random_vector(n, 41, -3, 3);
+  std::vector<float> xf(x.begin(), x.end());
+  double exact = 0.0;
+  for (float value : xf) exact += double(value) * value;
+  // Blocks of 1024 floats summed in float lanes (32 terms each), the blocks in double.
+  EXPECT_NEAR(table().sum_squares(xf.data(), n), exact, gamma(1024 / 32 + 1) * exact);
+  std::vector<float> scaled = xf;
+  table().scale(scaled.data(), n, 0.5f);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], xf[i] * 0.5f);
+  table().fill(scaled.data(), n, 3.25f);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], 3.25f);
+}
+
+// Every set computes decode attention like the plain reference kernel (fp32 cache): the same softmax
+// over the same scores, merged from blocks. Head sizes 20, 64 and 128 (the last two compiled for their size).
+TEST_P(IsaKernels, DecodeAttentionMatchesTheReference) {
+  for (const int64_t D : {20, 64, 128}) {
+    const int64_t B = 2, H = 4, Hkv = 2, Tk = 70;
+    const auto k = random_vector(B * Tk * Hkv * D, 51, -2, 2), v = random_vector(B * Tk * Hkv * D, 52),
+               q = random_vector(B * H * D, 53, -2, 2);
+    std::vector<float> kf(k.begin(), k.end()), vf(v.begin(), v.end()), qf(q.begin(), q.end());
+    AttentionParams<float> p;
+    p.B = B, p.Tq = 1, p.Tk = Tk, p.n_heads = H, p.n_kv_heads = Hkv, p.d_head = D, p.scale = 1.0 / std::sqrt(D);
+    p.causal = true, p.q_offset = Tk - 1;
+    std::vector<float> workspace(decode_attention_workspace_size(p, attend::num_threads()));
+    std::vector<float> got(B * H * D), want(B * H * D), probs(B * H * Tk);
+    table().decode_attention_f32(got.data(), qf.data(), kf.data(), vf.data(), nullptr, nullptr, p, workspace.data());
+    attention_reference_forward(want.data(), probs.data(), qf.data(), kf.data(), vf.data(), p);
+    testing::expect_all_close(got, want, testing::kFloatTolerance, "d_head " + std::to_string(D));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySet, IsaKernels, ::testing::Values(Isa::Generic, Isa::Avx2, Isa::Avx512),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
+
+}  // namespace
+}  // namespace attend::kernels
