@@ -443,6 +443,7 @@ TEST(ModelConfigErrors, NameTheFieldAndWhatWasExpected) {
       {with("n_classes", "2"), {"n_classes applies to encoder models"}},
       {"[1, 2]", {"expected a JSON object"}},
       {"{\"d_model\": ", {"not valid JSON"}},
+      {"{\"vocab_size\": 31e308}", {"not valid JSON", "number overflow"}},  // found by fuzz/fuzz_model_config
   };
   for (const Case& c : cases) {
     if (c.mentions.empty()) {

@@ -4,7 +4,10 @@
 
 #include <attend/error.h>
 #include <attend/io.h>
+#include <attend/parameter.h>
 #include <attend/safetensors.h>
+
+#include "train/optimizer.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -134,6 +137,9 @@ TEST(Safetensors, MalformedFilesAreRejectedWithTheFileAndTensorNamed) {
        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
        floats({1, 2, 3}), -1, {"overlap"}},
       {"not_object", "[1, 2]", "", -1, {"expected a JSON object"}},
+      // Found by fuzz/fuzz_safetensors: nlohmann throws out_of_range, not parse_error, for this number.
+      {"number_overflow", R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,8]}})", floats({1, 2}), -1,
+       {"not valid JSON", "number overflow"}},
   };
   for (const Case& c : cases) {
     const fs::path path = c.name == "short" ? temp_path("short.safetensors") : write_raw(c.name, c.header, c.data, c.length);
@@ -159,6 +165,38 @@ TEST(Safetensors, LoadChecksNamesShapesAndDtypes) {
   expect_error_mentions<Error>([&] { write_safetensors(path, {{"a", &a}, {"a", &a}}); }, {"two tensors are called 'a'"});
   fs::remove(path);
   fs::remove(ints);
+}
+
+// Found by fuzz/fuzz_safetensors: the optimiser's step in the metadata went through std::stoll, whose
+// std::invalid_argument was no attend::Error.
+TEST(Safetensors, OptimizerStateMetadataIsChecked) {
+  Parameter w("w", Shape{2});
+  train::Optimizer optimizer(train::OptimizerConfig{}, {&w});
+  const std::string header = R"({"__metadata__":{"optimizer":"adamw","optimizer.step":"STEP","optimizer.beta2_product":"PRODUCT"},)"
+                             R"("w.m":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("w.v":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+  auto state = [&](const std::string& step, const std::string& product) {
+    std::string h = header;
+    h.replace(h.find("STEP"), 4, step);
+    h.replace(h.find("PRODUCT"), 7, product);
+    return write_raw("optimizer.safetensors", h, floats({1, 2, 3, 4}));
+  };
+  optimizer.load_state(SafetensorsReader(state("7", "0.5")));
+  EXPECT_EQ(optimizer.steps(), 7);
+  struct Case {
+    std::string step, product, mention;
+  };
+  for (const Case& c : std::vector<Case>{{"three", "0.5", "'optimizer.step' is 'three', expected a number"},
+                                         {"7x", "0.5", "'optimizer.step' is '7x'"},
+                                         {"99999999999999999999", "0.5", "'optimizer.step'"},
+                                         {"-1", "0.5", "expected a non-negative step"},
+                                         {"7", "", "'optimizer.beta2_product' is ''"},
+                                         {"7", "1e999", "'optimizer.beta2_product' is '1e999'"},
+                                         {"7", "1.5", "product of betas in [0, 1]"}}) {
+    const fs::path path = state(c.step, c.product);
+    expect_error_mentions<Error>([&] { optimizer.load_state(SafetensorsReader(path)); }, {path.string(), c.mention});
+  }
+  fs::remove(temp_path("optimizer.safetensors"));
 }
 
 }  // namespace

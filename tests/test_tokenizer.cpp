@@ -462,6 +462,41 @@ TEST(SentencePiece, NormalizerFollowsNmtNfkcAndWhitespaceRules) {
   EXPECT_EQ(n.normalize(" a  b"), "\u2581\u2581a\u2581\u2581b");
 }
 
+// A serialised ModelProto of the given pieces (text, type), for the loader's error paths.
+std::string sentencepiece_model(const std::vector<std::pair<std::string, int>>& pieces) {
+  std::string model;
+  for (const auto& [text, type] : pieces) {
+    const std::string piece = "\x0a" + std::string(1, static_cast<char>(text.size())) + text + "\x18" +
+                              std::string(1, static_cast<char>(type));
+    model += "\x0a" + std::string(1, static_cast<char>(piece.size())) + piece;
+  }
+  return model;
+}
+
+// Found by fuzz/fuzz_sentencepiece: a piece that is not UTF-8 loaded, and writing tokenizer.json then threw
+// nlohmann's type_error.
+TEST(SentencePiece, PiecesMustBeUtf8) {
+  const Tokenizer tok = Tokenizer::from_sentencepiece(sentencepiece_model({{"<unk>", 2}, {"a", 1}, {"\xc3\xa9", 1}}));
+  EXPECT_EQ(tok.vocab_size(), 3);
+  EXPECT_EQ(tok.encode("a\xc3\xa9"), (std::vector<int32_t>{0, 1, 2}));  // the dummy prefix "▁" is no piece: <unk>
+  EXPECT_NO_THROW(Tokenizer::from_json(tok.to_json()));
+  const std::string bad = sentencepiece_model({{"<unk>", 2}, {"a", 1}, {"\x88" "b", 1}});
+  expect_error_mentions<Error>([&] { Tokenizer::from_sentencepiece(bad, "bad.model"); },
+                               {"bad.model", "piece 2", "not valid UTF-8"});
+}
+
+TEST(Gpt2Tokenizer, LoadsEncoderJsonAndVocabBpeFromMemory) {
+  json encoder = json::object();  // every byte in GPT-2's letters, then one merge
+  for (int b = 0; b < 256; ++b) encoder[tokenize::bytes_to_gpt2_letters(std::string(1, static_cast<char>(b)))] = b;
+  encoder["ab"] = 256;
+  const Tokenizer tok = Tokenizer::from_gpt2(encoder.dump(), "#version: 0.2\na b\n");
+  EXPECT_EQ(tok.encode("abba"), (std::vector<int32_t>{256, 'b', 'a'}));
+  expect_error_mentions<Error>([&] { Tokenizer::from_gpt2(encoder.dump(), "ab zz\n", "enc.json", "merges.bpe"); },
+                               {"merges.bpe", "model.merges[0]", "\"zz\"", "not in model.vocab"});
+  expect_error_mentions<Error>([] { Tokenizer::from_gpt2(R"({"a": 1e999})", "", "enc.json"); },
+                               {"enc.json", "not valid JSON"});
+}
+
 TEST(SentencePiece, DecodingGivesBackTheText) {
   // bpe_spaces keeps every space and has byte fallback, so decoding gives the input back exactly (but
   // for "▁" typed in the input, which is a space to SentencePiece). Control pieces decode to nothing.

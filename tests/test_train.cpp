@@ -651,6 +651,32 @@ TEST(Datasets, DamagedTokenCacheIsRebuilt) {
   }
 }
 
+// Found by fuzz/fuzz_token_cache: the ids of a cache whose meta was intact were used unchecked (an id outside
+// the vocabulary reached the model), and reading an empty valid.tokens passed memcpy a null pointer.
+TEST(Datasets, TokenCacheIdsOutsideTheVocabularyAreRebuilt) {
+  const Tokenizer tok = Tokenizer::from_json(
+      R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1, "b": 2}}})", "ab");
+  const fs::path dir = run_dir("token_cache_ids");
+  fs::create_directories(dir);
+  write_file_atomic(dir / "text.txt", "a b a\n\nb b a a\n");
+  DataConfig d;
+  d.train = {(dir / "text.txt").string()};
+  d.valid_fraction = 0.0;  // valid.tokens is empty
+  const TokenStreams fresh = load_token_streams(d, tok, dir / "cache");
+  ASSERT_FALSE(fresh.from_cache);
+  ASSERT_TRUE(fresh.valid.empty());
+  EXPECT_TRUE(load_token_streams(d, tok, dir / "cache").from_cache);
+  for (int32_t id : {3, -1, INT32_MAX}) {
+    std::vector<int32_t> damaged = fresh.train;
+    damaged[1] = id;
+    write_file_atomic(dir / "cache" / "train.tokens",
+                      std::string_view(reinterpret_cast<const char*>(damaged.data()), damaged.size() * sizeof(int32_t)));
+    const TokenStreams again = load_token_streams(d, tok, dir / "cache");
+    EXPECT_FALSE(again.from_cache) << id;
+    EXPECT_EQ(again.train, fresh.train) << id;
+  }
+}
+
 // Dropout's masks come from a window of the stream per forward (the trainer's: 2^32 numbers per micro-batch).
 // A forward that would draw past its window is an error, not masks that silently repeat the next window's.
 // The window's start may pass 2^32: Philox's counter takes the whole 64-bit index, so number 2^32 + i is not

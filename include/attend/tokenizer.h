@@ -71,6 +71,11 @@ class Tokenizer {
   static Tokenizer from_json(std::string_view json, std::string_view origin = "tokenizer.json");
   // Loads GPT-2's published encoder.json and vocab.bpe.
   static Tokenizer from_gpt2_files(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
+  // The same from the two files' bytes in memory; the origins name them in errors.
+  static Tokenizer from_gpt2(std::string_view encoder_json, std::string_view vocab_bpe,
+                             std::string_view encoder_origin = "encoder.json", std::string_view merges_origin = "vocab.bpe");
+  // Reads a SentencePiece .model (a serialised ModelProto) from memory; `origin` names it in errors.
+  static Tokenizer from_sentencepiece(std::string_view model, std::string_view origin = "tokenizer.model");
   // Trains on plain-text files (UTF-8, any size).
   static Tokenizer train(const std::vector<std::filesystem::path>& files, const TokenizerTrainOptions& options);
   // Trains on text in memory.

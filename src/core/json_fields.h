@@ -18,11 +18,12 @@
 
 namespace attend {
 
-// Parses JSON text, or throws attend::Error "<origin>: not valid JSON: ...".
+// Parses JSON text, or throws attend::Error "<origin>: not valid JSON: ...". Besides syntax errors, the
+// parser throws out_of_range for a number too large for a double ("1e999").
 inline nlohmann::json parse_json(std::string_view text, std::string_view origin) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }
 }
@@ -116,7 +117,7 @@ bool set_field(std::string_view key, std::string_view value, std::string_view wh
   nlohmann::json v;
   try {
     v = nlohmann::json::parse(value);
-  } catch (const nlohmann::json::parse_error&) {
+  } catch (const nlohmann::json::exception&) {  // not JSON, or a number out of range: the bare word
     v = std::string(value);
   }
   bool found = false;

@@ -80,7 +80,7 @@ SafetensorsReader::SafetensorsReader(const fs::path& path) : origin_(path.string
     json j;
     try {
       j = json::parse(header);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, or a number too large for a double
       throw Error(fmt::format("{}: header is not valid JSON: {}", origin_, e.what()));
     }
     check(j.is_object(), "{}: header is {}, expected a JSON object", origin_, j.type_name());

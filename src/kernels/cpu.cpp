@@ -1,9 +1,18 @@
 #include "kernels/cpu.h"
 
+#include <cpuid.h>
+
 #include <array>
 
 namespace attend::kernels {
 namespace {
+
+// F16C is CPUID leaf 1, ECX bit 29. Clang (16 at least) has no "f16c" for __builtin_cpu_supports; the AVX2
+// check beside it already makes sure the OS saves the YMM registers the conversions use.
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
 
 Isa detect() {
   __builtin_cpu_init();
@@ -11,7 +20,7 @@ Isa detect() {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
     return Isa::Avx2;
   return Isa::Generic;
 }

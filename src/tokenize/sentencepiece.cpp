@@ -7,6 +7,7 @@
 //   NormalizerSpec  1 name, 2 precompiled_charsmap, 3 add_dummy_prefix, 4 remove_extra_whitespaces,
 //                   5 escape_whitespaces
 #include "tokenize/sentencepiece.h"
+#include "tokenize/unicode.h"
 
 #include <algorithm>
 
@@ -78,6 +79,15 @@ class WireReader {
   size_t pos_ = 0;
 };
 
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const CodePoint c = decode_utf8(s, i);
+    if (c.value == kInvalid) return false;
+    i += c.length;
+  }
+  return true;
+}
+
 }  // namespace
 
 SentencePieceModel parse_sentencepiece(std::string_view data, std::string_view origin) {
@@ -100,6 +110,8 @@ SentencePieceModel parse_sentencepiece(std::string_view data, std::string_view o
           p.type = static_cast<PieceType>(v);
         } else piece.skip(t);
       }
+      // Protobuf strings are UTF-8, and tokenizer.json (a JSON string per piece) can hold nothing else.
+      check(valid_utf8(p.text), "{}: piece {} ({:?}) is not valid UTF-8", origin, m.pieces.size(), p.text);
       m.pieces.push_back(std::move(p));
     } else if (field == 2 && type == 2) {
       WireReader spec(model.bytes(), origin);

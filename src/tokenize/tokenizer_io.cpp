@@ -24,7 +24,7 @@ namespace {
 json parse_json(std::string_view text, std::string_view origin) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number too large for a double
     throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }
 }
@@ -358,9 +358,8 @@ std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view 
   return m;
 }
 
-std::unique_ptr<Tokenizer::Impl> impl_from_sentencepiece(const fs::path& path) {
-  const std::string origin = path.string();
-  SentencePieceModel sp = parse_sentencepiece(read_file(path), origin);
+std::unique_ptr<Tokenizer::Impl> impl_from_sentencepiece(std::string_view bytes, std::string_view origin) {
+  SentencePieceModel sp = parse_sentencepiece(bytes, origin);
   auto m = std::make_unique<Tokenizer::Impl>();
   m->sp = sp.normalizer;
   int32_t unk = -1;
@@ -426,16 +425,20 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view origin) {
   return naming_origin(origin, [&] { return Tokenizer(impl_from_json(parse_json(text, origin), origin)); });
 }
 
+Tokenizer Tokenizer::from_sentencepiece(std::string_view model, std::string_view origin) {
+  return naming_origin(origin, [&] { return Tokenizer(impl_from_sentencepiece(model, origin)); });
+}
+
 namespace {
 
-Tokenizer load_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
-  const std::string encoder_origin = encoder_json.string(), merges_origin = vocab_bpe.string();
-  const json encoder = parse_json(read_file(encoder_json), encoder_origin);
+Tokenizer load_gpt2(std::string_view encoder_text, std::string_view merges_text, std::string_view encoder_origin,
+                    std::string_view merges_origin) {
+  const json encoder = parse_json(encoder_text, encoder_origin);
   const Reader r{encoder_origin};
   std::vector<std::string> tokens = dense_vocab(encoder, r, true);
   const BpeModel vocab_only(tokens, {});
   // vocab.bpe: a "#version" line, then one "left right" merge per line.
-  std::istringstream lines(read_file(vocab_bpe));
+  std::istringstream lines{std::string(merges_text)};
   json merges = json::array();
   std::string line;
   for (int number = 1; std::getline(lines, line); ++number) {
@@ -452,7 +455,12 @@ Tokenizer load_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bp
 }  // namespace
 
 Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
-  return naming_origin(encoder_json.string(), [&] { return load_gpt2_files(encoder_json, vocab_bpe); });
+  return from_gpt2(read_file(encoder_json), read_file(vocab_bpe), encoder_json.string(), vocab_bpe.string());
+}
+
+Tokenizer Tokenizer::from_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, std::string_view encoder_origin,
+                               std::string_view merges_origin) {
+  return naming_origin(encoder_origin, [&] { return load_gpt2(encoder_json, vocab_bpe, encoder_origin, merges_origin); });
 }
 
 
@@ -468,8 +476,7 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     throw Error(fmt::format("{}: directory holds no tokenizer.json, encoder.json + vocab.bpe, or tokenizer.model",
                             path.string()));
   }
-  if (path.extension() == ".model")
-    return naming_origin(path.string(), [&] { return Tokenizer(impl_from_sentencepiece(path)); });
+  if (path.extension() == ".model") return from_sentencepiece(read_file(path), path.string());
   return from_json(read_file(path), path.string());
 }
 

@@ -5,6 +5,7 @@
 
 #include <attend/error.h>
 
+#include <charconv>
 #include <cmath>
 
 namespace attend::train {
@@ -130,8 +131,22 @@ void Optimizer::load_state(const SafetensorsReader& reader) {
   };
   check(field("optimizer") == optimizer_name(config_.kind), "{}: holds {} state, the run uses {}", reader.origin(),
         field("optimizer"), optimizer_name(config_.kind));
-  step_ = std::stoll(field("optimizer.step"));
-  beta2_product_ = std::stod(field("optimizer.beta2_product"));
+  // The scalars are strings: each must be a whole number in range (std::stoll threw std::invalid_argument).
+  auto number = [&](const char* key, auto& out) {
+    const std::string text = field(key);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    check(ec == std::errc() && end == text.data() + text.size(), "{}: metadata '{}' is '{}', expected a number",
+          reader.origin(), key, text);
+  };
+  int64_t step = 0;
+  double beta2_product = 0.0;
+  number("optimizer.step", step);
+  number("optimizer.beta2_product", beta2_product);
+  check(step >= 0, "{}: metadata 'optimizer.step' is {}, expected a non-negative step", reader.origin(), step);
+  check(beta2_product >= 0.0 && beta2_product <= 1.0, "{}: metadata 'optimizer.beta2_product' is {}, expected a "
+        "product of betas in [0, 1]", reader.origin(), beta2_product);
+  step_ = step;
+  beta2_product_ = beta2_product;
   for_each_state([&](const std::string& name, Tensor& t) { reader.load_into(name, t.view()); });
 }
 

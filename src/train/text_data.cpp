@@ -51,11 +51,15 @@ void write_ids(const fs::path& path, const std::vector<int32_t>& ids) {
   write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t)));
 }
 
-std::vector<int32_t> read_ids(const fs::path& path) {
+// A cache file's ids, each checked against the vocabulary (a damaged file must not reach the model).
+std::vector<int32_t> read_ids(const fs::path& path, int32_t vocab_size) {
   const std::string bytes = read_file(path);
   check(bytes.size() % 4 == 0, "{}: {} bytes is not a whole number of int32 token ids", path.string(), bytes.size());
   std::vector<int32_t> ids(bytes.size() / 4);
-  std::memcpy(ids.data(), bytes.data(), bytes.size());
+  if (!ids.empty()) std::memcpy(ids.data(), bytes.data(), bytes.size());  // an empty vector's data() may be null
+  for (size_t i = 0; i < ids.size(); ++i)
+    check(ids[i] >= 0 && ids[i] < vocab_size, "{}: id {} at position {} is outside the tokenizer's vocabulary [0, {})",
+          path.string(), ids[i], i, vocab_size);
   return ids;
 }
 
@@ -89,8 +93,8 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
           check(n >= 0, "{}: '{}' is {}, expected a non-negative count", meta.string(), field, n);
           return n;
         };
-        out.train = read_ids(train_path);
-        out.valid = read_ids(valid_path);
+        out.train = read_ids(train_path, tokenizer.vocab_size());
+        out.valid = read_ids(valid_path, tokenizer.vocab_size());
         check(static_cast<int64_t>(out.train.size()) == count("train_tokens") &&
                   static_cast<int64_t>(out.valid.size()) == count("valid_tokens"),
               "{}: the token files hold {} and {} tokens, the cache's meta says {} and {}", cache_dir.string(),

@@ -11,6 +11,7 @@
 #include "core/json_fields.h"
 #include "train/clip.h"
 #include "train/optimizer.h"
+#include "train/resume.h"
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -51,24 +52,20 @@ std::string first_difference(const std::string& a, const std::string& b) {
   return "they differ";
 }
 
-// What trainer.json holds besides the model and the optimiser: the step and the guards' state. Every field
-// is checked, so a damaged file is an error naming the file and the field, not a parser's exception.
-struct SavedState {
-  int64_t step = -1, bad_streak = 0, clean_steps = 0;
-  double loss_average = NAN, elapsed_s = 0.0;
-  std::optional<double> loss_scale;  // runs saved before f16 training existed have none
-};
+}  // namespace
 
-SavedState read_trainer_state(const fs::path& path) {
-  const nlohmann::json j = parse_json(read_file(path), path.string());
-  check(j.is_object(), "{}: expected a JSON object, found {}", path.string(), j.type_name());
+namespace train {
+
+SavedState parse_trainer_state(std::string_view text, std::string_view origin) {
+  const nlohmann::json j = parse_json(text, origin);
+  check(j.is_object(), "{}: expected a JSON object, found {}", origin, j.type_name());
   SavedState s;
   auto field = [&](const char* key, auto& value) {
-    if (auto it = j.find(key); it != j.end()) read_field(value, *it, fmt::format("{}: '{}'", path.string(), key));
+    if (auto it = j.find(key); it != j.end()) read_field(value, *it, fmt::format("{}: '{}'", origin, key));
   };
-  check(j.contains("step"), "{}: has no 'step'", path.string());
+  check(j.contains("step"), "{}: has no 'step'", origin);
   field("step", s.step);
-  check(s.step >= 0, "{}: 'step' is {}, expected a non-negative integer", path.string(), s.step);
+  check(s.step >= 0, "{}: 'step' is {}, expected a non-negative integer", origin, s.step);
   field("bad_streak", s.bad_streak);
   field("clean_steps", s.clean_steps);
   field("elapsed_s", s.elapsed_s);
@@ -76,18 +73,13 @@ SavedState read_trainer_state(const fs::path& path) {
   if (j.contains("loss_scale")) {
     double scale = 0.0;
     field("loss_scale", scale);
-    check(scale >= 1.0, "{}: 'loss_scale' is {}, expected at least 1", path.string(), scale);
+    check(scale >= 1.0, "{}: 'loss_scale' is {}, expected at least 1", origin, scale);
     s.loss_scale = scale;
   }
   return s;
 }
 
-// The metrics of the steps up to `step`, line for line: the steps after the checkpoint are trained again.
-// metrics.jsonl is appended a line per step, so a crash can cut its last line short; such a line (the last,
-// without its newline, not valid JSON) is dropped. Any other line that is not a JSON object with an integer
-// "step" is an error naming its line.
-std::string metrics_up_to(const fs::path& path, int64_t step) {
-  const std::string text = read_file(path);
+std::string metrics_up_to(std::string_view text, std::string_view origin, int64_t step) {
   std::string kept;
   size_t pos = 0;
   for (int64_t number = 1; pos < text.size(); ++number) {
@@ -97,7 +89,7 @@ std::string metrics_up_to(const fs::path& path, int64_t step) {
     const std::string_view line(text.data() + pos, end - pos);
     pos = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const std::string where = fmt::format("{}:{}", path.string(), number);
+    const std::string where = fmt::format("{}:{}", origin, number);
     nlohmann::json j;
     try {
       j = parse_json(line, where);
@@ -115,7 +107,7 @@ std::string metrics_up_to(const fs::path& path, int64_t step) {
   return kept;
 }
 
-}  // namespace
+}  // namespace train
 
 struct Trainer::State {
   Model model;
@@ -172,7 +164,8 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   if (resume) {
     const fs::path ckpt = s.checkpoint();
     s.optimizer->load_state(SafetensorsReader(ckpt / "optimizer.safetensors"));
-    const SavedState state = read_trainer_state(ckpt / "trainer.json");
+    const fs::path state_path = ckpt / "trainer.json", metrics_path = s.dir / "metrics.jsonl";
+    const train::SavedState state = train::parse_trainer_state(read_file(state_path), state_path.string());
     s.step = state.step;
     s.bad_streak = state.bad_streak;
     s.loss_average = state.loss_average;
@@ -182,8 +175,9 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       s.clean_steps = state.clean_steps;
     }
     // Keep the metrics up to the checkpoint's step: the steps after it are trained again.
-    const std::string kept = fs::exists(s.dir / "metrics.jsonl") ? metrics_up_to(s.dir / "metrics.jsonl", s.step) : "";
-    write_file_atomic(s.dir / "metrics.jsonl", kept);
+    const std::string kept =
+        fs::exists(metrics_path) ? train::metrics_up_to(read_file(metrics_path), metrics_path.string(), s.step) : "";
+    write_file_atomic(metrics_path, kept);
     log::info("resuming {} at step {}", ckpt.string(), s.step);
   } else {
     check(!fs::exists(s.checkpoint()), "{}: already holds a checkpoint; resume it, or train into another directory",

@@ -1,0 +1,30 @@
+// config.json as Model::load reads it: Hugging Face's GPT-2 keys, or Attend's own fields. A config that
+// loads must write a config.json that loads to the same config.
+#include "fuzz_util.h"
+#include "io/hf_gpt2.h"
+
+#include <attend/model.h>
+
+#include <nlohmann/json.hpp>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace attend;
+  const std::string_view text = fuzz::text(data, size);
+  try {
+    const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const ModelConfig c = io::is_hf_gpt2_config(parsed) ? io::config_from_hf_gpt2(parsed, "config.json")
+                                                        : ModelConfig::from_json(text);
+    (void)c.ffn_hidden();
+    (void)c.decoder_layers();
+    const std::string saved = c.to_json();
+    std::string again;
+    try {
+      again = ModelConfig::from_json(saved).to_json();
+    } catch (const Error& e) {
+      fuzz::fail(std::string("a loaded config wrote a config.json it cannot read: ") + e.what());
+    }
+    if (again != saved) fuzz::fail("config.json does not survive a write and a read:\n" + saved + "\n" + again);
+  } catch (const Error&) {
+  }
+  return 0;
+}
