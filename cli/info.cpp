@@ -14,6 +14,10 @@ void add_info_command(CLI::App& app) {
     fmt::print("threads       {} of {} cores\n", info.threads, info.cores);
     fmt::print("gemm backend  {}\n", info.gemm_backend);
     fmt::print("cpu features  {}\n", info.cpu_isa);
+    fmt::print("kernels       {} (the decode matmuls and attention, conversions, optimizer updates; widest here: {})\n",
+               info.kernel_isa, info.widest_kernel_isa);
+    fmt::print("bf16 matmul   {}\n", info.bf16_matmul ? "oneDNN bf16 (AVX-512 BF16)"
+                                                     : "none on this CPU: bf16 GEMMs widen to fp32 (slower than fp32)");
   });
 }
 

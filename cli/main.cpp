@@ -19,8 +19,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int threads = 0;
   std::string log_level = "info";
+  std::string isa = "auto";
   app.add_option("--threads", threads, "Threads for every kernel (default: all cores)")->envname("ATTEND_THREADS");
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--isa", isa,
+                 "Instruction set of the per-CPU kernels: auto (the widest this CPU runs), generic, avx2 or avx512")
+      ->envname("ATTEND_ISA")
+      ->capture_default_str();
 
   attend::cli::add_info_command(app);
   attend::cli::add_tokenizer_commands(app);
@@ -32,6 +37,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] {
     attend::log::set_level(attend::log::parse_level(log_level));
     attend::set_num_threads(threads);
+    attend::set_kernel_isa(isa);
   });
   try {
     app.parse(argc, argv);

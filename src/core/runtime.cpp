@@ -1,5 +1,8 @@
 #include <attend/runtime.h>
 
+#include <attend/error.h>
+
+#include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
 
@@ -15,6 +18,16 @@ const char* version() { return ATTEND_VERSION; }
 void set_num_threads(int n) { kernels::set_num_threads(n); }
 int num_threads() { return kernels::num_threads(); }
 
+void set_kernel_isa(const std::string& name) {
+  kernels::Isa isa = kernels::cpu_isa();
+  if (name != "auto") {
+    check(kernels::parse_isa(name, isa), "kernel instruction set '{}': expected auto, generic, avx2 or avx512", name);
+    check(isa <= kernels::cpu_isa(), "kernel instruction set '{}': this CPU runs up to {}", name,
+          kernels::isa_name(kernels::cpu_isa()));
+  }
+  kernels::set_isa(isa);
+}
+
 RuntimeInfo runtime_info() {
   RuntimeInfo info;
   info.version = version();
@@ -29,6 +42,9 @@ RuntimeInfo runtime_info() {
   for (const auto& [name, present] : features)
     if (present) info.cpu_isa += (info.cpu_isa.empty() ? "" : " ") + std::string(name);
   if (info.cpu_isa.empty()) info.cpu_isa = "sse2";
+  info.kernel_isa = kernels::isa_name(kernels::active_isa());
+  info.widest_kernel_isa = kernels::isa_name(kernels::cpu_isa());
+  info.bf16_matmul = kernels::bf16_kernel_available();
   info.threads = kernels::num_threads();
   info.cores = static_cast<int>(std::thread::hardware_concurrency());
   return info;

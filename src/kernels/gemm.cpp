@@ -176,6 +176,21 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 
 void set_bf16_kernel_enabled(bool enabled) { bf16_kernel_enabled = enabled; }
 
+bool bf16_kernel_available() {
+  static const bool available = [] {
+    try {
+      using dt = dnnl::memory::data_type;
+      const dnnl::memory::desc a({16, 16}, dt::bf16, dnnl::memory::format_tag::ab);
+      const dnnl::memory::desc c({16, 16}, dt::f32, dnnl::memory::format_tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 Bf16MatmulCacheStats bf16_matmul_cache_stats() {
   Bf16MatmulCache& cache = bf16_cache();
   const std::lock_guard<std::mutex> lock(cache.mutex);
