@@ -16,7 +16,7 @@
 namespace attend::kernels::ATTEND_ISA {
 namespace {
 
-// 16 channels at a time (lanes.h): fp16 widens with vcvtph2ps, int8 with vpmovsxbd + vcvtdq2ps (its row
+// One register of channels at a time (lanes.h): fp16 widens with vcvtph2ps, int8 with vpmovsxbd + vcvtdq2ps (its row
 // scale is applied once per row).
 using lanes::kLanes;
 using lanes::Lanes;

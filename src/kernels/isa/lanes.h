@@ -1,8 +1,10 @@
-// 16 floats at a time in GCC's vector extension (one AVX-512 register, two AVX2 ones, four SSE ones), and
-// the loads that widen stored types into them: bf16 (the top half of a float), fp16 and int8. Written
-// element by element, GCC kept the streaming loops of decoding scalar; written like this it vectorises
-// them for whichever instruction set the file is compiled for. Also the scalar fp16 conversions, with
-// F16C where the set has it and exact integer code otherwise.
+// One register of floats in GCC's vector extension: 16 with AVX-512, 8 with AVX2, 4 with SSE2 (the generic
+// set), and the loads that widen stored types into it: bf16 (the top half of a float), fp16 and int8.
+// Written element by element, GCC kept the streaming loops of decoding scalar; written like this it
+// vectorises them for whichever instruction set the file is compiled for. The vector is the set's own
+// register width: a 64-byte vector on AVX2 is split into halves that GCC 12 moves through the stack and
+// general registers (the bf16 gemv ran at a quarter of the bandwidth bound). Also the scalar fp16
+// conversions, with F16C where the set has it and exact integer code otherwise.
 //
 // Only for src/kernels/isa/: the vectors never cross a call boundary between translation units, so the
 // ABI GCC warns about (sets without AVX-512 pass them differently) does not matter.
@@ -14,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__F16C__) || defined(__AVX512F__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -22,8 +24,14 @@
 
 namespace attend::kernels::ATTEND_ISA::lanes {
 
-using Lanes = float __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
+#elif defined(__AVX2__)
+constexpr int64_t kLanes = 8;
+#else
+constexpr int64_t kLanes = 4;
+#endif
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 
 inline Lanes load(const float* p) {
   Lanes v;
@@ -35,13 +43,19 @@ inline void store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
 
 // bf16 widens exactly: each value is the top half of its float.
 inline Lanes load_bf16(const uint16_t* p) {
-  using Halves = uint16_t __attribute__((vector_size(32)));
-  using Words = uint32_t __attribute__((vector_size(64)));
+  Lanes v;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  // One vpmovzxwd from memory; through the vector extension GCC 12 widens each half of the register apart.
+  const __m256i words = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
+  std::memcpy(&v, &words, sizeof v);
+#else
+  using Halves = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+  using Words = uint32_t __attribute__((vector_size(kLanes * sizeof(uint32_t))));
   Halves h;
   std::memcpy(&h, p, sizeof h);
   const Words bits = __builtin_convertvector(h, Words) << 16;
-  Lanes v;
   std::memcpy(&v, &bits, sizeof v);
+#endif
   return v;
 }
 
@@ -96,42 +110,36 @@ inline uint16_t narrow_f16(float x) {
 }
 
 inline Lanes load_f16(const uint16_t* p) {
+  Lanes out;
 #if defined(__AVX512F__)
   // One vcvtph2ps of 16 halves. Through a _Float16 vector GCC 12 (without AVX512-FP16) converts the halves
   // one by one, which made an fp16 KV cache slower to read than an fp32 one.
   const __m512 v = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  Lanes out;
   std::memcpy(&out, &v, sizeof out);
-  return out;
 #elif defined(__F16C__)
-  const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
-  Lanes out;
-  std::memcpy(&out, &lo, sizeof lo);
-  std::memcpy(reinterpret_cast<char*>(&out) + sizeof lo, &hi, sizeof hi);
-  return out;
+  const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  std::memcpy(&out, &v, sizeof out);
 #else
-  Lanes out;
-  for (int i = 0; i < kLanes; ++i) out[i] = widen_f16_bits(p[i]);
-  return out;
+  for (int64_t i = 0; i < kLanes; ++i) out[i] = widen_f16_bits(p[i]);
 #endif
+  return out;
 }
 
 inline Lanes load(const int8_t* p) {
-  using Bytes = int8_t __attribute__((vector_size(16)));
+  using Bytes = int8_t __attribute__((vector_size(kLanes)));
   Bytes b;
   std::memcpy(&b, p, sizeof b);
   return __builtin_convertvector(b, Lanes);
 }
 
-// Pairwise, halving the vector four times: 8 instructions, where a lane-by-lane loop was a chain of 15
-// dependent adds (the cost of a decode attention score, whose dot product is only 64 long).
+// Pairwise, halving the vector until one lane is left (log₂ kLanes adds, where a lane-by-lane loop was a
+// chain of kLanes − 1 dependent adds: the cost of a decode attention score, whose dot product is only 64 long).
 inline float sum(Lanes v) {
-  v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-  v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-  v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-  v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-  return v[0];
+  float x[kLanes];
+  std::memcpy(x, &v, sizeof v);
+  for (int64_t width = kLanes / 2; width > 0; width /= 2)
+    for (int64_t i = 0; i < width; ++i) x[i] += x[i + width];
+  return x[0];
 }
 
 inline float widen_bf16(uint16_t bits) { return std::bit_cast<float>(uint32_t{bits} << 16); }
