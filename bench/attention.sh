@@ -5,6 +5,7 @@
 #   bench/attention.sh   # needs build/ and Debian's python3-torch (scripts/setup.sh --with-peers) as /usr/bin/python3
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/peer_env.sh
 bench=build/bench/attend_attention_bench
 export OMP_NUM_THREADS=2
 for T in 512 1024 2048 4096 8192 16384; do
@@ -12,7 +13,7 @@ for T in 512 1024 2048 4096 8192 16384; do
   if ((T <= 2048)); then $bench --kernel reference --T "$T" --repeats 1; fi
   # PyTorch needs 9.7 GiB at T = 8192 and runs out of memory at 16384 on this 24 GiB machine.
   if ((T <= 8192)); then
-    OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/attention_torch.py --T "$T" --repeats $((T >= 8192 ? 1 : 3))
+    /usr/bin/python3 bench/attention_torch.py --T "$T" --repeats $((T >= 8192 ? 1 : 3))
   fi
 done
 for T in 128 512 1024 2048 4096; do $bench --kernel decode --T "$T" --repeats 3; done

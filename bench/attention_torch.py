@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch 1.13's attention on the same problem as attend_attention_bench, one configuration per process.
 
-    OMP_NUM_THREADS=2 OPENBLAS_CORETYPE=SKYLAKEX python3 bench/attention_torch.py --T 4096
+    source bench/peer_env.sh; OMP_NUM_THREADS=2 python3 bench/attention_torch.py --T 4096
 
 Causal softmax(QKᵀ/√d)V with the T×T scores materialised (PyTorch 1.13 has no fused attention on CPU),
 forward and backward, batch 1, fp32. Prints one JSON line like the C++ benchmark.

@@ -11,6 +11,7 @@
 #   PEER_ONLY=1 bench/brown.sh  # keep the Attend runs, redo PyTorch's, the plot and the summary
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/peer_env.sh
 steps=${STEPS:-3000}
 export OMP_NUM_THREADS=2
 mkdir -p runs/brown-bpe docs/img
@@ -22,7 +23,7 @@ for precision in f32 bf16; do
   build/attend train --config configs/gpt.json --set train.steps=$steps --set train.eval_every=100 \
     --set train.checkpoint_every=1000 --set train.precision=$precision --set out=runs/brown-attend-$precision
 done
-OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/brown_torch.py --run runs/brown-attend-f32 --out runs/brown-torch \
+/usr/bin/python3 bench/brown_torch.py --run runs/brown-attend-f32 --out runs/brown-torch \
   --minutes 90
 build/attend plot runs/brown-attend-f32/metrics.jsonl runs/brown-attend-bf16/metrics.jsonl \
   runs/brown-torch/metrics.jsonl --y val_loss --x elapsed_s -o docs/img/brown-val-loss.svg

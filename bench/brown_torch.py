@@ -5,7 +5,7 @@ cache in RUN/data/train.tokens and valid.tokens, int32), the same batch, sequenc
 clipping and warm-up + cosine schedule, read from RUN/run.json. Writes OUT/metrics.jsonl in Attend's format
 (step, loss, lr, elapsed_s, val_loss) so that both curves go on one plot:
 
-    OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/brown_torch.py --run runs/brown-gpt --out runs/brown-torch
+    source bench/peer_env.sh; /usr/bin/python3 bench/brown_torch.py --run runs/brown-gpt --out runs/brown-torch
     build/attend plot runs/brown-gpt/metrics.jsonl runs/brown-torch/metrics.jsonl --y val_loss --x elapsed_s -o brown.svg
 
 Initialisation is Attend's (GPT-2's): matrices and embeddings N(0, init_std²), the residual output

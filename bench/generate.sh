@@ -6,10 +6,11 @@
 #   bench/generate.sh   # needs build/ and Debian's python3-torch (scripts/setup.sh --with-peers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/peer_env.sh
 export OMP_NUM_THREADS=2
 for weights in f32 bf16; do
   for cache in f32 f16; do
     build/bench/attend_generate_bench --prompt 512 --new 128 --weights $weights --kv-cache $cache
   done
 done
-OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/generate_torch.py --prompt 512 --new 128
+/usr/bin/python3 bench/generate_torch.py --prompt 512 --new 128

@@ -3,7 +3,7 @@
 with a KV cache in plain torch (the transformers package is not available here): the prompt in one forward,
 then one token per forward, greedy.
 
-    OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/generate_torch.py --prompt 512 --new 128 --threads 2
+    source bench/peer_env.sh; /usr/bin/python3 bench/generate_torch.py --prompt 512 --new 128 --threads 2
 """
 import argparse
 import json

@@ -8,12 +8,13 @@
 #   bench/train.sh   # needs build/ and Debian's python3-torch (scripts/setup.sh --with-peers) as /usr/bin/python3
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/peer_env.sh
 export OMP_NUM_THREADS=2
 for shape in S gpt2; do
   steps=$([[ $shape == S ]] && echo 6 || echo 4)
   f32=$(build/bench/attend_train_bench --shape "$shape" --steps "$steps" --precision f32)
   bf16=$(build/bench/attend_train_bench --shape "$shape" --steps "$steps" --precision bf16)
-  torch=$(OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/train_torch.py --shape "$shape" --steps "$steps")
+  torch=$(/usr/bin/python3 bench/train_torch.py --shape "$shape" --steps "$steps")
   pair=$(build/bench/attend_train_bench --shape "$shape" --steps "$((steps + 2))" --precision f32,bf16)
   printf '%s\n' "$f32" "$bf16" "$torch" "$pair"
   /usr/bin/python3 - "$f32" "$bf16" "$torch" "$pair" <<'PY'

@@ -131,12 +131,13 @@ int main(int argc, char** argv) {
   for (size_t k = 0; k < precisions.size(); ++k) {
     std::sort(rates[k].begin(), rates[k].end());
     const double rate = rates[k].empty() ? 0.0 : rates[k][rates[k].size() / 2];
-    // MFU against the matmul rate of the precision: bf16's own, sgemm's for f32 and f16 (emulated on sgemm).
+    // The share of the matmul rate measured in this run for the precision (bf16's own, sgemm's for f32 and f16,
+    // which is emulated on sgemm): not "MFU", which is a share of the CPU's peak.
     const double peak = precisions[k] == attend::Precision::BF16 ? bf16_gemm : sgemm;
     // Peak memory is the process's: meaningful when one precision ran alone.
     const std::string rss = precisions.size() == 1 ? fmt::format("{:.0f}", peak_rss_mib()) : "null";
     fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"precision\": \"{}\", \"threads\": {}, \"params\": {}, "
-               "\"tokens_per_s\": {:.1f}, \"step_s\": {:.3f}, \"mfu\": {:.3f}, \"sgemm_gflops\": {:.0f}, "
+               "\"tokens_per_s\": {:.1f}, \"step_s\": {:.3f}, \"matmul_rate_share\": {:.3f}, \"sgemm_gflops\": {:.0f}, "
                "\"bf16_gemm_gflops\": {:.0f}, \"peak_rss_mib\": {}}}\n",
                shape, names[k], threads, n.total(), rate, double(B * T) / rate, rate * flops_per_token / (peak * 1e9),
                sgemm, bf16_gemm, rss);

@@ -2,7 +2,7 @@
 """The PyTorch 1.13 peer of attend_train_bench: the same GPT (learned positions, pre-LN, tanh-GELU, tied LM
 head, biases), the same shapes, AdamW, fp32, forward + backward + step on random tokens.
 
-    OPENBLAS_CORETYPE=SKYLAKEX /usr/bin/python3 bench/train_torch.py --shape S --steps 6 --threads 2
+    source bench/peer_env.sh; /usr/bin/python3 bench/train_torch.py --shape S --steps 6 --threads 2
 
 Prints one JSON line like attend_train_bench: median tokens/s after the first step, and peak RSS.
 """
