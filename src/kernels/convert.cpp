@@ -1,7 +1,5 @@
 #include "kernels/convert.h"
 
-#include <cstring>
-
 #include "kernels/parallel.h"
 
 #include <cmath>

@@ -58,8 +58,6 @@ Isa cpu_isa() {
   return isa;
 }
 
-std::span<const Isa> supported_isas() { return std::span(kAll).first(static_cast<size_t>(cpu_isa()) + 1); }
-
 Isa active_isa() { return chosen(); }
 
 Isa set_isa(Isa isa) { return chosen() = isa <= cpu_isa() ? isa : cpu_isa(); }

@@ -6,7 +6,6 @@
 // can be forced (the CLI's --isa and ATTEND_ISA; tests run every set the CPU has).
 #pragma once
 
-#include <span>
 #include <string_view>
 
 namespace attend::kernels {
@@ -23,8 +22,6 @@ bool parse_isa(std::string_view name, Isa& isa);
 
 // The widest set this CPU (and its operating system) can run.
 Isa cpu_isa();
-// Every set the CPU can run, narrowest first.
-std::span<const Isa> supported_isas();
 
 // The set the kernels use now: cpu_isa() unless a narrower one was forced.
 Isa active_isa();

@@ -4,7 +4,6 @@
 #include "kernels/kernel_table.h"
 #include "kernels/parallel.h"
 
-#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
