@@ -1,6 +1,7 @@
 // Generation (001 §10, §12): decoding through the KV cache equals the full forward, and the sampling
 // strategies draw from the distributions they promise.
 #include "fixtures.h"
+#include "io/hf_gpt2.h"
 #include "kernels/matmul.h"
 #include "testing.h"
 
@@ -384,6 +385,32 @@ TEST(HfGpt2, LoadsBothLayoutsWithPyTorchsLogitsAndExportsBack) {
   Model llama = Model::load(testing::kModels / "llama");
   expect_error_mentions<Error>([&] { export_hf_gpt2(llama, out); }, {"export hf-gpt2: position", "GPT-2 has learned positions"});
   std::filesystem::remove_all(out);
+}
+
+// Found by fuzz/fuzz_model_config: "model_type": [] (or an optional key of the wrong type) threw nlohmann's
+// type_error out of the loader instead of an error naming the key.
+TEST(HfGpt2, ConfigKeysOfTheWrongTypeAreNamed) {
+  const auto config = [](const char* key, const char* value) {
+    auto j = nlohmann::json::parse(R"({"model_type": "gpt2", "vocab_size": 50, "n_embd": 32, "n_layer": 2, "n_head": 4,
+                                       "n_positions": 16, "n_inner": null})");
+    j[key] = nlohmann::json::parse(value);
+    return j;
+  };
+  auto no_gpt2_keys = config("model_type", R"(["gpt2"])");
+  no_gpt2_keys.erase("n_embd");
+  EXPECT_FALSE(io::is_hf_gpt2_config(no_gpt2_keys));
+  EXPECT_TRUE(io::is_hf_gpt2_config(config("model_type", "[]")));  // GPT-2's own keys still say so
+  EXPECT_FALSE(io::is_hf_gpt2_config(config("model_type", R"("llama")")));
+  EXPECT_EQ(io::config_from_hf_gpt2(config("n_inner", "64"), "c.json").d_ff, 64);
+  EXPECT_EQ(io::config_from_hf_gpt2(config("n_inner", "null"), "c.json").d_ff, 128);
+  const std::vector<std::pair<const char*, const char*>> bad = {{"activation_function", "3"},
+                                                                 {"layer_norm_epsilon", R"("1e-5")"},
+                                                                 {"tie_word_embeddings", "1"},
+                                                                 {"n_inner", "[]"},
+                                                                 {"attn_pdrop", "{}"}};
+  for (const auto& [key, value] : bad)
+    expect_error_mentions<Error>([&] { io::config_from_hf_gpt2(config(key, value), "c.json"); },
+                                 {"c.json", fmt::format("'{}'", key), "expected"});
 }
 
 }  // namespace

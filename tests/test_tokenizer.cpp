@@ -485,6 +485,16 @@ TEST(SentencePiece, PiecesMustBeUtf8) {
                                {"bad.model", "piece 2", "not valid UTF-8"});
 }
 
+// Found by fuzz/fuzz_sentencepiece: an empty user-defined piece matched at every position, and encoding
+// cut the text at it forever (the cut advanced by the piece's length minus one).
+TEST(SentencePiece, EmptyPiecesAreRejected) {
+  const std::string bad = sentencepiece_model({{"<unk>", 2}, {"a", 1}, {"", 4}});
+  expect_error_mentions<Error>([&] { Tokenizer::from_sentencepiece(bad, "empty.model"); },
+                               {"empty.model", "piece 2 is empty"});
+  const Tokenizer tok = Tokenizer::from_sentencepiece(sentencepiece_model({{"<unk>", 2}, {"a", 1}, {"<x>", 4}}));
+  EXPECT_EQ(tok.encode("a<x>a"), (std::vector<int32_t>{0, 1, 2, 1}));  // "▁" is no piece: <unk>, then a, <x>, a
+}
+
 TEST(Gpt2Tokenizer, LoadsEncoderJsonAndVocabBpeFromMemory) {
   json encoder = json::object();  // every byte in GPT-2's letters, then one merge
   for (int b = 0; b < 256; ++b) encoder[tokenize::bytes_to_gpt2_letters(std::string(1, static_cast<char>(b)))] = b;

@@ -1,5 +1,7 @@
 #include "io/hf_gpt2.h"
 
+#include "core/json_fields.h"
+
 #include <attend/error.h>
 #include <attend/io.h>
 #include <attend/safetensors.h>
@@ -46,13 +48,21 @@ void transpose_into(Tensor& dst, const Tensor& src) {
 }
 
 bool is_hf_gpt2_config(const json& config) {
-  return config.is_object() && (config.value("model_type", "") == "gpt2" || (config.contains("n_embd") && config.contains("n_layer")));
+  if (!config.is_object()) return false;
+  const auto type = config.find("model_type");
+  if (type != config.end() && type->is_string()) return *type == "gpt2";
+  return config.contains("n_embd") && config.contains("n_layer");
 }
 
 ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
   auto integer = [&](const char* key) {
     check(j.contains(key) && j[key].is_number_integer(), "{}: GPT-2 config needs an integer '{}'", origin, key);
     return j[key].get<int64_t>();
+  };
+  // An optional key keeps HF's default when absent; present, it must have the right type.
+  auto optional = [&]<typename T>(const char* key, T fallback) {
+    if (const auto it = j.find(key); it != j.end() && !it->is_null()) read_field(fallback, *it, fmt::format("{}: '{}'", origin, key));
+    return fallback;
   };
   ModelConfig c;
   c.architecture = Architecture::Decoder;
@@ -61,22 +71,22 @@ ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
   c.n_layers = integer("n_layer");
   c.n_heads = integer("n_head");
   c.max_seq_len = integer("n_positions");
-  c.d_ff = j.contains("n_inner") && j["n_inner"].is_number_integer() ? j["n_inner"].get<int64_t>() : 4 * c.d_model;
-  const std::string act = j.value("activation_function", "gelu_new");
+  c.d_ff = optional("n_inner", 4 * c.d_model);
+  const std::string act = optional("activation_function", std::string("gelu_new"));
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.activation = FfnKind::GELUTanh;
   else if (act == "gelu") c.activation = FfnKind::GELU;
   else if (act == "relu") c.activation = FfnKind::ReLU;
   else throw Error(fmt::format("{}: activation_function '{}': expected gelu_new, gelu or relu", origin, act));
   c.position = PositionKind::Learned;
   c.norm = NormKind::LayerNorm;
-  c.norm_eps = j.value("layer_norm_epsilon", 1e-5);
+  c.norm_eps = optional("layer_norm_epsilon", 1e-5);
   c.pre_norm = true;
   c.bias = true;
-  c.tie_embeddings = j.value("tie_word_embeddings", true);
-  c.embedding_dropout = static_cast<float>(j.value("embd_pdrop", 0.0));
-  c.attention_dropout = static_cast<float>(j.value("attn_pdrop", 0.0));
-  c.residual_dropout = static_cast<float>(j.value("resid_pdrop", 0.0));
-  c.init_std = j.value("initializer_range", 0.02);
+  c.tie_embeddings = optional("tie_word_embeddings", true);
+  c.embedding_dropout = static_cast<float>(optional("embd_pdrop", 0.0));
+  c.attention_dropout = static_cast<float>(optional("attn_pdrop", 0.0));
+  c.residual_dropout = static_cast<float>(optional("resid_pdrop", 0.0));
+  c.init_std = optional("initializer_range", 0.02);
   try {
     c.validate();
   } catch (const Error& e) {

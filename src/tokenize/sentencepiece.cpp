@@ -110,6 +110,8 @@ SentencePieceModel parse_sentencepiece(std::string_view data, std::string_view o
           p.type = static_cast<PieceType>(v);
         } else piece.skip(t);
       }
+      // SentencePiece refuses empty pieces ("piece must not be empty"): one would match everywhere.
+      check(!p.text.empty(), "{}: piece {} is empty; a piece holds at least one byte", origin, m.pieces.size());
       // Protobuf strings are UTF-8, and tokenizer.json (a JSON string per piece) can hold nothing else.
       check(valid_utf8(p.text), "{}: piece {} ({:?}) is not valid UTF-8", origin, m.pieces.size(), p.text);
       m.pieces.push_back(std::move(p));

@@ -144,7 +144,7 @@ void Tokenizer::Impl::encode_pieces(std::string_view text, bool at_start, std::v
       size_t plain = 0;
       for (size_t i = 0; i < n.size() && !sp.user_defined.empty(); ++i)
         for (const std::string& u : sp.user_defined)
-          if (n.substr(i).starts_with(u)) {
+          if (!u.empty() && n.substr(i).starts_with(u)) {
             bpe->encode(n.substr(plain, i - plain), ids);
             ids.push_back(bpe->find(u));
             i += u.size() - 1;
