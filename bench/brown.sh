@@ -16,7 +16,7 @@ steps=${STEPS:-3000}
 export OMP_NUM_THREADS=2
 mkdir -p runs/brown-bpe docs/img
 [[ -s runs/brown-bpe/tokenizer.json ]] ||
-  build/attend tokenizer train --kind bpe --vocab-size 8000 --input data/brown.txt -o runs/brown-bpe/tokenizer.json
+  build/attend tokenizer train --kind bpe --vocab-size 8000 --input data/brown/train.txt -o runs/brown-bpe/tokenizer.json
 for precision in f32 bf16; do
   [[ -n "${PEER_ONLY:-}" && -s runs/brown-attend-$precision/metrics.jsonl ]] && continue
   rm -rf runs/brown-attend-$precision

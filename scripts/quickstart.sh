@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 mkdir -p runs/brown-bpe
 [[ -s runs/brown-bpe/tokenizer.json ]] ||
-  build/attend tokenizer train --kind bpe --vocab-size 8000 --input data/brown.txt -o runs/brown-bpe/tokenizer.json
+  build/attend tokenizer train --kind bpe --vocab-size 8000 --input data/brown/train.txt -o runs/brown-bpe/tokenizer.json
 resume=()
 [[ -d runs/brown-gpt/checkpoint ]] && resume=(--resume)
 build/attend train --config configs/gpt.json --set train.steps=400 --set train.warmup_steps=40 \
