@@ -2,7 +2,7 @@
 // once), beside the machine's own memory bandwidth measured in the same run (a STREAM-style triad).
 //
 //   build/bench/attend_bench --benchmark_filter='Bandwidth|Kernel|Decode' --benchmark_counters_tabular=true
-#include "infer/kv_cache.h"
+#include "nn/kv_cache.h"
 #include "kernels/activation.h"
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
@@ -112,7 +112,7 @@ void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
 void BM_Decode_Attention(benchmark::State& state, attend::CacheType storage) {
   attend::set_num_threads(static_cast<int>(state.range(0)));
   const int64_t layers = 48, T = 576, H = 12, D = 64;
-  attend::infer::KVCache cache({.n_layers = layers, .batch = 1, .max_T = T, .n_kv_heads = H, .d_head = D, .storage = storage});
+  attend::nn::KVCache cache({.n_layers = layers, .batch = 1, .max_T = T, .n_kv_heads = H, .d_head = D, .storage = storage});
   const std::vector<float> kv = random_floats(T * H * D, 3), q = random_floats(H * D, 4);
   for (int64_t l = 0; l < layers; ++l) {
     cache.write(l, 0, kv.data(), kv.data(), T);

@@ -10,7 +10,7 @@
 // weight bytes per token / bandwidth, with each pass's rate taken over its own bound. The KV cache's bytes
 // per token (the mean over the generated tokens) are reported beside it, not counted in the bound.
 // bench/generate.sh runs it beside PyTorch (bench/generate_torch.py).
-#include "infer/kv_cache.h"
+#include "nn/kv_cache.h"
 
 #include <attend/error.h>
 #include <attend/generate.h>
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   // position table, not all of it), fp32.
   const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
   // Keys and values of every layer at the mean position of the generated tokens.
-  const double kv_bytes_per_position = double(attend::infer::KVCache::memory_bytes(
+  const double kv_bytes_per_position = double(attend::nn::KVCache::memory_bytes(
       {.n_layers = c.n_layers, .batch = 1, .max_T = 1, .n_kv_heads = c.kv_heads(), .d_head = c.d_head(), .storage = cache_type}));
   const double kv_bytes = kv_bytes_per_position * (double(prompt_len) + double(new_tokens + 1) / 2.0);
 

@@ -10,6 +10,7 @@
 #include <attend/generate.h>
 #include <attend/tokenizer.h>
 #include <attend/train.h>
+#include <attend/model_dir.h>
 
 #include "progress.h"
 
@@ -65,7 +66,7 @@ void add_eval_seq2seq(CLI::App& app) {
   cmd->add_option("--limit", limit, "Score only the first N sources (0: all)");
   cmd->add_flag("--json", json_output, "Print {\"words\", \"wer\", \"per\"}");
   cmd->callback([] {
-    Model model = Model::load(model_dir);
+    Model model = load_model(model_dir);
     check(model.config().architecture == Architecture::EncoderDecoder,
           "eval-seq2seq: {} is a {} model, expected encoder-decoder", model_dir, architecture_name(model.config().architecture));
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
@@ -146,7 +147,7 @@ void add_eval_classify(CLI::App& app) {
   cmd->add_option("--reliability", reliability, "Write a reliability diagram as SVG");
   cmd->add_flag("--json", json_output, "Print one JSON object");
   cmd->callback([] {
-    Model model = Model::load(model_dir);
+    Model model = load_model(model_dir);
     const ModelConfig& c = model.config();
     check(c.architecture == Architecture::Encoder && c.n_classes > 0,
           "eval-classify: {} has no classification head (an encoder with n_classes > 0)", model_dir);
@@ -212,7 +213,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--json", json_output, "Print one JSON object");
   cmd->callback([] {
     check(!data.empty() || !token_file.empty(), "give the data with --data TEXTFILE or --tokens IDSFILE");
-    Model model = Model::load(model_dir);
+    Model model = load_model(model_dir);
     std::vector<int32_t> tokens;
     int64_t bytes = 0;  // --data: the bytes of the scored tokens' text, for the figures per byte
     if (data.empty()) {

@@ -5,6 +5,7 @@
 #include <attend/generate.h>
 #include <attend/model.h>
 #include <attend/tokenizer.h>
+#include <attend/model_dir.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -74,7 +75,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
-    Model model = Model::load(model_dir);
+    Model model = load_model(model_dir);
     check(weights == "f32" || weights == "bf16", "--weights '{}': expected f32 or bf16", weights);
     if (weights == "bf16") model.set_decode_weights(WeightType::BF16);
     model.set_cache_type(parse_cache_type(kv_cache));

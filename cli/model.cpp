@@ -6,6 +6,7 @@
 #include <attend/io.h>
 #include <attend/model.h>
 #include <attend/tokenizer.h>
+#include <attend/model_dir.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -56,7 +57,7 @@ void add_init(CLI::App& app) {
     }
     config.validate();
     const Model model(config);
-    model.save(out, tok ? &*tok : nullptr);
+    save_model(model, out, tok ? &*tok : nullptr);
     fmt::print("{}: {} model, {} parameters\n", out, architecture_name(config.architecture),
                grouped(model.count().total()));
   });
@@ -70,7 +71,7 @@ void add_inspect(CLI::App& app) {
   cmd->add_flag("--json", json_output, "Print one JSON object instead of tables");
   cmd->add_flag("--summary", summary, "Leave out the per-tensor table");
   cmd->callback([] {
-    const Model model = Model::load(dir);
+    const Model model = load_model(dir);
     const ModelConfig& c = model.config();
     const ParameterCount n = model.count();
     const double weights = 4.0 * double(n.total());
@@ -127,7 +128,7 @@ void add_export(CLI::App& app) {
   cmd->add_option("-o,--output", out, "The directory to write")->required();
   cmd->callback([] {
     check(format == "hf-gpt2", "--format '{}': expected hf-gpt2", format);
-    const Model model = Model::load(dir);
+    const Model model = load_model(dir);
     std::optional<Tokenizer> tok;
     if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) tok.emplace(Tokenizer::load(dir));
     export_hf_gpt2(model, out, tok ? &*tok : nullptr);

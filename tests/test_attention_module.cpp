@@ -1,7 +1,7 @@
 // The MultiHeadAttention layer against PyTorch 1.13 (tests/data/attention_golden.json from
 // tools/make_attention_fixtures.py): outputs and every gradient, with the tiled and the reference
 // kernel; generation through the KV cache; and bad configurations and shapes.
-#include "infer/kv_cache.h"
+#include "nn/kv_cache.h"
 #include "nn/attention.h"
 #include "testing.h"
 
@@ -143,7 +143,7 @@ TEST(AttentionLayer, DecodingThroughTheCacheEqualsTheFullForward) {
   const int64_t B = 2, T = 9, C = 32;
   Tensor x({B, T, C}, testing::cast<float>(testing::random_vector(B * T * C, 4)));
   Tensor full = attention.forward(x, nullptr, {});
-  infer::KVCache cache({.n_layers = 1, .batch = B, .max_T = 16, .n_kv_heads = 2, .d_head = 8});
+  nn::KVCache cache({.n_layers = 1, .batch = B, .max_T = 16, .n_kv_heads = 2, .d_head = 8});
   for (int64_t t = 0; t < T; ++t) {
     Tensor token({B, 1, C});
     for (int64_t b = 0; b < B; ++b) std::copy_n(x.data() + (b * T + t) * C, C, token.data() + b * C);

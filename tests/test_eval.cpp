@@ -5,6 +5,7 @@
 
 #include <attend/error.h>
 #include <attend/eval.h>
+#include <attend/model_dir.h>
 
 #include <gtest/gtest.h>
 
@@ -69,7 +70,7 @@ TEST(Calibration, TemperatureScalingRecoversAKnownTemperature) {
 // The sliding window against brute force: with stride 1 every token i ≥ W is predicted from exactly the
 // W − 1 tokens before it, and tokens i < W from the start of the text.
 TEST(Evaluation, SlidingWindowMatchesBruteForce) {
-  Model model = Model::load(testing::kModels / "gpt");  // context 16
+  Model model = load_model(testing::kModels / "gpt");  // context 16
   const int64_t W = 16, V = 37, n = 27;
   std::vector<int32_t> tokens;
   for (int64_t i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>(1 + (i * 7) % 36));

@@ -1,7 +1,7 @@
 // Generation (001 §10, §12): decoding through the KV cache equals the full forward, and the sampling
 // strategies draw from the distributions they promise.
 #include "fixtures.h"
-#include "io/hf_gpt2.h"
+#include "formats/hf_gpt2.h"
 #include "kernels/matmul.h"
 #include "testing.h"
 
@@ -10,6 +10,7 @@
 #include <attend/io.h>
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
+#include <attend/model_dir.h>
 
 #include <gtest/gtest.h>
 
@@ -30,7 +31,7 @@ using testing::expect_error_mentions;
 // (fp16) and 9.5e-3 (int8).
 TEST(Decoding, IncrementalLogitsEqualTheFullForward) {
   for (const std::string name : {"gpt", "llama"}) {
-    Model model = Model::load(testing::kModels / name);
+    Model model = load_model(testing::kModels / name);
     const Batch golden = testing::batch_from_json(
         nlohmann::json::parse(read_file(testing::kModels / name / "golden.json"))["cases"][0]["batch"]);
     const int64_t T = golden.lengths[0], V = model.config().vocab_size;
@@ -69,7 +70,7 @@ TEST(Decoding, IncrementalLogitsEqualTheFullForward) {
 // decoder extends its own KV cache; every step equals the full forward (T5 fixture: relative position bias
 // with causal buckets at the cached position, padded source).
 TEST(Decoding, EncoderDecoderIncrementalLogitsEqualTheFullForward) {
-  Model model = Model::load(testing::kModels / "t5");
+  Model model = load_model(testing::kModels / "t5");
   const Batch golden = testing::batch_from_json(
       nlohmann::json::parse(read_file(testing::kModels / "t5" / "golden.json"))["cases"][0]["batch"]);
   const int64_t V = model.config().vocab_size;
@@ -135,7 +136,7 @@ TEST(Sampling, TopPFrequenciesMatchTheTruncatedDistribution) {
 }
 
 TEST(Generate, TopKOneIsGreedyAndBudgetsAndErrorsHold) {
-  Model model = Model::load(testing::kModels / "gpt");
+  Model model = load_model(testing::kModels / "gpt");
   // The stop strings and streaming decode text: a byte-level tokenizer decodes the fixture's 37 ids (bytes).
   std::string text;
   for (int i = 0; i < 2000; ++i) text += static_cast<char>('a' + i % 26), text += i % 7 == 0 ? " " : "";
@@ -183,7 +184,7 @@ std::vector<double> next_log_probs(Model& model, const std::vector<int32_t>& pre
 }
 
 TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
-  Model model = Model::load(testing::kModels / "gpt");
+  Model model = load_model(testing::kModels / "gpt");
   const int64_t V = model.config().vocab_size;
   const std::vector<int32_t> prompt = {5, 2, 1};
   std::string text;
@@ -223,7 +224,7 @@ TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
 }
 
 TEST(Generate, EncoderDecoderGreedyIsTheArgmaxOfFullForwardsAndBeamOneAgrees) {
-  Model model = Model::load(testing::kModels / "t5");
+  Model model = load_model(testing::kModels / "t5");
   const int64_t V = model.config().vocab_size;
   std::string text;
   for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
@@ -258,7 +259,7 @@ TEST(Generate, BatchedEqualsOneByOne) {
   const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
   const std::vector<std::vector<int32_t>> prompts = {{5, 2, 1}, {7, 3, 9, 4, 4, 1}, {11, 6}};
   for (const std::string name : {"gpt", "llama", "t5"}) {
-    Model model = Model::load(testing::kModels / name);
+    Model model = load_model(testing::kModels / name);
     const int64_t V = model.config().vocab_size;
     const std::optional<int32_t> start = name == "t5" ? std::optional<int32_t>(1) : std::nullopt;
     for (const SamplingOptions sampling : {SamplingOptions{.greedy = true}, SamplingOptions{.temperature = 1.2, .seed = 8}}) {
@@ -289,11 +290,11 @@ TEST(Generate, BatchedEqualsOneByOne) {
 // same values, with the prompt's matmuls (more than kGemvRows rows) on bf16-rounded inputs as in bf16 mixed
 // precision, and each decoded token's in fp32. Agreement to fp32 rounding, and a visible difference from fp32.
 TEST(Decoding, Bf16WeightsEqualTheBf16Checkpoint) {
-  Model model = Model::load(testing::kModels / "llama");
+  Model model = load_model(testing::kModels / "llama");
   const auto dir = std::filesystem::temp_directory_path() / "attend_test_bf16_decode";
   std::filesystem::remove_all(dir);
-  model.save(dir, nullptr, WeightType::BF16);
-  Model rounded = Model::load(dir);
+  save_model(model, dir, nullptr, WeightType::BF16);
+  Model rounded = load_model(dir);
   std::filesystem::remove_all(dir);
   const std::vector<int32_t> prompt = {5, 2, 1, 7, 3};
   ASSERT_GT(static_cast<int64_t>(prompt.size()), kernels::kGemvRows);  // the prompt takes the GEMM path
@@ -350,11 +351,11 @@ TEST(HfGpt2, LoadsBothLayoutsWithPyTorchsLogitsAndExportsBack) {
     model.forward(b);
     return std::vector<float>(model.logits().span().begin(), model.logits().span().end());
   };
-  Model hub = Model::load(dir);
+  Model hub = load_model(dir);
   EXPECT_EQ(hub.config().activation, FfnKind::GELUTanh);
   EXPECT_TRUE(hub.config().tie_embeddings);
   testing::expect_all_close(logits_of(hub), expected, 2e-5, "hub layout");
-  Model prefixed = Model::load(dir / "prefixed");
+  Model prefixed = load_model(dir / "prefixed");
   testing::expect_all_close(logits_of(prefixed), expected, 2e-5, "transformer. layout");
   // Greedy continuation through the KV cache.
   std::string text;
@@ -366,7 +367,7 @@ TEST(HfGpt2, LoadsBothLayoutsWithPyTorchsLogitsAndExportsBack) {
   const auto out = std::filesystem::temp_directory_path() / "attend_test_hf_export";
   std::filesystem::remove_all(out);
   export_hf_gpt2(hub, out);
-  Model again = Model::load(out);
+  Model again = load_model(out);
   EXPECT_EQ(logits_of(again), logits_of(hub));
   const auto exported = nlohmann::json::parse(read_file(out / "config.json"));
   EXPECT_EQ(exported["model_type"], "gpt2");
@@ -381,8 +382,8 @@ TEST(HfGpt2, LoadsBothLayoutsWithPyTorchsLogitsAndExportsBack) {
   kept.emplace_back(Shape{2});
   tensors.push_back({"h.0.attn.rotary", &kept.back()});
   write_safetensors(out / "model.safetensors", tensors);
-  expect_error_mentions<Error>([&] { Model::load(out); }, {"unexpected tensor 'h.0.attn.rotary'"});
-  Model llama = Model::load(testing::kModels / "llama");
+  expect_error_mentions<Error>([&] { load_model(out); }, {"unexpected tensor 'h.0.attn.rotary'"});
+  Model llama = load_model(testing::kModels / "llama");
   expect_error_mentions<Error>([&] { export_hf_gpt2(llama, out); }, {"export hf-gpt2: position", "GPT-2 has learned positions"});
   std::filesystem::remove_all(out);
 }
@@ -398,18 +399,18 @@ TEST(HfGpt2, ConfigKeysOfTheWrongTypeAreNamed) {
   };
   auto no_gpt2_keys = config("model_type", R"(["gpt2"])");
   no_gpt2_keys.erase("n_embd");
-  EXPECT_FALSE(io::is_hf_gpt2_config(no_gpt2_keys));
-  EXPECT_TRUE(io::is_hf_gpt2_config(config("model_type", "[]")));  // GPT-2's own keys still say so
-  EXPECT_FALSE(io::is_hf_gpt2_config(config("model_type", R"("llama")")));
-  EXPECT_EQ(io::config_from_hf_gpt2(config("n_inner", "64"), "c.json").d_ff, 64);
-  EXPECT_EQ(io::config_from_hf_gpt2(config("n_inner", "null"), "c.json").d_ff, 128);
+  EXPECT_FALSE(formats::is_hf_gpt2_config(no_gpt2_keys));
+  EXPECT_TRUE(formats::is_hf_gpt2_config(config("model_type", "[]")));  // GPT-2's own keys still say so
+  EXPECT_FALSE(formats::is_hf_gpt2_config(config("model_type", R"("llama")")));
+  EXPECT_EQ(formats::config_from_hf_gpt2(config("n_inner", "64"), "c.json").d_ff, 64);
+  EXPECT_EQ(formats::config_from_hf_gpt2(config("n_inner", "null"), "c.json").d_ff, 128);
   const std::vector<std::pair<const char*, const char*>> bad = {{"activation_function", "3"},
                                                                  {"layer_norm_epsilon", R"("1e-5")"},
                                                                  {"tie_word_embeddings", "1"},
                                                                  {"n_inner", "[]"},
                                                                  {"attn_pdrop", "{}"}};
   for (const auto& [key, value] : bad)
-    expect_error_mentions<Error>([&] { io::config_from_hf_gpt2(config(key, value), "c.json"); },
+    expect_error_mentions<Error>([&] { formats::config_from_hf_gpt2(config(key, value), "c.json"); },
                                  {"c.json", fmt::format("'{}'", key), "expected"});
 }
 

@@ -1,6 +1,6 @@
 // The KV cache: decoding one token at a time through the cache reproduces the full causal forward at
 // every position, for fp32, fp16 and int8 storage; its memory follows 2·L·B·Hkv·d_head·T·bytes.
-#include "infer/kv_cache.h"
+#include "nn/kv_cache.h"
 #include "kernels/attention.h"
 #include "kernels/convert.h"
 #include "testing.h"
@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-namespace attend::infer {
+namespace attend::nn {
 namespace {
 
 using kernels::AttentionParams;
@@ -180,4 +180,4 @@ TEST(Convert, HalfAndInt8RoundTrips) {
 }
 
 }  // namespace
-}  // namespace attend::infer
+}  // namespace attend::nn

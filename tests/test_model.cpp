@@ -8,6 +8,7 @@
 #include <attend/io.h>
 #include <attend/model.h>
 #include <attend/safetensors.h>
+#include <attend/model_dir.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -60,7 +61,7 @@ class ModelGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelGolden, LogitsLossAndEveryGradientMatchPyTorch) {
   const fs::path dir = kModels / GetParam();
-  Model model = Model::load(dir);
+  Model model = load_model(dir);
   const json golden = json::parse(read_file(dir / "golden.json"));
   for (const json& c : golden["cases"]) {
     const std::string what = GetParam() + "/" + c["name"].get<std::string>();
@@ -141,7 +142,7 @@ void expect_finite_differences(Model& model, const Batch& batch, const RunOption
 // no derivative (the smallest |ReLU input| in the t5 fixture is 2e-4).
 // `adjust` may change other options that leave the parameters as they are (dropout).
 Model smooth_model(const std::string& name, const std::function<void(ModelConfig&)>& adjust = {}) {
-  Model relu = Model::load(kModels / name);
+  Model relu = load_model(kModels / name);
   ModelConfig config = relu.config();
   if (config.activation == FfnKind::ReLU) config.activation = FfnKind::GELU;
   if (adjust) adjust(config);
@@ -186,7 +187,7 @@ TEST(ModelGradients, DropoutEverywhereIsReproducibleAndDifferentiated) {
 // ---- Padding ---------------------------------------------------------------------------------------
 
 TEST(ModelPadding, PaddingChangesNothingAndGetsNoGradient) {
-  Model model = Model::load(kModels / "gpt");
+  Model model = load_model(kModels / "gpt");
   const json golden = json::parse(read_file(kModels / "gpt" / "golden.json"));
   Batch batch = batch_from_json(golden["cases"][0]["batch"]);
   model.zero_grad();
@@ -206,7 +207,7 @@ TEST(ModelPadding, PaddingChangesNothingAndGetsNoGradient) {
       }
   // Padding gets no gradient: in the untied llama fixture, id 0 appears only at padding positions, so
   // its embedding row (which only the input side uses) must have an exactly zero gradient.
-  Model llama = Model::load(kModels / "llama");
+  Model llama = load_model(kModels / "llama");
   const Batch lb = batch_from_json(json::parse(read_file(kModels / "llama" / "golden.json"))["cases"][0]["batch"]);
   for (int64_t b = 0; b < lb.B; ++b)
     for (int64_t t = 0; t < lb.T; ++t) ASSERT_EQ(lb.ids[b * lb.T + t] == 0, t >= lb.lengths[b]) << "id 0 is padding";
@@ -346,10 +347,10 @@ TEST(ModelInit, Gpt2XavierAndQkScaleHaveTheirVariances) {
 
 TEST(ModelDirectory, SaveThenLoadIsBitExact) {
   for (const std::string name : {"t5", "moe", "bert"}) {
-    Model model = Model::load(kModels / name);
+    Model model = load_model(kModels / name);
     const fs::path dir = temp_dir("save_" + name);
-    model.save(dir);
-    Model again = Model::load(dir);
+    save_model(model, dir);
+    Model again = load_model(dir);
     EXPECT_EQ(again.config().to_json(), model.config().to_json());
     auto a = model.parameters(), b = again.parameters();
     ASSERT_EQ(a.size(), b.size());
@@ -362,31 +363,31 @@ TEST(ModelDirectory, SaveThenLoadIsBitExact) {
 }
 
 TEST(ModelDirectory, ReadsBf16AndFp16Weights) {
-  Model model = Model::load(kModels / "gpt");
+  Model model = load_model(kModels / "gpt");
   const fs::path dir = temp_dir("bf16");
-  model.save(dir, nullptr, WeightType::BF16);
+  save_model(model, dir, nullptr, WeightType::BF16);
   EXPECT_EQ(SafetensorsReader(dir / "model.safetensors").tensors()[0].dtype, DType::BF16);
-  Model bf16 = Model::load(dir);
+  Model bf16 = load_model(dir);
   const Tensor& w = bf16.find("decoder.layers.1.ffn.up.weight")->value;
   const Tensor& w0 = model.find("decoder.layers.1.ffn.up.weight")->value;
   for (int64_t i = 0; i < w.numel(); ++i) ASSERT_NEAR(w[i], w0[i], std::abs(w0[i]) * 0x1p-8f) << i;
-  model.save(dir, nullptr, WeightType::F16);  // fp16 keeps 10 mantissa bits
-  Model fp16 = Model::load(dir);
+  save_model(model, dir, nullptr, WeightType::F16);  // fp16 keeps 10 mantissa bits
+  Model fp16 = load_model(dir);
   const Tensor& h = fp16.find("decoder.layers.1.ffn.up.weight")->value;
   for (int64_t i = 0; i < h.numel(); ++i) ASSERT_NEAR(h[i], w0[i], std::abs(w0[i]) * 0x1p-11f + 1e-7f) << i;
   fs::remove_all(dir);
 }
 
 TEST(ModelDirectory, MismatchedWeightsAreErrorsNamingTheTensor) {
-  Model model = Model::load(kModels / "gpt");
+  Model model = load_model(kModels / "gpt");
   const fs::path dir = temp_dir("mismatch");
-  model.save(dir);
+  save_model(model, dir);
   const std::string config = read_file(dir / "config.json");
   // A config that implies other shapes.
   std::string wider = config;
   wider.replace(wider.find("\"d_ff\": 0"), 9, "\"d_ff\": 32");
   write_file_atomic(dir / "config.json", wider);
-  expect_error_mentions<Error>([&] { Model::load(dir); },
+  expect_error_mentions<Error>([&] { load_model(dir); },
                                {"model.safetensors", "decoder.layers.0.ffn.up.weight", "[64, 16]", "implies [32, 16]"});
   // A tensor the config does not have, and a missing one.
   write_file_atomic(dir / "config.json", config);
@@ -395,23 +396,23 @@ TEST(ModelDirectory, MismatchedWeightsAreErrorsNamingTheTensor) {
   for (const Parameter* p : model.parameters())
     if (p->name != "decoder.norm.bias") tensors.push_back({p->name, &p->value});
   write_safetensors(dir / "model.safetensors", tensors);
-  expect_error_mentions<Error>([&] { Model::load(dir); }, {"no tensor 'decoder.norm.bias'", "[16]"});
+  expect_error_mentions<Error>([&] { load_model(dir); }, {"no tensor 'decoder.norm.bias'", "[16]"});
   tensors.push_back({"decoder.norm.bias", &model.find("decoder.norm.bias")->value});
   tensors.push_back({"h.0.attn.masked_bias", &extra});
   write_safetensors(dir / "model.safetensors", tensors);
-  expect_error_mentions<Error>([&] { Model::load(dir); }, {"unexpected tensor 'h.0.attn.masked_bias'"});
+  expect_error_mentions<Error>([&] { load_model(dir); }, {"unexpected tensor 'h.0.attn.masked_bias'"});
   // Missing files and a truncated weights file.
   fs::remove(dir / "model.safetensors");
-  expect_error_mentions<Error>([&] { Model::load(dir); }, {"missing model.safetensors"});
+  expect_error_mentions<Error>([&] { load_model(dir); }, {"missing model.safetensors"});
   const std::string bytes = read_file(kModels / "gpt" / "model.safetensors");
   write_file_atomic(dir / "model.safetensors", bytes.substr(0, bytes.size() / 2));
-  expect_error_mentions<Error>([&] { Model::load(dir); }, {"model.safetensors", "truncated"});
-  expect_error_mentions<Error>([&] { Model::load(dir / "nowhere"); }, {"not a model directory"});
+  expect_error_mentions<Error>([&] { load_model(dir); }, {"model.safetensors", "truncated"});
+  expect_error_mentions<Error>([&] { load_model(dir / "nowhere"); }, {"not a model directory"});
   // A training run's directory (its model is in checkpoint/) is named as such.
   const fs::path run = dir / "run";
   fs::create_directories(run / "checkpoint");
   write_file_atomic(run / "checkpoint" / "config.json", read_file(kModels / "gpt" / "config.json"));
-  expect_error_mentions<Error>([&] { Model::load(run); }, {"training run's directory", "checkpoint"});
+  expect_error_mentions<Error>([&] { load_model(run); }, {"training run's directory", "checkpoint"});
   fs::remove_all(dir);
 }
 
@@ -467,7 +468,7 @@ TEST(ModelConfigErrors, NameTheFieldAndWhatWasExpected) {
 }
 
 TEST(ModelBatchErrors, NameTheFieldAndPosition) {
-  Model model = Model::load(kModels / "gpt");
+  Model model = load_model(kModels / "gpt");
   Batch b;
   b.B = 1, b.T = 3, b.ids = {1, 2, 99};
   expect_error_mentions<Error>([&] { model.forward(b); }, {"ids[0][2] = 99", "[0, 37)"});
@@ -489,7 +490,7 @@ TEST(ModelBatchErrors, NameTheFieldAndPosition) {
 }
 
 TEST(ModelMoE, ReportsTokensPerExpertAndRefusals) {
-  Model model = Model::load(kModels / "moe");
+  Model model = load_model(kModels / "moe");
   const json golden = json::parse(read_file(kModels / "moe" / "golden.json"));
   model.forward(batch_from_json(golden["cases"][0]["batch"]));
   const auto stats = model.moe_stats();

@@ -7,6 +7,7 @@
 #include <attend/io.h>
 #include <attend/tokenizer.h>
 #include <attend/train.h>
+#include <attend/model_dir.h>
 
 #include <gtest/gtest.h>
 
@@ -147,7 +148,7 @@ TEST(Tasks, SpamClassificationSmoke) {
   SmokeRun pre = train_smoke(mlm, tok, "spam_mlm");
   EXPECT_LT(pre.losses.back(), pre.losses.front()) << "MLM: first " << pre.losses.front() << ", last " << pre.losses.back();
   const fs::path encoder = run_dir("spam_encoder");
-  pre.trainer->model().save(encoder);
+  save_model(pre.trainer->model(), encoder);
   run.train.init_from = encoder.string();
   SmokeRun smoke = train_smoke(run, tok, "spam");
   const std::vector<double>& losses = smoke.losses;

@@ -12,6 +12,7 @@
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 #include <attend/train.h>
+#include <attend/model_dir.h>
 
 #include <gtest/gtest.h>
 
@@ -367,7 +368,7 @@ TEST_P(ResumeIn, ContinuesBitForBit) {
   EXPECT_EQ(losses(straight), losses(stopped));
   EXPECT_EQ(losses(stopped).size(), 6u);
   // The checkpoint is a model directory.
-  EXPECT_EQ(Model::load(stopped / "checkpoint").config().to_json(), mc.to_json());
+  EXPECT_EQ(load_model(stopped / "checkpoint").config().to_json(), mc.to_json());
   if (GetParam() == Precision::F16) {
     EXPECT_EQ(nlohmann::json::parse(read_file(stopped / "checkpoint" / "trainer.json"))["loss_scale"], 4096.0);
   }
@@ -749,7 +750,7 @@ TEST(Trainer, InitFromCopiesTheSharedParametersAndKeepsTheNewHead) {
   }
   // Through the trainer: a decoder saved, a run started from it with another seed, and a wider one refused.
   const fs::path source = run_dir("init_from_source");
-  Model(tiny_gpt()).save(source);
+  save_model(Model(tiny_gpt()), source);
   const auto tokens = pattern_tokens(5);
   LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});
   ModelConfig reseeded = tiny_gpt();
@@ -757,7 +758,7 @@ TEST(Trainer, InitFromCopiesTheSharedParametersAndKeepsTheNewHead) {
   TrainConfig config = quick_config(2);
   config.init_from = source.string();
   Trainer trainer(Model(reseeded), data, config, run_dir("init_from"));
-  Model saved = Model::load(source);
+  Model saved = load_model(source);
   EXPECT_EQ(weights(trainer.model()), weights(saved));
   ModelConfig wider = tiny_gpt();
   wider.d_model = 64;
@@ -965,7 +966,7 @@ TEST(TrainerGolden, TenAdamWStepsMatchPyTorch) {
     c.optimizer.weight_decay = golden["weight_decay"];
     c.clip_norm = golden["clip_norm"];
     c.label_smoothing = golden["label_smoothing"];
-    Trainer t(Model::load(dir), data, c, run_dir("golden_" + name));
+    Trainer t(load_model(dir), data, c, run_dir("golden_" + name));
     for (int64_t step = 0; step < c.steps; ++step) {
       const StepReport r = t.step();
       EXPECT_NEAR(r.lr, golden["lrs"][step].get<double>(), 1e-12) << name << " step " << step + 1;

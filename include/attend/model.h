@@ -1,6 +1,6 @@
 // A transformer model of any of the three families, from one configuration   (001 §6-8, §11-12).
 //
-//   auto model = attend::Model::load("runs/brown-gpt");         // config.json + model.safetensors
+//   auto model = attend::load_model("runs/brown-gpt");          // attend/model_dir.h
 //   attend::Batch batch = ...;                                   // ids, lengths, targets
 //   auto result = model.forward(batch, {.training = true});     // logits and loss
 //   model.backward();                                            // adds ∂loss/∂θ into every grad
@@ -162,13 +162,6 @@ class Model {
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
 
-  // Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration.
-  static Model load(const std::filesystem::path& dir);
-  // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
-  // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
-  void save(const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
-            WeightType weights = WeightType::F32) const;
-
   const ModelConfig& config() const;
   // Every parameter, in a fixed order (the order of model.safetensors).
   std::vector<Parameter*> parameters();
@@ -226,7 +219,6 @@ class Model {
   void reorder_decoding(const std::vector<int64_t>& source);
 
   struct Impl;  // the network (src/nn/transformer.h)
-  Impl& impl() { return *impl_; }
 
  private:
   struct Uninitialized {};
@@ -234,10 +226,5 @@ class Model {
 
   std::unique_ptr<Impl> impl_;
 };
-
-// Writes a decoder model in Hugging Face's GPT-2 layout: config.json with GPT-2's keys, model.safetensors
-// with Conv1D weights [in, out] under GPT-2's names, and tokenizer.json when given. Model::load reads the
-// result back. Options GPT-2 cannot express (RMSNorm, RoPE, GQA, MoE, ...) are errors naming the option.
-void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace attend

@@ -1,7 +1,7 @@
 #include "nn/attention.h"
 #include "nn/layers.h"
 
-#include "infer/kv_cache.h"
+#include "nn/kv_cache.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/parallel.h"

@@ -21,11 +21,9 @@
 #include <string_view>
 #include <vector>
 
-namespace attend::infer {
-class KVCache;
-}
-
 namespace attend::nn {
+
+class KVCache;
 
 // Positional schemes applied inside attention; learned and sinusoidal encodings live at the embedding.
 enum class PositionScheme { None, RoPE, ALiBi, T5 };
@@ -67,7 +65,7 @@ struct AttentionCall {
   int64_t position = 0;                  // absolute position of the first query (> 0 when decoding)
   bool training = false;                 // enables dropout
   Rng* rng = nullptr;                    // dropout's stream, required when training with dropout > 0
-  infer::KVCache* cache = nullptr;       // generation: keys/values are written at `position` and read back
+  nn::KVCache* cache = nullptr;       // generation: keys/values are written at `position` and read back
   int64_t cache_layer = 0;
 };
 

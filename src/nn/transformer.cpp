@@ -636,8 +636,8 @@ void Model::start_decoding(int64_t batch, int64_t max_T, std::vector<int32_t> le
         "generation: {} left-padding counts for a batch of {}", left_pad.size(), batch);
   for (int32_t pad : left_pad)
     check(pad >= 0 && pad < max_T, "generation: left padding {} is outside [0, {})", pad, max_T);
-  m.cache = std::make_unique<infer::KVCache>(
-      infer::KVCacheConfig{c.decoder_layers(), batch, max_T, c.kv_heads(), c.d_head(), m.cache_type});
+  m.cache = std::make_unique<nn::KVCache>(
+      nn::KVCacheConfig{c.decoder_layers(), batch, max_T, c.kv_heads(), c.d_head(), m.cache_type});
   m.decode_position = 0;
   m.src_lengths.clear();
   m.left_pad = std::move(left_pad);
@@ -662,8 +662,8 @@ void Model::start_decoding(const Batch& source, int64_t max_T) {
   enc.reshape({B, source.src_T, c.d_model});
   m.decoder->cache_context(enc);
   m.left_pad.clear();
-  m.cache = std::make_unique<infer::KVCache>(
-      infer::KVCacheConfig{c.decoder_layers(), B, max_T, c.kv_heads(), c.d_head(), m.cache_type});
+  m.cache = std::make_unique<nn::KVCache>(
+      nn::KVCacheConfig{c.decoder_layers(), B, max_T, c.kv_heads(), c.d_head(), m.cache_type});
   m.decode_position = 0;
 }
 

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "nn/attention.h"
-#include "infer/kv_cache.h"
+#include "nn/kv_cache.h"
 #include "nn/layers.h"
 
 #include <attend/model.h>
@@ -29,7 +29,7 @@ struct StackCall {
   const int32_t* context_lengths = nullptr;  // (B)
   bool training = false;
   Rng* rng = nullptr;
-  infer::KVCache* cache = nullptr;           // decoding: keys/values are appended at `position`
+  nn::KVCache* cache = nullptr;           // decoding: keys/values are appended at `position`
   int64_t position = 0;                      // absolute position of the first row of each sequence
   const uint8_t* mask = nullptr;             // (B, T, position + T): self-attention keys allowed (left padding)
 };
@@ -138,7 +138,7 @@ struct Model::Impl {
   int64_t n_targets = 0;
   float label_smoothing = 0.0f;
   int64_t B = 0, T = 0, src_T = 0;
-  std::unique_ptr<infer::KVCache> cache;  // generation
+  std::unique_ptr<nn::KVCache> cache;  // generation
   CacheType cache_type = CacheType::F32;  // the storage start_decoding gives it
   int64_t decode_position = 0;
   std::vector<int32_t> left_pad;          // generation of prompts of different lengths: pad tokens per sequence

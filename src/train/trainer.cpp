@@ -7,6 +7,7 @@
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 #include <attend/train.h>
+#include <attend/model_dir.h>
 
 #include "core/json_fields.h"
 #include "train/clip.h"
@@ -152,7 +153,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
 
   if (resume) {
     check(fs::exists(s.checkpoint() / "trainer.json"), "{}: no checkpoint to resume from", s.checkpoint().string());
-    Model saved = Model::load(s.checkpoint());
+    Model saved = load_model(s.checkpoint());
     const std::string want = s.model.config().to_json(), have = saved.config().to_json();
     check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
           first_difference(have, want));
@@ -183,7 +184,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     check(!fs::exists(s.checkpoint()), "{}: already holds a checkpoint; resume it, or train into another directory",
           s.dir.string());
     if (!c.init_from.empty()) {
-      const Model source = Model::load(c.init_from);
+      const Model source = load_model(c.init_from);
       std::vector<std::string> kept;
       try {
         kept = s.model.copy_parameters_from(source);
@@ -315,7 +316,7 @@ void Trainer::save_checkpoint() {
   State& s = *s_;
   const fs::path tmp = s.dir / "checkpoint.tmp", old = s.dir / "checkpoint.old";
   fs::remove_all(tmp);
-  s.model.save(tmp, s.tokenizer);
+  save_model(s.model, tmp, s.tokenizer);
   auto meta = s.optimizer->state_metadata();
   write_safetensors(tmp / "optimizer.safetensors", s.optimizer->state_tensors(), meta);
   json state = {{"step", s.step},

@@ -9,7 +9,7 @@
 
 #include <filesystem>
 
-namespace attend::io {
+namespace attend::formats {
 
 // Whether a parsed config.json is Hugging Face's GPT-2 (model_type "gpt2", or its n_embd/n_layer keys).
 bool is_hf_gpt2_config(const nlohmann::json& config);
@@ -26,4 +26,4 @@ struct Mapping {
 std::vector<Mapping> gpt2_mappings(const ModelConfig& config);
 void transpose_into(Tensor& dst, const Tensor& src);  // src (R, C) → dst (C, R)
 
-}  // namespace attend::io
+}  // namespace attend::formats

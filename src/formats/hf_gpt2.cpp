@@ -1,15 +1,16 @@
-#include "io/hf_gpt2.h"
+#include "formats/hf_gpt2.h"
 
 #include "core/json_fields.h"
 
 #include <attend/error.h>
 #include <attend/io.h>
+#include <attend/model_dir.h>
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 
 #include <set>
 
-namespace attend::io {
+namespace attend::formats {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -135,7 +136,7 @@ Model load_hf_gpt2(const fs::path& dir, const json& config) {
   return model;
 }
 
-}  // namespace attend::io
+}  // namespace attend::formats
 
 namespace attend {
 
@@ -162,14 +163,14 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
   check(std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
   auto& mutable_model = const_cast<Model&>(model);  // find() is non-const; nothing is modified
   std::vector<Tensor> stored;
-  std::vector<io::Mapping> mappings = io::gpt2_mappings(c);
+  std::vector<formats::Mapping> mappings = formats::gpt2_mappings(c);
   stored.reserve(mappings.size());
   std::vector<NamedTensor> tensors;
-  for (const io::Mapping& m : mappings) {
+  for (const formats::Mapping& m : mappings) {
     const Parameter* p = mutable_model.find(m.attend);
     if (m.transpose) {
       stored.emplace_back(Shape{p->value.size(1), p->value.size(0)});
-      io::transpose_into(stored.back(), p->value);
+      formats::transpose_into(stored.back(), p->value);
       tensors.push_back({m.hf, &stored.back()});
     } else {
       tensors.push_back({m.hf, &p->value});

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace attend::infer {
+namespace attend::nn {
 
 struct KVCacheConfig {
   int64_t n_layers = 1;   // e.g. 12
@@ -67,4 +67,4 @@ class KVCache {
   std::vector<float> workspace_;   // attend()'s scratch: score rows and T5 buckets
 };
 
-}  // namespace attend::infer
+}  // namespace attend::nn

@@ -1,12 +1,12 @@
 // The model directory: config.json + model.safetensors (+ tokenizer.json), docs/FORMATS.md.
 #include <attend/error.h>
 #include <attend/io.h>
-#include <attend/model.h>
+#include <attend/model_dir.h>
 #include <attend/runtime.h>
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 
-#include "io/hf_gpt2.h"
+#include "formats/hf_gpt2.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,21 +16,21 @@ namespace attend {
 
 namespace fs = std::filesystem;
 
-void Model::save(const fs::path& dir, const Tokenizer* tokenizer, WeightType weights) const {
+void save_model(const Model& model, const fs::path& dir, const Tokenizer* tokenizer, WeightType weights) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   check(!ec && fs::is_directory(dir), "{}: cannot create the model directory: {}", dir.string(), ec.message());
   std::vector<NamedTensor> tensors;
-  for (const Parameter* p : parameters()) tensors.push_back({p->name, &p->value});
+  for (const Parameter* p : model.parameters()) tensors.push_back({p->name, &p->value});
   write_safetensors(dir / "model.safetensors", tensors,
                     {{"format", "pt"}, {"producer", fmt::format("attend {}", version())},
-                     {"architecture", architecture_name(config().architecture)}},
+                     {"architecture", architecture_name(model.config().architecture)}},
                     weights == WeightType::BF16 ? DType::BF16 : weights == WeightType::F16 ? DType::F16 : DType::F32);
-  write_file_atomic(dir / "config.json", config().to_json());
+  write_file_atomic(dir / "config.json", model.config().to_json());
   if (tokenizer != nullptr) tokenizer->save(dir / "tokenizer.json");
 }
 
-Model Model::load(const fs::path& dir) {
+Model load_model(const fs::path& dir) {
   check(fs::is_directory(dir), "{}: not a model directory (expected a directory holding config.json and "
                                "model.safetensors)", dir.string());
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
@@ -42,7 +42,7 @@ Model Model::load(const fs::path& dir) {
   const std::string config_text = read_file(config_path);
   // A Hugging Face GPT-2 directory is read as published (io/hf_gpt2.cpp).
   const auto parsed = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
-  if (io::is_hf_gpt2_config(parsed)) return io::load_hf_gpt2(dir, parsed);
+  if (formats::is_hf_gpt2_config(parsed)) return formats::load_hf_gpt2(dir, parsed);
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   Model model = Model::for_loading(config);
   const SafetensorsReader reader(weights_path);

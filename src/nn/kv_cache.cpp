@@ -1,4 +1,4 @@
-#include "infer/kv_cache.h"
+#include "nn/kv_cache.h"
 
 #include "core/enum_names.h"
 #include "kernels/convert.h"
@@ -18,7 +18,7 @@ constexpr EnumName<CacheType> kCacheTypes[] = {{CacheType::F32, "f32"}, {CacheTy
 const char* cache_type_name(CacheType t) { return enum_name<CacheType>(kCacheTypes, t); }
 CacheType parse_cache_type(std::string_view name) { return parse_enum<CacheType>(kCacheTypes, name, "KV cache type"); }
 
-namespace infer {
+namespace nn {
 
 int64_t KVCache::memory_bytes(const KVCacheConfig& c) {
   const int64_t rows = 2 * c.n_layers * c.batch * c.max_T * c.n_kv_heads;
@@ -151,5 +151,5 @@ void KVCache::attend(int64_t layer, float* out, const float* q, kernels::Attenti
 const float* KVCache::keys(int64_t layer, int64_t length) { return read(layer, length, false); }
 const float* KVCache::values(int64_t layer, int64_t length) { return read(layer, length, true); }
 
-}  // namespace infer
+}  // namespace nn
 }  // namespace attend
