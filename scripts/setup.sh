@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   g++ cmake ninja-build pkg-config             # toolchain
+  python3                                      # test scripts (layer check, kill -9 resume)
   libdnnl-dev                                  # oneDNN: the GEMM backend (docs/ARCHITECTURE.md)
   ocl-icd-opencl-dev                           # oneDNN's CMake config requires OpenCL (only Recommended)
   libfmt-dev nlohmann-json3-dev libcli11-dev   # formatting, JSON, the command line
