@@ -84,7 +84,8 @@ void add_inspect(CLI::App& app) {
       j["tensors"] = nlohmann::ordered_json::array();
       for (const Parameter* p : model.parameters())
         j["tensors"].push_back({{"name", p->name},
-                                {"shape", std::vector<int64_t>(p->value.shape().begin(), p->value.shape().end())}});
+                                {"shape", std::vector<int64_t>(p->value.shape().begin(), p->value.shape().end())},
+                                {"role", role_name(p->role)}});
       j["memory_bytes"] = {{"weights", weights}, {"gradients", weights}, {"adamw_moments", 2 * weights}};
       fmt::print("{}\n", j.dump(2));
       return;
@@ -96,9 +97,10 @@ void add_inspect(CLI::App& app) {
     if (!summary) {
       size_t width = 4;
       for (const Parameter* p : model.parameters()) width = std::max(width, p->name.size());
-      fmt::print("\n{:<{}}  {:<16} {:>14}\n", "name", width, "shape", "parameters");
+      fmt::print("\n{:<{}}  {:<16} {:>14}  {}\n", "name", width, "shape", "parameters", "role");
       for (const Parameter* p : model.parameters())
-        fmt::print("{:<{}}  {:<16} {:>14}\n", p->name, width, p->value.shape().str(), grouped(p->numel()));
+        fmt::print("{:<{}}  {:<16} {:>14}  {}\n", p->name, width, p->value.shape().str(), grouped(p->numel()),
+                   role_name(p->role));
     }
     // The notes' formulas (002 §3.3, 001 §11) beside the counts: 4·d² per attention, 8·d² per FFN of d_ff = 4d.
     const int64_t d = c.d_model;

@@ -9,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace attend;
   static fuzz::MemoryFile file("model.safetensors");
   // An AdamW state of two small parameters: "w.m", "w.v" [2, 3] and "b.m", "b.v" [3].
-  static Parameter w("w", Shape{2, 3}), b("b", Shape{3});
+  static Parameter w("w", Shape{2, 3}, Role::FfnIn), b("b", Shape{3}, Role::FfnBias);
   static train::Optimizer optimizer(train::OptimizerConfig{}, {&w, &b});
   file.write(fuzz::text(data, size));
   try {

@@ -343,6 +343,69 @@ TEST(ModelInit, Gpt2XavierAndQkScaleHaveTheirVariances) {
   EXPECT_NE(other.find("embed.tokens.weight")->value[0], x.find("embed.tokens.weight")->value[0]);
 }
 
+// Every weight's role says what the tensor names used to say (the rules below are the name matching that
+// initialisation, counting, weight decay, mixed precision and packing did before roles), in models that
+// have every kind of weight; and renaming every tensor changes no initial value.
+TEST(ModelRoles, SayWhatTheNamesSaidAndRenamingChangesNothing) {
+  std::vector<ModelConfig> configs;
+  ModelConfig gpt = tiny(Architecture::Decoder);
+  gpt.bias = true, gpt.tie_embeddings = false;
+  configs.push_back(gpt);
+  ModelConfig llama = tiny(Architecture::Decoder);
+  llama.norm = NormKind::RMSNorm, llama.activation = FfnKind::SwiGLU, llama.position = PositionKind::RoPE;
+  llama.n_kv_heads = 2, llama.n_experts = 4, llama.moe_every = 2;
+  configs.push_back(llama);
+  ModelConfig bert = tiny(Architecture::Encoder);
+  bert.bias = true, bert.n_classes = 3;
+  configs.push_back(bert);
+  ModelConfig t5 = tiny(Architecture::EncoderDecoder);
+  t5.position = PositionKind::T5, t5.norm = NormKind::RMSNorm, t5.n_decoder_layers = 2;
+  configs.push_back(t5);
+  auto has = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
+  int checked = 0;
+  for (const ModelConfig& c : configs) {
+    Model model(c);
+    for (const Parameter* p : model.parameters()) {
+      const std::string& n = p->name;
+      const Role r = p->role;
+      SCOPED_TRACE(n + " (" + role_name(r) + ")");
+      const bool bias = n.ends_with(".bias") || n == "mlm.bias";
+      EXPECT_EQ(is_bias(r), bias);
+      EXPECT_EQ(is_norm_gain(r), !bias && has(n, "norm."));
+      const Part part = n.starts_with("embed.") ? Part::Embeddings
+                        : n.starts_with("lm_head") || n.starts_with("mlm.") || n.starts_with("classifier") ? Part::Heads
+                        : has(n, "norm.") ? Part::Norms
+                        : has(n, ".attn.") || has(n, ".cross_attn.") ? Part::Attention
+                                                                     : Part::Ffn;
+      EXPECT_EQ(part_of(r), part);
+      EXPECT_EQ(is_projection(r), !bias && !has(n, "norm.") && p->value.rank() == 2 && !n.starts_with("embed.") &&
+                                      !n.ends_with("relative_attention_bias"));
+      EXPECT_EQ(r == Role::AttentionOutput || r == Role::FfnOut, n.ends_with("attn.o.weight") || n.ends_with("down.weight"));
+      EXPECT_EQ(r == Role::Router, n.ends_with(".router.weight"));
+      EXPECT_EQ(r == Role::PositionTable, n == "embed.positions.weight");
+      EXPECT_EQ(r == Role::AttentionQkv, n.ends_with(".attn.qkv.weight"));
+      EXPECT_EQ(r == Role::AttentionQuery, n.ends_with(".cross_attn.q.weight"));
+      EXPECT_EQ(r == Role::AttentionKeyValue, n.ends_with(".cross_attn.kv.weight"));
+      if (p->stack_blocks > 0)
+        EXPECT_EQ(p->stack_blocks, n.starts_with("decoder.") ? c.decoder_layers() : c.n_layers);
+      else
+        EXPECT_FALSE(n.starts_with("encoder.") || n.starts_with("decoder."));
+      ++checked;
+    }
+    Model renamed(c);
+    int i = 0;
+    for (Parameter* p : renamed.parameters()) p->name = fmt::format("t{}", i++);
+    renamed.initialize(c.seed);
+    const auto before = model.parameters(), after = renamed.parameters();
+    for (size_t k = 0; k < before.size(); ++k)
+      EXPECT_EQ(std::memcmp(before[k]->value.data(), after[k]->value.data(), 4 * size_t(before[k]->numel())), 0)
+          << before[k]->name;
+    EXPECT_EQ(renamed.count().total(), model.count().total());
+    EXPECT_EQ(renamed.count().heads, model.count().heads);
+  }
+  EXPECT_GT(checked, 100);
+}
+
 // ---- The model directory ---------------------------------------------------------------------------
 
 TEST(ModelDirectory, SaveThenLoadIsBitExact) {

@@ -170,7 +170,7 @@ TEST(Safetensors, LoadChecksNamesShapesAndDtypes) {
 // Found by fuzz/fuzz_safetensors: the optimiser's step in the metadata went through std::stoll, whose
 // std::invalid_argument was no attend::Error.
 TEST(Safetensors, OptimizerStateMetadataIsChecked) {
-  Parameter w("w", Shape{2});
+  Parameter w("w", Shape{2}, Role::FfnIn);
   train::Optimizer optimizer(train::OptimizerConfig{}, {&w});
   const std::string header = R"({"__metadata__":{"optimizer":"adamw","optimizer.step":"STEP","optimizer.beta2_product":"PRODUCT"},)"
                              R"("w.m":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"

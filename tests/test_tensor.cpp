@@ -67,7 +67,7 @@ TEST(Tensor, ReshapeChecksTheElementCount) {
 }
 
 TEST(Parameter, GradientHasTheValuesShape) {
-  Parameter p("h.0.mlp.c_fc.weight", {4, 3});
+  Parameter p("h.0.mlp.c_fc.weight", {4, 3}, Role::FfnIn);
   EXPECT_EQ(p.grad.shape(), p.value.shape());
   p.grad.fill(1.0f);
   p.zero_grad();

@@ -30,7 +30,7 @@ using testing::expect_error_mentions;
 
 // One scalar weight θ₀ = 1 (a matrix, so it is decayed) and one scalar bias, with the given gradients.
 struct Scalars {
-  Parameter w{"layer.weight", {1, 1}}, b{"layer.bias", {1}};
+  Parameter w{"layer.weight", {1, 1}, Role::FfnIn}, b{"layer.bias", {1}, Role::FfnBias};
   Scalars() { w.value[0] = b.value[0] = 1.0f; }
   std::vector<Parameter*> all() { return {&w, &b}; }
   void grad(float g) { w.grad[0] = b.grad[0] = g; }
@@ -118,16 +118,16 @@ TEST(Optimizers, Beta2WarmupKeepsTheBiasCorrectionExact) {
 
 TEST(Optimizers, WeightDecaySkipsNormsBiasesAndOptionallyEmbeddings) {
   OptimizerConfig c;
-  EXPECT_TRUE(decays(Parameter("decoder.layers.0.attn.qkv.weight", {2, 2}), c));
-  EXPECT_FALSE(decays(Parameter("decoder.layers.0.attn.qkv.bias", {2}), c));
-  EXPECT_FALSE(decays(Parameter("decoder.layers.0.ffn_norm.weight", {2}), c));
-  EXPECT_FALSE(decays(Parameter("decoder.norm.weight", {2}), c));
-  EXPECT_FALSE(decays(Parameter("mlm.bias", {2}), c));
-  EXPECT_FALSE(decays(Parameter("embed.tokens.weight", {2, 2}), c));
-  EXPECT_FALSE(decays(Parameter("encoder.layers.0.attn.relative_attention_bias", {2, 2}), c));
+  EXPECT_TRUE(decays(Parameter("decoder.layers.0.attn.qkv.weight", {2, 2}, Role::AttentionQkv), c));
+  EXPECT_FALSE(decays(Parameter("decoder.layers.0.attn.qkv.bias", {2}, Role::AttentionBias), c));
+  EXPECT_FALSE(decays(Parameter("decoder.layers.0.ffn_norm.weight", {2}, Role::NormGain), c));
+  EXPECT_FALSE(decays(Parameter("decoder.norm.weight", {2}, Role::NormGain), c));
+  EXPECT_FALSE(decays(Parameter("mlm.bias", {2}, Role::HeadBias), c));
+  EXPECT_FALSE(decays(Parameter("embed.tokens.weight", {2, 2}, Role::TokenEmbedding), c));
+  EXPECT_FALSE(decays(Parameter("encoder.layers.0.attn.relative_attention_bias", {2, 2}, Role::RelativePositionBias), c));
   c.decay_embeddings = true;
-  EXPECT_TRUE(decays(Parameter("embed.tokens.weight", {2, 2}), c));
-  EXPECT_TRUE(decays(Parameter("lm_head.weight", {2, 2}), c));
+  EXPECT_TRUE(decays(Parameter("embed.tokens.weight", {2, 2}, Role::TokenEmbedding), c));
+  EXPECT_TRUE(decays(Parameter("lm_head.weight", {2, 2}, Role::HeadMatrix), c));
 }
 
 TEST(Optimizers, StateSavedAndRestoredContinuesBitForBit) {
@@ -137,7 +137,7 @@ TEST(Optimizers, StateSavedAndRestoredContinuesBitForBit) {
     c.weight_decay = 0.05;
     c.beta2_initial = 0.95;
     c.beta2_warmup_steps = 5;
-    Parameter a("w", {3, 5}), b("w", {3, 5});
+    Parameter a("w", {3, 5}, Role::FfnIn), b("w", {3, 5}, Role::FfnIn);
     Rng rng(3);
     for (int64_t i = 0; i < 15; ++i) a.value[i] = b.value[i] = rng.normal();
     Optimizer first(c, {&a});

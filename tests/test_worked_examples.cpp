@@ -94,7 +94,7 @@ TEST(WorkedExample, SoftmaxJacobianRowsSumToZero_002_1_4) {
 
 TEST(WorkedExample, GlobalNormClippingFrom50To5ScalesByOneTenth_004_9_4) {
   // Gradients whose global norm is √(30² + 40²) = 50, clipped to 5: every gradient × 0.1.
-  Parameter a("a", {2}), b("b", {1});
+  Parameter a("a", {2}, Role::FfnIn), b("b", {1}, Role::FfnBias);
   a.grad[0] = 30;
   a.grad[1] = 0;
   b.grad[0] = 40;

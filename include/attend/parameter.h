@@ -6,6 +6,7 @@
 
 #include <attend/tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,11 +17,61 @@ namespace attend {
 // master weights, gradients and optimiser state).
 enum class Precision { F32, BF16, F16 };
 
+// What a weight is in the network, fixed when the model is built. Initialisation, counting, weight decay,
+// mixed precision and packing read the role, never the name, so renaming a tensor changes no number.
+enum class Role : uint8_t {
+  TokenEmbedding,        // E (V, C); also the LM head when tied
+  PositionTable,         // learned absolute positions (max_seq_len, C)
+  AttentionQkv,          // self-attention's fused [W_Q; W_K; W_V]
+  AttentionQuery,        // cross-attention's W_Q
+  AttentionKeyValue,     // cross-attention's fused [W_K; W_V]
+  AttentionOutput,       // W_O: a residual output projection
+  AttentionBias,         // a bias of any attention projection
+  RelativePositionBias,  // T5's bucket table (buckets, heads)
+  FfnIn,                 // the FFN's up (and SwiGLU's gate) projection, experts' too
+  FfnOut,                // the FFN's down projection: a residual output projection
+  FfnBias,
+  Router,                // an MoE router: kept in fp32 under mixed precision
+  NormGain,              // a norm's γ (1 at initialisation)
+  NormBias,              // a LayerNorm's β
+  HeadMatrix,            // the untied LM head, the MLM transform, the classifier
+  HeadBias,
+  HeadNormGain,          // the MLM head's norm
+  HeadNormBias,
+};
+
+// The parts `attend inspect` counts parameters by.
+enum class Part { Embeddings, Attention, Ffn, Norms, Heads };
+constexpr Part part_of(Role r) {
+  switch (r) {
+    case Role::TokenEmbedding: case Role::PositionTable: return Part::Embeddings;
+    case Role::AttentionQkv: case Role::AttentionQuery: case Role::AttentionKeyValue: case Role::AttentionOutput:
+    case Role::AttentionBias: case Role::RelativePositionBias: return Part::Attention;
+    case Role::FfnIn: case Role::FfnOut: case Role::FfnBias: case Role::Router: return Part::Ffn;
+    case Role::NormGain: case Role::NormBias: return Part::Norms;
+    case Role::HeadMatrix: case Role::HeadBias: case Role::HeadNormGain: case Role::HeadNormBias: return Part::Heads;
+  }
+  return Part::Ffn;
+}
+constexpr bool is_bias(Role r) {
+  return r == Role::AttentionBias || r == Role::FfnBias || r == Role::NormBias || r == Role::HeadBias ||
+         r == Role::HeadNormBias;
+}
+constexpr bool is_norm_gain(Role r) { return r == Role::NormGain || r == Role::HeadNormGain; }
+// A matrix multiplied with the activations (not a table looked up by index, not a vector).
+constexpr bool is_projection(Role r) {
+  return r == Role::AttentionQkv || r == Role::AttentionQuery || r == Role::AttentionKeyValue ||
+         r == Role::AttentionOutput || r == Role::FfnIn || r == Role::FfnOut || r == Role::Router || r == Role::HeadMatrix;
+}
+const char* role_name(Role r);  // "token_embedding", "attention_qkv", ...
+
 struct Parameter {
   Parameter() = default;
-  Parameter(std::string name, Shape shape) : name(std::move(name)), value(shape), grad(shape) {}
+  Parameter(std::string name, Shape shape, Role role) : name(std::move(name)), role(role), value(shape), grad(shape) {}
 
-  std::string name;  // e.g. "h.3.attn.c_attn.weight"
+  std::string name;  // e.g. "decoder.layers.3.attn.qkv.weight": the tensor's name in model.safetensors
+  Role role = Role::FfnIn;
+  int64_t stack_blocks = 0;  // blocks of the stack (encoder or decoder) it belongs to; 0 outside the stacks
   Tensor value;
   Tensor grad;
   // Inference only: value rounded to bf16 (the top half of each float), which small matmuls (decoding) read

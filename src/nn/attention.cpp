@@ -79,20 +79,20 @@ MultiHeadAttention::MultiHeadAttention(std::string name, const AttentionConfig& 
   config_.validate();
   const int64_t C = config_.d_model, H = config_.n_heads, Hkv = config_.kv_heads(), D = config_.d_head();
   if (!config_.cross) {
-    w_qkv_ = Parameter(name_ + ".qkv.weight", {(H + 2 * Hkv) * D, C});
-    if (config_.bias) b_qkv_ = Parameter(name_ + ".qkv.bias", {(H + 2 * Hkv) * D});
+    w_qkv_ = Parameter(name_ + ".qkv.weight", {(H + 2 * Hkv) * D, C}, Role::AttentionQkv);
+    if (config_.bias) b_qkv_ = Parameter(name_ + ".qkv.bias", {(H + 2 * Hkv) * D}, Role::AttentionBias);
   } else {
-    w_q_ = Parameter(name_ + ".q.weight", {H * D, C});
-    w_kv_ = Parameter(name_ + ".kv.weight", {2 * Hkv * D, C});
+    w_q_ = Parameter(name_ + ".q.weight", {H * D, C}, Role::AttentionQuery);
+    w_kv_ = Parameter(name_ + ".kv.weight", {2 * Hkv * D, C}, Role::AttentionKeyValue);
     if (config_.bias) {
-      b_q_ = Parameter(name_ + ".q.bias", {H * D});
-      b_kv_ = Parameter(name_ + ".kv.bias", {2 * Hkv * D});
+      b_q_ = Parameter(name_ + ".q.bias", {H * D}, Role::AttentionBias);
+      b_kv_ = Parameter(name_ + ".kv.bias", {2 * Hkv * D}, Role::AttentionBias);
     }
   }
-  w_o_ = Parameter(name_ + ".o.weight", {C, H * D});
-  if (config_.bias) b_o_ = Parameter(name_ + ".o.bias", {C});
+  w_o_ = Parameter(name_ + ".o.weight", {C, H * D}, Role::AttentionOutput);
+  if (config_.bias) b_o_ = Parameter(name_ + ".o.bias", {C}, Role::AttentionBias);
   if (config_.position == PositionScheme::T5)
-    t5_table_ = Parameter(name_ + ".relative_attention_bias", {config_.t5_num_buckets, H});
+    t5_table_ = Parameter(name_ + ".relative_attention_bias", {config_.t5_num_buckets, H}, Role::RelativePositionBias);
   if (config_.position == PositionScheme::ALiBi) {
     alibi_slopes_.resize(H);
     kernels::alibi_slopes(alibi_slopes_.data(), H);

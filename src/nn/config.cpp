@@ -26,6 +26,16 @@ constexpr EnumName<FfnKind> kFfns[] = {
 constexpr EnumName<PositionKind> kPositions[] = {{PositionKind::None, "none"},       {PositionKind::Learned, "learned"},
                                                  {PositionKind::Sinusoidal, "sinusoidal"}, {PositionKind::RoPE, "rope"},
                                                  {PositionKind::ALiBi, "alibi"},     {PositionKind::T5, "t5"}};
+constexpr EnumName<Role> kRoles[] = {
+    {Role::TokenEmbedding, "token_embedding"}, {Role::PositionTable, "position_table"},
+    {Role::AttentionQkv, "attention_qkv"},     {Role::AttentionQuery, "attention_query"},
+    {Role::AttentionKeyValue, "attention_key_value"}, {Role::AttentionOutput, "attention_output"},
+    {Role::AttentionBias, "attention_bias"},   {Role::RelativePositionBias, "relative_position_bias"},
+    {Role::FfnIn, "ffn_in"},                   {Role::FfnOut, "ffn_out"},
+    {Role::FfnBias, "ffn_bias"},               {Role::Router, "router"},
+    {Role::NormGain, "norm_gain"},             {Role::NormBias, "norm_bias"},
+    {Role::HeadMatrix, "head"},                {Role::HeadBias, "head_bias"},
+    {Role::HeadNormGain, "head_norm_gain"},    {Role::HeadNormBias, "head_norm_bias"}};
 constexpr EnumName<Pooling> kPoolings[] = {{Pooling::CLS, "cls"}, {Pooling::Mean, "mean"}};
 constexpr EnumName<InitScheme> kInits[] = {{InitScheme::GPT2, "gpt2"}, {InitScheme::Xavier, "xavier"}};
 
@@ -104,6 +114,7 @@ void for_each_field(Config& c, F&& f) {
 }  // namespace
 
 const char* architecture_name(Architecture a) { return enum_name<Architecture>(kArchitectures, a); }
+const char* role_name(Role r) { return enum_name<Role>(kRoles, r); }
 
 int64_t ModelConfig::ffn_hidden() const {
   if (d_ff > 0) return d_ff;

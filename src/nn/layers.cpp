@@ -74,8 +74,9 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
 
 // ---- Linear ----------------------------------------------------------------------------------------
 
-Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias) : weight(name + ".weight", {out, in}) {
-  if (has_bias) bias = Parameter(name + ".bias", {out});
+Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias, Role role, Role bias_role)
+    : weight(name + ".weight", {out, in}, role) {
+  if (has_bias) bias = Parameter(name + ".bias", {out}, bias_role);
 }
 
 Tensor Linear::forward(const Tensor& x) {
@@ -128,9 +129,9 @@ void Linear::collect(std::vector<Parameter*>& out) {
 
 // ---- Norm ------------------------------------------------------------------------------------------
 
-Norm::Norm(const std::string& name, NormKind kind, int64_t C, double eps)
-    : weight(name + ".weight", {C}), kind_(kind), eps_(static_cast<float>(eps)) {
-  if (kind == NormKind::LayerNorm) bias = Parameter(name + ".bias", {C});
+Norm::Norm(const std::string& name, NormKind kind, int64_t C, double eps, Role gain_role, Role bias_role)
+    : weight(name + ".weight", {C}, gain_role), kind_(kind), eps_(static_cast<float>(eps)) {
+  if (kind == NormKind::LayerNorm) bias = Parameter(name + ".bias", {C}, bias_role);
   weight.value.fill(1.0f);
 }
 
@@ -187,10 +188,10 @@ void Dropout::backward(Tensor& dx) const {
 
 FeedForward::FeedForward(const std::string& name, const ModelConfig& c)
     : kind_(c.activation),
-      up_(name + ".up", c.d_model, c.ffn_hidden(), c.bias),
-      down_(name + ".down", c.ffn_hidden(), c.d_model, c.bias),
+      up_(name + ".up", c.d_model, c.ffn_hidden(), c.bias, Role::FfnIn, Role::FfnBias),
+      down_(name + ".down", c.ffn_hidden(), c.d_model, c.bias, Role::FfnOut, Role::FfnBias),
       dropout_(c.ffn_dropout) {
-  if (kind_ == FfnKind::SwiGLU) gate_ = Linear(name + ".gate", c.d_model, c.ffn_hidden(), c.bias);
+  if (kind_ == FfnKind::SwiGLU) gate_ = Linear(name + ".gate", c.d_model, c.ffn_hidden(), c.bias, Role::FfnIn, Role::FfnBias);
 }
 
 Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng) {
@@ -236,7 +237,7 @@ MixtureOfExperts::MixtureOfExperts(const std::string& name, const ModelConfig& c
       k_(c.moe_top_k),
       capacity_factor_(c.moe_capacity_factor),
       normalize_(c.moe_normalize_weights),
-      router_(name + ".router", c.d_model, c.n_experts, /*bias=*/false) {
+      router_(name + ".router", c.d_model, c.n_experts, /*bias=*/false, Role::Router, Role::FfnBias) {
   for (int64_t e = 0; e < E_; ++e) experts_.emplace_back(fmt::format("{}.experts.{}", name, e), c);
 }
 

@@ -26,7 +26,8 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
 class Linear {
  public:
   Linear() = default;
-  Linear(const std::string& name, int64_t in, int64_t out, bool bias);
+  // The weight has `role`, the bias (when there is one) `bias_role`.
+  Linear(const std::string& name, int64_t in, int64_t out, bool bias, Role role, Role bias_role);
 
   Tensor forward(const Tensor& x);  // (N, in) → (N, out)
   Tensor backward(const Tensor& dout);
@@ -46,7 +47,8 @@ class Linear {
 class Norm {
  public:
   Norm() = default;
-  Norm(const std::string& name, NormKind kind, int64_t C, double eps);
+  Norm(const std::string& name, NormKind kind, int64_t C, double eps, Role gain_role = Role::NormGain,
+       Role bias_role = Role::NormBias);
 
   Tensor forward(const Tensor& x);  // (N, C)
   Tensor backward(const Tensor& dout);

@@ -193,8 +193,10 @@ Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext) {
 }
 
 void Stack::collect(std::vector<Parameter*>& out) {
+  const size_t first = out.size();
   for (auto& block : blocks_) block->collect(out);
   if (final_norm_) final_norm_->collect(out);
+  for (size_t i = first; i < out.size(); ++i) out[i]->stack_blocks = static_cast<int64_t>(blocks_.size());
 }
 
 double Stack::aux() const {
@@ -214,11 +216,11 @@ namespace attend {
 
 using nn::StackCall;
 
-Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight", {c.vocab_size, c.d_model}) {
+Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight", {c.vocab_size, c.d_model}, Role::TokenEmbedding) {
   config.validate();
   params.push_back(&tokens);
   if (c.position == PositionKind::Learned) {
-    positions = Parameter("embed.positions.weight", {c.max_seq_len, c.d_model});
+    positions = Parameter("embed.positions.weight", {c.max_seq_len, c.d_model}, Role::PositionTable);
     params.push_back(&positions);
   }
   if (c.position == PositionKind::Sinusoidal) {
@@ -235,18 +237,18 @@ Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight
     decoder->collect(params);
   }
   if (!c.tie_embeddings) {
-    lm_head = Parameter("lm_head.weight", {c.vocab_size, c.d_model});
+    lm_head = Parameter("lm_head.weight", {c.vocab_size, c.d_model}, Role::HeadMatrix);
     params.push_back(&lm_head);
   }
   if (c.architecture == Architecture::Encoder) {
-    mlm_dense = nn::Linear("mlm.dense", c.d_model, c.d_model, /*bias=*/true);
-    mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps);
-    mlm_bias = Parameter("mlm.bias", {c.vocab_size});
+    mlm_dense = nn::Linear("mlm.dense", c.d_model, c.d_model, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
+    mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps, Role::HeadNormGain, Role::HeadNormBias);
+    mlm_bias = Parameter("mlm.bias", {c.vocab_size}, Role::HeadBias);
     mlm_dense.collect(params);
     mlm_norm->collect(params);
     params.push_back(&mlm_bias);
     if (c.n_classes > 0) {
-      classifier = nn::Linear("classifier", c.d_model, c.n_classes, /*bias=*/true);
+      classifier = nn::Linear("classifier", c.d_model, c.n_classes, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
       classifier.collect(params);
     }
   }
@@ -376,8 +378,7 @@ void Model::set_precision(Precision precision) {
   Impl& m = *impl_;
   m.precision = precision;
   for (Parameter* p : m.params) {
-    const bool router = p->name.ends_with(".router.weight");
-    p->precision = router ? Precision::F32 : precision;
+    p->precision = p->role == Role::Router ? Precision::F32 : precision;  // Switch Transformer's selective precision
     p->rounded.clear();
     p->rounded.shrink_to_fit();
     p->rounded_stale = true;
@@ -395,19 +396,14 @@ std::vector<MoEStats> Model::moe_stats() const {
 
 ParameterCount Model::count() const {
   ParameterCount n;
-  auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
   for (const Parameter* p : impl_->params) {
-    const std::string& s = p->name;
-    if (s.starts_with("embed."))
-      n.embeddings += p->numel();
-    else if (s.starts_with("lm_head") || s.starts_with("mlm.") || s.starts_with("classifier"))
-      n.heads += p->numel();
-    else if (contains(s, "norm."))
-      n.norms += p->numel();
-    else if (contains(s, ".attn.") || contains(s, ".cross_attn."))
-      n.attention += p->numel();
-    else
-      n.ffn += p->numel();
+    switch (part_of(p->role)) {
+      case Part::Embeddings: n.embeddings += p->numel(); break;
+      case Part::Attention: n.attention += p->numel(); break;
+      case Part::Ffn: n.ffn += p->numel(); break;
+      case Part::Norms: n.norms += p->numel(); break;
+      case Part::Heads: n.heads += p->numel(); break;
+    }
   }
   return n;
 }
@@ -723,7 +719,7 @@ void Model::set_decode_weights(WeightType weights) {
     std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
     kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
     kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());
-    if (p->value.rank() == 2 && p->name != "embed.positions.weight") p->bf16 = std::move(bits);
+    if (p->value.rank() == 2 && p->role != Role::PositionTable) p->bf16 = std::move(bits);
   }
 }
 
@@ -737,29 +733,24 @@ void Model::initialize(uint64_t seed) {
   const int64_t H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   uint64_t offset = 0;  // each parameter draws its own range of the stream
   for (Parameter* p : impl_->params) {
-    const std::string& name = p->name;
     Tensor& v = p->value;
-    const bool is_norm = name.find("norm.") != std::string::npos;
-    if (name.ends_with(".bias") || name == "mlm.bias") {
+    if (is_bias(p->role)) {
       v.zero();
       continue;
     }
-    if (is_norm) {
+    if (is_norm_gain(p->role)) {
       v.fill(1.0f);
       continue;
     }
     double std = c.init_std;
     int64_t qk_rows = 0;  // leading rows that are W_Q or W_K
-    if (v.rank() == 2 && !name.starts_with("embed.") && !name.ends_with("relative_attention_bias")) {
+    if (is_projection(p->role)) {
       if (c.init == InitScheme::Xavier) std = std::sqrt(2.0 / double(v.size(0) + v.size(1)));
-      const bool residual_out = name.ends_with("attn.o.weight") || name.ends_with("down.weight");
-      if (c.init == InitScheme::GPT2 && residual_out) {
-        const int64_t blocks = name.starts_with("decoder.") ? c.decoder_layers() : c.n_layers;
-        std /= std::sqrt(2.0 * double(blocks));
-      }
-      if (name.ends_with(".attn.qkv.weight")) qk_rows = (H + Hkv) * D;
-      if (name.ends_with(".cross_attn.q.weight")) qk_rows = H * D;
-      if (name.ends_with(".cross_attn.kv.weight")) qk_rows = Hkv * D;
+      const bool residual_out = p->role == Role::AttentionOutput || p->role == Role::FfnOut;
+      if (c.init == InitScheme::GPT2 && residual_out) std /= std::sqrt(2.0 * double(p->stack_blocks));
+      if (p->role == Role::AttentionQkv) qk_rows = (H + Hkv) * D;
+      if (p->role == Role::AttentionQuery) qk_rows = H * D;
+      if (p->role == Role::AttentionKeyValue) qk_rows = Hkv * D;
     }
     const int64_t split = qk_rows * (v.rank() == 2 ? v.size(1) : 1);
     kernels::fill_normal(v.data(), split, 0.0, std * c.init_qk_scale, seed, offset);

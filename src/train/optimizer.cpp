@@ -32,9 +32,8 @@ const char* optimizer_name(OptimizerKind kind) { return enum_name<OptimizerKind>
 OptimizerKind parse_optimizer(std::string_view name) { return parse_enum<OptimizerKind>(kOptimizers, name, "optimizer"); }
 
 bool decays(const Parameter& p, const OptimizerConfig& config) {
-  const std::string& name = p.name;
-  if (name.ends_with(".bias") || name == "mlm.bias" || name.find("norm.") != std::string::npos) return false;
-  if (name.starts_with("embed.") || name.ends_with("relative_attention_bias")) return config.decay_embeddings;
+  if (is_bias(p.role) || is_norm_gain(p.role)) return false;
+  if (part_of(p.role) == Part::Embeddings || p.role == Role::RelativePositionBias) return config.decay_embeddings;
   return true;
 }
 
