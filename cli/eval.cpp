@@ -153,7 +153,7 @@ void add_eval_classify(CLI::App& app) {
           "eval-classify: {} has no classification head (an encoder with n_classes > 0)", model_dir);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     DataConfig d;
-    d.task = "classify", d.train = {data}, d.valid_fraction = 0.0, d.seq_len = c.max_seq_len;
+    d.task = Task::Classify, d.train = {data}, d.valid_fraction = 0.0, d.seq_len = c.max_seq_len;
     // A label the model was not trained on is an error naming it; a model saved before class names were
     // recorded numbers the file's labels in sorted order, as its training did.
     const ExampleSets sets = load_examples(d, tokenizer, c.class_names);

@@ -110,7 +110,7 @@ void add_train(CLI::App& app) {
     std::signal(SIGTERM, on_signal);
     ProgressBar bar("train");
     // The rate counts the step's targets: tokens, but examples for classification (one label each).
-    const char* rate_unit = run.data.task == "classify" ? "examples/s" : "tok/s";
+    const char* rate_unit = run.data.task == Task::Classify ? "examples/s" : "tok/s";
     std::optional<double> last_val, last_val_per_byte;
     trainer.run(
         [&](const StepReport& r) {

@@ -69,7 +69,7 @@ TEST(Tasks, GraphemeToPhonemeSmoke) {
   run.model.d_model = 64, run.model.n_layers = 1, run.model.n_heads = 4, run.model.max_seq_len = 32;
   run.model.vocab_size = tok.vocab_size();
   run.model.position = PositionKind::T5, run.model.norm = NormKind::RMSNorm, run.model.bias = false;
-  run.data.task = "seq2seq", run.data.train = {slice.string()}, run.data.valid_fraction = 0.1;
+  run.data.task = Task::Seq2Seq, run.data.train = {slice.string()}, run.data.valid_fraction = 0.1;
   run.data.batch_size = 16, run.data.seq_len = 32, run.data.max_target_len = 32;
   run.train.steps = 60, run.train.schedule = {.kind = train::ScheduleKind::Cosine, .lr = 3e-3, .warmup_steps = 5, .min_lr = 3e-4};
   SmokeRun smoke = train_smoke(run, tok, "g2p");
@@ -133,7 +133,7 @@ TEST(Tasks, SpamClassificationSmoke) {
   run.model.architecture = Architecture::Encoder;
   run.model.d_model = 64, run.model.n_layers = 1, run.model.n_heads = 4, run.model.max_seq_len = 64;
   run.model.vocab_size = tok.vocab_size(), run.model.n_classes = 2, run.model.pooling = Pooling::Mean;
-  run.data.task = "classify", run.data.train = {slice.string()}, run.data.valid_fraction = 0.1;
+  run.data.task = Task::Classify, run.data.train = {slice.string()}, run.data.valid_fraction = 0.1;
   run.data.batch_size = 16, run.data.seq_len = 64;
   run.train.steps = 40, run.train.schedule = {.kind = train::ScheduleKind::Cosine, .lr = 2e-3, .warmup_steps = 4, .min_lr = 2e-4};
   // Pre-training reads the messages without their labels, one document each.
@@ -144,7 +144,7 @@ TEST(Tasks, SpamClassificationSmoke) {
   write_file_atomic(text_slice, texts);
   RunConfig mlm = run;
   mlm.model.n_classes = 0;
-  mlm.data.task = "mlm", mlm.data.train = {text_slice.string()}, mlm.train.steps = 20;
+  mlm.data.task = Task::MLM, mlm.data.train = {text_slice.string()}, mlm.train.steps = 20;
   SmokeRun pre = train_smoke(mlm, tok, "spam_mlm");
   EXPECT_LT(pre.losses.back(), pre.losses.front()) << "MLM: first " << pre.losses.front() << ", last " << pre.losses.back();
   const fs::path encoder = run_dir("spam_encoder");

@@ -869,7 +869,7 @@ TEST(Datasets, Seq2SeqAndClassificationBatchesByHand) {
   write_file_atomic(dir / "attend_valid_split.tsv", "e\tx\n");
   const Tokenizer t = Tokenizer::train_from_text("a b c d e x y z a b c d e x y z",
                                                  {.kind = TokenizerKind::WordPiece, .vocab_size = 40, .min_frequency = 1});
-  DataConfig d{.task = "seq2seq", .train = {(dir / "attend_train_split.tsv").string()},
+  DataConfig d{.task = Task::Seq2Seq, .train = {(dir / "attend_train_split.tsv").string()},
                .valid = (dir / "attend_valid_split.tsv").string(), .valid_fraction = 0.99};
   const ExampleSets sets = load_examples(d, t);
   EXPECT_EQ(sets.train.size(), 4u);
@@ -887,7 +887,7 @@ TEST(Datasets, ClassifierLabelsFollowTheModelsClasses) {
   const auto dir = fs::temp_directory_path();
   write_file_atomic(dir / "attend_classes.tsv", "spam\tx y\nham\ty z\nham\tz x\n");
   const Tokenizer t = Tokenizer::train_from_text("x y z x y z", {.kind = TokenizerKind::WordPiece, .vocab_size = 20, .min_frequency = 1});
-  DataConfig d{.task = "classify", .train = {(dir / "attend_classes.tsv").string()}, .valid_fraction = 0.0};
+  DataConfig d{.task = Task::Classify, .train = {(dir / "attend_classes.tsv").string()}, .valid_fraction = 0.0};
   const ExampleSets sorted = load_examples(d, t);
   EXPECT_EQ(sorted.labels, (std::vector<std::string>{"ham", "spam"}));
   EXPECT_EQ(sorted.train[0].label, 1);

@@ -29,6 +29,9 @@ enum class FfnKind { ReLU, GELU, GELUTanh, SwiGLU };
 enum class PositionKind { None, Learned, Sinusoidal, RoPE, ALiBi, T5 };
 enum class Pooling { CLS, Mean };
 enum class InitScheme { GPT2, Xavier };
+// How attention scores are computed. Flash is exact and O(T·d) in memory; Reference materialises the scores
+// (the oracle); Linear replaces softmax by φ(q)ᵀφ(k) with φ = elu + 1, a different model.
+enum class AttentionKernel { Flash, Reference, Linear };
 enum class WeightType { F32, BF16, F16 };  // how model.safetensors stores the weights
 // How the KV cache stores keys and values: F16 halves its memory and the bytes each generated token reads
 // (relative error ≤ 2⁻¹¹ per element); Int8 keeps one byte per element and a scale per (position, head).
@@ -59,7 +62,7 @@ struct ModelConfig {
   double residual_scale = 1.0;    // α in x + α·F(x)
   bool bias = true;               // biases on the attention and FFN projections
   double attention_scale = 0.0;   // 0 means 1/√d_head; T5 uses 1
-  std::string attention_kernel = "flash";  // flash, reference, linear
+  AttentionKernel attention_kernel = AttentionKernel::Flash;  // config.json: "flash", "reference", "linear"
   bool scale_embeddings = false;  // token embeddings × √d_model
   bool tie_embeddings = true;
   float embedding_dropout = 0.0f;  // e.g. 0.1
@@ -103,6 +106,7 @@ struct ModelConfig {
 
 const char* architecture_name(Architecture a);  // "decoder", "encoder", "encoder-decoder"
 const char* cache_type_name(CacheType t);       // "f32", "f16", "int8"
+const char* attention_kernel_name(AttentionKernel k);  // "flash", "reference", "linear"
 // The inverse of cache_type_name; attend::Error naming the accepted words otherwise.
 CacheType parse_cache_type(std::string_view name);
 

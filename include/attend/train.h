@@ -182,9 +182,18 @@ struct TrainConfig {
   int64_t loss_scale_window = 2000;   // F16: clean steps before the scale doubles
 };
 
+// What a run trains the model to do, which fixes the architecture it needs and how the data files read.
+enum class Task {
+  LM,        // "lm": next-token prediction on text files (decoder)
+  MLM,       // "mlm": masked-token prediction on text files (encoder)
+  Seq2Seq,   // "seq2seq": source<TAB>target lines (encoder-decoder)
+  Classify,  // "classify": label<TAB>text lines (encoder with a classification head)
+};
+const char* task_name(Task task);  // "lm", "mlm", "seq2seq", "classify"
+
 // Where the training text comes from and how it is cut into batches.
 struct DataConfig {
-  std::string task = "lm";              // lm (decoder), mlm (encoder), seq2seq (encoder-decoder), classify (encoder)
+  Task task = Task::LM;
   std::vector<std::string> train;       // text files
   std::string valid;                    // a text file; empty: hold out valid_fraction of the documents
   double valid_fraction = 0.05;         // without `valid`: documents (or TSV lines) held out by a hash of their text

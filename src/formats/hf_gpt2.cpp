@@ -156,7 +156,7 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
   require(c.residual_scale == 1.0, "residual_scale", std::to_string(c.residual_scale), "1");
   require(c.attention_scale == 0.0, "attention_scale", std::to_string(c.attention_scale), "1/sqrt(d_head)");
   require(!c.scale_embeddings, "scale_embeddings", "true", "unscaled embeddings");
-  require(c.attention_kernel != "linear", "attention_kernel", "linear", "softmax attention");
+  require(c.attention_kernel != AttentionKernel::Linear, "attention_kernel", "linear", "softmax attention");
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

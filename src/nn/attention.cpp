@@ -40,16 +40,10 @@ float* grad_or_null(Parameter& p) { return has(p) ? p.grad.data() : nullptr; }
 
 constexpr EnumName<PositionScheme> kPositionSchemes[] = {
     {PositionScheme::None, "none"}, {PositionScheme::RoPE, "rope"}, {PositionScheme::ALiBi, "alibi"}, {PositionScheme::T5, "t5"}};
-constexpr EnumName<AttentionKernel> kAttentionKernels[] = {
-    {AttentionKernel::Flash, "flash"}, {AttentionKernel::Reference, "reference"}, {AttentionKernel::Linear, "linear"}};
 
 const char* position_scheme_name(PositionScheme s) { return enum_name<PositionScheme>(kPositionSchemes, s); }
 PositionScheme parse_position_scheme(std::string_view name) {
   return parse_enum<PositionScheme>(kPositionSchemes, name, "attention position scheme");
-}
-const char* attention_kernel_name(AttentionKernel k) { return enum_name<AttentionKernel>(kAttentionKernels, k); }
-AttentionKernel parse_attention_kernel(std::string_view name) {
-  return parse_enum<AttentionKernel>(kAttentionKernels, name, "attention kernel");
 }
 
 void AttentionConfig::validate() const {

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/position.h"
 
+#include <attend/model.h>
 #include <attend/parameter.h>
 #include <attend/rng.h>
 #include <attend/tensor.h>
@@ -30,11 +31,6 @@ enum class PositionScheme { None, RoPE, ALiBi, T5 };
 const char* position_scheme_name(PositionScheme s);
 PositionScheme parse_position_scheme(std::string_view name);  // none, rope, alibi, t5
 
-// How the scores are computed. Flash is exact and O(T·d) in memory; Reference materialises the scores
-// (the oracle); Linear replaces softmax by φ(q)ᵀφ(k) with φ = elu + 1, a different model.
-enum class AttentionKernel { Flash, Reference, Linear };
-const char* attention_kernel_name(AttentionKernel k);
-AttentionKernel parse_attention_kernel(std::string_view name);  // flash, reference, linear
 
 struct AttentionConfig {
   int64_t d_model = 512;       // e.g. 768

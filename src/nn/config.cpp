@@ -36,6 +36,8 @@ constexpr EnumName<Role> kRoles[] = {
     {Role::NormGain, "norm_gain"},             {Role::NormBias, "norm_bias"},
     {Role::HeadMatrix, "head"},                {Role::HeadBias, "head_bias"},
     {Role::HeadNormGain, "head_norm_gain"},    {Role::HeadNormBias, "head_norm_bias"}};
+constexpr EnumName<AttentionKernel> kAttentionKernels[] = {
+    {AttentionKernel::Flash, "flash"}, {AttentionKernel::Reference, "reference"}, {AttentionKernel::Linear, "linear"}};
 constexpr EnumName<Pooling> kPoolings[] = {{Pooling::CLS, "cls"}, {Pooling::Mean, "mean"}};
 constexpr EnumName<InitScheme> kInits[] = {{InitScheme::GPT2, "gpt2"}, {InitScheme::Xavier, "xavier"}};
 
@@ -46,6 +48,7 @@ template <> std::span<const EnumName<NormKind>> names_of() { return kNorms; }
 template <> std::span<const EnumName<FfnKind>> names_of() { return kFfns; }
 template <> std::span<const EnumName<PositionKind>> names_of() { return kPositions; }
 template <> std::span<const EnumName<Pooling>> names_of() { return kPoolings; }
+template <> std::span<const EnumName<AttentionKernel>> names_of() { return kAttentionKernels; }
 template <> std::span<const EnumName<InitScheme>> names_of() { return kInits; }
 
 namespace {
@@ -115,6 +118,7 @@ void for_each_field(Config& c, F&& f) {
 
 const char* architecture_name(Architecture a) { return enum_name<Architecture>(kArchitectures, a); }
 const char* role_name(Role r) { return enum_name<Role>(kRoles, r); }
+const char* attention_kernel_name(AttentionKernel k) { return enum_name<AttentionKernel>(kAttentionKernels, k); }
 
 int64_t ModelConfig::ffn_hidden() const {
   if (d_ff > 0) return d_ff;
@@ -157,12 +161,10 @@ void ModelConfig::validate() const {
         residual_scale);
   check(attention_scale >= 0.0, "config: attention_scale must be non-negative (0 means 1/√d_head), got {}",
         attention_scale);
-  check(attention_kernel == "flash" || attention_kernel == "reference" || attention_kernel == "linear",
-        "config: 'attention_kernel': '{}', expected one of flash, reference, linear", attention_kernel);
-  check(attention_kernel != "linear" || (position == PositionKind::None || position == PositionKind::Learned ||
+  check(attention_kernel != AttentionKernel::Linear || (position == PositionKind::None || position == PositionKind::Learned ||
                                          position == PositionKind::Sinusoidal || position == PositionKind::RoPE),
         "config: the linear attention kernel takes no score bias, so position cannot be alibi or t5");
-  check(attention_kernel != "linear" || architecture != Architecture::EncoderDecoder,
+  check(attention_kernel != AttentionKernel::Linear || architecture != Architecture::EncoderDecoder,
         "config: the linear attention kernel has no cross-attention, so it cannot serve an encoder-decoder model");
   for (auto [name, p] : {std::pair{"embedding_dropout", embedding_dropout}, {"attention_dropout", attention_dropout},
                          {"residual_dropout", residual_dropout}, {"ffn_dropout", ffn_dropout}})

@@ -39,7 +39,7 @@ AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) 
   a.t5_num_buckets = c.t5_num_buckets;
   a.t5_max_distance = c.t5_max_distance;
   a.dropout = c.attention_dropout;
-  a.kernel = parse_attention_kernel(c.attention_kernel);
+  a.kernel = c.attention_kernel;
   return a;
 }
 

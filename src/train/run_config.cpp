@@ -12,6 +12,14 @@ std::span<const EnumName<train::ScheduleKind>> names_of();  // schedule.cpp
 template <>
 std::span<const EnumName<train::OptimizerKind>> names_of();  // optimizer.cpp
 
+constexpr EnumName<Task> kTasks[] = {
+    {Task::LM, "lm"}, {Task::MLM, "mlm"}, {Task::Seq2Seq, "seq2seq"}, {Task::Classify, "classify"}};
+template <>
+std::span<const EnumName<Task>> names_of() {
+  return kTasks;
+}
+const char* task_name(Task task) { return enum_name<Task>(kTasks, task); }
+
 constexpr EnumName<Precision> kPrecisions[] = {
     {Precision::F32, "f32"}, {Precision::BF16, "bf16"}, {Precision::F16, "f16"}};
 template <>
@@ -118,14 +126,12 @@ void RunConfig::set(std::string_view key, std::string_view value) {
 
 void RunConfig::validate() const {
   model.validate();
-  const Architecture needed = data.task == "lm"        ? Architecture::Decoder
-                              : data.task == "seq2seq" ? Architecture::EncoderDecoder
-                                                       : Architecture::Encoder;
-  check(data.task == "lm" || data.task == "mlm" || data.task == "seq2seq" || data.task == "classify",
-        "run: data.task '{}': expected lm, mlm, seq2seq or classify", data.task);
-  check(model.architecture == needed, "run: data.task {} trains an {} model, model.architecture is {}", data.task,
-        architecture_name(needed), architecture_name(model.architecture));
-  check(data.task != "classify" || model.n_classes > 0, "run: data.task classify needs model.n_classes > 0");
+  const Architecture needed = data.task == Task::LM        ? Architecture::Decoder
+                              : data.task == Task::Seq2Seq ? Architecture::EncoderDecoder
+                                                           : Architecture::Encoder;
+  check(model.architecture == needed, "run: data.task {} trains an {} model, model.architecture is {}",
+        task_name(data.task), architecture_name(needed), architecture_name(model.architecture));
+  check(data.task != Task::Classify || model.n_classes > 0, "run: data.task classify needs model.n_classes > 0");
   check(!data.train.empty(), "run: data.train names no text files");
   check(!data.tokenizer.empty(), "run: data.tokenizer is empty (a tokenizer.json, .model or directory)");
   check(data.seq_len >= 1 && data.seq_len <= model.max_seq_len,

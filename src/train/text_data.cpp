@@ -145,7 +145,7 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
 }
 
 ExampleSets load_examples(const DataConfig& data, const Tokenizer& tokenizer, std::span<const std::string> classes) {
-  const bool classify = data.task == "classify";
+  const bool classify = data.task == Task::Classify;
   struct Line {
     std::string first, second;
     bool valid;
@@ -216,16 +216,16 @@ std::unique_ptr<Dataset> make_dataset(RunConfig& run, const Tokenizer& tokenizer
   auto role = [&](SpecialRole r, const char* why, std::optional<SpecialRole> fallback = std::nullopt) {
     auto id = tokenizer.special_id(r);
     if (!id && fallback) id = tokenizer.special_id(*fallback);
-    check(id.has_value(), "data: task {} needs the tokenizer's {} token{} ({}); the tokenizer has: {}", d.task,
+    check(id.has_value(), "data: task {} needs the tokenizer's {} token{} ({}); the tokenizer has: {}", task_name(d.task),
           role_name(r), fallback ? fmt::format(" or {}", role_name(*fallback)) : "", why, tokenizer.describe());
     return *id;
   };
-  if (d.task == "lm" || d.task == "mlm") {
+  if (d.task == Task::LM || d.task == Task::MLM) {
     TokenStreams s = load_token_streams(d, tokenizer, cache_dir);
     if (summary)
       *summary = fmt::format("{} training tokens ({} documents), {} validation tokens ({} documents){}", s.train.size(),
                              s.train_documents, s.valid.size(), s.valid_documents, s.from_cache ? ", from the cache" : "");
-    if (d.task == "lm")
+    if (d.task == Task::LM)
       return std::make_unique<LmDataset>(std::move(s.train), std::move(s.valid),
                                          LmDataOptions{.batch_size = d.batch_size, .seq_len = d.seq_len, .seed = d.seed,
                                                        .max_valid_batches = d.max_valid_batches});
@@ -242,7 +242,7 @@ std::unique_ptr<Dataset> make_dataset(RunConfig& run, const Tokenizer& tokenizer
                            e.labels.empty() ? "" : fmt::format(", classes {}", fmt::join(e.labels, ", ")));
   ExampleOptions o{.batch_size = d.batch_size, .seed = d.seed, .max_source_len = d.seq_len,
                    .max_target_len = d.max_target_len, .max_valid_batches = d.max_valid_batches};
-  if (d.task == "seq2seq") {
+  if (d.task == Task::Seq2Seq) {
     o.bos_id = role(SpecialRole::Bos, "the decoder's first input", SpecialRole::Cls);
     o.eos_id = role(SpecialRole::Eos, "the end of each target", SpecialRole::Sep);
     return std::make_unique<ExampleDataset>(ExampleDataset::Kind::Seq2Seq, std::move(e.train), std::move(e.valid), o);
