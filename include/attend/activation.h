@@ -1,8 +1,6 @@
 // The element-wise activations Attend knows (000 §7.2, 001 §11).
 #pragma once
 
-#include <string_view>
-
 namespace attend {
 
 enum class Activation {
@@ -14,8 +12,5 @@ enum class Activation {
 
 // "relu", "gelu", "gelu_tanh", "silu".
 const char* activation_name(Activation a);
-// Accepts the names above and the Hugging Face aliases "gelu_new", "gelu_pytorch_tanh" and "swish";
-// throws attend::Error naming the accepted values otherwise.
-Activation parse_activation(std::string_view name);
 
 }  // namespace attend

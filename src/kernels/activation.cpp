@@ -6,6 +6,20 @@
 #include <numbers>
 #include <type_traits>
 
+namespace attend {
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::ReLU: return "relu";
+    case Activation::GELU: return "gelu";
+    case Activation::GELUTanh: return "gelu_tanh";
+    case Activation::SiLU: return "silu";
+  }
+  return "?";
+}
+
+}  // namespace attend
+
 namespace attend::kernels {
 namespace {
 
