@@ -1,6 +1,7 @@
 // Tokenizers: GPT-2 byte-level BPE against tiktoken, SentencePiece models against spm_encode, the
 // pre-tokeniser against PCRE2, hand-worked BPE/WordPiece/Unigram examples, training, tokenizer.json
 // round trips, special tokens, and the errors for bad files.
+#include "core/base64.h"
 #include "testing.h"
 
 #include <attend/error.h>
@@ -493,6 +494,21 @@ TEST(SentencePiece, EmptyPiecesAreRejected) {
                                {"empty.model", "piece 2 is empty"});
   const Tokenizer tok = Tokenizer::from_sentencepiece(sentencepiece_model({{"<unk>", 2}, {"a", 1}, {"<x>", 4}}));
   EXPECT_EQ(tok.encode("a<x>a"), (std::vector<int32_t>{0, 1, 2, 1}));  // "▁" is no piece: <unk>, then a, <x>, a
+}
+
+// RFC 4648's test vectors (section 10), every padding length, and every byte value through a round trip.
+TEST(Base64, Rfc4648VectorsAndRoundTrip) {
+  const std::vector<std::pair<std::string, std::string>> vectors = {
+      {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, coded] : vectors) {
+    EXPECT_EQ(base64_encode(plain), coded);
+    EXPECT_EQ(base64_decode(coded, "test"), plain);
+  }
+  std::string bytes;
+  for (int b = 0; b < 256; ++b) bytes += static_cast<char>(b);
+  EXPECT_EQ(base64_decode(base64_encode(bytes), "test"), bytes);
+  expect_error_mentions<Error>([] { base64_decode("Zm9v!", "normalizer.precompiled_charsmap"); },
+                               {"normalizer.precompiled_charsmap", "invalid base64 character '!'"});
 }
 
 TEST(Gpt2Tokenizer, LoadsEncoderJsonAndVocabBpeFromMemory) {

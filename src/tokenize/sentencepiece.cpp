@@ -1,4 +1,4 @@
-// Reading SentencePiece .model files: a protobuf ModelProto, read here with a small wire-format
+// SentencePiece .model files: a protobuf ModelProto, read here with a small wire-format
 // reader (varints and length-delimited fields) rather than generated code. Fields used:
 //   ModelProto      1 pieces (repeated SentencePiece), 2 trainer_spec, 3 normalizer_spec
 //   SentencePiece   1 piece (string), 2 score (float), 3 type (enum PieceType)
@@ -6,7 +6,11 @@
 //                   35 byte_fallback
 //   NormalizerSpec  1 name, 2 precompiled_charsmap, 3 add_dummy_prefix, 4 remove_extra_whitespaces,
 //                   5 escape_whitespaces
+//   A Tokenizer is then built from the pieces (Tokenizer::from_sentencepiece, at the end).
 #include "tokenize/sentencepiece.h"
+
+#include "tokenize/json_reader.h"
+#include "tokenize/tokenizer_impl.h"
 #include "tokenize/unicode.h"
 
 #include <algorithm>
@@ -156,3 +160,67 @@ SentencePieceModel parse_sentencepiece(std::string_view data, std::string_view o
 }
 
 }  // namespace attend::tokenize
+
+// ---- A Tokenizer from a .model file ----------------------------------------------------------------
+
+namespace attend {
+
+using namespace tokenize;
+
+namespace {
+
+std::unique_ptr<Tokenizer::Impl> impl_from_sentencepiece(std::string_view bytes, std::string_view origin) {
+  SentencePieceModel sp = parse_sentencepiece(bytes, origin);
+  auto m = std::make_unique<Tokenizer::Impl>();
+  m->sp = sp.normalizer;
+  int32_t unk = -1;
+  for (size_t id = 0; id < sp.pieces.size(); ++id) {
+    const UnigramPiece& p = sp.pieces[id];
+    if (p.type == PieceType::Unknown) unk = static_cast<int32_t>(id);
+    if (p.type == PieceType::Control || p.type == PieceType::Unknown)
+      m->added.push_back({p.text, static_cast<int32_t>(id), true, false});
+  }
+  check(unk >= 0, "{}: no piece has type UNKNOWN", origin);
+  if (sp.model_type == 1) {
+    m->kind = TokenizerKind::Unigram;
+    m->model = UnigramModel(std::move(sp.pieces), unk, sp.byte_fallback);
+  } else {
+    // SentencePiece BPE merges the adjacent pair whose union has the best score: a piece's rank is its
+    // place in score order, and every split of it into two pieces is a merge of that rank.
+    m->kind = TokenizerKind::BPE;
+    m->byte_level = false;
+    std::vector<std::string> tokens;
+    for (const UnigramPiece& p : sp.pieces) tokens.push_back(p.text);
+    BpeModel vocab_only(tokens, {}, BpeModel::Symbols::Characters, unk);
+    // User-defined pieces are frozen: they take part in no merge.
+    std::vector<size_t> order;
+    for (size_t id = 0; id < sp.pieces.size(); ++id)
+      if (sp.pieces[id].type == PieceType::Normal) order.push_back(id);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sp.pieces[a].score > sp.pieces[b].score; });
+    auto mergeable = [&](int32_t id) { return id >= 0 && sp.pieces[static_cast<size_t>(id)].type == PieceType::Normal; };
+    std::vector<BpeModel::Merge> merges;
+    std::vector<int32_t> ranks;
+    for (size_t rank = 0; rank < order.size(); ++rank) {
+      const std::string& t = tokens[order[rank]];
+      for (size_t k = 1; k < t.size(); ++k) {
+        if ((static_cast<unsigned char>(t[k]) & 0xC0) == 0x80) continue;  // not a character boundary
+        const int32_t left = vocab_only.find(std::string_view(t).substr(0, k));
+        const int32_t right = vocab_only.find(std::string_view(t).substr(k));
+        if (mergeable(left) && mergeable(right)) {
+          merges.push_back({left, right});
+          ranks.push_back(static_cast<int32_t>(rank));
+        }
+      }
+    }
+    m->model = BpeModel(std::move(tokens), merges, BpeModel::Symbols::Characters, unk, ranks);
+  }
+  return m;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_sentencepiece(std::string_view model, std::string_view origin) {
+  return naming_origin(origin, [&] { return Tokenizer(impl_from_sentencepiece(model, origin)); });
+}
+
+}  // namespace attend

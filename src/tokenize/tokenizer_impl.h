@@ -1,5 +1,6 @@
 // The inside of attend::Tokenizer, shared by its .cpp files: tokenizer.cpp (encode, decode, special
-// tokens), tokenizer_io.cpp (tokenizer.json, GPT-2's files, SentencePiece .model) and train.cpp.
+// tokens), hf_json_read.cpp and hf_json_write.cpp (tokenizer.json), gpt2_files.cpp (encoder.json +
+// vocab.bpe), sentencepiece.cpp (.model files), tokenizer_load.cpp (which format a path holds) and train.cpp.
 //
 // A tokenizer is a pipeline (the stages of Hugging Face's tokenizers):
 //   added tokens   special tokens are cut out of the text first and never split
