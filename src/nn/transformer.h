@@ -91,6 +91,13 @@ class Stack {
   std::optional<Norm> final_norm_;
 };
 
+// Checks one (B, T) id field of a batch (ids in the vocabulary, T within the context, lengths in [1, T]) and
+// returns the lengths, filled in when the batch gave none. Errors name the field: "batch: src_ids[1][4] = ...".
+std::vector<int32_t> check_sequences(const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths, int64_t B,
+                                     int64_t T, const char* ids_name, const char* lengths_name, const ModelConfig& c);
+// (B·T) 1 where t < lengths[b], else 0.
+std::vector<uint8_t> valid_mask(const std::vector<int32_t>& lengths, int64_t B, int64_t T);
+
 }  // namespace attend::nn
 
 namespace attend {

@@ -1,216 +1,18 @@
+// The model's forward and backward (001 §6-8, §11-12): embeddings, the stacks, the heads (LM, MLM,
+// classifier) and their losses, and the checks that name the batch field at fault.
 #include "nn/transformer.h"
 
 #include "kernels/elementwise.h"
 #include "kernels/activation.h"
-#include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/dropout.h"
 #include "kernels/matmul.h"
 #include "kernels/position.h"
-#include "kernels/random_fill.h"
 
 #include <attend/error.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-namespace attend::nn {
-namespace {
-
-AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) {
-  AttentionConfig a;
-  a.d_model = c.d_model;
-  a.n_heads = c.n_heads;
-  a.n_kv_heads = c.n_kv_heads;
-  a.bias = c.bias;
-  a.causal = causal && !cross;
-  a.cross = cross;
-  a.scale = c.attention_scale;
-  if (!cross) {
-    switch (c.position) {
-      case PositionKind::RoPE: a.position = PositionScheme::RoPE; break;
-      case PositionKind::ALiBi: a.position = PositionScheme::ALiBi; break;
-      case PositionKind::T5: a.position = PositionScheme::T5; break;
-      default: a.position = PositionScheme::None;
-    }
-  }
-  a.rope = kernels::RopeScaling{c.rope_base, c.rope_base_scale, c.rope_ntk_factor, c.rope_position_scale};
-  a.t5_num_buckets = c.t5_num_buckets;
-  a.t5_max_distance = c.t5_max_distance;
-  a.dropout = c.attention_dropout;
-  a.kernel = c.attention_kernel;
-  return a;
-}
-
-void add_into(Tensor& dst, const Tensor& src) {
-  kernels::residual_forward(dst.data(), dst.data(), src.data(), dst.numel(), 1.0f);  // dst + 1·src, threaded
-}
-
-}  // namespace
-
-// ---- Block -----------------------------------------------------------------------------------------
-
-Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cross, bool moe, int64_t index)
-    : pre_norm_(c.pre_norm),
-      alpha_(static_cast<float>(c.residual_scale)),
-      index_(index),
-      attn_sub_{Norm(name + ".attn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
-      ffn_sub_{Norm(name + ".ffn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
-      attn_(name + ".attn", attention_config(c, causal, false)) {
-  if (cross) {
-    cross_sub_ = Sublayer{Norm(name + ".cross_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)};
-    cross_.emplace(name + ".cross_attn", attention_config(c, causal, true));
-  }
-  if (moe)
-    moe_.emplace(name + ".ffn", c);
-  else
-    ffn_.emplace(name + ".ffn", c);
-}
-
-template <typename F>
-Tensor Block::sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call) {
-  if (pre_norm_) {  // x + α·drop(F(norm(x)))
-    Tensor branch = f(s.norm.forward(x));  // F takes its input by value: the normed rows move in
-    s.dropout.forward(branch, call.training, call.rng);
-    Tensor out = Tensor::uninitialized(x.shape());
-    kernels::residual_forward(out.data(), x.data(), branch.data(), x.numel(), alpha_);
-    return out;
-  }
-  // norm(x + α·drop(F(x)))
-  Tensor branch = f(x.clone());
-  s.dropout.forward(branch, call.training, call.rng);
-  kernels::residual_forward(branch.data(), x.data(), branch.data(), x.numel(), alpha_);
-  return s.norm.forward(branch);
-}
-
-// Pre-LN: dx = dout + norm'(F'(α·drop'(dout))).  Post-LN: ds = norm'(dout), dx = ds + F'(α·drop'(ds)).
-template <typename F>
-Tensor Block::sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward) {
-  Tensor dsum = pre_norm_ ? std::move(dout) : s.norm.backward(dout);
-  Tensor dinner;
-  if (alpha_ == 1.0f && !s.dropout.active()) {  // the branch's gradient is dsum itself
-    dinner = f_backward(dsum);
-  } else {
-    Tensor dbranch = dsum.clone();
-    if (alpha_ != 1.0f) kernels::scale(dbranch.data(), dbranch.numel(), alpha_);
-    s.dropout.backward(dbranch);
-    dinner = f_backward(dbranch);
-  }
-  if (pre_norm_) dinner = s.norm.backward(dinner);
-  add_into(dsum, dinner);
-  return dsum;
-}
-
-Tensor Block::attention_forward(MultiHeadAttention& attn, Tensor in, const StackCall& call) {
-  const int64_t C = in.size(-1);
-  in.reshape({call.B, call.T, C});
-  AttentionCall ac;
-  ac.training = call.training;
-  ac.rng = call.rng;
-  const bool cross = attn.config().cross;
-  ac.key_lengths = cross ? call.context_lengths : call.lengths;
-  if (!cross && call.cache != nullptr) {
-    ac.cache = call.cache;
-    ac.cache_layer = index_;
-    ac.position = call.position;
-  }
-  if (!cross && call.mask != nullptr) {
-    ac.mask = call.mask;
-    ac.mask_shape = Shape{call.B, call.T, call.position + call.T};
-  }
-  Tensor out = attn.forward(in, cross ? call.context : nullptr, ac);
-  out.reshape({call.B * call.T, C});
-  return out;
-}
-
-Tensor Block::forward(const Tensor& x, const StackCall& call) {
-  B_ = call.B, T_ = call.T;
-  Tensor h =
-      sublayer_forward(attn_sub_, x, [&](Tensor in) { return attention_forward(attn_, std::move(in), call); }, call);
-  if (cross_)
-    h = sublayer_forward(cross_sub_, h, [&](Tensor in) { return attention_forward(*cross_, std::move(in), call); },
-                         call);
-  return sublayer_forward(
-      ffn_sub_, h,
-      [&](Tensor in) {
-        return moe_ ? moe_->forward(in, call.valid, call.training, call.rng)
-                    : ffn_->forward(in, call.training, call.rng);
-      },
-      call);
-}
-
-Tensor Block::backward(Tensor dout, double daux, Tensor* dcontext) {
-  const int64_t C = dout.size(-1);
-  auto attention_backward = [&](MultiHeadAttention& attn, const Tensor& d) {  // d: (B·T, C) rows
-    Tensor dx = attn.backward(d);
-    dx.reshape({B_ * T_, C});
-    return dx;
-  };
-  Tensor dh = sublayer_backward(ffn_sub_, std::move(dout), [&](const Tensor& d) {
-    return moe_ ? moe_->backward(d, daux) : ffn_->backward(d);
-  });
-  if (cross_) {
-    dh = sublayer_backward(cross_sub_, std::move(dh), [&](const Tensor& d) { return attention_backward(*cross_, d); });
-    add_into(*dcontext, cross_->context_grad());
-  }
-  return sublayer_backward(attn_sub_, std::move(dh), [&](const Tensor& d) { return attention_backward(attn_, d); });
-}
-
-void Block::collect(std::vector<Parameter*>& out) {
-  attn_sub_.norm.collect(out);
-  for (Parameter* p : attn_.parameters()) out.push_back(p);
-  if (cross_) {
-    cross_sub_.norm.collect(out);
-    for (Parameter* p : cross_->parameters()) out.push_back(p);
-  }
-  ffn_sub_.norm.collect(out);
-  if (moe_)
-    moe_->collect(out);
-  else
-    ffn_->collect(out);
-}
-
-// ---- Stack -----------------------------------------------------------------------------------------
-
-Stack::Stack(const std::string& name, const ModelConfig& c, int64_t n_blocks, bool causal, bool cross) {
-  for (int64_t i = 0; i < n_blocks; ++i)
-    blocks_.push_back(
-        std::make_unique<Block>(fmt::format("{}.layers.{}", name, i), c, causal, cross, c.is_moe_block(i), i));
-  if (c.pre_norm) final_norm_.emplace(name + ".norm", c.norm, c.d_model, c.norm_eps);
-}
-
-Tensor Stack::forward(const Tensor& x, const StackCall& call) {
-  Tensor h = x.clone();
-  for (auto& block : blocks_) h = block->forward(h, call);
-  return final_norm_ ? final_norm_->forward(h) : std::move(h);
-}
-
-Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext) {
-  Tensor d = final_norm_ ? final_norm_->backward(dout) : dout.clone();
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = (*it)->backward(std::move(d), daux, dcontext);
-  return d;
-}
-
-void Stack::collect(std::vector<Parameter*>& out) {
-  const size_t first = out.size();
-  for (auto& block : blocks_) block->collect(out);
-  if (final_norm_) final_norm_->collect(out);
-  for (size_t i = first; i < out.size(); ++i) out[i]->stack_blocks = static_cast<int64_t>(blocks_.size());
-}
-
-double Stack::aux() const {
-  double sum = 0.0;
-  for (const auto& block : blocks_) sum += block->aux();
-  return sum;
-}
-
-void Stack::moe_stats(std::vector<MoEStats>& out) const {
-  for (const auto& block : blocks_)
-    if (block->moe()) out.push_back(block->moe()->stats());
-}
-
-}  // namespace attend::nn
 
 namespace attend {
 
@@ -297,7 +99,10 @@ void Model::Impl::embed_backward(Embedded& e, Tensor& dx) {
 
 // ---- Model -----------------------------------------------------------------------------------------
 
-namespace {
+using nn::check_sequences;
+using nn::valid_mask;
+
+namespace nn {
 
 // Checks one (B, T) id field of the batch and returns the lengths, filled in when the batch gave none.
 std::vector<int32_t> check_sequences(const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths, int64_t B,
@@ -326,7 +131,7 @@ std::vector<uint8_t> valid_mask(const std::vector<int32_t>& lengths, int64_t B, 
   return valid;
 }
 
-}  // namespace
+}  // namespace nn
 
 Model::Model(const ModelConfig& config) : impl_(std::make_unique<Impl>(config)) { initialize(config.seed); }
 Model::Model(const ModelConfig& config, Uninitialized) : impl_(std::make_unique<Impl>(config)) {}
@@ -614,148 +419,6 @@ void Model::backward(double scale) {
     dcontext.reshape({B * m.src_T, C});
     Tensor dsrc = m.encoder->backward(dcontext, daux, nullptr);
     m.embed_backward(m.enc_embed, dsrc);
-  }
-}
-
-// ---- Generation -------------------------------------------------------------------------------------
-
-void Model::start_decoding(int64_t batch, int64_t max_T, std::vector<int32_t> left_pad) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.config;
-  check(c.architecture == Architecture::Decoder,
-        "generation: a {} model decodes from a source (start_decoding with the encoder's input)",
-        architecture_name(c.architecture));
-  check(batch >= 1 && max_T >= 1 && max_T <= c.max_seq_len,
-        "generation: the cache needs batch ≥ 1 and 1 ≤ max_T ≤ max_seq_len = {}, got batch {} and max_T {}",
-        c.max_seq_len, batch, max_T);
-  check(left_pad.empty() || static_cast<int64_t>(left_pad.size()) == batch,
-        "generation: {} left-padding counts for a batch of {}", left_pad.size(), batch);
-  for (int32_t pad : left_pad)
-    check(pad >= 0 && pad < max_T, "generation: left padding {} is outside [0, {})", pad, max_T);
-  m.cache = std::make_unique<nn::KVCache>(
-      nn::KVCacheConfig{c.decoder_layers(), batch, max_T, c.kv_heads(), c.d_head(), m.cache_type});
-  m.decode_position = 0;
-  m.src_lengths.clear();
-  m.left_pad = std::move(left_pad);
-  m.mark_rounded_stale();
-}
-
-void Model::start_decoding(const Batch& source, int64_t max_T) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.config;
-  check(c.architecture == Architecture::EncoderDecoder, "generation: only encoder-decoder models decode from a source");
-  check(max_T >= 1 && max_T <= c.max_seq_len, "generation: max_T must be in [1, max_seq_len = {}], got {}",
-        c.max_seq_len, max_T);
-  const int64_t B = source.B;
-  check(B >= 1, "generation: the source has no sequences");
-  m.mark_rounded_stale();
-  m.src_lengths = check_sequences(source.src_ids, source.src_lengths, B, source.src_T, "src_ids", "src_lengths", c);
-  m.enc_valid = valid_mask(m.src_lengths, B, source.src_T);
-  Impl::Embedded embedded;
-  const Tensor x = m.embed(embedded, source.src_ids, B, source.src_T, false, nullptr);
-  nn::StackCall call{B, source.src_T, m.src_lengths.data(), m.enc_valid.data()};
-  Tensor enc = m.encoder->forward(x, call);
-  enc.reshape({B, source.src_T, c.d_model});
-  m.decoder->cache_context(enc);
-  m.left_pad.clear();
-  m.cache = std::make_unique<nn::KVCache>(
-      nn::KVCacheConfig{c.decoder_layers(), B, max_T, c.kv_heads(), c.d_head(), m.cache_type});
-  m.decode_position = 0;
-}
-
-int64_t Model::decoded_positions() const { return impl_->decode_position; }
-
-void Model::reorder_decoding(const std::vector<int64_t>& source) {
-  check(impl_->cache != nullptr, "generation: reorder before start_decoding");
-  impl_->cache->reorder(source, impl_->decode_position);
-}
-
-const Tensor& Model::decode(const std::vector<int32_t>& ids, int64_t T_new) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.config;
-  check(m.cache != nullptr, "generation: decode before start_decoding");
-  const int64_t B = m.cache->config().batch, C = c.d_model, V = c.vocab_size;
-  check(T_new >= 1 && static_cast<int64_t>(ids.size()) == B * T_new,
-        "generation: decode got {} ids, expected batch × new tokens = {} × {}", ids.size(), B, T_new);
-  check(m.decode_position + T_new <= m.cache->config().max_T,
-        "generation: {} tokens after {} do not fit the context of {} positions", T_new, m.decode_position,
-        m.cache->config().max_T);
-  for (size_t i = 0; i < ids.size(); ++i)
-    check(ids[i] >= 0 && ids[i] < V, "generation: token id {} is outside the vocabulary [0, {})", ids[i], V);
-  Impl::Embedded embedded;
-  const bool padded = !m.left_pad.empty();
-  const Tensor x = m.embed(embedded, ids, B, T_new, false, nullptr, m.decode_position, padded ? &m.left_pad : nullptr);
-  // Left padding: no query attends to its sequence's pad keys (the causal mask does the rest).
-  const int64_t Tk = m.decode_position + T_new;
-  std::vector<uint8_t> mask;
-  if (padded) {
-    mask.resize(B * T_new * Tk);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < T_new; ++i)
-        for (int64_t j = 0; j < Tk; ++j) mask[(b * T_new + i) * Tk + j] = j >= m.left_pad[b];
-  }
-  nn::StackCall call{B, T_new, nullptr, nullptr, nullptr, m.src_lengths.empty() ? nullptr : m.src_lengths.data(),
-                     false, nullptr, m.cache.get(), m.decode_position, padded ? mask.data() : nullptr};
-  const Tensor top = m.decoder->forward(x, call);
-  m.decode_position += T_new;
-  Tensor last = Tensor::uninitialized({B, C});
-  for (int64_t b = 0; b < B; ++b)
-    std::memcpy(last.data() + b * C, top.data() + (b * T_new + T_new - 1) * C, C * sizeof(float));
-  m.next_logits = Tensor::uninitialized({B, V});
-  nn::linear_forward(m.next_logits.data(), last.data(), m.output_matrix(), nullptr, B, C, V);
-  return m.next_logits;
-}
-
-void Model::set_cache_type(CacheType type) { impl_->cache_type = type; }
-CacheType Model::cache_type() const { return impl_->cache_type; }
-
-void Model::set_decode_weights(WeightType weights) {
-  check(weights != WeightType::F16, "generation: decode weights are f32 or bf16, not f16");
-  for (Parameter* p : impl_->params) {
-    p->bf16.clear();
-    if (weights != WeightType::BF16) continue;
-    // Every value becomes what a bf16 checkpoint holds, so the prompt (sgemm on fp32) and the decoded tokens
-    // (bf16) see one model; the multiplied matrices also stay packed for decoding.
-    std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
-    kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
-    kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());
-    if (p->value.rank() == 2 && p->role != Role::PositionTable) p->bf16 = std::move(bits);
-  }
-}
-
-// ---- Initialisation (004 §8.1) ---------------------------------------------------------------------
-
-// Biases 0, norm gains 1; embeddings N(0, σ²); matrices N(0, σ²) (GPT-2) or N(0, 2/(fan_in + fan_out))
-// (Xavier). GPT-2 scales the residual output projections (attention W_O, FFN down) by 1/√(2·blocks of
-// the stack) so the residual stream's variance does not grow with depth. W_Q and W_K rows get σ·init_qk_scale.
-void Model::initialize(uint64_t seed) {
-  const ModelConfig& c = impl_->config;
-  const int64_t H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
-  uint64_t offset = 0;  // each parameter draws its own range of the stream
-  for (Parameter* p : impl_->params) {
-    Tensor& v = p->value;
-    if (is_bias(p->role)) {
-      v.zero();
-      continue;
-    }
-    if (is_norm_gain(p->role)) {
-      v.fill(1.0f);
-      continue;
-    }
-    double std = c.init_std;
-    int64_t qk_rows = 0;  // leading rows that are W_Q or W_K
-    if (is_projection(p->role)) {
-      if (c.init == InitScheme::Xavier) std = std::sqrt(2.0 / double(v.size(0) + v.size(1)));
-      const bool residual_out = p->role == Role::AttentionOutput || p->role == Role::FfnOut;
-      if (c.init == InitScheme::GPT2 && residual_out) std /= std::sqrt(2.0 * double(p->stack_blocks));
-      if (p->role == Role::AttentionQkv) qk_rows = (H + Hkv) * D;
-      if (p->role == Role::AttentionQuery) qk_rows = H * D;
-      if (p->role == Role::AttentionKeyValue) qk_rows = Hkv * D;
-    }
-    const int64_t split = qk_rows * (v.rank() == 2 ? v.size(1) : 1);
-    kernels::fill_normal(v.data(), split, 0.0, std * c.init_qk_scale, seed, offset);
-    kernels::fill_normal(v.data() + split, v.numel() - split, 0.0, std, seed, offset + split + 1);
-    offset += static_cast<uint64_t>(v.numel()) + 2;
   }
 }
 
