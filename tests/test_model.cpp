@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -404,6 +405,49 @@ TEST(ModelRoles, SayWhatTheNamesSaidAndRenamingChangesNothing) {
     EXPECT_EQ(renamed.count().heads, model.count().heads);
   }
   EXPECT_GT(checked, 100);
+}
+
+// Parameters and gradients live in one buffer each: every parameter's value and grad are views into them,
+// in order, each slice 64-byte aligned, with zeros between; zero_grad clears the one buffer, backward writes
+// into it, and moving the model keeps the views.
+TEST(ModelBuffers, EveryParameterIsASliceOfOneBuffer) {
+  ModelConfig c = tiny(Architecture::EncoderDecoder);
+  c.bias = true;
+  Model moved(c);
+  Model model = std::move(moved);
+  const std::span<float> values = model.parameter_buffer(), grads = model.gradient_buffer();
+  ASSERT_EQ(values.size(), grads.size());
+  int64_t end = 0, total = 0;
+  std::vector<char> covered(values.size(), 0);
+  for (Parameter* p : model.parameters()) {
+    const int64_t at = p->value.data() - values.data();
+    EXPECT_GE(at, end) << p->name;
+    EXPECT_EQ(p->grad.data() - grads.data(), at) << p->name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p->value.data()) % 64, 0u) << p->name;
+    end = at + p->numel();
+    total += p->numel();
+    for (int64_t i = at; i < end; ++i) covered[size_t(i)] = 1;
+  }
+  EXPECT_LE(end, int64_t(values.size()));
+  EXPECT_EQ(total, model.count().total());
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!covered[i]) ASSERT_EQ(values[i], 0.0f) << "gap at " << i;
+  Batch b;
+  b.B = 2, b.T = 5, b.src_T = 6;
+  for (int i = 0; i < 10; ++i) b.ids.push_back(i + 1), b.targets.push_back(i + 2);
+  for (int i = 0; i < 12; ++i) b.src_ids.push_back(3 * i % 50);
+  model.forward(b);
+  model.backward();
+  double by_parameter = 0.0, whole = 0.0;
+  for (const Parameter* p : model.parameters())
+    for (float g : p->grad.span()) by_parameter += double(g) * g;
+  for (float g : grads) whole += double(g) * g;
+  EXPECT_GT(whole, 0.0);
+  EXPECT_NEAR(whole, by_parameter, 1e-12 * whole);
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!covered[i]) ASSERT_EQ(grads[i], 0.0f) << "a gradient written outside its slice at " << i;
+  model.zero_grad();
+  EXPECT_TRUE(std::all_of(grads.begin(), grads.end(), [](float g) { return g == 0.0f; }));
 }
 
 // ---- The model directory ---------------------------------------------------------------------------

@@ -110,6 +110,18 @@ TEST(WorkedExample, GlobalNormClippingFrom50To5ScalesByOneTenth_004_9_4) {
   EXPECT_FLOAT_EQ(b.grad[0], 4.0f);
 }
 
+TEST(WorkedExample, ClippingOneGradientBufferAgreesWithClippingByParameter_004_9_4) {
+  // The same 50 → 5 on one array (a model's gradient buffer): gaps of zeros between the gradients.
+  std::vector<float> grads = {30, 0, 0, 0, 40, 0};
+  EXPECT_DOUBLE_EQ(train::global_grad_norm(std::span<const float>(grads)), 50.0);
+  EXPECT_DOUBLE_EQ(train::clip_grad_norm(std::span<float>(grads), 5.0), 50.0);
+  EXPECT_EQ(grads, (std::vector<float>{3, 0, 0, 0, 4, 0}));
+  EXPECT_NEAR(train::clip_grad_norm(std::span<float>(grads), 10.0), 5.0, 1e-6);
+  EXPECT_FLOAT_EQ(grads[4], 4.0f);
+  train::scale_grads(std::span<float>(grads), 0.5);
+  EXPECT_EQ(grads, (std::vector<float>{1.5, 0, 0, 0, 2, 0}));
+}
+
 TEST(WorkedExample, LogSumExpOf1000And1001DoesNotOverflow_004_9_5) {
   // log(e^1000 + e^1001) = 1001 + log(1 + e^−1) = 1001.31326...; e^1000 alone overflows even a double.
   ASSERT_TRUE(std::isinf(std::exp(1000.0)));

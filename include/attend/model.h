@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -173,6 +174,12 @@ class Model {
   Parameter* find(std::string_view name);
   const Parameter* find(std::string_view name) const;
   ParameterCount count() const;
+  // Every parameter's value, and every gradient, as one array each: parameters() in order, each one's
+  // slice starting on a 64-byte boundary, zeros between. Clipping, the optimiser and (across processes) the
+  // gradient all-reduce work on these; each Parameter's value and grad are views into them.
+  std::span<float> parameter_buffer();
+  std::span<const float> parameter_buffer() const;
+  std::span<float> gradient_buffer();
   void zero_grad();
   // Re-draws every parameter from `seed` with the configured scheme.
   void initialize(uint64_t seed);

@@ -78,6 +78,9 @@ class Tensor {
   // Memory left as it is: for outputs a kernel overwrites in full.
   static Tensor uninitialized(Shape shape) { return Tensor(shape, Uninitialized{}); }
   static Tensor full(Shape shape, float value);
+  // A tensor over memory it does not own (a parameter's slice of its model's one buffer): the owner keeps
+  // the memory alive as long as the tensor, and freeing the tensor leaves it alone.
+  static Tensor borrowing(float* data, Shape shape);
   Tensor clone() const;
 
   float* data() { return storage_.get(); }
@@ -104,8 +107,9 @@ class Tensor {
   // Returns the block to the allocator (src/core/tensor.cpp), which keeps large blocks for reuse.
   struct FreeDeleter {
     FreeDeleter() noexcept {}
-    explicit FreeDeleter(size_t size) noexcept : bytes(size) {}
+    explicit FreeDeleter(size_t size, bool owned = true) noexcept : bytes(size), owned(owned) {}
     size_t bytes = 0;
+    bool owned = true;
     void operator()(float* p) const;
   };
   std::unique_ptr<float[], FreeDeleter> storage_;

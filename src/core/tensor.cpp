@@ -142,6 +142,7 @@ int64_t cached_memory_bytes() {
 }
 
 void Tensor::FreeDeleter::operator()(float* p) const {
+  if (!owned) return;
   if (kKeepBlocks && bytes >= kCachedBytes)
     cache().put(p, bytes);
   else
@@ -168,6 +169,13 @@ Tensor::Tensor(Shape shape, std::span<const float> values) : Tensor(shape) {
   check(static_cast<int64_t>(values.size()) == shape.numel(), "tensor of shape {} needs {} values, got {}",
         shape.str(), shape.numel(), values.size());
   std::copy(values.begin(), values.end(), data());
+}
+
+Tensor Tensor::borrowing(float* data, Shape shape) {
+  Tensor t;
+  t.shape_ = shape;
+  t.storage_ = std::unique_ptr<float[], FreeDeleter>(data, FreeDeleter{0, /*owned=*/false});
+  return t;
 }
 
 Tensor Tensor::full(Shape shape, float value) {

@@ -54,6 +54,7 @@ Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight
       classifier.collect(params);
     }
   }
+  gather_parameters();
 }
 
 // e = E[ids]·(√C if scaled) + P[0..T), then dropout   (000 §8.2, 001 §6)
@@ -168,8 +169,28 @@ std::vector<std::string> Model::copy_parameters_from(const Model& source) {
   return kept;
 }
 
-void Model::zero_grad() {
-  for (Parameter* p : impl_->params) p->zero_grad();
+void Model::zero_grad() { impl_->grads.zero(); }
+
+std::span<float> Model::parameter_buffer() { return impl_->values.span(); }
+std::span<const float> Model::parameter_buffer() const { return impl_->values.span(); }
+std::span<float> Model::gradient_buffer() { return impl_->grads.span(); }
+
+void Model::Impl::gather_parameters() {
+  int64_t total = 0;
+  offsets.clear();
+  for (const Parameter* p : params) {
+    offsets.push_back(total);
+    total += (p->numel() + 15) / 16 * 16;  // 16 floats: the next slice starts on a 64-byte boundary
+  }
+  values = Tensor({total});
+  grads = Tensor({total});
+  for (size_t i = 0; i < params.size(); ++i) {
+    Parameter& p = *params[i];
+    float* value = values.data() + offsets[i];
+    std::memcpy(value, p.value.data(), sizeof(float) * static_cast<size_t>(p.numel()));
+    p.value = Tensor::borrowing(value, p.value.shape());
+    p.grad = Tensor::borrowing(grads.data() + offsets[i], p.grad.shape());
+  }
 }
 
 const Tensor& Model::logits() const { return impl_->logits; }

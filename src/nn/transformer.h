@@ -118,6 +118,11 @@ struct Model::Impl {
   Parameter mlm_bias;
   nn::Linear classifier;        // encoder with n_classes > 0
   std::vector<Parameter*> params;
+  // Every parameter's value and gradient in one buffer each (llm.c's layout): params[i] borrows the slice
+  // from offsets[i], which starts on a 64-byte boundary; the gaps between slices stay zero.
+  Tensor values, grads;
+  std::vector<int64_t> offsets;
+  void gather_parameters();  // the constructor's last step: moves each parameter into the buffers
 
   // Embedding of one input sequence batch, with what its backward needs.
   struct Embedded {

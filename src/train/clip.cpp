@@ -24,4 +24,19 @@ double clip_grad_norm(std::span<Parameter* const> params, double max_norm) {
   return norm;
 }
 
+double global_grad_norm(std::span<const float> grads) {
+  return std::sqrt(kernels::sum_squares(grads.data(), static_cast<int64_t>(grads.size())));
+}
+
+void scale_grads(std::span<float> grads, double factor) {
+  kernels::scale(grads.data(), static_cast<int64_t>(grads.size()), static_cast<float>(factor));
+}
+
+double clip_grad_norm(std::span<float> grads, double max_norm) {
+  const double norm = global_grad_norm(grads);
+  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  scale_grads(grads, max_norm / norm);
+  return norm;
+}
+
 }  // namespace attend::train

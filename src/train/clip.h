@@ -18,4 +18,9 @@ void scale_grads(std::span<Parameter* const> params, double factor);
 // A non-finite norm is returned as is and nothing is scaled: the caller decides to skip the step.
 double clip_grad_norm(std::span<Parameter* const> params, double max_norm);
 
+// The same three on a model's one gradient buffer (Model::gradient_buffer): one pass over one array.
+double global_grad_norm(std::span<const float> grads);
+void scale_grads(std::span<float> grads, double factor);
+double clip_grad_norm(std::span<float> grads, double max_norm);
+
 }  // namespace attend::train

@@ -245,8 +245,9 @@ StepReport Trainer::step() {
   }
   r.moe = s.model.moe_stats();
   const auto params = s.model.parameters();
-  if (scaling) train::scale_grads(params, 1.0 / scale);
-  r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(params, c.clip_norm) : train::global_grad_norm(params);
+  const std::span<float> grads = s.model.gradient_buffer();
+  if (scaling) train::scale_grads(grads, 1.0 / scale);
+  r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(grads, c.clip_norm) : train::global_grad_norm(grads);
   r.lr = c.schedule.at(t);
   // F16 overflow: a finite loss whose scaled gradients overflowed. The scale is too large; halve it and skip
   // the step (the divergence guard does not count it unless the scale is already at its floor of 1).
