@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto files = fuzz::split(fuzz::text(data + 1, size - 1), 2, "\n#### valid\n");
   train_file.write(files[0]);
   valid_file.write(files[1]);
-  DataConfig d{.task = mode & 1 ? "classify" : "seq2seq", .train = {train_file.path()},
+  DataConfig d{.task = mode & 1 ? Task::Classify : Task::Seq2Seq, .train = {train_file.path()},
                .valid = mode & 2 ? valid_file.path() : "", .valid_fraction = 0.3, .seq_len = 12, .max_target_len = 6};
   const Tokenizer& tok = tokenizer();
   try {
@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ExampleOptions o{.batch_size = 3, .max_source_len = d.seq_len, .max_target_len = d.max_target_len,
                            .bos_id = *tok.special_id(SpecialRole::Cls), .eos_id = *tok.special_id(SpecialRole::Sep),
                            .max_valid_batches = 4, .bucket_batches = 2};
-    const ExampleDataset dataset(d.task == "classify" ? ExampleDataset::Kind::Classify : ExampleDataset::Kind::Seq2Seq,
+    const ExampleDataset dataset(d.task == Task::Classify ? ExampleDataset::Kind::Classify : ExampleDataset::Kind::Seq2Seq,
                                  std::move(sets.train), std::move(sets.valid), o);
     for (int64_t i = 0; i < 4; ++i) check_batch(dataset.train_batch(i), tok.vocab_size(), classes);
     for (int64_t i = 0; i < dataset.valid_batches(); ++i) check_batch(dataset.valid_batch(i), tok.vocab_size(), classes);

@@ -112,8 +112,12 @@ TEST(Evaluation, SlidingWindowMatchesBruteForce) {
   EXPECT_LE(fitted, mean_nll_over(1, half, 1.0) + 1e-9);
   // At an edge of the search only the inside neighbour exists (this random fixture model does best near the
   // uniform guess, so its T is the upper edge, 20, and its first-half loss ln 37 = 3.61 against 5.16 at 1).
-  if (T < 19.9) EXPECT_LE(fitted, mean_nll_over(1, half, T * 1.02) + 1e-9);
-  if (T > 0.051) EXPECT_LE(fitted, mean_nll_over(1, half, T / 1.02) + 1e-9);
+  if (T < 19.9) {
+    EXPECT_LE(fitted, mean_nll_over(1, half, T * 1.02) + 1e-9);
+  }
+  if (T > 0.051) {
+    EXPECT_LE(fitted, mean_nll_over(1, half, T / 1.02) + 1e-9);
+  }
   testing::expect_error_mentions<Error>([&] { evaluate_lm(model, {1}); }, {"at least 2"});
   testing::expect_error_mentions<Error>([&] { evaluate_lm(model, {1, 99}); }, {"99", "position 1"});
 }

@@ -431,7 +431,9 @@ TEST(ModelBuffers, EveryParameterIsASliceOfOneBuffer) {
   EXPECT_LE(end, int64_t(values.size()));
   EXPECT_EQ(total, model.count().total());
   for (size_t i = 0; i < values.size(); ++i)
-    if (!covered[i]) ASSERT_EQ(values[i], 0.0f) << "gap at " << i;
+    if (!covered[i]) {
+      ASSERT_EQ(values[i], 0.0f) << "gap at " << i;
+    }
   Batch b;
   b.B = 2, b.T = 5, b.src_T = 6;
   for (int i = 0; i < 10; ++i) b.ids.push_back(i + 1), b.targets.push_back(i + 2);
@@ -445,7 +447,9 @@ TEST(ModelBuffers, EveryParameterIsASliceOfOneBuffer) {
   EXPECT_GT(whole, 0.0);
   EXPECT_NEAR(whole, by_parameter, 1e-12 * whole);
   for (size_t i = 0; i < grads.size(); ++i)
-    if (!covered[i]) ASSERT_EQ(grads[i], 0.0f) << "a gradient written outside its slice at " << i;
+    if (!covered[i]) {
+      ASSERT_EQ(grads[i], 0.0f) << "a gradient written outside its slice at " << i;
+    }
   model.zero_grad();
   EXPECT_TRUE(std::all_of(grads.begin(), grads.end(), [](float g) { return g == 0.0f; }));
 }

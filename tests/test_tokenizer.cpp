@@ -658,6 +658,22 @@ TEST(TokenizerErrors, OutOfRangeIdsAndWrongTypesNameTheFile) {
                              "split.json");
       },
       {"split.json", "Removed", "only Isolated"});
+  // Found by fuzz/fuzz_tokenizer_json (the deterministic CI run): a model of 3 tokens with added tokens at
+  // ids 0 and 4 (two added, so ids up to 4 pass the range check) left id 3 without a token, and naming it read past the model's table
+  // (AddressSanitizer: heap-buffer-overflow).
+  expect_error_mentions<Error>(
+      [] {
+        Tokenizer::from_json(R"({"added_tokens": [{"id": 0, "content": "<unk>", "special": true},
+                                                  {"id": 4, "content": "<mask>", "special": true}],
+                                 "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0], ["b", -2.0]]}})",
+                             "gap.json");
+      },
+      {"gap.json", "token id 3 is neither one of the model's 3 tokens nor an added token"});
+  const Tokenizer filled = Tokenizer::from_json(R"({"added_tokens": [{"id": 4, "content": "<mask>", "special": true},
+                                                                     {"id": 3, "content": "<sep>", "special": true}],
+                                 "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0], ["b", -2.0]]}})");
+  EXPECT_EQ(filled.vocab_size(), 5);
+  EXPECT_EQ(filled.id_to_token(3), "<sep>");
 }
 
 TEST(TokenizerErrors, WorkerThreadErrorsReachTheCaller) {

@@ -65,6 +65,14 @@ void Tokenizer::Impl::index_added() {
     added_first_byte[static_cast<unsigned char>(t.content[0])] = true;
     added_by_length.push_back(i);
   }
+  // Every id past the model's own must be an added token's: a gap would be an id with no token at all.
+  const int32_t model_tokens = static_cast<int32_t>(model_size());
+  std::vector<char> named(static_cast<size_t>(vocab_size - model_tokens), 0);
+  for (const AddedToken& t : added)
+    if (t.id >= model_tokens) named[static_cast<size_t>(t.id - model_tokens)] = 1;
+  for (size_t k = 0; k < named.size(); ++k)
+    check(named[k], "token id {} is neither one of the model's {} tokens nor an added token, but added tokens go up to id {}",
+          model_tokens + static_cast<int32_t>(k), model_tokens, vocab_size - 1);
   std::stable_sort(added_by_length.begin(), added_by_length.end(),
                    [&](size_t a, size_t b) { return added[a].content.size() > added[b].content.size(); });
 }
