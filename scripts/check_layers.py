@@ -78,9 +78,10 @@ def check(root):
             continue
         allowed = {layer} | built[layer][0]
         where = path.relative_to(root)
-        for m in INCLUDE.finditer(path.read_text(errors="replace")):
+        text = path.read_text(errors="replace")
+        for m in INCLUDE.finditer(text):
             target = m.group(2)
-            line = path.read_text(errors="replace").count("\n", 0, m.start()) + 1
+            line = text.count("\n", 0, m.start()) + 1
             if "../" in target:
                 problems.append(f"{where}:{line}: #include \"{target}\" climbs out with ../; name the layer's folder")
                 continue

@@ -93,21 +93,19 @@ TEST(WorkedExample, SoftmaxJacobianRowsSumToZero_002_1_4) {
 }
 
 TEST(WorkedExample, GlobalNormClippingFrom50To5ScalesByOneTenth_004_9_4) {
-  // Gradients whose global norm is √(30² + 40²) = 50, clipped to 5: every gradient × 0.1.
-  Parameter a("a", {2}, Role::FfnIn), b("b", {1}, Role::FfnBias);
-  a.grad[0] = 30;
-  a.grad[1] = 0;
-  b.grad[0] = 40;
-  std::vector<Parameter*> params = {&a, &b};
-  EXPECT_DOUBLE_EQ(train::global_grad_norm(params), 50.0);
-  EXPECT_DOUBLE_EQ(train::clip_grad_norm(params, 5.0), 50.0);
-  EXPECT_FLOAT_EQ(a.grad[0], 3.0f);
-  EXPECT_FLOAT_EQ(a.grad[1], 0.0f);
-  EXPECT_FLOAT_EQ(b.grad[0], 4.0f);
-  EXPECT_NEAR(train::global_grad_norm(params), 5.0, 1e-6);
+  // Gradients whose global norm is √(30² + 40²) = 50, clipped to 5: every gradient × 0.1. Two parameters'
+  // gradients, a (2) and b (1), side by side as in a model's gradient buffer.
+  std::vector<float> buffer = {30, 0, 40};
+  const std::span<float> grads(buffer), a = grads.first(2), b = grads.subspan(2);
+  EXPECT_DOUBLE_EQ(train::global_grad_norm(grads), 50.0);
+  EXPECT_DOUBLE_EQ(train::clip_grad_norm(grads, 5.0), 50.0);
+  EXPECT_FLOAT_EQ(a[0], 3.0f);
+  EXPECT_FLOAT_EQ(a[1], 0.0f);
+  EXPECT_FLOAT_EQ(b[0], 4.0f);
+  EXPECT_NEAR(train::global_grad_norm(grads), 5.0, 1e-6);
   // Below the threshold nothing changes.
-  EXPECT_NEAR(train::clip_grad_norm(params, 10.0), 5.0, 1e-6);
-  EXPECT_FLOAT_EQ(b.grad[0], 4.0f);
+  EXPECT_NEAR(train::clip_grad_norm(grads, 10.0), 5.0, 1e-6);
+  EXPECT_FLOAT_EQ(b[0], 4.0f);
 }
 
 TEST(WorkedExample, ClippingOneGradientBufferAgreesWithClippingByParameter_004_9_4) {

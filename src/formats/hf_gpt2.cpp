@@ -115,16 +115,16 @@ Model load_hf_gpt2(const fs::path& dir, const json& config) {
           m.hf, m.hf);
     used.insert(t->name);
     Parameter* p = model.find(m.attend);
-    const Tensor src = reader.load(t->name);
     if (m.transpose) {
+      const Tensor src = reader.load(t->name);
       check(src.rank() == 2 && src.size(0) == p->value.size(1) && src.size(1) == p->value.size(0),
             "{}: tensor '{}' has shape {}, config.json implies [{}, {}] (Conv1D: [in, out])", weights.string(), t->name,
             src.shape(), p->value.size(1), p->value.size(0));
       transpose_into(p->value, src);
     } else {
-      check(src.shape() == p->value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", weights.string(),
-            t->name, src.shape(), p->value.shape());
-      std::copy(src.span().begin(), src.span().end(), p->value.span().begin());
+      check(t->shape == p->value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", weights.string(),
+            t->name, t->shape, p->value.shape());
+      reader.load_into(t->name, p->value.view());  // straight into the parameter, no copy between
     }
   }
   for (const TensorInfo& t : reader.tensors()) {
@@ -161,13 +161,12 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   check(std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
-  auto& mutable_model = const_cast<Model&>(model);  // find() is non-const; nothing is modified
   std::vector<Tensor> stored;
   std::vector<formats::Mapping> mappings = formats::gpt2_mappings(c);
   stored.reserve(mappings.size());
   std::vector<NamedTensor> tensors;
   for (const formats::Mapping& m : mappings) {
-    const Parameter* p = mutable_model.find(m.attend);
+    const Parameter* p = model.find(m.attend);
     if (m.transpose) {
       stored.emplace_back(Shape{p->value.size(1), p->value.size(0)});
       formats::transpose_into(stored.back(), p->value);

@@ -40,7 +40,7 @@ Model load_model(const fs::path& dir) {
   check(fs::exists(config_path), "{}: missing config.json", dir.string());
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const std::string config_text = read_file(config_path);
-  // A Hugging Face GPT-2 directory is read as published (io/hf_gpt2.cpp).
+  // A Hugging Face GPT-2 directory is read as published (formats/hf_gpt2.cpp).
   const auto parsed = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
   if (formats::is_hf_gpt2_config(parsed)) return formats::load_hf_gpt2(dir, parsed);
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());

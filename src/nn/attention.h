@@ -61,7 +61,7 @@ struct AttentionCall {
   int64_t position = 0;                  // absolute position of the first query (> 0 when decoding)
   bool training = false;                 // enables dropout
   Rng* rng = nullptr;                    // dropout's stream, required when training with dropout > 0
-  nn::KVCache* cache = nullptr;       // generation: keys/values are written at `position` and read back
+  KVCache* cache = nullptr;              // generation: keys/values are written at `position` and read back
   int64_t cache_layer = 0;
 };
 

@@ -105,7 +105,6 @@ using nn::valid_mask;
 
 namespace nn {
 
-// Checks one (B, T) id field of the batch and returns the lengths, filled in when the batch gave none.
 std::vector<int32_t> check_sequences(const std::vector<int32_t>& ids, const std::vector<int32_t>& lengths, int64_t B,
                                      int64_t T, const char* ids_name, const char* lengths_name,
                                      const ModelConfig& c) {
@@ -177,7 +176,7 @@ std::span<float> Model::gradient_buffer() { return impl_->grads.span(); }
 
 void Model::Impl::gather_parameters() {
   int64_t total = 0;
-  offsets.clear();
+  std::vector<int64_t> offsets;
   for (const Parameter* p : params) {
     offsets.push_back(total);
     total += (p->numel() + 15) / 16 * 16;  // 16 floats: the next slice starts on a 64-byte boundary

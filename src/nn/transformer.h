@@ -29,7 +29,7 @@ struct StackCall {
   const int32_t* context_lengths = nullptr;  // (B)
   bool training = false;
   Rng* rng = nullptr;
-  nn::KVCache* cache = nullptr;           // decoding: keys/values are appended at `position`
+  KVCache* cache = nullptr;                 // decoding: keys/values are appended at `position`
   int64_t position = 0;                      // absolute position of the first row of each sequence
   const uint8_t* mask = nullptr;             // (B, T, position + T): self-attention keys allowed (left padding)
 };
@@ -118,10 +118,9 @@ struct Model::Impl {
   Parameter mlm_bias;
   nn::Linear classifier;        // encoder with n_classes > 0
   std::vector<Parameter*> params;
-  // Every parameter's value and gradient in one buffer each (llm.c's layout): params[i] borrows the slice
-  // from offsets[i], which starts on a 64-byte boundary; the gaps between slices stay zero.
+  // Every parameter's value and gradient in one buffer each (llm.c's layout): each params[i] borrows its
+  // slice, which starts on a 64-byte boundary; the gaps between slices stay zero.
   Tensor values, grads;
-  std::vector<int64_t> offsets;
   void gather_parameters();  // the constructor's last step: moves each parameter into the buffers
 
   // Embedding of one input sequence batch, with what its backward needs.

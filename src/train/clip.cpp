@@ -6,24 +6,6 @@
 
 namespace attend::train {
 
-double global_grad_norm(std::span<Parameter* const> params) {
-  double sumsq = 0.0;
-  for (const Parameter* p : params) sumsq += kernels::sum_squares(p->grad.data(), p->grad.numel());
-  return std::sqrt(sumsq);
-}
-
-void scale_grads(std::span<Parameter* const> params, double factor) {
-  for (Parameter* p : params) kernels::scale(p->grad.data(), p->grad.numel(), static_cast<float>(factor));
-}
-
-double clip_grad_norm(std::span<Parameter* const> params, double max_norm) {
-  const double norm = global_grad_norm(params);
-  if (!std::isfinite(norm) || norm <= max_norm) return norm;
-  const float scale = static_cast<float>(max_norm / norm);
-  for (Parameter* p : params) kernels::scale(p->grad.data(), p->grad.numel(), scale);
-  return norm;
-}
-
 double global_grad_norm(std::span<const float> grads) {
   return std::sqrt(kernels::sum_squares(grads.data(), static_cast<int64_t>(grads.size())));
 }

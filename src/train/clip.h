@@ -1,26 +1,20 @@
 // Global-norm gradient clipping (003 §13.3, 004 §9.4):  g̃ = min(1, c/‖g‖₂) · g,
-// where ‖g‖₂ is the norm of all parameters' gradients taken together.
+// where ‖g‖₂ is the norm of all parameters' gradients taken together: a model's one gradient buffer
+// (Model::gradient_buffer), so each is one pass over one array.
 #pragma once
-
-#include <attend/parameter.h>
 
 #include <span>
 
 namespace attend::train {
 
-// ‖g‖₂ over every parameter's gradient, summed in double.
-double global_grad_norm(std::span<Parameter* const> params);
-
-// g ← factor·g for every parameter (dividing out the loss scale of f16 training).
-void scale_grads(std::span<Parameter* const> params, double factor);
-
-// Scales every gradient by min(1, max_norm/‖g‖₂) and returns ‖g‖₂ before clipping.
-// A non-finite norm is returned as is and nothing is scaled: the caller decides to skip the step.
-double clip_grad_norm(std::span<Parameter* const> params, double max_norm);
-
-// The same three on a model's one gradient buffer (Model::gradient_buffer): one pass over one array.
+// ‖g‖₂, summed in double.
 double global_grad_norm(std::span<const float> grads);
+
+// g ← factor·g (dividing out the loss scale of f16 training).
 void scale_grads(std::span<float> grads, double factor);
+
+// Scales the gradients by min(1, max_norm/‖g‖₂) and returns ‖g‖₂ before clipping.
+// A non-finite norm is returned as is and nothing is scaled: the caller decides to skip the step.
 double clip_grad_norm(std::span<float> grads, double max_norm);
 
 }  // namespace attend::train

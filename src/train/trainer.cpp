@@ -244,7 +244,6 @@ StepReport Trainer::step() {
     s.model.backward(share * scale);
   }
   r.moe = s.model.moe_stats();
-  const auto params = s.model.parameters();
   const std::span<float> grads = s.model.gradient_buffer();
   if (scaling) train::scale_grads(grads, 1.0 / scale);
   r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(grads, c.clip_norm) : train::global_grad_norm(grads);
