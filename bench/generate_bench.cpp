@@ -17,6 +17,7 @@
 #include <attend/model.h>
 #include <attend/rng.h>
 #include <attend/runtime.h>
+#include <attend/session.h>
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -99,7 +100,6 @@ int main(int argc, char** argv) {
   attend::Model model(c);
   const bool bf16 = weights == "bf16";
   if (bf16) model.set_decode_weights(attend::WeightType::BF16);
-  model.set_cache_type(cache_type);
   // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
   // position table, not all of it), fp32.
   const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
@@ -117,16 +117,17 @@ int main(int argc, char** argv) {
   // its rate over that bound; the figures reported are the medians over the passes.
   std::vector<double> prompt_s, generate_rate, token_s, bandwidth, share;
   for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms up
-    model.start_decoding(1, prompt_len + new_tokens);
+    attend::Session session(model, {.max_T = prompt_len + new_tokens, .cache = cache_type});
     auto start = std::chrono::steady_clock::now();
-    const attend::Tensor* logits = &model.decode(prompt, prompt_len);
+    std::span<const float> logits = session.step(prompt);
     if (pass > 0) prompt_s.push_back(seconds_since(start));
     double total = 0.0, probe_s = 0.0;
     int probes = 0;
     for (int64_t t = 0; t < new_tokens; ++t) {
-      const int32_t next = attend::sample_token(logits->data(), c.vocab_size, {.greedy = true}, 0.0);
+      const int32_t next = attend::sample_token(logits.data(), c.vocab_size, {.greedy = true}, 0.0);
       start = std::chrono::steady_clock::now();
-      logits = &model.decode({next}, 1);
+      const int32_t one[] = {next};
+      logits = session.step(one);
       const double s = seconds_since(start);
       total += s;
       if (pass > 0) token_s.push_back(s);

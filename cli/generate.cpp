@@ -78,7 +78,7 @@ void add_generate_command(CLI::App& app) {
     Model model = load_model(model_dir);
     check(weights == "f32" || weights == "bf16", "--weights '{}': expected f32 or bf16", weights);
     if (weights == "bf16") model.set_decode_weights(WeightType::BF16);
-    model.set_cache_type(parse_cache_type(kv_cache));
+    options.cache = parse_cache_type(kv_cache);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     check(tokenizer.vocab_size() <= model.config().vocab_size,
           "{}: the tokenizer has {} tokens, the model's vocabulary {}", model_dir, tokenizer.vocab_size(),
@@ -94,6 +94,7 @@ void add_generate_command(CLI::App& app) {
     options.stop = stops;
     set_special_tokens(tokenizer, model, options);
     beam.decoder_start = options.decoder_start;
+    beam.cache = options.cache;
     if (inputs.size() > 1) {  // several prompts: one batch, one line (or JSON object) per prompt
       check(beam.width == 0, "--beam takes one prompt at a time");
       for (const Generation& g : generate_batch(model, tokenizer, inputs, options)) {

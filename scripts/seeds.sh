@@ -18,7 +18,7 @@ shift
 seeds=()
 while (($#)) && [[ $1 =~ ^[0-9]+$ ]]; do seeds+=("$1"); shift; done
 ((${#seeds[@]})) || { echo "scripts/seeds.sh: name at least one seed" >&2; exit 2; }
-attend=build/attend
+attend=${ATTEND:-build/attend}  # ATTEND=path runs another binary (a copy, while build/ is rebuilt)
 mkdir -p runs/seeds
 
 # The run's last validation loss, from its metrics.jsonl.

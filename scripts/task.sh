@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 task=${1:?usage: scripts/task.sh g2p|spam [--set KEY=VALUE ...]}
 shift
-attend=build/attend
+attend=${ATTEND:-build/attend}  # ATTEND=path runs another binary (a copy, while build/ is rebuilt)
 
 case $task in
   g2p)

@@ -97,13 +97,15 @@ TEST_P(AttentionGolden, OutputAndEveryGradientMatchPyTorch) {
     lengths = c.at("key_lengths").get<std::vector<int32_t>>();
     call.key_lengths = lengths.data();
   }
-  Tensor out = attention.forward(x, cross ? &context : nullptr, call);
+  MultiHeadAttention::Saved saved;
+  Tensor out = attention.forward(x, cross ? &context : nullptr, call, &saved);
   expect_close(out.data(), floats(c.at("out")), "output");
   Tensor dout({B, T, C}, floats(c.at("up")));
-  Tensor dx = attention.backward(dout);
+  Tensor dcontext;
+  Tensor dx = attention.backward(dout, saved, cross ? &dcontext : nullptr);
   const auto& g = c.at("grads");
   expect_close(dx.data(), floats(g.at("x")), "dx");
-  if (cross) expect_close(attention.context_grad().data(), floats(g.at("context")), "dcontext");
+  if (cross) expect_close(dcontext.data(), floats(g.at("context")), "dcontext");
   for (auto it = g.begin(); it != g.end(); ++it) {
     const std::string key = it.key();
     if (key == "x" || key == "context" || key == "wq" || key == "wk" || key == "wv") continue;
@@ -133,8 +135,8 @@ void randomize(MultiHeadAttention& m, uint64_t seed) {
     for (float& v : p->value.span()) v = rng.normal(0.0f, 0.3f);
 }
 
-// Generation: feeding the tokens one at a time through the KV cache gives the full causal forward's
-// output at every position (RoPE positions and GQA included).
+// Generation: feeding the tokens one at a time through each sequence's KV cache, both sequences in one step,
+// gives the full causal forward's output at every position (RoPE positions and GQA included).
 TEST(AttentionLayer, DecodingThroughTheCacheEqualsTheFullForward) {
   AttentionConfig config{.d_model = 32, .n_heads = 4, .n_kv_heads = 2, .bias = true, .causal = true};
   config.position = PositionScheme::RoPE;
@@ -142,19 +144,53 @@ TEST(AttentionLayer, DecodingThroughTheCacheEqualsTheFullForward) {
   randomize(attention, 3);
   const int64_t B = 2, T = 9, C = 32;
   Tensor x({B, T, C}, testing::cast<float>(testing::random_vector(B * T * C, 4)));
-  Tensor full = attention.forward(x, nullptr, {});
-  nn::KVCache cache({.n_layers = 1, .batch = B, .max_T = 16, .n_kv_heads = 2, .d_head = 8});
+  Tensor full = attention.forward(x, nullptr, {}, nullptr);
+  std::vector<nn::KVCache> caches(B, nn::KVCache({.n_layers = 1, .batch = 1, .max_T = 16, .n_kv_heads = 2, .d_head = 8}));
   for (int64_t t = 0; t < T; ++t) {
-    Tensor token({B, 1, C});
-    for (int64_t b = 0; b < B; ++b) std::copy_n(x.data() + (b * T + t) * C, C, token.data() + b * C);
-    AttentionCall call;
-    call.position = t, call.cache = &cache;
-    Tensor out = attention.forward(token, nullptr, call);
+    Tensor tokens({B, C});  // row b: sequence b's token t
+    std::vector<CachedSequence> sequences;
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy_n(x.data() + (b * T + t) * C, C, tokens.data() + b * C);
+      sequences.push_back({.cache = &caches[b], .position = t, .rows = 1});
+    }
+    Tensor out = attention.step(tokens, sequences, 0);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t e = 0; e < C; ++e)
         ASSERT_NEAR(out[b * C + e], full[(b * T + t) * C + e], 1e-5) << "position " << t << " batch " << b;
   }
-  EXPECT_THROW(attention.backward(Tensor({B, 1, C})), Error);  // generation has no backward
+  // Backward needs a forward that saved its state.
+  expect_error_mentions([&] { attention.backward(Tensor({B, 1, C}), MultiHeadAttention::Saved{}, nullptr); },
+                        {"attn", "saved"});
+}
+
+// A step over sequences at different positions and lengths (one runs a 4-token prompt while the other decodes
+// its 6th token) gives each sequence the rows it gets when stepped alone.
+TEST(AttentionLayer, AStepOverSequencesAtDifferentPositionsEqualsEachAlone) {
+  AttentionConfig config{.d_model = 32, .n_heads = 4, .n_kv_heads = 2, .bias = true, .causal = true};
+  config.position = PositionScheme::RoPE;
+  MultiHeadAttention attention("attn", config);
+  randomize(attention, 5);
+  const int64_t C = 32;
+  const nn::KVCacheConfig cc{.n_layers = 1, .batch = 1, .max_T = 16, .n_kv_heads = 2, .d_head = 8};
+  const std::vector<float> rows = testing::cast<float>(testing::random_vector(10 * C, 6));
+  auto run = [&](nn::KVCache& cache, int64_t first, int64_t n, int64_t position) {  // rows [first, first + n)
+    Tensor x({n, C}, std::vector<float>(rows.begin() + first * C, rows.begin() + (first + n) * C));
+    const CachedSequence seq{.cache = &cache, .position = position, .rows = n};
+    return attention.step(x, std::span(&seq, 1), 0);
+  };
+  nn::KVCache alone_a(cc), alone_b(cc), together_a(cc), together_b(cc);
+  run(alone_b, 0, 5, 0);  // sequence b's first five tokens: rows 0-4
+  run(together_b, 0, 5, 0);
+  const Tensor a = run(alone_a, 5, 4, 0);  // sequence a's prompt: rows 5-8
+  const Tensor b = run(alone_b, 9, 1, 5);  // sequence b's sixth token: row 9
+  Tensor x({5, C}, std::vector<float>(rows.begin() + 5 * C, rows.end()));
+  const std::vector<CachedSequence> both{{.cache = &together_a, .position = 0, .rows = 4},
+                                         {.cache = &together_b, .position = 5, .rows = 1}};
+  const Tensor y = attention.step(x, both, 0);
+  for (int64_t e = 0; e < 4 * C; ++e) ASSERT_NEAR(y[e], a[e], 1e-5) << "sequence a, element " << e;
+  for (int64_t e = 0; e < C; ++e) ASSERT_NEAR(y[4 * C + e], b[e], 1e-5) << "sequence b, element " << e;
+  // A step whose sequences do not cover the input is an error naming both counts.
+  expect_error_mentions([&] { attention.step(x, std::span(both.data(), 1), 0); }, {"4 rows", "5"});
 }
 
 TEST(AttentionLayer, DropoutIsReproducibleAndTheKernelsAgree) {
@@ -169,12 +205,13 @@ TEST(AttentionLayer, DropoutIsReproducibleAndTheKernelsAgree) {
   AttentionCall call;
   call.training = true;
   call.rng = &r1;
-  Tensor a = flash.forward(x, nullptr, call);
+  MultiHeadAttention::Saved saved;
+  Tensor a = flash.forward(x, nullptr, call, &saved);
   call.rng = &r2;
-  Tensor b = reference.forward(x, nullptr, call);
+  Tensor b = reference.forward(x, nullptr, call, &saved);
   testing::expect_all_close(std::vector<float>(a.span().begin(), a.span().end()),
                             std::vector<float>(b.span().begin(), b.span().end()), 1e-5, "dropout outputs");
-  Tensor eval = flash.forward(x, nullptr, {});  // evaluation: no dropout, a different output
+  Tensor eval = flash.forward(x, nullptr, {}, nullptr);  // evaluation: no dropout, a different output
   double diff = 0;
   for (int64_t i = 0; i < a.numel(); ++i) diff += std::abs(a[i] - eval[i]);
   EXPECT_GT(diff, 1e-3);
@@ -195,25 +232,28 @@ TEST(AttentionLayer, BadConfigurationsAreClearErrors) {
 
 TEST(AttentionLayer, BadShapesNameBothShapes) {
   MultiHeadAttention self("layer.0.attn", {.d_model = 16, .n_heads = 2});
-  expect_error_mentions([&] { self.forward(Tensor({2, 5, 15}), nullptr, {}); }, {"layer.0.attn", "[2, 5, 15]", "16"});
+  expect_error_mentions([&] { self.forward(Tensor({2, 5, 15}), nullptr, {}, nullptr); },
+                        {"layer.0.attn", "[2, 5, 15]", "16"});
   AttentionConfig cross_config{.d_model = 16, .n_heads = 2, .cross = true};
   MultiHeadAttention cross("dec.cross", cross_config);
   Tensor ctx({3, 7, 16});
-  expect_error_mentions([&] { cross.forward(Tensor({2, 5, 16}), &ctx, {}); }, {"[2, 5, 16]", "[3, 7, 16]"});
-  expect_error_mentions([&] { cross.forward(Tensor({2, 5, 16}), nullptr, {}); }, {"context"});
+  expect_error_mentions([&] { cross.forward(Tensor({2, 5, 16}), &ctx, {}, nullptr); }, {"[2, 5, 16]", "[3, 7, 16]"});
+  expect_error_mentions([&] { cross.forward(Tensor({2, 5, 16}), nullptr, {}, nullptr); }, {"context"});
   std::vector<int32_t> lengths = {5, 9};
   AttentionCall call;
   call.key_lengths = lengths.data();
-  expect_error_mentions([&] { self.forward(Tensor({2, 5, 16}), nullptr, call); }, {"key length 9", "[0, 5]"});
+  expect_error_mentions([&] { self.forward(Tensor({2, 5, 16}), nullptr, call, nullptr); }, {"key length 9", "[0, 5]"});
   std::vector<uint8_t> mask(2 * 5 * 4, 1);
   AttentionCall masked;
   masked.mask = mask.data(), masked.mask_shape = Shape{2, 5, 4};
-  expect_error_mentions([&] { self.forward(Tensor({2, 5, 16}), nullptr, masked); }, {"mask", "[2, 5, 4]", "[2, 5, 5]"});
+  expect_error_mentions([&] { self.forward(Tensor({2, 5, 16}), nullptr, masked, nullptr); },
+                        {"mask", "[2, 5, 4]", "[2, 5, 5]"});
   mask.resize(2 * 5 * 5, 1);
   masked.mask = mask.data(), masked.mask_shape = Shape{2, 5, 5};
-  self.forward(Tensor({2, 5, 16}), nullptr, masked);  // the right shape is accepted
-  self.forward(Tensor({2, 5, 16}), nullptr, {});
-  expect_error_mentions([&] { self.backward(Tensor({2, 4, 16})); }, {"[2, 4, 16]", "[2, 5, 16]"});
+  self.forward(Tensor({2, 5, 16}), nullptr, masked, nullptr);  // the right shape is accepted
+  MultiHeadAttention::Saved saved;
+  self.forward(Tensor({2, 5, 16}), nullptr, {}, &saved);
+  expect_error_mentions([&] { self.backward(Tensor({2, 4, 16}), saved, nullptr); }, {"[2, 4, 16]", "[2, 5, 16]"});
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Generation (001 §10, §12): decoding through the KV cache equals the full forward, and the sampling
+// Generation (001 §10, §12): decoding through a session's KV cache equals the full forward; sessions on one
+// model run side by side (from two threads, or in one batched step) as each would alone; and the sampling
 // strategies draw from the distributions they promise.
 #include "fixtures.h"
 #include "formats/hf_gpt2.h"
@@ -9,6 +10,7 @@
 #include <attend/generate.h>
 #include <attend/io.h>
 #include <attend/safetensors.h>
+#include <attend/session.h>
 #include <attend/tokenizer.h>
 #include <attend/model_dir.h>
 
@@ -16,6 +18,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <thread>
 #include <utility>
 
 namespace attend {
@@ -43,23 +47,24 @@ TEST(Decoding, IncrementalLogitsEqualTheFullForward) {
     const std::pair<CacheType, double> caches[] = {{CacheType::F32, 2e-5}, {CacheType::F16, 2e-3}, {CacheType::Int8, 3e-2}};
     for (const auto& [type, tolerance] : caches) {
       const std::string what = name + " with a " + cache_type_name(type) + " cache";
-      model.set_cache_type(type);
-      model.start_decoding(1, T);
+      Session session(model, {.max_T = T, .cache = type});
       const int64_t prompt = 5;
-      const Tensor* step = &model.decode(std::vector<int32_t>(ids.begin(), ids.begin() + prompt), prompt);
+      std::span<const float> step = session.step(std::span(ids.data(), prompt));
       double largest = 0.0;
       for (int64_t t = prompt - 1; t < T; ++t) {
-        const std::vector<float> got(step->span().begin(), step->span().end());
+        const std::vector<float> got(step.begin(), step.end());
         const std::vector<float> want(reference.begin() + t * V, reference.begin() + (t + 1) * V);
         testing::expect_all_close(got, want, tolerance, what + ": logits at position " + std::to_string(t));
         for (int64_t i = 0; i < V; ++i) largest = std::max(largest, double(std::abs(got[i] - want[i])));
-        if (t + 1 < T) step = &model.decode({ids[t + 1]}, 1);
+        if (t + 1 < T) step = session.step(std::span(&ids[t + 1], 1));
       }
       if (type != CacheType::F32) {
         EXPECT_GT(largest, 1e-6) << what << ": the cache's rounding must show";
       }
-      EXPECT_EQ(model.decoded_positions(), T);
-      expect_error_mentions<Error>([&] { model.decode({1}, 1); }, {"do not fit the context"});
+      EXPECT_EQ(session.position(), T);
+      const int32_t one[] = {1};
+      expect_error_mentions<Error>([&] { session.step(one); }, {"do not fit the context"});
+      EXPECT_EQ(session.position(), T);  // the failed step changed nothing
     }
   }
   EXPECT_EQ(parse_cache_type("f16"), CacheType::F16);
@@ -82,16 +87,16 @@ TEST(Decoding, EncoderDecoderIncrementalLogitsEqualTheFullForward) {
     one.ids.assign(golden.ids.begin() + b * golden.T, golden.ids.begin() + b * golden.T + one.T);
     model.forward(one);
     const std::vector<float> reference(model.logits().span().begin(), model.logits().span().end());
-    model.start_decoding(one, one.T);
-    const Tensor* step = &model.decode({one.ids[0], one.ids[1]}, 2);
+    Session session(model, std::span(one.src_ids.data(), one.src_lengths[0]), {.max_T = one.T});
+    std::span<const float> step = session.step(std::span(one.ids.data(), 2));
     for (int64_t t = 1; t < one.T; ++t) {
-      const std::vector<float> got(step->span().begin(), step->span().end());
+      const std::vector<float> got(step.begin(), step.end());
       const std::vector<float> want(reference.begin() + t * V, reference.begin() + (t + 1) * V);
       testing::expect_all_close(got, want, 2e-5, "t5 sequence " + std::to_string(b) + " position " + std::to_string(t));
-      if (t + 1 < one.T) step = &model.decode({one.ids[t + 1]}, 1);
+      if (t + 1 < one.T) step = session.step(std::span(&one.ids[t + 1], 1));
     }
   }
-  expect_error_mentions<Error>([&] { model.start_decoding(1, 4); }, {"decodes from a source"});
+  expect_error_mentions<Error>([&] { Session s(model); }, {"decodes from a source"});
 }
 
 TEST(Sampling, TheNotesDistributionsByHand) {
@@ -270,25 +275,115 @@ TEST(Generate, BatchedEqualsOneByOne) {
         EXPECT_EQ(batched[b].ids, generate(model, tok, prompts[b], options).ids)
             << name << " prompt " << b << (sampling.greedy ? " greedy" : " sampled");
     }
-    if (name == "t5") continue;
-    // The logits after the prompts, batched (left-padded) against alone.
-    model.start_decoding(3, 8, {3, 0, 4});
-    std::vector<int32_t> ids = {0, 0, 0, 5, 2, 1, 7, 3, 9, 4, 4, 1, 0, 0, 0, 0, 11, 6};
-    const Tensor& together = model.decode(ids, 6);
-    const std::vector<float> all(together.span().begin(), together.span().end());
-    for (size_t b = 0; b < prompts.size(); ++b) {
-      model.start_decoding(1, 8);
-      const Tensor& alone = model.decode(prompts[b], static_cast<int64_t>(prompts[b].size()));
-      const std::vector<float> want(alone.span().begin(), alone.span().end());
-      testing::expect_all_close(std::vector<float>(all.begin() + b * V, all.begin() + (b + 1) * V), want, 2e-5,
-                                name + ": logits of prompt " + std::to_string(b));
+  }
+}
+
+// The tokens run so far, into a fresh session of `model` (decoder-only: the prompt; t5: the source, then the
+// decoder's tokens).
+Session session_after(const Model& model, const std::vector<int32_t>& source, const std::vector<int32_t>& tokens) {
+  Session s = model.config().architecture == Architecture::EncoderDecoder ? Session(model, source, {.max_T = 16})
+                                                                          : Session(model, {.max_T = 16});
+  if (!tokens.empty()) s.step(tokens);
+  return s;
+}
+
+std::vector<float> copy(std::span<const float> x) { return {x.begin(), x.end()}; }
+
+// One step over sessions at different positions and lengths equals each session stepped alone: bit for bit
+// when each adds one token (every row takes the same matmul path as alone, and each sequence attends on its
+// own), and to fp32 rounding when one of them runs a prompt (its rows then share a GEMM with the others, which
+// tiles the sums differently from the one-row path).
+TEST(Sessions, ABatchedStepEqualsEachSessionAlone) {
+  const std::vector<int32_t> source = {3, 8, 2, 5};
+  for (const std::string name : {"gpt", "llama", "t5"}) {
+    const Model model = load_model(testing::kModels / name);
+    const std::vector<std::vector<int32_t>> before = {{5, 2, 1, 7, 3}, {9}, {4, 4, 6, 1, 2, 8, 7}};
+    const std::vector<std::vector<int32_t>> next_one = {{6}, {2}, {3}};
+    const std::vector<std::vector<int32_t>> mixed = {{6}, {2, 7, 1, 9}, {3}};
+    for (const auto* tokens : {&next_one, &mixed}) {
+      std::vector<Session> together, alone;
+      for (size_t i = 0; i < before.size(); ++i) {
+        together.push_back(session_after(model, source, before[i]));
+        alone.push_back(session_after(model, source, before[i]));
+      }
+      step({&together[0], &together[1], &together[2]}, *tokens);
+      const bool one_token_each = tokens == &next_one;
+      for (size_t i = 0; i < before.size(); ++i) {
+        const std::vector<float> want = copy(alone[i].step((*tokens)[i]));
+        const std::vector<float> got = copy(together[i].logits());
+        const std::string what = name + " session " + std::to_string(i) + (one_token_each ? "" : " (with a prompt)");
+        EXPECT_EQ(together[i].position(), alone[i].position()) << what;
+        if (one_token_each)
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << what << ": not bit for bit";
+        else
+          testing::expect_all_close(got, want, 2e-5, what);
+      }
     }
   }
 }
 
-// Decoding with bf16 weights computes what the model saved as a bf16 checkpoint and loaded computes: the
-// same values, with the prompt's matmuls (more than kGemvRows rows) on bf16-rounded inputs as in bf16 mixed
-// precision, and each decoded token's in fp32. Agreement to fp32 rounding, and a visible difference from fp32.
+// Two threads generate on one model at once, each through its own sessions: every thread gets the tokens its
+// prompt gets alone, greedy and sampled (several rounds, so that a race has chances to show).
+TEST(Sessions, TwoThreadsOnOneModelGiveTheTokensOfEachAlone) {
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
+  const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
+  for (const std::string name : {"llama", "t5"}) {
+    const Model model = load_model(testing::kModels / name);
+    const std::optional<int32_t> start = name == "t5" ? std::optional<int32_t>(1) : std::nullopt;
+    const std::vector<std::vector<int32_t>> prompts = {{5, 2, 1, 7}, {9, 3}};
+    for (const SamplingOptions sampling : {SamplingOptions{.greedy = true}, SamplingOptions{.temperature = 1.5, .seed = 4}}) {
+      const GenerateOptions options{.max_new_tokens = 10, .sampling = sampling, .decoder_start = start};
+      std::vector<std::vector<int32_t>> alone;
+      for (const auto& p : prompts) alone.push_back(generate(model, tok, p, options).ids);
+      for (int round = 0; round < 5; ++round) {
+        std::vector<std::vector<int32_t>> threaded(prompts.size());
+        std::vector<std::thread> threads;
+        for (size_t i = 0; i < prompts.size(); ++i)
+          threads.emplace_back([&, i] { threaded[i] = generate(model, tok, prompts[i], options).ids; });
+        for (auto& t : threads) t.join();
+        for (size_t i = 0; i < prompts.size(); ++i)
+          EXPECT_EQ(threaded[i], alone[i]) << name << " prompt " << i << " round " << round
+                                           << (sampling.greedy ? " greedy" : " sampled");
+      }
+    }
+  }
+}
+
+// A copied or assigned session continues from the same point on its own; steps check every session before
+// changing any, and name the one at fault.
+TEST(Sessions, CopiesContinueAloneAndBadStepsChangeNothing) {
+  const Model model = load_model(testing::kModels / "gpt");
+  const Model other = load_model(testing::kModels / "llama");
+  Session a(model, {.max_T = 8});
+  a.step(std::vector<int32_t>{5, 2, 1});
+  Session b = a;  // a fork
+  const std::vector<float> a4 = copy(a.step(std::vector<int32_t>{7}));
+  const std::vector<float> b4 = copy(b.step(std::vector<int32_t>{7}));
+  EXPECT_EQ(a4, b4);
+  b.step(std::vector<int32_t>{9});  // b moves on; a is untouched
+  EXPECT_EQ(a.position(), 4);
+  EXPECT_EQ(b.position(), 5);
+  Session c(model, {.max_T = 8});
+  c.assign(a);
+  EXPECT_EQ(copy(c.step(std::vector<int32_t>{3})), copy(a.step(std::vector<int32_t>{3})));
+
+  Session d(model, {.max_T = 8});
+  expect_error_mentions<Error>([&] { step({&a, &d}, {{1}, {2, 999999}}); }, {"session 1", "999999", "vocabulary"});
+  expect_error_mentions<Error>([&] { step({&a, &d}, {{1}, {}}); }, {"session 1", "no tokens"});
+  expect_error_mentions<Error>([&] { step({&a, &a}, {{1}, {1}}); }, {"session 1", "session 0"});
+  expect_error_mentions<Error>([&] { step({&a, &d}, {{1, 2, 3, 4}, {1}}); }, {"session 0", "do not fit", "8"});
+  Session e(other, {.max_T = 8});
+  expect_error_mentions<Error>([&] { step({&a, &e}, {{1}, {1}}); }, {"session 1", "another model"});
+  EXPECT_EQ(a.position(), 5);  // none of the failed steps moved anything
+  EXPECT_EQ(d.position(), 0);
+  expect_error_mentions<Error>([&] { Session(model, {.max_T = 100000}); }, {"max_T", "100000"});
+  expect_error_mentions<Error>([&] { c.assign(Session(model, {.max_T = 4})); }, {"same model, capacity"});
+}
+
+// Decoding with bf16 weights computes with what the model saved as a bf16 checkpoint and loaded holds: the
+// same values bit for bit, so the same logits; the prompt's matmuls (more than kGemvRows rows) take bf16-rounded
+// inputs as in bf16 mixed precision, each decoded token's stay fp32. A visible difference from fp32.
 TEST(Decoding, Bf16WeightsEqualTheBf16Checkpoint) {
   Model model = load_model(testing::kModels / "llama");
   const auto dir = std::filesystem::temp_directory_path() / "attend_test_bf16_decode";
@@ -298,41 +393,38 @@ TEST(Decoding, Bf16WeightsEqualTheBf16Checkpoint) {
   std::filesystem::remove_all(dir);
   const std::vector<int32_t> prompt = {5, 2, 1, 7, 3};
   ASSERT_GT(static_cast<int64_t>(prompt.size()), kernels::kGemvRows);  // the prompt takes the GEMM path
-  auto decode_all = [&](Model& m, Precision prompt_precision) {
-    m.set_precision(prompt_precision);
-    m.start_decoding(1, 8);
-    std::vector<float> out;
-    const Tensor* logits = &m.decode(prompt, 5);
-    m.set_precision(Precision::F32);
+  auto decode_all = [&](const Model& m) {
+    Session session(m, {.max_T = 8});
+    std::vector<float> out = copy(session.step(prompt));
     for (int32_t next : {4, 9, 1}) {
-      out.insert(out.end(), logits->span().begin(), logits->span().end());
-      logits = &m.decode({next}, 1);
+      const int32_t one[] = {next};
+      const std::span<const float> logits = session.step(one);
+      out.insert(out.end(), logits.begin(), logits.end());
     }
     return out;
   };
-  const std::vector<float> fp32 = decode_all(model, Precision::F32);
+  const std::vector<float> fp32 = decode_all(model);
   model.set_decode_weights(WeightType::BF16);
-  const std::vector<float> bf16 = decode_all(model, Precision::F32);
-  // After the prompt: the prompt's keys and values came from bf16 matmuls in both. (The prompt's own logits
-  // differ: mixed precision also rounds the input of the one-row LM head, which decoding does not.)
-  const int64_t V = model.config().vocab_size;
-  const auto after_prompt = [&](const std::vector<float>& logits) { return std::vector<float>(logits.begin() + V, logits.end()); };
-  testing::expect_all_close(after_prompt(bf16), after_prompt(decode_all(rounded, Precision::BF16)), 2e-5,
-                            "bf16 decode against the rounded model");
+  const std::vector<float> bf16 = decode_all(model);
+  // The values are the checkpoint's, bit for bit; so bf16 decoding of either model is the same function.
+  for (const Parameter* p : model.parameters()) {
+    const Parameter* q = rounded.find(p->name);
+    ASSERT_EQ(0, std::memcmp(p->value.data(), q->value.data(), p->numel() * sizeof(float))) << p->name;
+  }
+  rounded.set_decode_weights(WeightType::BF16);
+  EXPECT_EQ(decode_all(rounded), bf16);
+  rounded.set_decode_weights(WeightType::F32);  // the rounded values without the packed copies
+  const std::vector<float> rounded_fp32 = decode_all(rounded);
   double largest = 0.0, from_rounding_inputs = 0.0;
-  const std::vector<float> rounded_fp32_prompt = decode_all(rounded, Precision::F32);
   for (size_t i = 0; i < fp32.size(); ++i) {
     largest = std::max(largest, double(std::abs(fp32[i] - bf16[i])));
-    from_rounding_inputs = std::max(from_rounding_inputs, double(std::abs(rounded_fp32_prompt[i] - bf16[i])));
+    from_rounding_inputs = std::max(from_rounding_inputs, double(std::abs(rounded_fp32[i] - bf16[i])));
   }
   EXPECT_GT(largest, 1e-4);  // bf16 keeps 8 bits of mantissa: it is not the fp32 model
   EXPECT_LT(largest, 0.2);
-  EXPECT_GT(from_rounding_inputs, 1e-5);  // the prompt's inputs were rounded
-  EXPECT_LT(from_rounding_inputs, 0.2);
-  // Without the packed copies the (rounded) values give the same function.
-  model.set_decode_weights(WeightType::F32);
-  testing::expect_all_close(after_prompt(decode_all(model, Precision::BF16)), after_prompt(bf16), 2e-5,
-                            "fp32 decode of the rounded weights");
+  // The same rounded weights in fp32 differ only where the prompt's matmuls rounded their inputs to bf16.
+  EXPECT_GT(from_rounding_inputs, 1e-5);
+  EXPECT_LT(from_rounding_inputs, 0.05);
 }
 
 // ---- Hugging Face GPT-2 checkpoints ---------------------------------------------------------------

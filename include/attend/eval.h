@@ -55,7 +55,7 @@ struct EvalResult {
 // Scores every token of `tokens` after the first, each predicted with as much context as the window
 // allows: windows of max_seq_len tokens, `stride` apart; each scores only the tokens earlier windows
 // did not. Decoder-only models.
-EvalResult evaluate_lm(Model& model, const std::vector<int32_t>& tokens, const EvalOptions& options = {});
+EvalResult evaluate_lm(const Model& model, const std::vector<int32_t>& tokens, const EvalOptions& options = {});
 
 // ---- Task metrics ----------------------------------------------------------------------------------
 
@@ -99,7 +99,7 @@ struct ClassifierEvaluation {
 
 // An encoder's classification head on examples: sources[i] (token ids, cut to the model's context) has class
 // labels[i], an id into `classes` (the classes' names, as many as the model's n_classes).
-ClassifierEvaluation evaluate_classifier(Model& model, const std::vector<std::vector<int32_t>>& sources,
+ClassifierEvaluation evaluate_classifier(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                          std::span<const int32_t> labels, std::span<const std::string> classes,
                                          const ClassifierEvalOptions& options = {});
 

@@ -1,6 +1,7 @@
-// Text generation with a decoder-only model through its KV cache (001 §10, §12): greedy decoding,
-// temperature, top-k and top-p (nucleus) sampling and their combinations, stopping at EOS, at a stop
-// string or at a token budget. Reproducible with a seed.
+// Text generation through sessions (attend/session.h; 001 §10, §12): greedy decoding, temperature, top-k
+// and top-p (nucleus) sampling and their combinations, stopping at EOS, at a stop string or at a token
+// budget, and beam search. Reproducible with a seed. The model is only read: several generations may run
+// on one model from several threads.
 #pragma once
 
 #include <attend/model.h>
@@ -39,6 +40,7 @@ struct GenerateOptions {
   std::optional<int32_t> eos;          // stop after generating this token (it is not returned)
   std::vector<std::string> stop;       // stop once the generated text contains one of these (cut off)
   std::optional<int32_t> decoder_start;  // encoder-decoder models: the decoder's first token (BOS)
+  CacheType cache = CacheType::F32;      // the sessions' KV cache storage
 };
 
 struct Generation {
@@ -48,17 +50,18 @@ struct Generation {
   double prompt_seconds = 0.0, generate_seconds = 0.0;
 };
 
-// Generates after each of several prompts of any lengths in one batch (left-padded for decoder-only models,
-// right-padded sources for encoder-decoder models); each result equals generating from its prompt alone.
-// on_token receives (sequence, token) as tokens are made; returning false ends that sequence.
-std::vector<Generation> generate_batch(Model& model, const Tokenizer& tokenizer,
+// Generates after each of several prompts of any lengths: one session per prompt, all stepped together (the
+// prompts in one forward, then one forward per generated token over the sequences still open); each result
+// equals generating from its prompt alone, and each prompt's budget is what its own length leaves. on_token
+// receives (sequence, token) as tokens are made; returning false ends that sequence.
+std::vector<Generation> generate_batch(const Model& model, const Tokenizer& tokenizer,
                                        const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                                        const std::function<bool(int64_t, int32_t)>& on_token = {});
 
 // Generates after `prompt` (at least one token): a decoder-only model continues it; an encoder-decoder model
 // reads it as the source and generates from decoder_start. on_token, when given, receives each token as it
 // is made (return false to stop). A prompt that leaves no room in the context is an error.
-Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+Generation generate(const Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token = {});
 
 struct BeamOptions {
@@ -67,6 +70,7 @@ struct BeamOptions {
   bool early_stopping = true;   // stop once `width` beams have finished
   int64_t n_best = 1;           // hypotheses returned, best first (at most width)
   std::optional<int32_t> decoder_start;  // encoder-decoder models: the decoder's first token (BOS)
+  CacheType cache = CacheType::F32;      // the beams' KV cache storage
 };
 
 struct Hypothesis {
@@ -78,8 +82,10 @@ struct Hypothesis {
 
 // Beam search (001 §12): keeps the `width` most likely prefixes, extends each by every token, and keeps
 // the best `width` of the extensions; beams that produce EOS are set aside as finished hypotheses. Width 1
-// is greedy decoding. Encoder-decoder models read `prompt` as the source. Returns the n-best list, best first.
-std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+// is greedy decoding. Encoder-decoder models read `prompt` as the source. Each beam is a session; the
+// survivors of a step continue from their source beams' sessions and step together. Returns the n-best list,
+// best first.
+std::vector<Hypothesis> beam_search(const Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                                     std::optional<int32_t> eos, const BeamOptions& options);
 
 }  // namespace attend

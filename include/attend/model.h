@@ -2,8 +2,14 @@
 //
 //   auto model = attend::load_model("runs/brown-gpt");          // attend/model_dir.h
 //   attend::Batch batch = ...;                                   // ids, lengths, targets
-//   auto result = model.forward(batch, {.training = true});     // logits and loss
-//   model.backward();                                            // adds ∂loss/∂θ into every grad
+//   attend::ForwardState state;                                  // what the forward keeps for backward
+//   auto result = model.forward(batch, state, {.training = true});  // logits and loss
+//   model.backward(state);                                       // adds ∂loss/∂θ into every grad
+//
+// A Model holds weights only. Forwards keep their activations in a ForwardState the caller owns, and
+// generation runs in Sessions (attend/session.h) that own their KV caches, so one model serves many at once:
+// running it (forward, sessions) takes it as const; only backward (into the gradients), the optimiser (through
+// parameter_buffer) and loading write it.
 //
 // The configuration's fields, the tensor names of model.safetensors and what the model computes are
 // documented in docs/FORMATS.md ("The model directory"); this header is the code's side of that page.
@@ -157,6 +163,27 @@ struct ParameterCount {
   int64_t total() const { return embeddings + attention + ffn + norms + heads; }
 };
 
+// What one forward keeps for its backward, and its logits. The trainer owns one per micro-batch; evaluation
+// owns one made with for_backward = false, which keeps the logits only (no activations, no backward; the
+// matmuls then run in fp32 whatever the training precision).
+class ForwardState {
+ public:
+  explicit ForwardState(bool for_backward = true);
+  ~ForwardState();
+  ForwardState(ForwardState&&) noexcept;
+  ForwardState& operator=(ForwardState&&) noexcept;
+
+  // The forward's logits: (B, T, V) for decoders, (rows with a target, V) for the MLM head, (B, n_classes)
+  // for classification.
+  const Tensor& logits() const;
+
+  struct Impl;  // src/nn/transformer.h
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  friend class Model;
+};
+
 class Model {
  public:
   // A freshly initialised model (config.init, config.seed).
@@ -189,15 +216,21 @@ class Model {
   // and so is a source that shares no parameter with this model.
   std::vector<std::string> copy_parameters_from(const Model& source);
 
-  // Runs the model on the batch; computes the loss when the batch has targets or labels. Errors name the
-  // batch field at fault (ids out of range, lengths, shapes, a sequence longer than max_seq_len).
-  ForwardResult forward(const Batch& batch, const RunOptions& options = {});
-  // Adds scale × the gradient of the last forward's loss into every parameter's grad. Gradient accumulation
+  // Runs the model on the batch into `state` (what backward needs, and the logits); computes the loss when the
+  // batch has targets or labels. Errors name the batch field at fault (ids out of range, lengths, shapes, a
+  // sequence longer than max_seq_len). Const: many forwards may run at once, each with its own state (with
+  // mixed precision on, only one at a time: the weights' rounded copies are remade per forward).
+  ForwardResult forward(const Batch& batch, ForwardState& state, const RunOptions& options = {}) const;
+  // Adds scale × the gradient of that forward's loss into every parameter's grad. Gradient accumulation
   // weights each micro-batch by its share of the targets; fp16 training multiplies by the loss scale.
+  void backward(const ForwardState& state, double scale = 1.0);
+  // Tokens each expert took in that forward, per MoE block.
+  std::vector<MoEStats> moe_stats(const ForwardState& state) const;
+
+  // The same with the model's own state, for one forward at a time (tests, worked examples).
+  ForwardResult forward(const Batch& batch, const RunOptions& options = {});
   void backward(double scale = 1.0);
-  // The last forward's logits: (B, T, V) for decoders, (rows with a target, V) for the MLM head,
-  // (B, n_classes) for classification.
-  const Tensor& logits() const;
+  const Tensor& logits() const;  // of the last forward(batch)
   std::vector<MoEStats> moe_stats() const;
 
   // Mixed precision (003 §13.2): every matmul rounds its weight and input (and in backward its output
@@ -207,31 +240,14 @@ class Model {
   void set_precision(Precision precision);
   Precision precision() const;
 
-  // Generation through the KV cache (001 §10), decoder-only models. start_decoding preallocates the
-  // cache for `batch` sequences of up to max_T positions (at most max_seq_len); each decode call runs
-  // ids (batch, T_new) at the next positions, appends their keys and values, and returns the logits of the
-  // last position of each sequence (batch, V). Errors name what does not fit.
-  // left_pad[b] (optional) is the number of pad tokens in front of sequence b's prompt: they are masked as
-  // keys, and absolute positions count from the first real token, so each sequence decodes as it would alone.
-  void start_decoding(int64_t batch, int64_t max_T, std::vector<int32_t> left_pad = {});
-  // Encoder-decoder models: runs the encoder once on source's src_ids/src_lengths (B sequences) and caches
-  // every decoder block's cross-attention keys and values; decode then extends the B decoder sequences.
-  void start_decoding(const Batch& source, int64_t max_T);
-  const Tensor& decode(const std::vector<int32_t>& ids, int64_t T_new);
-  int64_t decoded_positions() const;
   // BF16: every weight is rounded to bf16, the model a bf16 checkpoint holds, and the multiplied matrices
   // are kept packed so that decoding reads half the bytes per token. F32 drops the packed copies; the
-  // rounding stays.
+  // rounding stays. Call it before sessions start.
   void set_decode_weights(WeightType weights);
-  // The storage of the KV caches that later start_decoding calls allocate (F32 unless set).
-  void set_cache_type(CacheType type);
-  CacheType cache_type() const;
-  // Beam search: sequence b of the cache continues from sequence source[b].
-  void reorder_decoding(const std::vector<int64_t>& source);
-
   struct Impl;  // the network (src/nn/transformer.h)
 
  private:
+  friend class Session;  // runs the network through its own KV cache (attend/session.h)
   struct Uninitialized {};
   Model(const ModelConfig& config, Uninitialized);  // zero weights (norm gains 1)
 

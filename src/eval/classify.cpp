@@ -34,7 +34,7 @@ Predictions predict(const std::vector<float>& logits, std::span<const int32_t> t
 
 }  // namespace
 
-ClassifierEvaluation evaluate_classifier(Model& model, const std::vector<std::vector<int32_t>>& sources,
+ClassifierEvaluation evaluate_classifier(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                          std::span<const int32_t> labels, std::span<const std::string> classes,
                                          const ClassifierEvalOptions& options) {
   const ModelConfig& c = model.config();
@@ -61,6 +61,7 @@ ClassifierEvaluation evaluate_classifier(Model& model, const std::vector<std::ve
   // Batches of consecutive examples, padded on the right; a source is cut to the model's context, and an empty
   // one is a single pad token (as in training).
   std::vector<float> logits;
+  ForwardState state(/*for_backward=*/false);
   logits.reserve(static_cast<size_t>(n * K));
   for (int64_t at = 0; at < n; at += options.batch_size) {
     Batch b;
@@ -76,8 +77,8 @@ ClassifierEvaluation evaluate_classifier(Model& model, const std::vector<std::ve
       b.lengths.push_back(static_cast<int32_t>(length(at + k)));
       b.labels.push_back(labels[at + k]);
     }
-    model.forward(b);
-    logits.insert(logits.end(), model.logits().span().begin(), model.logits().span().end());
+    model.forward(b, state);
+    logits.insert(logits.end(), state.logits().span().begin(), state.logits().span().end());
   }
 
   const Predictions all = predict(logits, labels, 0, n, K, 1.0);

@@ -13,17 +13,18 @@ namespace {
 // window never starts after the last scored token, so the next one always has a position to predict it
 // from (a stride of W would otherwise skip the first token of every window).
 template <typename F>
-void for_each_prediction(Model& model, const std::vector<int32_t>& tokens, int64_t stride, F&& on_row) {
+void for_each_prediction(const Model& model, const std::vector<int32_t>& tokens, int64_t stride, F&& on_row) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t W = model.config().max_seq_len, V = model.config().vocab_size;
   int64_t scored = 0;  // tokens [1, scored] have been scored
+  ForwardState state(/*for_backward=*/false);
   for (int64_t b = 0;; b = std::min(b + stride, scored)) {
     const int64_t e = std::min(b + W, n);
     Batch batch;
     batch.B = 1, batch.T = e - b;
     batch.ids.assign(tokens.begin() + b, tokens.begin() + e);
-    model.forward(batch);
-    const float* logits = model.logits().data();
+    model.forward(batch, state);
+    const float* logits = state.logits().data();
     for (int64_t i = 0; b + i + 1 < e; ++i)
       if (b + i + 1 > scored) on_row(b + i + 1, logits + i * V);
     scored = e - 1;
@@ -61,7 +62,7 @@ double mean_loss(const std::vector<Prediction>& p) {
 
 }  // namespace
 
-EvalResult evaluate_lm(Model& model, const std::vector<int32_t>& tokens, const EvalOptions& o) {
+EvalResult evaluate_lm(const Model& model, const std::vector<int32_t>& tokens, const EvalOptions& o) {
   const ModelConfig& c = model.config();
   check(c.architecture == Architecture::Decoder, "eval: next-token evaluation needs a decoder model, this one is {}",
         architecture_name(c.architecture));

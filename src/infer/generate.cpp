@@ -1,6 +1,7 @@
 #include <attend/error.h>
 #include <attend/generate.h>
 #include <attend/rng.h>
+#include <attend/session.h>
 #include <attend/tokenizer.h>
 
 #include <algorithm>
@@ -65,73 +66,66 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, d
 
 namespace {
 
-// How decoding begins for a batch of prompts. A decoder-only model runs them into its cache in one call,
-// left-padded to the longest (the pads are masked and positions count from each first real token); an
-// encoder-decoder model encodes them as right-padded sources and runs the decoder's start token. Returns the
-// logits after the opening; *budget becomes the new tokens the context leaves room for (at most `wanted`).
-const Tensor& open_decoding(Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                            std::optional<int32_t> decoder_start, int64_t wanted, int64_t* budget, const char* who) {
-  const int64_t context = model.config().max_seq_len, B = static_cast<int64_t>(prompts.size());
-  check(B >= 1, "{}: no prompts", who);
-  int64_t P = 0;
-  for (const auto& p : prompts) {
-    check(!p.empty(), "{}: the prompt has no tokens", who);
-    P = std::max<int64_t>(P, static_cast<int64_t>(p.size()));
-  }
+// How decoding begins for one prompt: a decoder-only model's session runs the prompt; an encoder-decoder
+// model's encodes it as the source and runs the decoder's start token. Returns the session (not yet stepped)
+// and, in *first, the tokens its first step runs; *budget becomes the new tokens the context leaves room for
+// (at most `wanted`).
+Session open_session(const Model& model, const std::vector<int32_t>& prompt, std::optional<int32_t> decoder_start,
+                     int64_t wanted, CacheType cache, int64_t* budget, std::vector<int32_t>* first, const char* who) {
+  const int64_t context = model.config().max_seq_len, P = static_cast<int64_t>(prompt.size());
+  check(P >= 1, "{}: the prompt has no tokens", who);
   check(wanted >= 1, "{}: max_new_tokens must be at least 1, got {}", who, wanted);
   if (model.config().architecture == Architecture::EncoderDecoder) {
     check(decoder_start.has_value(), "{}: an encoder-decoder model needs the decoder's start token (BOS)", who);
     check(P <= context, "{}: the source has {} tokens, more than the model's context of {}", who, P, context);
     *budget = std::min<int64_t>(wanted, context - 1);
-    Batch source;
-    source.B = B, source.src_T = P;
-    for (const auto& p : prompts) {
-      source.src_ids.insert(source.src_ids.end(), p.begin(), p.end());
-      source.src_ids.resize(source.src_ids.size() + (P - static_cast<int64_t>(p.size())), 0);
-      source.src_lengths.push_back(static_cast<int32_t>(p.size()));
-    }
-    model.start_decoding(source, 1 + *budget);
-    return model.decode(std::vector<int32_t>(B, *decoder_start), 1);
+    *first = {*decoder_start};
+    return Session(model, prompt, {.max_T = 1 + *budget, .cache = cache});
   }
   check(P < context, "{}: the prompt has {} tokens, which leaves no room in the model's context of {}", who, P, context);
   *budget = std::min<int64_t>(wanted, context - P);
-  std::vector<int32_t> ids, pads;
-  bool padded = false;
-  for (const auto& p : prompts) {
-    const auto pad = static_cast<int32_t>(P - static_cast<int64_t>(p.size()));
-    pads.push_back(pad);
-    padded |= pad > 0;
-    ids.resize(ids.size() + pad, 0);
-    ids.insert(ids.end(), p.begin(), p.end());
-  }
-  model.start_decoding(B, P + *budget, padded ? pads : std::vector<int32_t>{});
-  return model.decode(ids, P);
+  *first = prompt;
+  return Session(model, {.max_T = P + *budget, .cache = cache});
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
 
-std::vector<Generation> generate_batch(Model& model, const Tokenizer& tokenizer,
+std::vector<Generation> generate_batch(const Model& model, const Tokenizer& tokenizer,
                                        const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                                        const std::function<bool(int64_t, int32_t)>& on_token) {
   options.sampling.validate();
   const auto B = static_cast<int64_t>(prompts.size());
+  check(B >= 1, "generate: no prompts");
   std::vector<Generation> out(B);
-  for (Generation& g : out) g.stopped_by = "length";
-  int64_t budget = 0;
+  std::vector<Session> sessions;
+  std::vector<int64_t> budgets(B);
+  std::vector<std::vector<int32_t>> first(B);
+  for (int64_t b = 0; b < B; ++b)
+    sessions.push_back(open_session(model, prompts[b], options.decoder_start, options.max_new_tokens, options.cache,
+                                    &budgets[b], &first[b], "generate"));
+  std::vector<Session*> all;
+  for (Session& s : sessions) all.push_back(&s);
   auto start = std::chrono::steady_clock::now();
-  const Tensor* logits = &open_decoding(model, prompts, options.decoder_start, options.max_new_tokens, &budget, "generate");
-  const double prompt_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  step(all, first);  // every prompt in one forward
+  const double prompt_seconds = seconds_since(start);
   start = std::chrono::steady_clock::now();
+
   // Each sequence draws from its own stream of the seed: a prompt samples the same tokens alone or in a batch.
   std::vector<Rng> rngs(B, Rng(options.sampling.seed));
   std::vector<bool> open(B, true);
   const int64_t V = model.config().vocab_size;
-  for (int64_t n = 0; n < budget; ++n) {
-    std::vector<int32_t> next(B, 0);  // finished sequences are fed a placeholder and ignored
+  for (Generation& g : out) g.stopped_by = "length";
+  while (true) {
+    std::vector<Session*> running;
+    std::vector<std::vector<int32_t>> next;
     for (int64_t b = 0; b < B; ++b) {
       if (!open[b]) continue;
       Generation& g = out[b];
-      const int32_t token = sample_token(logits->data() + b * V, V, options.sampling, rngs[b].uniform_double());
+      const int32_t token = sample_token(sessions[b].logits().data(), V, options.sampling, rngs[b].uniform_double());
       if (options.eos && token == *options.eos) {
         g.stopped_by = "eos", open[b] = false;
         continue;
@@ -144,24 +138,27 @@ std::vector<Generation> generate_batch(Model& model, const Tokenizer& tokenizer,
           g.stopped_by = "stop", open[b] = false;
         }
       if (open[b] && on_token && !on_token(b, token)) open[b] = false;
-      next[b] = token;
+      if (open[b] && static_cast<int64_t>(g.ids.size()) == budgets[b]) open[b] = false;  // "length"
+      if (!open[b]) continue;
+      running.push_back(&sessions[b]);
+      next.push_back({token});
     }
-    if (std::none_of(open.begin(), open.end(), [](bool o) { return o; }) || n + 1 == budget) break;
-    logits = &model.decode(next, 1);
+    if (running.empty()) break;
+    step(running, next);  // the sequences still open, each at its own position
   }
-  const double generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double generate_seconds = seconds_since(start);
   for (Generation& g : out) g.prompt_seconds = prompt_seconds, g.generate_seconds = generate_seconds;
   return out;
 }
 
-Generation generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+Generation generate(const Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token) {
   std::function<bool(int64_t, int32_t)> each;
   if (on_token) each = [&](int64_t, int32_t token) { return on_token(token); };
   return generate_batch(model, tokenizer, {prompt}, options, each)[0];
 }
 
-std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+std::vector<Hypothesis> beam_search(const Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                                     std::optional<int32_t> eos, const BeamOptions& o) {
   const int64_t V = model.config().vocab_size, W = o.width;
   check(W >= 1, "beam search: width must be at least 1, got {}", W);
@@ -170,15 +167,18 @@ std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& pr
     return log_prob / std::pow(static_cast<double>(std::max<int64_t>(length, 1)), o.length_penalty);
   };
 
-  // Every beam starts from the prompt; only beam 0 is extended at the first step (the others are copies).
+  // The prompt runs once; every beam starts as a copy of its session, and only beam 0 is extended at the
+  // first step. `spare` holds the sessions the next step's beams are copied into.
   int64_t budget = 0;
-  const Tensor* logits = &open_decoding(model, std::vector<std::vector<int32_t>>(W, prompt), o.decoder_start,
-                                        max_new_tokens, &budget, "beam search");
+  std::vector<int32_t> first;
+  Session opened = open_session(model, prompt, o.decoder_start, max_new_tokens, o.cache, &budget, &first, "beam search");
+  opened.step(first);
+  std::vector<Session> sessions(W, opened), spare(W, opened);
   std::vector<Hypothesis> beams(W), finished;
   std::vector<double> beam_score(W, -INFINITY);
   beam_score[0] = 0.0;
 
-  for (int64_t step = 0; step < budget; ++step) {
+  for (int64_t step_index = 0; step_index < budget; ++step_index) {
     // Candidates (beam, token, log prob): log_softmax of each beam's logits added to its score.
     struct Candidate {
       double log_prob;
@@ -188,7 +188,7 @@ std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& pr
     std::vector<Candidate> candidates;
     for (int64_t b = 0; b < W; ++b) {
       if (beam_score[b] == -INFINITY) continue;
-      const float* z = logits->data() + b * V;
+      const float* z = sessions[b].logits().data();
       const double top = *std::max_element(z, z + V);
       double sum = 0.0;
       for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - top);
@@ -219,18 +219,22 @@ std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& pr
     }
     if (o.early_stopping && static_cast<int64_t>(finished.size()) >= W) break;
     if (next.empty()) break;
+    // Fewer survivors than beams (everything else ended): the rest score −∞ and are not run.
     const auto survivors = static_cast<int64_t>(next.size());
-    // Fewer survivors than beams (everything else ended): pad with copies of the last, scored −∞.
-    while (static_cast<int64_t>(next.size()) < W) {
-      next.push_back(next.back());
-      source.push_back(source.back());
-      tokens.push_back(tokens.back());
-    }
+    next.resize(W);
     beams = std::move(next);
     for (int64_t b = 0; b < W; ++b) beam_score[b] = b < survivors ? beams[b].log_prob : -INFINITY;
-    if (step + 1 == budget) break;
-    model.reorder_decoding(source);
-    logits = &model.decode(tokens, 1);
+    if (step_index + 1 == budget) break;
+    // Beam b continues from the session of its source beam, then every survivor steps in one forward.
+    std::vector<Session*> running;
+    std::vector<std::vector<int32_t>> next_tokens;
+    for (int64_t b = 0; b < survivors; ++b) {
+      spare[b].assign(sessions[source[b]]);
+      running.push_back(&spare[b]);
+      next_tokens.push_back({tokens[b]});
+    }
+    std::swap(sessions, spare);
+    step(running, next_tokens);
   }
   // Beams still open at the budget compete with the finished ones.
   for (int64_t b = 0; b < W; ++b)
@@ -240,7 +244,7 @@ std::vector<Hypothesis> beam_search(Model& model, const std::vector<int32_t>& pr
       finished.push_back(std::move(h));
     }
   std::stable_sort(finished.begin(), finished.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
-  // The same token sequence can appear twice (open and padded copies): keep the first.
+  // The same token sequence can appear twice: keep the first.
   std::vector<Hypothesis> out;
   for (auto& h : finished) {
     bool seen = false;

@@ -100,37 +100,60 @@ std::vector<Parameter*> MultiHeadAttention::parameters() {
   return all;
 }
 
-kernels::AttentionParams<float> MultiHeadAttention::kernel_params() const {
+kernels::AttentionParams<float> MultiHeadAttention::kernel_params(int64_t B, int64_t Tq, int64_t Tk, int64_t position,
+                                                                  const int32_t* key_lengths,
+                                                                  const uint8_t* mask) const {
   const auto& c = config_;
-  const auto& s = saved_;
   kernels::AttentionParams<float> p;
-  p.B = s.B, p.Tq = s.Tq, p.Tk = s.Tk, p.n_heads = c.n_heads, p.n_kv_heads = c.kv_heads(), p.d_head = c.d_head();
+  p.B = B, p.Tq = Tq, p.Tk = Tk, p.n_heads = c.n_heads, p.n_kv_heads = c.kv_heads(), p.d_head = c.d_head();
   p.scale = c.scale > 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
   p.causal = c.causal && !c.cross;
-  p.q_offset = c.cross ? 0 : s.position;
-  p.key_lengths = s.key_lengths, p.mask = s.mask;
+  p.q_offset = c.cross ? 0 : position;
+  p.key_lengths = key_lengths, p.mask = mask;
   p.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
   p.t5_table = data_or_null(t5_table_);
   p.t5_num_buckets = c.t5_num_buckets, p.t5_max_distance = c.t5_max_distance, p.t5_bidirectional = !p.causal;
-  p.dropout = s.dropout, p.dropout_seed = s.dropout_seed, p.dropout_offset = s.dropout_offset;
   return p;
 }
 
-Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const AttentionCall& call) {
+namespace {
+
+// Runs the configured kernel over fp32 keys and values (the tiled one for longer inputs); stats gets flash's
+// log-sum-exp or the reference's probabilities, which backward reads.
+void attention_kernel(AttentionKernel kernel, float* out, Tensor& stats, const float* q, const float* keys,
+                      const float* values, const kernels::AttentionParams<float>& p) {
+  const int threads = kernels::num_threads();
+  switch (kernel) {
+    case AttentionKernel::Flash: {
+      stats = Tensor({p.B, p.n_heads, p.Tq});
+      std::vector<float> workspace(kernels::flash_attention_workspace_size(p, threads));
+      kernels::flash_attention_forward(out, stats.data(), q, keys, values, p, workspace.data());
+      break;
+    }
+    case AttentionKernel::Reference:
+      stats = Tensor({p.B, p.n_heads, p.Tq, p.Tk});
+      kernels::attention_reference_forward(out, stats.data(), q, keys, values, p);
+      break;
+    case AttentionKernel::Linear: {
+      std::vector<float> workspace(kernels::linear_attention_workspace_size(p, threads));
+      kernels::linear_attention_forward(out, q, keys, values, p, workspace.data());
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const AttentionCall& call,
+                                   Saved* saved) const {
   const auto& c = config_;
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   check(x.rank() == 3 && x.size(2) == C, "attention '{}': input has shape {}, expected [batch, time, {}]", name_,
         x.shape(), C);
   const int64_t B = x.size(0), Tq = x.size(1);
   int64_t Tk = Tq;
-  const bool cached_context = c.cross && context == nullptr;
-  if (cached_context) {
-    check(context_k_.numel() > 0,
-          "attention '{}': cross-attention needs a context (the encoder output), or cache_context() first", name_);
-    check(context_k_.size(0) == B, "attention '{}': the cached context holds batch {}, the queries batch {}", name_,
-          context_k_.size(0), B);
-    Tk = context_k_.size(1);
-  } else if (c.cross) {
+  if (c.cross) {
+    check(context != nullptr, "attention '{}': cross-attention needs a context (the encoder output)", name_);
     check(context->rank() == 3 && context->size(0) == B && context->size(2) == C,
           "attention '{}': queries have shape {} and context has shape {}, expected context [{}, time, {}]", name_,
           x.shape(), context->shape(), B, C);
@@ -139,18 +162,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
     check(context == nullptr, "attention '{}': self-attention takes no context", name_);
   }
   check(call.position >= 0, "attention '{}': position must be non-negative, got {}", name_, call.position);
-  if (call.cache != nullptr) {
-    const auto& cc = call.cache->config();
-    check(!c.cross && c.kernel != AttentionKernel::Linear,
-          "attention '{}': the KV cache serves softmax self-attention", name_);
-    check(cc.n_kv_heads == Hkv && cc.d_head == D && cc.batch == B,
-          "attention '{}': KV cache holds batch {} × {} heads × {} channels, the layer needs batch {} × {} × {}", name_,
-          cc.batch, cc.n_kv_heads, cc.d_head, B, Hkv, D);
-    Tk = call.position + Tq;
-  } else {
-    check(call.position == 0 || c.kernel != AttentionKernel::Linear,
-          "attention '{}': the linear kernel starts at position 0", name_);
-  }
+  check(call.position == 0 || c.kernel != AttentionKernel::Linear,
+        "attention '{}': the linear kernel starts at position 0", name_);
   if (call.mask != nullptr)
     check(call.mask_shape == Shape({B, Tq, Tk}), "attention '{}': mask has shape {}, expected [batch, queries, keys] = {}",
           name_, call.mask_shape, Shape({B, Tq, Tk}));
@@ -159,136 +172,179 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
       check(call.key_lengths[b] >= 0 && call.key_lengths[b] <= Tk,
             "attention '{}': key length {} of sequence {} is outside [0, {}]", name_, call.key_lengths[b], b, Tk);
   const bool dropout = call.training && c.dropout > 0.0f;
-  check(!dropout || call.rng != nullptr, "attention '{}': training with dropout needs an Rng", name_);
+  check(!dropout || (call.rng != nullptr && saved != nullptr),
+        "attention '{}': training with dropout needs an Rng and a saved state", name_);
 
-  saved_ = Saved{B, Tq, Tk, call.position, call.key_lengths, call.mask, dropout ? c.dropout : 0.0f, 0, 0,
-                 call.cache != nullptr || cached_context};
+  Saved scratch;  // evaluation: nothing is kept
+  Saved& s = saved != nullptr ? *saved : scratch;
+  s.B = B, s.Tq = Tq, s.Tk = Tk, s.position = call.position, s.key_lengths = call.key_lengths, s.mask = call.mask;
+  s.dropout = dropout ? c.dropout : 0.0f;
   if (dropout) {
-    saved_.dropout_seed = call.rng->seed();
-    saved_.dropout_offset = call.rng->reserve(static_cast<uint64_t>(B * H * Tq * Tk));
+    s.dropout_seed = call.rng->seed();
+    s.dropout_offset = call.rng->reserve(static_cast<uint64_t>(B * H * Tq * Tk));
   }
-  x_ = saved_.used_cache ? Tensor() : x.clone();  // backward's input; generation has no backward
-  const int64_t Tkv = c.cross ? Tk : Tq;  // rows projected to keys/values in this call
-  q_ = Tensor({B, Tq, H, D});
-  k_ = cached_context ? Tensor() : Tensor({B, Tkv, Hkv, D});
-  v_ = cached_context ? Tensor() : Tensor({B, Tkv, Hkv, D});
+  const bool saving = saved != nullptr;
+  if (saving) s.x = x.clone();  // backward's input
+  s.q = Tensor({B, Tq, H, D});
+  s.k = Tensor({B, Tk, Hkv, D});
+  s.v = Tensor({B, Tk, Hkv, D});
   if (!c.cross) {
     const int64_t W = (H + 2 * Hkv) * D;
     std::vector<float> qkv(B * Tq * W);
-    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), B * Tq, C, W);
-    split_columns(q_.data(), qkv.data(), B * Tq, W, 0, H * D);
-    split_columns(k_.data(), qkv.data(), B * Tq, W, H * D, Hkv * D);
-    split_columns(v_.data(), qkv.data(), B * Tq, W, (H + Hkv) * D, Hkv * D);
+    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), B * Tq, C, W,
+                   matmul_precision(w_qkv_, saving));
+    split_columns(s.q.data(), qkv.data(), B * Tq, W, 0, H * D);
+    split_columns(s.k.data(), qkv.data(), B * Tq, W, H * D, Hkv * D);
+    split_columns(s.v.data(), qkv.data(), B * Tq, W, (H + Hkv) * D, Hkv * D);
   } else {
-    linear_forward(q_.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D);
-    if (!cached_context) {
-      context_ = context->clone();
-      project_context(*context, k_, v_);
-    }
+    linear_forward(s.q.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D, matmul_precision(w_q_, saving));
+    if (saving) s.context = context->clone();
+    project_context(*context, s.k, s.v, saving);
   }
   if (c.position == PositionScheme::RoPE) {
     RopeTables rope(call.position, Tq, D, c.rope);
-    kernels::rope_forward(q_.data(), q_.data(), rope.cos.data(), rope.sin.data(), B, Tq, H, D);
-    kernels::rope_forward(k_.data(), k_.data(), rope.cos.data(), rope.sin.data(), B, Tq, Hkv, D);
+    kernels::rope_forward(s.q.data(), s.q.data(), rope.cos.data(), rope.sin.data(), B, Tq, H, D);
+    kernels::rope_forward(s.k.data(), s.k.data(), rope.cos.data(), rope.sin.data(), B, Tq, Hkv, D);
   }
 
-  kernels::AttentionParams<float> p = kernel_params();
-  attn_ = Tensor({B, Tq, H, D});
-  const float* keys = cached_context ? context_k_.data() : k_.data();
-  const float* values = cached_context ? context_v_.data() : v_.data();
-  // A generated token (one query per sequence, no backward) takes the decode kernel, which reads the KV
-  // cache as stored; longer inputs take the tiled kernel over fp32 rows.
-  const bool decode_step = (call.cache != nullptr || cached_context) && Tq == 1 && !dropout &&
-                           c.kernel == AttentionKernel::Flash;
-  if (call.cache != nullptr) {
-    call.cache->write(call.cache_layer, call.position, k_.data(), v_.data(), Tq);
-    if (!decode_step) {
-      keys = call.cache->keys(call.cache_layer, Tk);
-      values = call.cache->values(call.cache_layer, Tk);
-      p.kv_capacity = call.cache->config().max_T;
-    }
-  }
-
-  const int threads = kernels::num_threads();
-  if (decode_step && call.cache != nullptr) {
-    call.cache->attend(call.cache_layer, attn_.data(), q_.data(), p);
-  } else if (decode_step) {  // cross-attention over the cached encoder output
-    std::vector<float> workspace(kernels::decode_attention_workspace_size(p, threads));
-    kernels::decode_attention_forward(attn_.data(), q_.data(), keys, values, nullptr, nullptr, p, workspace.data());
-  } else {
-    switch (c.kernel) {
-      case AttentionKernel::Flash: {
-        stats_ = Tensor({B, H, Tq});
-        std::vector<float> workspace(kernels::flash_attention_workspace_size(p, threads));
-        kernels::flash_attention_forward(attn_.data(), stats_.data(), q_.data(), keys, values, p, workspace.data());
-        break;
-      }
-      case AttentionKernel::Reference:
-        stats_ = Tensor({B, H, Tq, Tk});
-        kernels::attention_reference_forward(attn_.data(), stats_.data(), q_.data(), keys, values, p);
-        break;
-      case AttentionKernel::Linear: {
-        std::vector<float> workspace(kernels::linear_attention_workspace_size(p, threads));
-        kernels::linear_attention_forward(attn_.data(), q_.data(), keys, values, p, workspace.data());
-        break;
-      }
-    }
-  }
+  kernels::AttentionParams<float> p = kernel_params(B, Tq, Tk, call.position, call.key_lengths, call.mask);
+  p.dropout = s.dropout, p.dropout_seed = s.dropout_seed, p.dropout_offset = s.dropout_offset;
+  s.attn = Tensor({B, Tq, H, D});
+  attention_kernel(c.kernel, s.attn.data(), s.stats, s.q.data(), s.k.data(), s.v.data(), p);
   Tensor out = Tensor::uninitialized({B, Tq, C});
-  linear_forward(out.data(), attn_.data(), w_o_, data_or_null(b_o_), B * Tq, H * D, C);
+  linear_forward(out.data(), s.attn.data(), w_o_, data_or_null(b_o_), B * Tq, H * D, C, matmul_precision(w_o_, saving));
   return out;
 }
 
+Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence> sequences, int64_t layer) const {
+  const auto& c = config_;
+  const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  const int64_t N = x.numel() / C;
+  check(x.numel() == N * C && N > 0, "attention '{}': step input has shape {}, expected [rows, {}]", name_, x.shape(), C);
+  check(c.cross || c.kernel != AttentionKernel::Linear,
+        "attention '{}': the linear kernel has no KV cache to decode with", name_);
+  int64_t rows = 0;
+  for (const CachedSequence& seq : sequences) rows += seq.rows;
+  check(rows == N, "attention '{}': the sequences hold {} rows, the step input {}", name_, rows, N);
+
+  // Projections over every row at once: the matmuls see all sessions' tokens together.
+  Tensor q({N, H, D}), k, v;
+  if (!c.cross) {
+    const int64_t W = (H + 2 * Hkv) * D;
+    std::vector<float> qkv(N * W);
+    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), N, C, W, Precision::F32);
+    k = Tensor({N, Hkv, D});
+    v = Tensor({N, Hkv, D});
+    split_columns(q.data(), qkv.data(), N, W, 0, H * D);
+    split_columns(k.data(), qkv.data(), N, W, H * D, Hkv * D);
+    split_columns(v.data(), qkv.data(), N, W, (H + Hkv) * D, Hkv * D);
+  } else {
+    linear_forward(q.data(), x.data(), w_q_, data_or_null(b_q_), N, C, H * D, Precision::F32);
+  }
+
+  // Each sequence attends on its own: to its cache (self) or to its encoder output (cross).
+  Tensor attn({N, H, D});
+  const int threads = kernels::num_threads();
+  int64_t r0 = 0;
+  for (const CachedSequence& seq : sequences) {
+    const int64_t n = seq.rows;
+    float* qs = q.data() + r0 * H * D;
+    float* out = attn.data() + r0 * H * D;
+    Tensor stats;
+    if (!c.cross) {
+      KVCache& cache = *seq.cache;
+      const auto& cc = cache.config();
+      check(cc.n_kv_heads == Hkv && cc.d_head == D && cc.batch == 1,
+            "attention '{}': a session's KV cache holds batch {} × {} heads × {} channels, the layer needs 1 × {} × {}",
+            name_, cc.batch, cc.n_kv_heads, cc.d_head, Hkv, D);
+      float* ks = k.data() + r0 * Hkv * D;
+      if (c.position == PositionScheme::RoPE) {
+        RopeTables rope(seq.position, n, D, c.rope);
+        kernels::rope_forward(qs, qs, rope.cos.data(), rope.sin.data(), 1, n, H, D);
+        kernels::rope_forward(ks, ks, rope.cos.data(), rope.sin.data(), 1, n, Hkv, D);
+      }
+      cache.write(layer, seq.position, ks, v.data() + r0 * Hkv * D, n);
+      const int64_t Tk = seq.position + n;
+      kernels::AttentionParams<float> p = kernel_params(1, n, Tk, seq.position, nullptr, nullptr);
+      if (n == 1 && c.kernel == AttentionKernel::Flash) {
+        cache.attend(layer, out, qs, p);  // a generated token reads the cache as stored
+      } else {
+        const float* keys = cache.keys(layer, Tk);
+        const float* values = cache.values(layer, Tk);
+        p.kv_capacity = cc.max_T;
+        attention_kernel(c.kernel, out, stats, qs, keys, values, p);
+      }
+    } else {
+      check(seq.context_keys != nullptr && layer < static_cast<int64_t>(seq.context_keys->size()),
+            "attention '{}': cross-attention needs the session's encoder output", name_);
+      const Tensor& keys = (*seq.context_keys)[layer];
+      const Tensor& values = (*seq.context_values)[layer];
+      const int64_t Tk = keys.size(1);
+      const kernels::AttentionParams<float> p = kernel_params(1, n, Tk, 0, nullptr, nullptr);
+      if (n == 1 && c.kernel == AttentionKernel::Flash) {
+        std::vector<float> workspace(kernels::decode_attention_workspace_size(p, threads));
+        kernels::decode_attention_forward(out, qs, keys.data(), values.data(), nullptr, nullptr, p, workspace.data());
+      } else {
+        attention_kernel(c.kernel, out, stats, qs, keys.data(), values.data(), p);
+      }
+    }
+    r0 += n;
+  }
+  Tensor y = Tensor::uninitialized({N, C});
+  linear_forward(y.data(), attn.data(), w_o_, data_or_null(b_o_), N, H * D, C, Precision::F32);
+  return y;
+}
+
 void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tensor& v) const {
+  check(config_.cross, "attention '{}': only cross-attention has a context to project", name_);
+  check(context.rank() == 3 && context.size(2) == config_.d_model,
+        "attention '{}': context has shape {}, expected [batch, time, {}]", name_, context.shape(), config_.d_model);
+  project_context(context, k, v, /*saving=*/false);
+}
+
+void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tensor& v, bool saving) const {
   const int64_t C = config_.d_model, Hkv = config_.kv_heads(), D = config_.d_head();
   const int64_t B = context.size(0), Tk = context.size(1);
   std::vector<float> kv(B * Tk * 2 * Hkv * D);
-  linear_forward(kv.data(), context.data(), w_kv_, data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D);
+  linear_forward(kv.data(), context.data(), w_kv_, data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D,
+                 matmul_precision(w_kv_, saving));
   k = Tensor({B, Tk, Hkv, D});
   v = Tensor({B, Tk, Hkv, D});
   split_columns(k.data(), kv.data(), B * Tk, 2 * Hkv * D, 0, Hkv * D);
   split_columns(v.data(), kv.data(), B * Tk, 2 * Hkv * D, Hkv * D, Hkv * D);
 }
 
-void MultiHeadAttention::cache_context(const Tensor& context) {
-  check(config_.cross, "attention '{}': only cross-attention has a context to cache", name_);
-  check(context.rank() == 3 && context.size(2) == config_.d_model,
-        "attention '{}': context has shape {}, expected [batch, time, {}]", name_, context.shape(), config_.d_model);
-  project_context(context, context_k_, context_v_);
-}
-
-Tensor MultiHeadAttention::backward(const Tensor& dout) {
+Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* dcontext) {
   const auto& c = config_;
-  const auto& s = saved_;
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
-  check(!s.used_cache, "attention '{}': backward after a forward through the KV cache (generation has no backward)",
-        name_);
+  check(s.x.numel() > 0, "attention '{}': backward without a forward that saved its state", name_);
   check(dout.size(-1) == C && dout.numel() == s.B * s.Tq * C,
         "attention '{}': output gradient has shape {}, forward produced {} (or its rows, {})", name_, dout.shape(),
         Shape({s.B, s.Tq, C}), Shape({s.B * s.Tq, C}));
   // out = attn · W_Oᵀ + b_O
   Tensor dattn({s.B, s.Tq, H, D});
-  linear_backward(dattn.data(), w_o_, grad_or_null(b_o_), dout.data(), attn_.data(), s.B * s.Tq, H * D, C);
+  linear_backward(dattn.data(), w_o_, grad_or_null(b_o_), dout.data(), s.attn.data(), s.B * s.Tq, H * D, C);
 
-  const kernels::AttentionParams<float> p = kernel_params();
-  Tensor dq(q_.shape()), dk(k_.shape()), dv(v_.shape());
+  kernels::AttentionParams<float> p = kernel_params(s.B, s.Tq, s.Tk, s.position, s.key_lengths, s.mask);
+  p.dropout = s.dropout, p.dropout_seed = s.dropout_seed, p.dropout_offset = s.dropout_offset;
+  Tensor dq(s.q.shape()), dk(s.k.shape()), dv(s.v.shape());
   const int threads = kernels::num_threads();
   switch (c.kernel) {
     case AttentionKernel::Flash: {
       std::vector<float> workspace(kernels::flash_attention_workspace_size(p, threads));
       kernels::flash_attention_backward(dq.data(), dk.data(), dv.data(), grad_or_null(t5_table_), dattn.data(),
-                                        attn_.data(), stats_.data(), q_.data(), k_.data(), v_.data(), p,
+                                        s.attn.data(), s.stats.data(), s.q.data(), s.k.data(), s.v.data(), p,
                                         workspace.data());
       break;
     }
     case AttentionKernel::Reference:
       kernels::attention_reference_backward(dq.data(), dk.data(), dv.data(), grad_or_null(t5_table_), dattn.data(),
-                                            stats_.data(), q_.data(), k_.data(), v_.data(), p);
+                                            s.stats.data(), s.q.data(), s.k.data(), s.v.data(), p);
       break;
     case AttentionKernel::Linear: {
       std::vector<float> workspace(kernels::linear_attention_workspace_size(p, threads));
-      kernels::linear_attention_backward(dq.data(), dk.data(), dv.data(), dattn.data(), q_.data(), k_.data(),
-                                         v_.data(), p, workspace.data());
+      kernels::linear_attention_backward(dq.data(), dk.data(), dv.data(), dattn.data(), s.q.data(), s.k.data(),
+                                         s.v.data(), p, workspace.data());
       break;
     }
   }
@@ -307,14 +363,16 @@ Tensor MultiHeadAttention::backward(const Tensor& dout) {
     join_columns(dqkv.data(), dq.data(), s.B * s.Tq, W, 0, H * D);
     join_columns(dqkv.data(), dk.data(), s.B * s.Tq, W, H * D, Hkv * D);
     join_columns(dqkv.data(), dv.data(), s.B * s.Tq, W, (H + Hkv) * D, Hkv * D);
-    linear_backward(dx.data(), w_qkv_, grad_or_null(b_qkv_), dqkv.data(), x_.data(), s.B * s.Tq, C, W);
+    linear_backward(dx.data(), w_qkv_, grad_or_null(b_qkv_), dqkv.data(), s.x.data(), s.B * s.Tq, C, W);
   } else {
-    linear_backward(dx.data(), w_q_, grad_or_null(b_q_), dq.data(), x_.data(), s.B * s.Tq, C, H * D);
+    linear_backward(dx.data(), w_q_, grad_or_null(b_q_), dq.data(), s.x.data(), s.B * s.Tq, C, H * D);
     std::vector<float> dkv(s.B * s.Tk * 2 * Hkv * D);
     join_columns(dkv.data(), dk.data(), s.B * s.Tk, 2 * Hkv * D, 0, Hkv * D);
     join_columns(dkv.data(), dv.data(), s.B * s.Tk, 2 * Hkv * D, Hkv * D, Hkv * D);
-    dcontext_ = Tensor({s.B, s.Tk, C});
-    linear_backward(dcontext_.data(), w_kv_, grad_or_null(b_kv_), dkv.data(), context_.data(), s.B * s.Tk, C,
+    check(dcontext != nullptr, "attention '{}': cross-attention's backward needs somewhere to put the context's gradient",
+          name_);
+    *dcontext = Tensor({s.B, s.Tk, C});
+    linear_backward(dcontext->data(), w_kv_, grad_or_null(b_kv_), dkv.data(), s.context.data(), s.B * s.Tk, C,
                     2 * Hkv * D);
   }
   return dx;

@@ -1,6 +1,6 @@
 // Multi-head attention as a layer (000 §6.1, 001 §9-10, 002 §2-4): projections W_Q, W_K, W_V, W_O around
 // the attention kernels, for MHA, GQA and MQA (n_kv_heads), self- and cross-attention, every positional
-// scheme that acts inside attention, attention dropout, and a KV cache for generation.
+// scheme that acts inside attention, attention dropout, and the inference step over sessions' KV caches.
 //
 //   out = Concat(head_1, …, head_H) W_Oᵀ + b_O,   head_h = softmax(q_h k_{g(h)}ᵀ·scale + bias + mask) v_{g(h)}
 //
@@ -18,6 +18,7 @@
 #include <attend/tensor.h>
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,17 @@
 namespace attend::nn {
 
 class KVCache;
+
+// One sequence's part of an inference step over sessions: `rows` new tokens at positions
+// [position, position + rows), whose keys and values are appended to `cache` (every layer's). Cross-attention
+// reads the sequence's encoder output, projected once per decoder block (Session does it when it starts).
+struct CachedSequence {
+  KVCache* cache = nullptr;
+  int64_t position = 0;
+  int64_t rows = 0;
+  const std::vector<Tensor>* context_keys = nullptr;    // per decoder block: (1, T_src, n_kv_heads, d_head)
+  const std::vector<Tensor>* context_values = nullptr;
+};
 
 // Positional schemes applied inside attention; learned and sinusoidal encodings live at the embedding.
 enum class PositionScheme { None, RoPE, ALiBi, T5 };
@@ -58,60 +70,60 @@ struct AttentionCall {
   const int32_t* key_lengths = nullptr;  // (B): keys at or past the length are padding; nullptr = none
   const uint8_t* mask = nullptr;         // nonzero = may attend; nullptr = none
   Shape mask_shape;                      // the mask's shape, which must be [B, Tq, Tk]
-  int64_t position = 0;                  // absolute position of the first query (> 0 when decoding)
+  int64_t position = 0;                  // absolute position of the first query
   bool training = false;                 // enables dropout
   Rng* rng = nullptr;                    // dropout's stream, required when training with dropout > 0
-  KVCache* cache = nullptr;              // generation: keys/values are written at `position` and read back
-  int64_t cache_layer = 0;
 };
 
 class MultiHeadAttention {
  public:
+  // What forward keeps for backward.
+  struct Saved {
+    int64_t B = 0, Tq = 0, Tk = 0, position = 0;
+    const int32_t* key_lengths = nullptr;  // the caller's arrays, which must outlive the backward
+    const uint8_t* mask = nullptr;
+    float dropout = 0.0f;
+    uint64_t dropout_seed = 0, dropout_offset = 0;
+    Tensor x, context;  // the inputs (copies: the caller may reuse its buffers)
+    Tensor q, k, v;     // (B, Tq, H, d_head), (B, Tk, Hkv, d_head): after RoPE
+    Tensor attn;        // (B, Tq, H, d_head): the heads before W_O
+    Tensor stats;       // flash: (B, H, Tq) log-sum-exp; reference: (B, H, Tq, Tk) probabilities
+  };
+
   MultiHeadAttention(std::string name, const AttentionConfig& config);
 
   const AttentionConfig& config() const { return config_; }
   std::vector<Parameter*> parameters();
 
-  // x (B, Tq, d_model) → (B, Tq, d_model). Cross-attention also takes context (B, Tk, d_model).
-  // Keeps what backward needs.
-  Tensor forward(const Tensor& x, const Tensor* context, const AttentionCall& call);
+  // x (B, Tq, d_model) → (B, Tq, d_model). Cross-attention also takes context (B, Tk, d_model). Keeps what
+  // backward needs in *saved (nullptr: nothing kept).
+  Tensor forward(const Tensor& x, const Tensor* context, const AttentionCall& call, Saved* saved) const;
 
-  // dout (B, Tq, d_model) → dx; adds into every parameter's grad. For cross-attention the gradient of the
-  // context is left in context_grad(). Requires the preceding forward (and no KV cache).
-  Tensor backward(const Tensor& dout);
-  const Tensor& context_grad() const { return dcontext_; }
+  // dout (B, Tq, d_model) → dx; adds into every parameter's grad. Cross-attention sets *dcontext to the
+  // gradient of the context (B, Tk, d_model).
+  Tensor backward(const Tensor& dout, const Saved& saved, Tensor* dcontext);
 
-  // Generation with cross-attention: projects the encoder output (B, Tk, d_model) to keys and values
-  // once; later forwards with a null context attend to them (and have no backward).
-  void cache_context(const Tensor& context);
+  // Inference over sessions: x (N, d_model) holds each sequence's new rows in turn (N = Σ rows). Projections
+  // run once over all N rows; each sequence attends to its own cache (self-attention, `layer` of it) or to its
+  // own projected encoder output (cross-attention, entry `layer`). A sequence's rows come out as they would
+  // if it were stepped alone. Returns (N, d_model).
+  Tensor step(const Tensor& x, std::span<const CachedSequence> sequences, int64_t layer) const;
+
+  // Cross-attention: context (B, Tk, d_model) → keys and values (B, Tk, Hkv, d_head), as step() reads them.
+  void project_context(const Tensor& context, Tensor& k, Tensor& v) const;
 
  private:
-  // The kernels' description of the call that forward saved (without the KV cache's capacity).
-  kernels::AttentionParams<float> kernel_params() const;
-  // Cross-attention: context (B, Tk, d_model) → keys and values (B, Tk, Hkv, d_head).
-  void project_context(const Tensor& context, Tensor& k, Tensor& v) const;
+  // The kernels' description of a call (without a KV cache's capacity, and without dropout).
+  kernels::AttentionParams<float> kernel_params(int64_t B, int64_t Tq, int64_t Tk, int64_t position,
+                                                const int32_t* key_lengths, const uint8_t* mask) const;
+  // project_context in the precision of a forward that saves for backward (`saving`) or of a session.
+  void project_context(const Tensor& context, Tensor& k, Tensor& v, bool saving) const;
 
   std::string name_;
   AttentionConfig config_;
   // qkv (self) or q + kv (cross), o, and T5's relative_attention_bias (num_buckets, H).
   Parameter w_qkv_, b_qkv_, w_q_, b_q_, w_kv_, b_kv_, w_o_, b_o_, t5_table_;
   std::vector<double> alibi_slopes_;
-
-  // Saved by forward for backward.
-  struct Saved {
-    int64_t B = 0, Tq = 0, Tk = 0, position = 0;
-    const int32_t* key_lengths = nullptr;
-    const uint8_t* mask = nullptr;
-    float dropout = 0.0f;
-    uint64_t dropout_seed = 0, dropout_offset = 0;
-    bool used_cache = false;
-  } saved_;
-  Tensor x_, context_;      // the inputs (copies: the caller may reuse its buffers)
-  Tensor q_, k_, v_;        // (B, Tq, H, d_head), (B, Tk, Hkv, d_head): after RoPE
-  Tensor attn_;             // (B, Tq, H, d_head): the heads before W_O
-  Tensor stats_;            // flash: (B, H, Tq) log-sum-exp; reference: (B, H, Tq, Tk) probabilities
-  Tensor dcontext_;
-  Tensor context_k_, context_v_;  // cache_context's keys and values
 };
 
 }  // namespace attend::nn

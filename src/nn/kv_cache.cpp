@@ -93,30 +93,28 @@ const float* KVCache::read(int64_t layer, int64_t length, bool value) {
   return out.data();
 }
 
-void KVCache::reorder(const std::vector<int64_t>& source, int64_t length) {
+void KVCache::copy_from(const KVCache& other, int64_t length) {
   const auto& c = config_;
-  check(static_cast<int64_t>(source.size()) == c.batch, "KV cache: reorder needs {} sources, got {}", c.batch,
-        source.size());
-  for (int64_t s : source) check(s >= 0 && s < c.batch, "KV cache: reorder source {} outside [0, {})", s, c.batch);
+  const auto& o = other.config_;
+  check(c.n_layers == o.n_layers && c.batch == o.batch && c.max_T == o.max_T && c.n_kv_heads == o.n_kv_heads &&
+            c.d_head == o.d_head && c.storage == o.storage,
+        "KV cache: copying from a cache of another configuration");
+  check(length >= 0 && length <= c.max_T, "KV cache: copying {} positions of a cache of {}", length, c.max_T);
   const int64_t n_rows = length * c.n_kv_heads;  // rows of one sequence that hold data
-  // Copies the rows of every sequence of one (layer, keys|values) block through a scratch copy.
-  auto permute = [&](auto& storage, int64_t width) {
-    using Element = typename std::decay_t<decltype(storage)>::value_type;
-    std::vector<Element> scratch(c.batch * n_rows * width);
+  auto copy = [&](auto& to, const auto& from, int64_t width) {
     for (int64_t layer = 0; layer < c.n_layers; ++layer)
-      for (int which = 0; which < 2; ++which) {
-        for (int64_t b = 0; b < c.batch; ++b)
-          std::copy_n(&storage[row(layer, which == 1, b, 0) * width], n_rows * width, &scratch[b * n_rows * width]);
-        for (int64_t b = 0; b < c.batch; ++b)
-          std::copy_n(&scratch[source[b] * n_rows * width], n_rows * width, &storage[row(layer, which == 1, b, 0) * width]);
-      }
+      for (int which = 0; which < 2; ++which)
+        for (int64_t b = 0; b < c.batch; ++b) {
+          const int64_t first = row(layer, which == 1, b, 0) * width;
+          std::copy_n(&from[first], n_rows * width, &to[first]);
+        }
   };
   switch (c.storage) {
-    case CacheType::F32: permute(f32_, c.d_head); break;
-    case CacheType::F16: permute(f16_, c.d_head); break;
+    case CacheType::F32: copy(f32_, other.f32_, c.d_head); break;
+    case CacheType::F16: copy(f16_, other.f16_, c.d_head); break;
     case CacheType::Int8:
-      permute(i8_, c.d_head);
-      permute(scales_, 1);
+      copy(i8_, other.i8_, c.d_head);
+      copy(scales_, other.scales_, 1);
       break;
   }
 }

@@ -50,8 +50,9 @@ class KVCache {
   // p describes the call (p.Tq = 1); its kv_capacity is set here.
   void attend(int64_t layer, float* out, const float* q, kernels::AttentionParams<float> p);
 
-  // Beam search: sequence b continues from sequence source[b] (every layer, positions [0, length)).
-  void reorder(const std::vector<int64_t>& source, int64_t length);
+  // Copies positions [0, length) of every layer and sequence from `other`, a cache of the same configuration,
+  // into this one's storage (a session continuing from another's point: beam search).
+  void copy_from(const KVCache& other, int64_t length);
 
  private:
   const float* read(int64_t layer, int64_t length, bool value);

@@ -59,10 +59,10 @@ uint16_t* rounded(int slot, Precision p, const float* x, int64_t n) {
 }  // namespace
 
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC) {
-  if (weight.precision != Precision::F32)
-    kernels::matmul_forward_half(half_of(weight.precision), out, rounded(0, weight.precision, inp, N * C),
-                                 rounded_weight(weight), bias, N, C, OC);
+                    int64_t OC, Precision precision) {
+  if (precision != Precision::F32)
+    kernels::matmul_forward_half(half_of(precision), out, rounded(0, precision, inp, N * C), rounded_weight(weight),
+                                 bias, N, C, OC);
   else if (!weight.bf16.empty() && N <= kernels::kGemvRows)
     kernels::matmul_forward_bf16(out, inp, weight.bf16.data(), bias, N, C, OC);
   else if (!weight.bf16.empty())  // a prompt: bf16 products of twice sgemm's rate, inputs rounded as in training
@@ -79,21 +79,22 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias, 
   if (has_bias) bias = Parameter(name + ".bias", {out}, bias_role);
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward(const Tensor& x, Saved* saved) const {
   const int64_t N = x.numel() / in();
-  rows_ = N;
   Tensor y = Tensor::uninitialized({N, out()});  // matmul_forward writes every element
   const float* b = bias.numel() ? bias.value.data() : nullptr;
-  if (weight.precision == Precision::F32) {
-    x_ = x.clone();
-    linear_forward(y.data(), x.data(), weight, b, N, in(), out());
+  const Precision precision = matmul_precision(weight, saved != nullptr);
+  if (saved != nullptr) saved->rows = N;
+  if (precision == Precision::F32) {
+    if (saved != nullptr) saved->x = x.clone();
+    linear_forward(y.data(), x.data(), weight, b, N, in(), out(), precision);
     return y;
   }
   // Mixed precision keeps the rounded input for backward: half the bytes of a copy, and no second rounding.
-  x_ = Tensor();
-  x_rounded_.resize(static_cast<size_t>(N * in()));
-  kernels::round_to_half(half_of(weight.precision), x_rounded_.data(), x.data(), N * in());
-  kernels::matmul_forward_half(half_of(weight.precision), y.data(), x_rounded_.data(), rounded_weight(weight), b, N,
+  saved->x = Tensor();
+  saved->x_rounded.resize(static_cast<size_t>(N * in()));
+  kernels::round_to_half(half_of(precision), saved->x_rounded.data(), x.data(), N * in());
+  kernels::matmul_forward_half(half_of(precision), y.data(), saved->x_rounded.data(), rounded_weight(weight), b, N,
                                in(), out());
   return y;
 }
@@ -107,16 +108,17 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
                                 rounded_weight(weight), N, C, OC);
 }
 
-Tensor Linear::backward(const Tensor& dout) {
-  const int64_t N = rows_;
+Tensor Linear::backward(const Tensor& dout, const Saved& saved) {
+  const int64_t N = saved.rows;
   Tensor dx({N, in()});
   float* dbias = bias.numel() ? bias.grad.data() : nullptr;
   if (weight.precision == Precision::F32) {
-    linear_backward(dx.data(), weight, dbias, dout.data(), x_.data(), N, in(), out());
+    linear_backward(dx.data(), weight, dbias, dout.data(), saved.x.data(), N, in(), out());
   } else {
-    check(x_rounded_.size() == static_cast<size_t>(N * in()), "linear '{}': backward without its forward", weight.name);
+    check(saved.x_rounded.size() == static_cast<size_t>(N * in()), "linear '{}': backward without its forward",
+          weight.name);
     kernels::matmul_backward_half(half_of(weight.precision), dx.data(), weight.grad.data(), dbias, dout.data(),
-                                  rounded(0, weight.precision, dout.data(), N * out()), x_rounded_.data(),
+                                  rounded(0, weight.precision, dout.data(), N * out()), saved.x_rounded.data(),
                                   rounded_weight(weight), N, in(), out());
   }
   return dx;
@@ -135,30 +137,32 @@ Norm::Norm(const std::string& name, NormKind kind, int64_t C, double eps, Role g
   weight.value.fill(1.0f);
 }
 
-Tensor Norm::forward(const Tensor& x) {
+Tensor Norm::forward(const Tensor& x, Saved* saved) const {
   const int64_t C = weight.numel(), N = x.numel() / C;
-  x_ = x.clone();
+  Saved scratch;  // evaluation and sessions: the statistics are computed and dropped
+  Saved& s = saved != nullptr ? *saved : scratch;
+  if (saved != nullptr) s.x = x.clone();
   Tensor y = Tensor::uninitialized({N, C});
-  rstd_ = Tensor({N});
+  s.rstd = Tensor::uninitialized({N});
   if (kind_ == NormKind::LayerNorm) {
-    mean_ = Tensor({N});
-    kernels::layernorm_forward(y.data(), mean_.data(), rstd_.data(), x.data(), weight.value.data(), bias.value.data(), N,
-                               C, eps_);
+    s.mean = Tensor::uninitialized({N});
+    kernels::layernorm_forward(y.data(), s.mean.data(), s.rstd.data(), x.data(), weight.value.data(),
+                               bias.value.data(), N, C, eps_);
   } else {
-    kernels::rmsnorm_forward(y.data(), rstd_.data(), x.data(), weight.value.data(), N, C, eps_);
+    kernels::rmsnorm_forward(y.data(), s.rstd.data(), x.data(), weight.value.data(), N, C, eps_);
   }
   return y;
 }
 
-Tensor Norm::backward(const Tensor& dout) {
-  const int64_t C = weight.numel(), N = x_.numel() / C;
+Tensor Norm::backward(const Tensor& dout, const Saved& s) {
+  const int64_t C = weight.numel(), N = s.x.numel() / C;
   Tensor dx({N, C});
   if (kind_ == NormKind::LayerNorm)
-    kernels::layernorm_backward(dx.data(), weight.grad.data(), bias.grad.data(), dout.data(), x_.data(),
-                                weight.value.data(), mean_.data(), rstd_.data(), N, C);
+    kernels::layernorm_backward(dx.data(), weight.grad.data(), bias.grad.data(), dout.data(), s.x.data(),
+                                weight.value.data(), s.mean.data(), s.rstd.data(), N, C);
   else
-    kernels::rmsnorm_backward(dx.data(), weight.grad.data(), dout.data(), x_.data(), weight.value.data(), rstd_.data(),
-                              N, C);
+    kernels::rmsnorm_backward(dx.data(), weight.grad.data(), dout.data(), s.x.data(), weight.value.data(),
+                              s.rstd.data(), N, C);
   return dx;
 }
 
@@ -169,19 +173,21 @@ void Norm::collect(std::vector<Parameter*>& out) {
 
 // ---- Dropout ---------------------------------------------------------------------------------------
 
-void Dropout::forward(Tensor& x, bool training, Rng* rng) {
-  active_ = training && p_ > 0.0f;
-  if (!active_) return;
-  check(rng != nullptr, "dropout: training with dropout {} needs a random stream", p_);
-  seed_ = rng->seed();
-  offset_ = rng->reserve(static_cast<uint64_t>(x.numel()));
-  kernels::dropout_forward(x.data(), x.data(), x.numel(), p_, seed_, offset_);
+void Dropout::forward(Tensor& x, bool training, Rng* rng, Saved* saved) const {
+  const bool active = training && p_ > 0.0f;
+  if (saved != nullptr) saved->active = active;
+  if (!active) return;
+  check(rng != nullptr && saved != nullptr, "dropout: training with dropout {} needs a random stream and a saved state",
+        p_);
+  saved->seed = rng->seed();
+  saved->offset = rng->reserve(static_cast<uint64_t>(x.numel()));
+  kernels::dropout_forward(x.data(), x.data(), x.numel(), p_, saved->seed, saved->offset);
 }
 
-void Dropout::backward(Tensor& dx) const {
-  if (!active_) return;
+void Dropout::backward(Tensor& dx, const Saved& saved) const {
+  if (!saved.active) return;
   // The gradient of x·m/(1 − p) is dy·m/(1 − p): the forward's multiply by the same regenerated mask, in place.
-  kernels::dropout_forward(dx.data(), dx.data(), dx.numel(), p_, seed_, offset_);
+  kernels::dropout_forward(dx.data(), dx.data(), dx.numel(), p_, saved.seed, saved.offset);
 }
 
 // ---- FeedForward -----------------------------------------------------------------------------------
@@ -194,33 +200,35 @@ FeedForward::FeedForward(const std::string& name, const ModelConfig& c)
   if (kind_ == FfnKind::SwiGLU) gate_ = Linear(name + ".gate", c.d_model, c.ffn_hidden(), c.bias, Role::FfnIn, Role::FfnBias);
 }
 
-Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng) {
-  u_ = up_.forward(x);
-  Tensor h = Tensor::uninitialized(u_.shape());
+Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng, Saved* saved) const {
+  Saved scratch;  // evaluation and sessions: u and g are dropped after use
+  Saved& s = saved != nullptr ? *saved : scratch;
+  s.u = up_.forward(x, saved ? &s.up : nullptr);
+  Tensor h = Tensor::uninitialized(s.u.shape());
   if (kind_ == FfnKind::SwiGLU) {
-    g_ = gate_.forward(x);
-    kernels::swiglu_forward(h.data(), g_.data(), u_.data(), h.numel());
+    s.g = gate_.forward(x, saved ? &s.gate : nullptr);
+    kernels::swiglu_forward(h.data(), s.g.data(), s.u.data(), h.numel());
   } else {
-    kernels::activation_forward(activation_of(kind_), h.data(), u_.data(), h.numel());
+    kernels::activation_forward(activation_of(kind_), h.data(), s.u.data(), h.numel());
   }
-  dropout_.forward(h, training, rng);
-  return down_.forward(h);
+  dropout_.forward(h, training, rng, saved ? &s.dropout : nullptr);
+  return down_.forward(h, saved ? &s.down : nullptr);
 }
 
-Tensor FeedForward::backward(const Tensor& dout) {
-  Tensor dh = down_.backward(dout);
-  dropout_.backward(dh);
-  Tensor du(u_.shape());
+Tensor FeedForward::backward(const Tensor& dout, const Saved& s) {
+  Tensor dh = down_.backward(dout, s.down);
+  dropout_.backward(dh, s.dropout);
+  Tensor du(s.u.shape());
   if (kind_ == FfnKind::SwiGLU) {
-    Tensor dg(g_.shape());
-    kernels::swiglu_backward(dg.data(), du.data(), dh.data(), g_.data(), u_.data(), dh.numel());
-    Tensor dx = up_.backward(du);
-    const Tensor dx_gate = gate_.backward(dg);
+    Tensor dg(s.g.shape());
+    kernels::swiglu_backward(dg.data(), du.data(), dh.data(), s.g.data(), s.u.data(), dh.numel());
+    Tensor dx = up_.backward(du, s.up);
+    const Tensor dx_gate = gate_.backward(dg, s.gate);
     kernels::residual_forward(dx.data(), dx.data(), dx_gate.data(), dx.numel(), 1.0f);
     return dx;
   }
-  kernels::activation_backward(activation_of(kind_), du.data(), dh.data(), u_.data(), dh.numel());
-  return up_.backward(du);
+  kernels::activation_backward(activation_of(kind_), du.data(), dh.data(), s.u.data(), dh.numel());
+  return up_.backward(du, s.up);
 }
 
 void FeedForward::collect(std::vector<Parameter*>& out) {
@@ -241,74 +249,80 @@ MixtureOfExperts::MixtureOfExperts(const std::string& name, const ModelConfig& c
   for (int64_t e = 0; e < E_; ++e) experts_.emplace_back(fmt::format("{}.experts.{}", name, e), c);
 }
 
-Tensor MixtureOfExperts::forward(const Tensor& x, const uint8_t* valid, bool training, Rng* rng) {
+Tensor MixtureOfExperts::forward(const Tensor& x, const uint8_t* valid, bool training, Rng* rng,
+                                 Saved* saved) const {
+  Saved scratch;  // evaluation and sessions: the routing is dropped after use
+  Saved& s = saved != nullptr ? *saved : scratch;
   const int64_t C = x.size(-1);
-  N_ = x.numel() / C;
-  rows_.clear();
-  for (int64_t n = 0; n < N_; ++n)
-    if (valid == nullptr || valid[n]) rows_.push_back(n);
-  const auto R = static_cast<int64_t>(rows_.size());
-  Tensor y({N_, C});
-  expert_rows_.assign(E_, {});
-  expert_out_.clear();
-  expert_out_.resize(E_);
-  fraction_.assign(E_, 0.0);
-  choices_.clear();
-  aux_ = 0.0;
-  refused_ = 0;
+  s.N = x.numel() / C;
+  const int64_t N = s.N;
+  s.rows.clear();
+  for (int64_t n = 0; n < N; ++n)
+    if (valid == nullptr || valid[n]) s.rows.push_back(n);
+  const auto R = static_cast<int64_t>(s.rows.size());
+  Tensor y({N, C});
+  s.expert_rows.assign(E_, {});
+  s.expert_out.clear();
+  s.expert_out.resize(E_);
+  s.experts.clear();
+  s.experts.resize(saved ? E_ : 0);
+  s.fraction.assign(E_, 0.0);
+  s.choices.clear();
+  s.aux = 0.0;
+  s.refused = 0;
   if (R == 0) return y;  // nothing but padding
 
   // Router: p = softmax(x W_rᵀ) over the valid rows.
-  const Tensor logits = router_.forward(gather_rows(x, rows_));
-  probs_ = Tensor({R, E_});
-  kernels::softmax_forward(probs_.data(), logits.data(), R, E_, 1.0f);
+  const Tensor logits = router_.forward(gather_rows(x, s.rows), saved ? &s.router : nullptr);
+  s.probs = Tensor({R, E_});
+  kernels::softmax_forward(s.probs.data(), logits.data(), R, E_, 1.0f);
 
   // Top-k per row (stable: the lower index wins a tie), then capacity rank by rank.
-  choices_.assign(static_cast<size_t>(R * k_), Choice{});
+  s.choices.assign(static_cast<size_t>(R * k_), Choice{});
   std::vector<int64_t> order(E_);
   for (int64_t r = 0; r < R; ++r) {
-    const float* p = probs_.data() + r * E_;
+    const float* p = s.probs.data() + r * E_;
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
     double sum = 0.0;
     for (int64_t j = 0; j < k_; ++j) sum += p[order[j]];
     for (int64_t j = 0; j < k_; ++j)
-      choices_[r * k_ + j] = Choice{r, order[j], -1, normalize_ ? p[order[j]] / sum : double(p[order[j]])};
+      s.choices[r * k_ + j] = Choice{r, order[j], -1, normalize_ ? p[order[j]] / sum : double(p[order[j]])};
   }
   const int64_t capacity = capacity_factor_ > 0.0
                                ? static_cast<int64_t>(std::ceil(capacity_factor_ * double(R * k_) / double(E_) - 1e-9))
                                : R * k_;
   for (int64_t j = 0; j < k_; ++j)
     for (int64_t r = 0; r < R; ++r) {
-      Choice& ch = choices_[r * k_ + j];
-      fraction_[ch.expert] += 1.0 / double(R * k_);
-      auto& slots = expert_rows_[ch.expert];
+      Choice& ch = s.choices[r * k_ + j];
+      s.fraction[ch.expert] += 1.0 / double(R * k_);
+      auto& slots = s.expert_rows[ch.expert];
       if (static_cast<int64_t>(slots.size()) < capacity) {
         ch.slot = static_cast<int64_t>(slots.size());
         slots.push_back(r);
       } else {
-        ++refused_;
+        ++s.refused;
       }
     }
 
   // aux = E·Σ_e f_e·P_e
   for (int64_t e = 0; e < E_; ++e) {
     double mean_p = 0.0;
-    for (int64_t r = 0; r < R; ++r) mean_p += probs_[r * E_ + e];
-    aux_ += double(E_) * fraction_[e] * mean_p / double(R);
+    for (int64_t r = 0; r < R; ++r) mean_p += s.probs[r * E_ + e];
+    s.aux += double(E_) * s.fraction[e] * mean_p / double(R);
   }
 
   // Each expert runs once on its batch of rows; outputs are added back weighted.
   for (int64_t e = 0; e < E_; ++e) {
-    if (expert_rows_[e].empty()) continue;
-    std::vector<int64_t> src(expert_rows_[e].size());
-    for (size_t s = 0; s < src.size(); ++s) src[s] = rows_[expert_rows_[e][s]];
-    expert_out_[e] = experts_[e].forward(gather_rows(x, src), training, rng);
+    if (s.expert_rows[e].empty()) continue;
+    std::vector<int64_t> src(s.expert_rows[e].size());
+    for (size_t slot = 0; slot < src.size(); ++slot) src[slot] = s.rows[s.expert_rows[e][slot]];
+    s.expert_out[e] = experts_[e].forward(gather_rows(x, src), training, rng, saved ? &s.experts[e] : nullptr);
   }
-  for (const Choice& ch : choices_) {
+  for (const Choice& ch : s.choices) {
     if (ch.slot < 0) continue;
-    const float* o = expert_out_[ch.expert].data() + ch.slot * C;
-    float* dst = y.data() + rows_[ch.row] * C;
+    const float* o = s.expert_out[ch.expert].data() + ch.slot * C;
+    float* dst = y.data() + s.rows[ch.row] * C;
     const auto w = static_cast<float>(ch.weight);
     for (int64_t c = 0; c < C; ++c) dst[c] += w * o[c];
   }
@@ -318,20 +332,20 @@ Tensor MixtureOfExperts::forward(const Tensor& x, const uint8_t* valid, bool tra
 // With y = Σ_j w_j·o_j:  do_j = w_j·dy,  dw_j = ⟨dy, o_j⟩.
 // Renormalised weights w_j = p_j/S: dp_i = dw_i/S − (Σ_j dw_j·p_j)/S² for the k chosen.
 // Aux: ∂aux/∂p_{r,e} = E·f_e/R. Then the softmax Jacobian and the router's matmul.
-Tensor MixtureOfExperts::backward(const Tensor& dout, double daux) {
-  const int64_t C = dout.size(-1);
-  const auto R = static_cast<int64_t>(rows_.size());
-  Tensor dx({N_, C});
+Tensor MixtureOfExperts::backward(const Tensor& dout, double daux, const Saved& s) {
+  const int64_t C = dout.size(-1), N = s.N;
+  const auto R = static_cast<int64_t>(s.rows.size());
+  Tensor dx({N, C});
   if (R == 0) return dx;
-  std::vector<double> dweight(choices_.size(), 0.0);
+  std::vector<double> dweight(s.choices.size(), 0.0);
   std::vector<Tensor> dexpert_out(E_);
   for (int64_t e = 0; e < E_; ++e)
-    if (!expert_rows_[e].empty()) dexpert_out[e] = Tensor(expert_out_[e].shape());
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& ch = choices_[i];
+    if (!s.expert_rows[e].empty()) dexpert_out[e] = Tensor(s.expert_out[e].shape());
+  for (size_t i = 0; i < s.choices.size(); ++i) {
+    const Choice& ch = s.choices[i];
     if (ch.slot < 0) continue;
-    const float* dy = dout.data() + rows_[ch.row] * C;
-    const float* o = expert_out_[ch.expert].data() + ch.slot * C;
+    const float* dy = dout.data() + s.rows[ch.row] * C;
+    const float* o = s.expert_out[ch.expert].data() + ch.slot * C;
     float* dst = dexpert_out[ch.expert].data() + ch.slot * C;
     double dot = 0.0;
     const auto w = static_cast<float>(ch.weight);
@@ -342,20 +356,20 @@ Tensor MixtureOfExperts::backward(const Tensor& dout, double daux) {
     dweight[i] = dot;
   }
   for (int64_t e = 0; e < E_; ++e) {
-    if (expert_rows_[e].empty()) continue;
-    const Tensor dxe = experts_[e].backward(dexpert_out[e]);
-    for (size_t s = 0; s < expert_rows_[e].size(); ++s) {
-      float* dst = dx.data() + rows_[expert_rows_[e][s]] * C;
-      const float* src = dxe.data() + static_cast<int64_t>(s) * C;
+    if (s.expert_rows[e].empty()) continue;
+    const Tensor dxe = experts_[e].backward(dexpert_out[e], s.experts[e]);
+    for (size_t slot = 0; slot < s.expert_rows[e].size(); ++slot) {
+      float* dst = dx.data() + s.rows[s.expert_rows[e][slot]] * C;
+      const float* src = dxe.data() + static_cast<int64_t>(slot) * C;
       for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
     }
   }
 
   Tensor dprobs({R, E_});
   for (int64_t r = 0; r < R; ++r) {
-    const float* p = probs_.data() + r * E_;
+    const float* p = s.probs.data() + r * E_;
     float* dp = dprobs.data() + r * E_;
-    const Choice* ch = choices_.data() + r * k_;
+    const Choice* ch = s.choices.data() + r * k_;
     const double* dw = dweight.data() + r * k_;
     if (normalize_) {
       double S = 0.0, dw_p = 0.0;
@@ -367,13 +381,13 @@ Tensor MixtureOfExperts::backward(const Tensor& dout, double daux) {
     } else {
       for (int64_t j = 0; j < k_; ++j) dp[ch[j].expert] += static_cast<float>(dw[j]);
     }
-    for (int64_t e = 0; e < E_; ++e) dp[e] += static_cast<float>(daux * double(E_) * fraction_[e] / double(R));
+    for (int64_t e = 0; e < E_; ++e) dp[e] += static_cast<float>(daux * double(E_) * s.fraction[e] / double(R));
   }
   Tensor dlogits({R, E_});
-  kernels::softmax_backward(dlogits.data(), dprobs.data(), probs_.data(), R, E_, 1.0f);
-  const Tensor dxr = router_.backward(dlogits);
+  kernels::softmax_backward(dlogits.data(), dprobs.data(), s.probs.data(), R, E_, 1.0f);
+  const Tensor dxr = router_.backward(dlogits, s.router);
   for (int64_t r = 0; r < R; ++r) {
-    float* dst = dx.data() + rows_[r] * C;
+    float* dst = dx.data() + s.rows[r] * C;
     for (int64_t c = 0; c < C; ++c) dst[c] += dxr[r * C + c];
   }
   return dx;
@@ -384,9 +398,9 @@ void MixtureOfExperts::collect(std::vector<Parameter*>& out) {
   for (auto& e : experts_) e.collect(out);
 }
 
-MoEStats MixtureOfExperts::stats() const {
-  MoEStats s{name_, {}, refused_};
-  for (const auto& rows : expert_rows_) s.tokens_per_expert.push_back(static_cast<int64_t>(rows.size()));
+MoEStats MixtureOfExperts::stats(const Saved& saved) const {
+  MoEStats s{name_, {}, saved.refused};
+  for (const auto& rows : saved.expert_rows) s.tokens_per_expert.push_back(static_cast<int64_t>(rows.size()));
   return s;
 }
 

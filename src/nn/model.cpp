@@ -4,6 +4,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/activation.h"
+#include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
 #include "kernels/position.h"
@@ -18,7 +19,10 @@ namespace attend {
 
 using nn::StackCall;
 
-Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight", {c.vocab_size, c.d_model}, Role::TokenEmbedding) {
+Model::Impl::Impl(const ModelConfig& c)
+    : config(c),
+      tokens("embed.tokens.weight", {c.vocab_size, c.d_model}, Role::TokenEmbedding),
+      embedding_dropout(c.embedding_dropout) {
   config.validate();
   params.push_back(&tokens);
   if (c.position == PositionKind::Learned) {
@@ -57,12 +61,10 @@ Model::Impl::Impl(const ModelConfig& c) : config(c), tokens("embed.tokens.weight
   gather_parameters();
 }
 
-// e = E[ids]·(√C if scaled) + P[0..T), then dropout   (000 §8.2, 001 §6)
-Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng,
-                          int64_t position, const std::vector<int32_t>* shift) {
+Tensor Model::Impl::embed(nn::Embedded* e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training,
+                          Rng* rng) const {
   const int64_t C = config.d_model;
-  e.ids = &ids, e.B = B, e.T = T;
-  e.dropout = nn::Dropout(config.embedding_dropout);
+  if (e != nullptr) e->ids = ids, e->B = B, e->T = T;
   Tensor x = Tensor::uninitialized({B * T, C});  // the lookup writes every row
   kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), B * T, C);
   if (config.scale_embeddings) {
@@ -72,21 +74,31 @@ Tensor Model::Impl::embed(Embedded& e, const std::vector<int32_t>& ids, int64_t 
   const float* table = config.position == PositionKind::Learned      ? positions.value.data()
                        : config.position == PositionKind::Sinusoidal ? sinusoid.data()
                                                                       : nullptr;
-  if (table != nullptr && shift == nullptr) kernels::add_positions_forward(x.data(), x.data(), table + position * C, B, T, C);
-  if (table != nullptr && shift != nullptr)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t pos = std::max<int64_t>(0, position + t - (*shift)[b]);
-        float* row = x.data() + (b * T + t) * C;
-        for (int64_t c = 0; c < C; ++c) row[c] += table[pos * C + c];
-      }
-  e.dropout.forward(x, training, rng);
+  if (table != nullptr) kernels::add_positions_forward(x.data(), x.data(), table, B, T, C);
+  embedding_dropout.forward(x, training, rng, e != nullptr ? &e->dropout : nullptr);
   return x;
 }
 
-void Model::Impl::embed_backward(Embedded& e, Tensor& dx) {
+Tensor Model::Impl::embed_rows(const std::vector<int32_t>& ids, const std::vector<int64_t>& at) const {
+  const int64_t C = config.d_model, N = static_cast<int64_t>(ids.size());
+  Tensor x = Tensor::uninitialized({N, C});
+  kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), N, C);
+  if (config.scale_embeddings) {
+    const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
+    kernels::scale(x.data(), x.numel(), s);
+  }
+  const float* table = config.position == PositionKind::Learned      ? positions.value.data()
+                       : config.position == PositionKind::Sinusoidal ? sinusoid.data()
+                                                                      : nullptr;
+  if (table != nullptr)
+    for (int64_t i = 0; i < N; ++i)  // one row per sequence and position: the same sums as the batched add
+      kernels::add_positions_forward(x.data() + i * C, x.data() + i * C, table + at[i] * C, 1, 1, C);
+  return x;
+}
+
+void Model::Impl::embed_backward(const nn::Embedded& e, Tensor& dx) {
   const int64_t C = config.d_model;
-  e.dropout.backward(dx);
+  embedding_dropout.backward(dx, e.dropout);
   if (config.position == PositionKind::Learned) {
     Tensor unused({e.B * e.T, C});  // the table's gradient only; dx passes through unchanged
     kernels::add_positions_backward(unused.data(), positions.grad.data(), dx.data(), e.B, e.T, C);
@@ -95,7 +107,7 @@ void Model::Impl::embed_backward(Embedded& e, Tensor& dx) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
     kernels::scale(dx.data(), dx.numel(), s);
   }
-  kernels::embedding_backward(tokens.grad.data(), dx.data(), e.ids->data(), e.B * e.T, C);
+  kernels::embedding_backward(tokens.grad.data(), dx.data(), e.ids.data(), e.B * e.T, C);
 }
 
 // ---- Model -----------------------------------------------------------------------------------------
@@ -132,6 +144,12 @@ std::vector<uint8_t> valid_mask(const std::vector<int32_t>& lengths, int64_t B, 
 }
 
 }  // namespace nn
+
+ForwardState::ForwardState(bool for_backward) : impl_(std::make_unique<Impl>()) { impl_->for_backward = for_backward; }
+ForwardState::~ForwardState() = default;
+ForwardState::ForwardState(ForwardState&&) noexcept = default;
+ForwardState& ForwardState::operator=(ForwardState&&) noexcept = default;
+const Tensor& ForwardState::logits() const { return impl_->logits; }
 
 Model::Model(const ModelConfig& config) : impl_(std::make_unique<Impl>(config)) { initialize(config.seed); }
 Model::Model(const ModelConfig& config, Uninitialized) : impl_(std::make_unique<Impl>(config)) {}
@@ -192,9 +210,7 @@ void Model::Impl::gather_parameters() {
   }
 }
 
-const Tensor& Model::logits() const { return impl_->logits; }
-
-void Model::Impl::mark_rounded_stale() {
+void Model::Impl::mark_rounded_stale() const {
   if (precision == Precision::F32) return;
   for (Parameter* p : params) p->rounded_stale = true;
 }
@@ -212,11 +228,44 @@ void Model::set_precision(Precision precision) {
 
 Precision Model::precision() const { return impl_->precision; }
 
-std::vector<MoEStats> Model::moe_stats() const {
+std::vector<MoEStats> Model::moe_stats(const ForwardState& state) const {
   std::vector<MoEStats> out;
-  if (impl_->encoder) impl_->encoder->moe_stats(out);
-  if (impl_->decoder) impl_->decoder->moe_stats(out);
+  if (impl_->encoder) impl_->encoder->moe_stats(state.impl_->encoder, out);
+  if (impl_->decoder) impl_->decoder->moe_stats(state.impl_->decoder, out);
   return out;
+}
+
+ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
+  if (!impl_->own_state) impl_->own_state = std::make_unique<ForwardState>();
+  return forward(batch, *impl_->own_state, options);
+}
+
+void Model::backward(double scale) {
+  check(impl_->own_state != nullptr, "backward: no forward has run");
+  backward(*impl_->own_state, scale);
+}
+
+const Tensor& Model::logits() const {
+  static const Tensor none;
+  return impl_->own_state ? impl_->own_state->logits() : none;
+}
+
+std::vector<MoEStats> Model::moe_stats() const {
+  return impl_->own_state ? moe_stats(*impl_->own_state) : std::vector<MoEStats>{};
+}
+
+void Model::set_decode_weights(WeightType weights) {
+  check(weights != WeightType::F16, "generation: decode weights are f32 or bf16, not f16");
+  for (Parameter* p : impl_->params) {
+    p->bf16.clear();
+    if (weights != WeightType::BF16) continue;
+    // Every value becomes what a bf16 checkpoint holds, so the prompt (sgemm on fp32) and the decoded tokens
+    // (bf16) see one model; the multiplied matrices also stay packed for decoding.
+    std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
+    kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
+    kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());
+    if (p->value.rank() == 2 && p->role != Role::PositionTable) p->bf16 = std::move(bits);
+  }
 }
 
 ParameterCount Model::count() const {
@@ -233,13 +282,16 @@ ParameterCount Model::count() const {
   return n;
 }
 
-ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.config;
+ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunOptions& options) const {
+  const Impl& w = *impl_;  // the weights
+  ForwardState::Impl& m = *state.impl_;
+  const ModelConfig& c = w.config;
+  const bool keep = m.for_backward;  // evaluation's states keep the logits only
+  check(keep || !options.training, "forward: training needs a state that keeps activations for backward");
   const int64_t B = batch.B, T = batch.T, C = c.d_model, V = c.vocab_size;
   check(B >= 1, "batch: B = {}, expected at least one sequence", B);
   Rng rng(options.seed, options.offset);
-  m.mark_rounded_stale();
+  w.mark_rounded_stale();
   m.B = B, m.T = T, m.src_T = batch.src_T;
   m.has_loss = false;
   m.n_targets = 0;
@@ -254,9 +306,9 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
     src_lengths = check_sequences(ids, enc_only ? batch.lengths : batch.src_lengths, B, Ts,
                                   enc_only ? "ids" : "src_ids", enc_only ? "lengths" : "src_lengths", c);
     m.enc_valid = valid_mask(src_lengths, B, Ts);
-    const Tensor x = m.embed(m.enc_embed, ids, B, Ts, options.training, &rng);
+    const Tensor x = w.embed(keep ? &m.enc_embed : nullptr, ids, B, Ts, options.training, &rng);
     StackCall call{B, Ts, src_lengths.data(), m.enc_valid.data(), nullptr, nullptr, options.training, &rng};
-    m.enc_out = m.encoder->forward(x, call);
+    m.enc_out = w.encoder->forward(x, call, keep ? &m.encoder : nullptr);
     m.enc_out.reshape({B, Ts, C});
   }
   m.lengths = c.architecture == Architecture::Encoder
@@ -266,13 +318,13 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
   Tensor top;  // (B·T, C): the last stack's output
   if (c.has_decoder()) {
     m.dec_valid = valid_mask(m.lengths, B, T);
-    const Tensor x = m.embed(m.dec_embed, batch.ids, B, T, options.training, &rng);
+    const Tensor x = w.embed(keep ? &m.dec_embed : nullptr, batch.ids, B, T, options.training, &rng);
     StackCall call{B, T, m.lengths.data(), m.dec_valid.data(), nullptr, nullptr, options.training, &rng};
     if (c.architecture == Architecture::EncoderDecoder) {
       call.context = &m.enc_out;
       call.context_lengths = src_lengths.data();
     }
-    top = m.decoder->forward(x, call);
+    top = w.decoder->forward(x, call, keep ? &m.decoder : nullptr);
   } else {
     top = m.enc_out.clone();
     top.reshape({B * T, C});
@@ -304,7 +356,7 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
           "batch: has labels, but the model has no classification head (an encoder with n_classes > 0)");
     check(static_cast<int64_t>(batch.labels.size()) == B, "batch: labels has {} entries, expected B = {}",
           batch.labels.size(), B);
-    m.head = Impl::Head::Classify;
+    m.head = ForwardState::Impl::Head::Classify;
     classes = c.n_classes;
     m.head_in = Tensor({B, C});
     for (int64_t b = 0; b < B; ++b) {
@@ -317,14 +369,14 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
         for (int64_t ch = 0; ch < C; ++ch) dst[ch] /= static_cast<float>(m.lengths[b]);
       }
     }
-    m.logits = m.classifier.forward(m.head_in);
+    m.logits = w.classifier.forward(m.head_in, keep ? &m.classifier : nullptr);
     m.head_targets = batch.labels;
     for (int64_t b = 0; b < B; ++b)
       check(m.head_targets[b] >= 0 && m.head_targets[b] < classes, "batch: labels[{}] = {} is outside [0, {})", b,
             m.head_targets[b], classes);
     rows = B;
   } else if (c.architecture == Architecture::Encoder) {  // MLM at the positions with a target (all if none)
-    m.head = Impl::Head::MLM;
+    m.head = ForwardState::Impl::Head::MLM;
     m.head_rows.clear();
     m.head_targets.clear();
     for (int64_t i = 0; i < B * T; ++i)
@@ -337,24 +389,26 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(m.head_in.data() + r * C, top.data() + m.head_rows[r] * C, C * sizeof(float));
     // h = norm(GELU(x·W_denseᵀ + b)), logits = h·Eᵀ + b_vocab
-    m.mlm_hidden = m.mlm_dense.forward(m.head_in);
+    m.mlm_hidden = w.mlm_dense.forward(m.head_in, keep ? &m.mlm_dense : nullptr);
     m.mlm_act = Tensor(m.mlm_hidden.shape());
     kernels::activation_forward(Activation::GELU, m.mlm_act.data(), m.mlm_hidden.data(), m.mlm_act.numel());
-    const Tensor h = m.mlm_norm->forward(m.mlm_act);
+    const Tensor h = w.mlm_norm->forward(m.mlm_act, keep ? &m.mlm_norm : nullptr);
     m.logits = Tensor({rows, V});
-    nn::linear_forward(m.logits.data(), h.data(), m.output_matrix(), m.mlm_bias.value.data(), rows, C, V);
+    nn::linear_forward(m.logits.data(), h.data(), w.output_matrix(), w.mlm_bias.value.data(), rows, C, V,
+                       nn::matmul_precision(w.output_matrix(), keep));
   } else {  // LM head: logits = h·Wᵀ
-    m.head = Impl::Head::LM;
+    m.head = ForwardState::Impl::Head::LM;
     rows = B * T;
     m.head_in = std::move(top);
     m.logits = Tensor::uninitialized({B, T, V});
-    nn::linear_forward(m.logits.data(), m.head_in.data(), m.output_matrix(), nullptr, rows, C, V);
+    nn::linear_forward(m.logits.data(), m.head_in.data(), w.output_matrix(), nullptr, rows, C, V,
+                       nn::matmul_precision(w.output_matrix(), keep));
     m.head_targets = targets.empty() ? std::vector<int32_t>(rows, Batch::kIgnore) : targets;
   }
 
   ForwardResult result;
-  if (m.encoder) result.aux_loss += m.encoder->aux();
-  if (m.decoder) result.aux_loss += m.decoder->aux();
+  if (w.encoder) result.aux_loss += w.encoder->aux(m.encoder);
+  if (w.decoder) result.aux_loss += w.decoder->aux(m.decoder);
   const bool has_targets = !batch.labels.empty() || !batch.targets.empty();
   if (has_targets) {
     m.lse = Tensor({rows});
@@ -374,13 +428,15 @@ ForwardResult Model::forward(const Batch& batch, const RunOptions& options) {
   return result;
 }
 
-void Model::backward(double scale) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.config;
+void Model::backward(const ForwardState& state, double scale) {
+  Impl& w = *impl_;
+  const ForwardState::Impl& m = *state.impl_;
+  const ModelConfig& c = w.config;
+  check(m.for_backward, "backward: the forward's state kept no activations (it was made for evaluation)");
   check(m.has_loss, "backward: the last forward computed no loss (the batch had no targets or labels)");
   const int64_t C = c.d_model, V = c.vocab_size, B = m.B, T = m.T;
-  const int64_t rows = m.logits.numel() / (m.head == Impl::Head::Classify ? c.n_classes : V);
-  const int64_t classes = m.head == Impl::Head::Classify ? c.n_classes : V;
+  const int64_t rows = m.logits.numel() / (m.head == ForwardState::Impl::Head::Classify ? c.n_classes : V);
+  const int64_t classes = m.head == ForwardState::Impl::Head::Classify ? c.n_classes : V;
 
   // ∂(mean loss)/∂ℓ_r = 1/n for rows with a target.
   Tensor dlosses({rows});
@@ -392,25 +448,25 @@ void Model::backward(double scale) {
                                   rows, classes, m.label_smoothing, Batch::kIgnore);
 
   Tensor dtop({B * T, C});
-  Parameter& W = m.output_matrix();
+  Parameter& W = w.output_matrix();
   switch (m.head) {
-    case Impl::Head::LM:
+    case ForwardState::Impl::Head::LM:
       nn::linear_backward(dtop.data(), W, nullptr, dlogits.data(), m.head_in.data(), rows, C, V);
       break;
-    case Impl::Head::MLM: {
-      const Tensor h = m.mlm_norm->forward(m.mlm_act);  // recompute the normed rows (cheap, and keeps the norm's state)
+    case ForwardState::Impl::Head::MLM: {
+      const Tensor h = w.mlm_norm->forward(m.mlm_act, nullptr);  // recompute the normed rows (cheap)
       Tensor dh({rows, C});
-      nn::linear_backward(dh.data(), W, m.mlm_bias.grad.data(), dlogits.data(), h.data(), rows, C, V);
-      const Tensor dact = m.mlm_norm->backward(dh);
+      nn::linear_backward(dh.data(), W, w.mlm_bias.grad.data(), dlogits.data(), h.data(), rows, C, V);
+      const Tensor dact = w.mlm_norm->backward(dh, m.mlm_norm);
       Tensor dhidden(m.mlm_hidden.shape());
       kernels::activation_backward(Activation::GELU, dhidden.data(), dact.data(), m.mlm_hidden.data(), dhidden.numel());
-      const Tensor din = m.mlm_dense.backward(dhidden);
+      const Tensor din = w.mlm_dense.backward(dhidden, m.mlm_dense);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t ch = 0; ch < C; ++ch) dtop[m.head_rows[r] * C + ch] += din[r * C + ch];
       break;
     }
-    case Impl::Head::Classify: {
-      const Tensor dpooled = m.classifier.backward(dlogits);
+    case ForwardState::Impl::Head::Classify: {
+      const Tensor dpooled = w.classifier.backward(dlogits, m.classifier);
       for (int64_t b = 0; b < B; ++b) {
         if (c.pooling == Pooling::CLS) {
           for (int64_t ch = 0; ch < C; ++ch) dtop[b * T * C + ch] += dpooled[b * C + ch];
@@ -422,23 +478,23 @@ void Model::backward(double scale) {
       }
       break;
     }
-    case Impl::Head::None: break;
+    case ForwardState::Impl::Head::None: break;
   }
 
   const double daux = c.n_experts > 0 ? scale * c.moe_aux_loss_weight : 0.0;
   if (c.architecture == Architecture::Encoder) {
-    Tensor dx = m.encoder->backward(dtop, daux, nullptr);
-    m.embed_backward(m.enc_embed, dx);
+    Tensor dx = w.encoder->backward(dtop, daux, nullptr, m.encoder);
+    w.embed_backward(m.enc_embed, dx);
     return;
   }
   Tensor dcontext;
   if (c.architecture == Architecture::EncoderDecoder) dcontext = Tensor({B, m.src_T, C});
-  Tensor dx = m.decoder->backward(dtop, daux, dcontext.numel() ? &dcontext : nullptr);
-  m.embed_backward(m.dec_embed, dx);
+  Tensor dx = w.decoder->backward(dtop, daux, dcontext.numel() ? &dcontext : nullptr, m.decoder);
+  w.embed_backward(m.dec_embed, dx);
   if (c.architecture == Architecture::EncoderDecoder) {
     dcontext.reshape({B * m.src_T, C});
-    Tensor dsrc = m.encoder->backward(dcontext, daux, nullptr);
-    m.embed_backward(m.enc_embed, dsrc);
+    Tensor dsrc = w.encoder->backward(dcontext, daux, nullptr, m.encoder);
+    w.embed_backward(m.enc_embed, dsrc);
   }
 }
 

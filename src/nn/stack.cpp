@@ -7,6 +7,8 @@
 
 #include <attend/error.h>
 
+#include <algorithm>
+
 namespace attend::nn {
 namespace {
 
@@ -61,40 +63,44 @@ Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cr
 }
 
 template <typename F>
-Tensor Block::sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call) {
+Tensor Block::sublayer_forward(const Sublayer& s, const Tensor& x, F&& f, bool training, Rng* rng,
+                               SublayerSaved* saved) const {
+  Norm::Saved* norm_saved = saved != nullptr ? &saved->norm : nullptr;
+  Dropout::Saved* dropout_saved = saved != nullptr ? &saved->dropout : nullptr;
   if (pre_norm_) {  // x + α·drop(F(norm(x)))
-    Tensor branch = f(s.norm.forward(x));  // F takes its input by value: the normed rows move in
-    s.dropout.forward(branch, call.training, call.rng);
+    Tensor branch = f(s.norm.forward(x, norm_saved));  // F takes its input by value: the normed rows move in
+    s.dropout.forward(branch, training, rng, dropout_saved);
     Tensor out = Tensor::uninitialized(x.shape());
     kernels::residual_forward(out.data(), x.data(), branch.data(), x.numel(), alpha_);
     return out;
   }
   // norm(x + α·drop(F(x)))
   Tensor branch = f(x.clone());
-  s.dropout.forward(branch, call.training, call.rng);
+  s.dropout.forward(branch, training, rng, dropout_saved);
   kernels::residual_forward(branch.data(), x.data(), branch.data(), x.numel(), alpha_);
-  return s.norm.forward(branch);
+  return s.norm.forward(branch, norm_saved);
 }
 
 // Pre-LN: dx = dout + norm'(F'(α·drop'(dout))).  Post-LN: ds = norm'(dout), dx = ds + F'(α·drop'(ds)).
 template <typename F>
-Tensor Block::sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward) {
-  Tensor dsum = pre_norm_ ? std::move(dout) : s.norm.backward(dout);
+Tensor Block::sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward, const SublayerSaved& saved) {
+  Tensor dsum = pre_norm_ ? std::move(dout) : s.norm.backward(dout, saved.norm);
   Tensor dinner;
-  if (alpha_ == 1.0f && !s.dropout.active()) {  // the branch's gradient is dsum itself
+  if (alpha_ == 1.0f && !saved.dropout.active) {  // the branch's gradient is dsum itself
     dinner = f_backward(dsum);
   } else {
     Tensor dbranch = dsum.clone();
     if (alpha_ != 1.0f) kernels::scale(dbranch.data(), dbranch.numel(), alpha_);
-    s.dropout.backward(dbranch);
+    s.dropout.backward(dbranch, saved.dropout);
     dinner = f_backward(dbranch);
   }
-  if (pre_norm_) dinner = s.norm.backward(dinner);
+  if (pre_norm_) dinner = s.norm.backward(dinner, saved.norm);
   add_into(dsum, dinner);
   return dsum;
 }
 
-Tensor Block::attention_forward(MultiHeadAttention& attn, Tensor in, const StackCall& call) {
+Tensor Block::attention_forward(const MultiHeadAttention& attn, Tensor in, const StackCall& call,
+                                MultiHeadAttention::Saved* saved) const {
   const int64_t C = in.size(-1);
   in.reshape({call.B, call.T, C});
   AttentionCall ac;
@@ -102,51 +108,80 @@ Tensor Block::attention_forward(MultiHeadAttention& attn, Tensor in, const Stack
   ac.rng = call.rng;
   const bool cross = attn.config().cross;
   ac.key_lengths = cross ? call.context_lengths : call.lengths;
-  if (!cross && call.cache != nullptr) {
-    ac.cache = call.cache;
-    ac.cache_layer = index_;
-    ac.position = call.position;
-  }
-  if (!cross && call.mask != nullptr) {
-    ac.mask = call.mask;
-    ac.mask_shape = Shape{call.B, call.T, call.position + call.T};
-  }
-  Tensor out = attn.forward(in, cross ? call.context : nullptr, ac);
+  Tensor out = attn.forward(in, cross ? call.context : nullptr, ac, saved);
   out.reshape({call.B * call.T, C});
   return out;
 }
 
-Tensor Block::forward(const Tensor& x, const StackCall& call) {
-  B_ = call.B, T_ = call.T;
-  Tensor h =
-      sublayer_forward(attn_sub_, x, [&](Tensor in) { return attention_forward(attn_, std::move(in), call); }, call);
+Tensor Block::forward(const Tensor& x, const StackCall& call, Saved* saved) const {
+  if (saved != nullptr) saved->B = call.B, saved->T = call.T;
+  auto part = [&](auto member) { return saved != nullptr ? &(saved->*member) : nullptr; };
+  Tensor h = sublayer_forward(
+      attn_sub_, x,
+      [&](Tensor in) { return attention_forward(attn_, std::move(in), call, part(&Saved::attn)); }, call.training,
+      call.rng, part(&Saved::attn_sub));
   if (cross_)
-    h = sublayer_forward(cross_sub_, h, [&](Tensor in) { return attention_forward(*cross_, std::move(in), call); },
-                         call);
+    h = sublayer_forward(
+        cross_sub_, h,
+        [&](Tensor in) { return attention_forward(*cross_, std::move(in), call, part(&Saved::cross)); },
+        call.training, call.rng, part(&Saved::cross_sub));
   return sublayer_forward(
       ffn_sub_, h,
       [&](Tensor in) {
-        return moe_ ? moe_->forward(in, call.valid, call.training, call.rng)
-                    : ffn_->forward(in, call.training, call.rng);
+        return moe_ ? moe_->forward(in, call.valid, call.training, call.rng, part(&Saved::moe))
+                    : ffn_->forward(in, call.training, call.rng, part(&Saved::ffn));
       },
-      call);
+      call.training, call.rng, part(&Saved::ffn_sub));
 }
 
-Tensor Block::backward(Tensor dout, double daux, Tensor* dcontext) {
+Tensor Block::step(const Tensor& x, std::span<const CachedSequence> sequences) const {
+  Tensor h = sublayer_forward(
+      attn_sub_, x, [&](Tensor in) { return attn_.step(in, sequences, index_); }, false, nullptr, nullptr);
+  if (cross_)
+    h = sublayer_forward(
+        cross_sub_, h, [&](Tensor in) { return cross_->step(in, sequences, index_); }, false, nullptr, nullptr);
+  return sublayer_forward(
+      ffn_sub_, h,
+      [&](Tensor in) {
+        if (!moe_) return ffn_->forward(in, false, nullptr, nullptr);
+        // Each sequence is routed on its own (the capacity limit counts its rows only), as when stepped alone.
+        const int64_t C = in.size(-1);
+        Tensor out = Tensor::uninitialized({in.numel() / C, C});
+        int64_t r0 = 0;
+        for (const CachedSequence& seq : sequences) {
+          Tensor rows = Tensor::uninitialized({seq.rows, C});
+          std::copy_n(in.data() + r0 * C, seq.rows * C, rows.data());
+          const Tensor y = moe_->forward(rows, nullptr, false, nullptr, nullptr);
+          std::copy_n(y.data(), seq.rows * C, out.data() + r0 * C);
+          r0 += seq.rows;
+        }
+        return out;
+      },
+      false, nullptr, nullptr);
+}
+
+Tensor Block::backward(Tensor dout, double daux, Tensor* dcontext, const Saved& saved) {
   const int64_t C = dout.size(-1);
-  auto attention_backward = [&](MultiHeadAttention& attn, const Tensor& d) {  // d: (B·T, C) rows
-    Tensor dx = attn.backward(d);
-    dx.reshape({B_ * T_, C});
+  auto attention_backward = [&](MultiHeadAttention& attn, const Tensor& d, const MultiHeadAttention::Saved& s,
+                                Tensor* dctx) {  // d: (B·T, C) rows
+    Tensor dx = attn.backward(d, s, dctx);
+    dx.reshape({saved.B * saved.T, C});
     return dx;
   };
-  Tensor dh = sublayer_backward(ffn_sub_, std::move(dout), [&](const Tensor& d) {
-    return moe_ ? moe_->backward(d, daux) : ffn_->backward(d);
-  });
+  Tensor dh = sublayer_backward(
+      ffn_sub_, std::move(dout),
+      [&](const Tensor& d) { return moe_ ? moe_->backward(d, daux, saved.moe) : ffn_->backward(d, saved.ffn); },
+      saved.ffn_sub);
   if (cross_) {
-    dh = sublayer_backward(cross_sub_, std::move(dh), [&](const Tensor& d) { return attention_backward(*cross_, d); });
-    add_into(*dcontext, cross_->context_grad());
+    Tensor dctx;
+    dh = sublayer_backward(
+        cross_sub_, std::move(dh),
+        [&](const Tensor& d) { return attention_backward(*cross_, d, saved.cross, &dctx); }, saved.cross_sub);
+    add_into(*dcontext, dctx);
   }
-  return sublayer_backward(attn_sub_, std::move(dh), [&](const Tensor& d) { return attention_backward(attn_, d); });
+  return sublayer_backward(
+      attn_sub_, std::move(dh), [&](const Tensor& d) { return attention_backward(attn_, d, saved.attn, nullptr); },
+      saved.attn_sub);
 }
 
 void Block::collect(std::vector<Parameter*>& out) {
@@ -172,16 +207,35 @@ Stack::Stack(const std::string& name, const ModelConfig& c, int64_t n_blocks, bo
   if (c.pre_norm) final_norm_.emplace(name + ".norm", c.norm, c.d_model, c.norm_eps);
 }
 
-Tensor Stack::forward(const Tensor& x, const StackCall& call) {
+Tensor Stack::forward(const Tensor& x, const StackCall& call, Saved* saved) const {
+  if (saved != nullptr) saved->blocks.resize(blocks_.size());
   Tensor h = x.clone();
-  for (auto& block : blocks_) h = block->forward(h, call);
-  return final_norm_ ? final_norm_->forward(h) : std::move(h);
+  for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward(h, call, saved ? &saved->blocks[i] : nullptr);
+  return final_norm_ ? final_norm_->forward(h, saved ? &saved->final_norm : nullptr) : std::move(h);
 }
 
-Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext) {
-  Tensor d = final_norm_ ? final_norm_->backward(dout) : dout.clone();
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = (*it)->backward(std::move(d), daux, dcontext);
+Tensor Stack::step(const Tensor& x, std::span<const CachedSequence> sequences) const {
+  Tensor h = x.clone();
+  for (const auto& block : blocks_) h = block->step(h, sequences);
+  return final_norm_ ? final_norm_->forward(h, nullptr) : std::move(h);
+}
+
+Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext, const Saved& saved) {
+  Tensor d = final_norm_ ? final_norm_->backward(dout, saved.final_norm) : dout.clone();
+  for (size_t i = blocks_.size(); i-- > 0;) d = blocks_[i]->backward(std::move(d), daux, dcontext, saved.blocks[i]);
   return d;
+}
+
+void Stack::project_context(const Tensor& context, std::vector<Tensor>& keys, std::vector<Tensor>& values) const {
+  keys.clear();
+  values.clear();
+  keys.resize(blocks_.size());
+  values.resize(blocks_.size());
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const MultiHeadAttention* cross = blocks_[i]->cross_attention();
+    check(cross != nullptr, "generation: block {} has no cross-attention to give the encoder output to", i);
+    cross->project_context(context, keys[i], values[i]);
+  }
 }
 
 void Stack::collect(std::vector<Parameter*>& out) {
@@ -191,15 +245,15 @@ void Stack::collect(std::vector<Parameter*>& out) {
   for (size_t i = first; i < out.size(); ++i) out[i]->stack_blocks = static_cast<int64_t>(blocks_.size());
 }
 
-double Stack::aux() const {
+double Stack::aux(const Saved& saved) const {
   double sum = 0.0;
-  for (const auto& block : blocks_) sum += block->aux();
+  for (size_t i = 0; i < blocks_.size(); ++i) sum += blocks_[i]->aux(saved.blocks[i]);
   return sum;
 }
 
-void Stack::moe_stats(std::vector<MoEStats>& out) const {
-  for (const auto& block : blocks_)
-    if (block->moe()) out.push_back(block->moe()->stats());
+void Stack::moe_stats(const Saved& saved, std::vector<MoEStats>& out) const {
+  for (size_t i = 0; i < blocks_.size() && i < saved.blocks.size(); ++i)
+    if (blocks_[i]->moe()) out.push_back(blocks_[i]->moe()->stats(saved.blocks[i].moe));
 }
 
 }  // namespace attend::nn

@@ -12,9 +12,11 @@
 #include "nn/layers.h"
 
 #include <attend/model.h>
+#include <attend/session.h>
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,25 +31,34 @@ struct StackCall {
   const int32_t* context_lengths = nullptr;  // (B)
   bool training = false;
   Rng* rng = nullptr;
-  KVCache* cache = nullptr;                 // decoding: keys/values are appended at `position`
-  int64_t position = 0;                      // absolute position of the first row of each sequence
-  const uint8_t* mask = nullptr;             // (B, T, position + T): self-attention keys allowed (left padding)
 };
 
 class Block {
  public:
+  // One residual sub-layer's saved state.
+  struct SublayerSaved {
+    Norm::Saved norm;
+    Dropout::Saved dropout;
+  };
+  struct Saved {
+    int64_t B = 0, T = 0;
+    SublayerSaved attn_sub, cross_sub, ffn_sub;
+    MultiHeadAttention::Saved attn, cross;
+    FeedForward::Saved ffn;
+    MixtureOfExperts::Saved moe;
+  };
+
   Block(const std::string& name, const ModelConfig& config, bool causal, bool cross, bool moe, int64_t index);
 
-  Tensor forward(const Tensor& x, const StackCall& call);  // (B·T, C) → (B·T, C)
-  // Adds the gradient of the cross-attention context into *dcontext (B, T_src, C) when there is one.
-  Tensor backward(Tensor dout, double daux, Tensor* dcontext);
+  Tensor forward(const Tensor& x, const StackCall& call, Saved* saved) const;  // (B·T, C) → (B·T, C)
+  // Inference over sessions (MultiHeadAttention::step): x (N, C) holds each sequence's new rows in turn.
+  Tensor step(const Tensor& x, std::span<const CachedSequence> sequences) const;
+  // Sets *dcontext (B, T_src, C) to the cross-attention context's gradient, or adds into it, when there is one.
+  Tensor backward(Tensor dout, double daux, Tensor* dcontext, const Saved& saved);
   void collect(std::vector<Parameter*>& out);
-  double aux() const { return moe_ ? moe_->aux() : 0.0; }
+  double aux(const Saved& saved) const { return moe_ ? saved.moe.aux : 0.0; }
   const MixtureOfExperts* moe() const { return moe_ ? &*moe_ : nullptr; }
-  // Generation: cross-attention keys and values of the encoder output, projected once.
-  void cache_context(const Tensor& context) {
-    if (cross_) cross_->cache_context(context);
-  }
+  const MultiHeadAttention* cross_attention() const { return cross_ ? &*cross_ : nullptr; }
 
  private:
   // One residual sub-layer around F, pre- or post-LN. F maps rows to rows.
@@ -56,35 +67,42 @@ class Block {
     Dropout dropout;
   };
   template <typename F>
-  Tensor sublayer_forward(Sublayer& s, const Tensor& x, F&& f, const StackCall& call);
+  Tensor sublayer_forward(const Sublayer& s, const Tensor& x, F&& f, bool training, Rng* rng,
+                          SublayerSaved* saved) const;
   template <typename F>
-  Tensor sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward);
+  Tensor sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward, const SublayerSaved& saved);
 
-  Tensor attention_forward(MultiHeadAttention& attn, Tensor x, const StackCall& call);
+  Tensor attention_forward(const MultiHeadAttention& attn, Tensor x, const StackCall& call,
+                           MultiHeadAttention::Saved* saved) const;
 
   bool pre_norm_ = true;
   float alpha_ = 1.0f;
-  int64_t index_ = 0;  // the block's layer in the KV cache
+  int64_t index_ = 0;  // the block's layer in a KV cache
   Sublayer attn_sub_, cross_sub_, ffn_sub_;
   MultiHeadAttention attn_;
   std::optional<MultiHeadAttention> cross_;
   std::optional<FeedForward> ffn_;
   std::optional<MixtureOfExperts> moe_;
-  int64_t B_ = 0, T_ = 0;
 };
 
 class Stack {
  public:
+  struct Saved {
+    std::vector<Block::Saved> blocks;
+    Norm::Saved final_norm;
+  };
+
   Stack(const std::string& name, const ModelConfig& config, int64_t n_blocks, bool causal, bool cross);
 
-  Tensor forward(const Tensor& x, const StackCall& call);  // blocks, then the final norm (pre-LN)
-  Tensor backward(const Tensor& dout, double daux, Tensor* dcontext);
+  Tensor forward(const Tensor& x, const StackCall& call, Saved* saved) const;  // blocks, then the final norm (pre-LN)
+  Tensor step(const Tensor& x, std::span<const CachedSequence> sequences) const;
+  Tensor backward(const Tensor& dout, double daux, Tensor* dcontext, const Saved& saved);
   void collect(std::vector<Parameter*>& out);
-  double aux() const;
-  void moe_stats(std::vector<MoEStats>& out) const;
-  void cache_context(const Tensor& context) {
-    for (auto& block : blocks_) block->cache_context(context);
-  }
+  double aux(const Saved& saved) const;
+  void moe_stats(const Saved& saved, std::vector<MoEStats>& out) const;
+  // Sessions of encoder-decoder models: every block's cross-attention keys and values of the encoder output
+  // context (1, T_src, C), projected once.
+  void project_context(const Tensor& context, std::vector<Tensor>& keys, std::vector<Tensor>& values) const;
 
  private:
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -98,19 +116,29 @@ std::vector<int32_t> check_sequences(const std::vector<int32_t>& ids, const std:
 // (B·T) 1 where t < lengths[b], else 0.
 std::vector<uint8_t> valid_mask(const std::vector<int32_t>& lengths, int64_t B, int64_t T);
 
+// Embedding of one input sequence batch, with what its backward needs.
+struct Embedded {
+  std::vector<int32_t> ids;
+  int64_t B = 0, T = 0;
+  Dropout::Saved dropout;
+};
+
 }  // namespace attend::nn
 
 namespace attend {
 
+// The network: weights only. Everything a forward keeps lives in a ForwardState, everything a session keeps
+// in its Session::State, so one Impl serves many at once.
 struct Model::Impl {
   explicit Impl(const ModelConfig& config);
-  // Mixed precision: the weights' rounded copies are out of date (a forward or decoding starts).
-  void mark_rounded_stale();
+  // Mixed precision: the weights' rounded copies are out of date (a forward starts).
+  void mark_rounded_stale() const;
 
   ModelConfig config;
   Precision precision = Precision::F32;  // of the matmuls (Model::set_precision)
   Parameter tokens, positions;  // embed.tokens (V, C); embed.positions (max_seq_len, C) when learned
   Tensor sinusoid;              // (max_seq_len, C) when sinusoidal
+  nn::Dropout embedding_dropout;
   std::unique_ptr<nn::Stack> encoder, decoder;
   Parameter lm_head;            // (V, C) when not tied
   nn::Linear mlm_dense;         // encoder MLM head
@@ -122,26 +150,29 @@ struct Model::Impl {
   // slice, which starts on a 64-byte boundary; the gaps between slices stay zero.
   Tensor values, grads;
   void gather_parameters();  // the constructor's last step: moves each parameter into the buffers
+  // The model's own forward state, for Model::forward(batch) and Model::backward(scale).
+  std::unique_ptr<ForwardState> own_state;
 
-  // Embedding of one input sequence batch, with what its backward needs.
-  struct Embedded {
-    const std::vector<int32_t>* ids = nullptr;
-    int64_t B = 0, T = 0;
-    nn::Dropout dropout;
-  };
-  // Rows of sequence b take positions position − shift[b], position − shift[b] + 1, ... (clamped at 0): left
-  // padding of shift[b] tokens leaves the real tokens at 0, 1, ... as without it.
-  Tensor embed(Embedded& e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng,
-               int64_t position = 0, const std::vector<int32_t>* shift = nullptr);
-  void embed_backward(Embedded& e, Tensor& dx);
+  // e = E[ids]·(√C if scaled) + P[position..position + T), then dropout   (000 §8.2, 001 §6)
+  Tensor embed(nn::Embedded* e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng) const;
+  void embed_backward(const nn::Embedded& e, Tensor& dx);
+  // Sessions: N rows of ids, row i at position positions[i].
+  Tensor embed_rows(const std::vector<int32_t>& ids, const std::vector<int64_t>& positions) const;
+  const Parameter& output_matrix() const { return config.tie_embeddings ? tokens : lm_head; }
   Parameter& output_matrix() { return config.tie_embeddings ? tokens : lm_head; }
+};
 
-  // Saved by forward for backward.
+// What Model::forward keeps for Model::backward.
+struct ForwardState::Impl {
+  bool for_backward = true;  // keep the activations backward needs (ForwardState's constructor)
   enum class Head { None, LM, MLM, Classify } head = Head::None;
-  Embedded enc_embed, dec_embed;
+  nn::Embedded enc_embed, dec_embed;
   std::vector<uint8_t> enc_valid, dec_valid;
+  nn::Stack::Saved encoder, decoder;
   Tensor enc_out;                     // (B, T_src, C)
   Tensor head_in;                     // LM: the top rows (N, C); MLM: the gathered rows; classify: pooled (B, C)
+  nn::Linear::Saved mlm_dense, classifier;
+  nn::Norm::Saved mlm_norm;
   Tensor mlm_hidden, mlm_act;         // MLM: dense output before and after GELU
   std::vector<int64_t> head_rows;     // MLM: rows with a target
   std::vector<int32_t> head_targets;  // per logits row, Batch::kIgnore for none
@@ -149,11 +180,6 @@ struct Model::Impl {
   int64_t n_targets = 0;
   float label_smoothing = 0.0f;
   int64_t B = 0, T = 0, src_T = 0;
-  std::unique_ptr<nn::KVCache> cache;  // generation
-  CacheType cache_type = CacheType::F32;  // the storage start_decoding gives it
-  int64_t decode_position = 0;
-  std::vector<int32_t> left_pad;          // generation of prompts of different lengths: pad tokens per sequence
-  Tensor next_logits;                     // (batch, V) of the last decode call
   std::vector<int32_t> lengths;       // (B) the decoder's (or encoder-only model's) sequence lengths
   std::vector<int32_t> src_lengths;   // (B) the encoder's; attention keeps pointers to both for backward
   bool has_loss = false;

@@ -112,6 +112,7 @@ std::string metrics_up_to(std::string_view text, std::string_view origin, int64_
 
 struct Trainer::State {
   Model model;
+  ForwardState activations;  // what each micro-batch's forward keeps for its backward
   const Dataset& data;
   TrainConfig config;
   fs::path dir;
@@ -240,10 +241,10 @@ StepReport Trainer::step() {
     const RunOptions options{.training = true, .label_smoothing = c.label_smoothing, .seed = c.seed,
                              .offset = static_cast<uint64_t>((t - 1) * c.grad_accum + k) * kDropoutWindow,
                              .rng_window = kDropoutWindow};
-    r.loss += share * s.model.forward(micro[k], options).loss;
-    s.model.backward(share * scale);
+    r.loss += share * s.model.forward(micro[k], s.activations, options).loss;
+    s.model.backward(s.activations, share * scale);
   }
-  r.moe = s.model.moe_stats();
+  r.moe = s.model.moe_stats(s.activations);
   const std::span<float> grads = s.model.gradient_buffer();
   if (scaling) train::scale_grads(grads, 1.0 / scale);
   r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(grads, c.clip_norm) : train::global_grad_norm(grads);
@@ -299,7 +300,7 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
   int64_t n = 0, bytes = 0;
   for (int64_t i = 0; i < s.data.valid_batches(); ++i) {
     const Batch b = s.data.valid_batch(i);
-    const ForwardResult r = s.model.forward(b);
+    const ForwardResult r = s.model.forward(b, s.activations);
     sum += r.ce_loss * double(r.n_targets);
     n += r.n_targets;
     if (count_bytes)
