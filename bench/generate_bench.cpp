@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   c.activation = attend::FfnKind::GELUTanh;
   attend::Model model(c);
   const bool bf16 = weights == "bf16";
-  if (bf16) model.set_decode_weights(attend::WeightType::BF16);
+  if (bf16) model.set_storage(attend::WeightType::BF16);
   // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
   // position table, not all of it), fp32.
   const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);

@@ -67,7 +67,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
   static std::string weights = "f32";
-  cmd->add_option("--weights", weights, "f32, or bf16: weights rounded to bf16; decoding reads half the bytes and prompts run bf16 matmuls")
+  cmd->add_option("--weights", weights, "f32, bf16 or f16: weights rounded to that type and kept packed; decoding reads half the bytes and prompts run 16-bit matmuls")
       ->capture_default_str();
   static std::string kv_cache = "f32";
   cmd->add_option("--kv-cache", kv_cache, "f32, f16 or int8: how the KV cache stores keys and values (f16 halves its memory and reads)")
@@ -76,8 +76,9 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = load_model(model_dir);
-    check(weights == "f32" || weights == "bf16", "--weights '{}': expected f32 or bf16", weights);
-    if (weights == "bf16") model.set_decode_weights(WeightType::BF16);
+    check(weights == "f32" || weights == "bf16" || weights == "f16", "--weights '{}': expected f32, bf16 or f16",
+          weights);
+    model.set_storage(weights == "bf16" ? WeightType::BF16 : weights == "f16" ? WeightType::F16 : WeightType::F32);
     options.cache = parse_cache_type(kv_cache);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     check(tokenizer.vocab_size() <= model.config().vocab_size,

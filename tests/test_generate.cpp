@@ -404,16 +404,16 @@ TEST(Decoding, Bf16WeightsEqualTheBf16Checkpoint) {
     return out;
   };
   const std::vector<float> fp32 = decode_all(model);
-  model.set_decode_weights(WeightType::BF16);
+  model.set_storage(WeightType::BF16);
   const std::vector<float> bf16 = decode_all(model);
   // The values are the checkpoint's, bit for bit; so bf16 decoding of either model is the same function.
   for (const Parameter* p : model.parameters()) {
     const Parameter* q = rounded.find(p->name);
     ASSERT_EQ(0, std::memcmp(p->value.data(), q->value.data(), p->numel() * sizeof(float))) << p->name;
   }
-  rounded.set_decode_weights(WeightType::BF16);
+  rounded.set_storage(WeightType::BF16);
   EXPECT_EQ(decode_all(rounded), bf16);
-  rounded.set_decode_weights(WeightType::F32);  // the rounded values without the packed copies
+  rounded.set_storage(WeightType::F32);  // the rounded values without the packed copies
   const std::vector<float> rounded_fp32 = decode_all(rounded);
   double largest = 0.0, from_rounding_inputs = 0.0;
   for (size_t i = 0; i < fp32.size(); ++i) {

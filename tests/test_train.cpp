@@ -394,9 +394,7 @@ TEST(MixedPrecision, LossAndGradientsFollowFp32) {
   const std::vector<float> g32 = grads(fp32);
   for (auto [precision, name, tolerance] : {std::tuple{Precision::BF16, "bf16", 0.03}, {Precision::F16, "f16", 0.005}}) {
     Model mixed(tiny_gpt());
-    mixed.set_precision(precision);
-    EXPECT_EQ(mixed.precision(), precision);
-    const double loss = mixed.forward(batch).loss;
+    const double loss = mixed.forward(batch, {.precision = precision}).loss;
     mixed.backward(1024.0);
     EXPECT_NEAR(loss, loss32, tolerance * loss32) << name;
     EXPECT_NE(loss, loss32) << name << ": the rounded path did not run";
@@ -410,8 +408,10 @@ TEST(MixedPrecision, LossAndGradientsFollowFp32) {
     EXPECT_GT(dot / std::sqrt(n32 * n), 0.999) << name;  // the same direction
     EXPECT_LT(std::sqrt(err / n32), tolerance) << name;  // and close in norm
     EXPECT_EQ(weights(mixed), weights(fp32)) << name << ": the master weights changed";
-    mixed.set_precision(Precision::F32);  // back to f32: the numbers of a model that was never mixed
-    EXPECT_EQ(mixed.forward(batch).loss, loss32) << name;
+    EXPECT_EQ(mixed.forward(batch).loss, loss32) << name;  // f32 again: the numbers of a model never mixed
+    ForwardState evaluation(/*for_backward=*/false);
+    expect_error_mentions<Error>([&] { fp32.forward(batch, evaluation, {.precision = precision}); },
+                                 {"mixed precision", "keeps activations"});
   }
 }
 

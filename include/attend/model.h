@@ -39,7 +39,6 @@ enum class InitScheme { GPT2, Xavier };
 // How attention scores are computed. Flash is exact and O(T·d) in memory; Reference materialises the scores
 // (the oracle); Linear replaces softmax by φ(q)ᵀφ(k) with φ = elu + 1, a different model.
 enum class AttentionKernel { Flash, Reference, Linear };
-enum class WeightType { F32, BF16, F16 };  // how model.safetensors stores the weights
 // How the KV cache stores keys and values: F16 halves its memory and the bytes each generated token reads
 // (relative error ≤ 2⁻¹¹ per element); Int8 keeps one byte per element and a scale per (position, head).
 enum class CacheType { F32, F16, Int8 };
@@ -141,6 +140,12 @@ struct RunOptions {
   // consecutive forwards consecutive windows (the trainer: 2^32 per micro-batch) sets it, so a forward that
   // would run into the next window, whose masks would then repeat these, is an error instead.
   uint64_t rng_window = 0;
+  // Mixed precision (003 §13.2): every matmul rounds its weight and input (and in backward its output
+  // gradient) to bf16 or fp16 and sums in fp32; weights, gradients, norms, softmax, the loss and MoE routers
+  // (Switch Transformer's selective precision) stay fp32. BF16 is about twice sgemm's rate on CPUs with
+  // AVX-512 BF16; F16 overflows past 65504 and needs loss scaling (Trainer does it). Needs a ForwardState
+  // that keeps activations (the rounded weights are kept for backward there).
+  Precision precision = Precision::F32;
 };
 
 struct ForwardResult {
@@ -164,8 +169,8 @@ struct ParameterCount {
 };
 
 // What one forward keeps for its backward, and its logits. The trainer owns one per micro-batch; evaluation
-// owns one made with for_backward = false, which keeps the logits only (no activations, no backward; the
-// matmuls then run in fp32 whatever the training precision).
+// owns one made with for_backward = false, which keeps the logits only (no activations, no backward, and
+// fp32 matmuls only). Mixed precision's rounded weights live here too, so forwards never share them.
 class ForwardState {
  public:
   explicit ForwardState(bool for_backward = true);
@@ -218,8 +223,7 @@ class Model {
 
   // Runs the model on the batch into `state` (what backward needs, and the logits); computes the loss when the
   // batch has targets or labels. Errors name the batch field at fault (ids out of range, lengths, shapes, a
-  // sequence longer than max_seq_len). Const: many forwards may run at once, each with its own state (with
-  // mixed precision on, only one at a time: the weights' rounded copies are remade per forward).
+  // sequence longer than max_seq_len). Const: many forwards may run at once, each with its own state.
   ForwardResult forward(const Batch& batch, ForwardState& state, const RunOptions& options = {}) const;
   // Adds scale × the gradient of that forward's loss into every parameter's grad. Gradient accumulation
   // weights each micro-batch by its share of the targets; fp16 training multiplies by the loss scale.
@@ -233,17 +237,12 @@ class Model {
   const Tensor& logits() const;  // of the last forward(batch)
   std::vector<MoEStats> moe_stats() const;
 
-  // Mixed precision (003 §13.2): every matmul rounds its weight and input (and in backward its output
-  // gradient) to bf16 or fp16 and sums in fp32; weights, gradients, norms, softmax, the loss and MoE routers
-  // (Switch Transformer's selective precision) stay fp32. BF16 is about twice sgemm's rate on CPUs with
-  // AVX-512 BF16; F16 overflows past 65504 and needs loss scaling (Trainer does it). F32 turns it off.
-  void set_precision(Precision precision);
-  Precision precision() const;
 
-  // BF16: every weight is rounded to bf16, the model a bf16 checkpoint holds, and the multiplied matrices
-  // are kept packed so that decoding reads half the bytes per token. F32 drops the packed copies; the
-  // rounding stays. Call it before sessions start.
-  void set_decode_weights(WeightType weights);
+  // How the weights are stored for running (Parameter::storage). BF16 or F16: every weight is rounded to that
+  // type, the model a checkpoint of that dtype holds, and the multiplied matrices (never the position table or
+  // a router) are kept packed, so that decoding reads half the bytes per token and prompts run 16-bit GEMMs.
+  // F32 drops the packed copies; the rounding stays. Call it before sessions start; training reads `value`.
+  void set_storage(WeightType storage);
   struct Impl;  // the network (src/nn/transformer.h)
 
  private:

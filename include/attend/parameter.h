@@ -17,6 +17,9 @@ namespace attend {
 // master weights, gradients and optimiser state).
 enum class Precision { F32, BF16, F16 };
 
+// How a weight is stored for running: fp32, or a 16-bit type (a checkpoint's dtype, Model::set_storage).
+enum class WeightType { F32, BF16, F16 };
+
 // What a weight is in the network, fixed when the model is built. Initialisation, counting, weight decay,
 // mixed precision and packing read the role, never the name, so renaming a tensor changes no number.
 enum class Role : uint8_t {
@@ -31,7 +34,7 @@ enum class Role : uint8_t {
   FfnIn,                 // the FFN's up (and SwiGLU's gate) projection, experts' too
   FfnOut,                // the FFN's down projection: a residual output projection
   FfnBias,
-  Router,                // an MoE router: kept in fp32 under mixed precision
+  Router,                // an MoE router: kept in fp32 under mixed precision and in 16-bit storage
   NormGain,              // a norm's γ (1 at initialisation)
   NormBias,              // a LayerNorm's β
   HeadMatrix,            // the untied LM head, the MLM transform, the classifier
@@ -74,15 +77,11 @@ struct Parameter {
   int64_t stack_blocks = 0;  // blocks of the stack (encoder or decoder) it belongs to; 0 outside the stacks
   Tensor value;
   Tensor grad;
-  // Inference only: value rounded to bf16 (the top half of each float), which small matmuls (decoding) read
-  // instead of value: half the bytes. Empty unless Model::set_decode_weights asked for it.
-  std::vector<uint16_t> bf16;
-  // Mixed precision (Model::set_precision): the matmuls that read this weight read `rounded`, value rounded
-  // to `precision`. It is made on first use after each Model::forward starts (which sets rounded_stale), and
-  // the forward's backward reuses it.
-  Precision precision = Precision::F32;
-  mutable std::vector<uint16_t> rounded;
-  mutable bool rounded_stale = true;
+  // How the weight is stored for running (Model::set_storage). F32: the matmuls read `value`. BF16 or F16:
+  // the matrix is also kept packed in that type (`packed`), which the matmuls read (half the bytes), and
+  // `value` holds exactly the same numbers widened, which lookups, norms and training read.
+  WeightType storage = WeightType::F32;
+  std::vector<uint16_t> packed;
 
   void zero_grad() { grad.zero(); }
   int64_t numel() const { return value.numel(); }

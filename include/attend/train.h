@@ -173,7 +173,7 @@ struct TrainConfig {
   // model's before the first step. Parameters it lacks, such as a new classification head, keep their
   // initialisation. Ignored on resume (the run's own checkpoint holds them).
   std::string init_from;
-  // Mixed precision (003 §13.2, Model::set_precision): F32, BF16 (the fast one on AVX-512 BF16 CPUs) or F16
+  // Mixed precision (003 §13.2, RunOptions::precision): F32, BF16 (the fast one on AVX-512 BF16 CPUs) or F16
   // with dynamic loss scaling: the loss is multiplied by the scale before backward and the gradients divided
   // after; a step whose gradients overflow is skipped and halves the scale, and loss_scale_window clean steps
   // in a row double it.

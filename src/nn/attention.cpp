@@ -177,6 +177,9 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
 
   Saved scratch;  // evaluation: nothing is kept
   Saved& s = saved != nullptr ? *saved : scratch;
+  check(call.precision == Precision::F32 || saved != nullptr,
+        "attention '{}': mixed precision needs a forward that saves for backward", name_);
+  s.precision = call.precision;
   s.B = B, s.Tq = Tq, s.Tk = Tk, s.position = call.position, s.key_lengths = call.key_lengths, s.mask = call.mask;
   s.dropout = dropout ? c.dropout : 0.0f;
   if (dropout) {
@@ -191,15 +194,14 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   if (!c.cross) {
     const int64_t W = (H + 2 * Hkv) * D;
     std::vector<float> qkv(B * Tq * W);
-    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), B * Tq, C, W,
-                   matmul_precision(w_qkv_, saving));
+    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), B * Tq, C, W, s.precision, &s.w_in_rounded);
     split_columns(s.q.data(), qkv.data(), B * Tq, W, 0, H * D);
     split_columns(s.k.data(), qkv.data(), B * Tq, W, H * D, Hkv * D);
     split_columns(s.v.data(), qkv.data(), B * Tq, W, (H + Hkv) * D, Hkv * D);
   } else {
-    linear_forward(s.q.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D, matmul_precision(w_q_, saving));
+    linear_forward(s.q.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D, s.precision, &s.w_in_rounded);
     if (saving) s.context = context->clone();
-    project_context(*context, s.k, s.v, saving);
+    project_context(*context, s.k, s.v, s.precision, &s.w_kv_rounded);
   }
   if (c.position == PositionScheme::RoPE) {
     RopeTables rope(call.position, Tq, D, c.rope);
@@ -212,7 +214,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   s.attn = Tensor({B, Tq, H, D});
   attention_kernel(c.kernel, s.attn.data(), s.stats, s.q.data(), s.k.data(), s.v.data(), p);
   Tensor out = Tensor::uninitialized({B, Tq, C});
-  linear_forward(out.data(), s.attn.data(), w_o_, data_or_null(b_o_), B * Tq, H * D, C, matmul_precision(w_o_, saving));
+  linear_forward(out.data(), s.attn.data(), w_o_, data_or_null(b_o_), B * Tq, H * D, C, s.precision, &s.w_out_rounded);
   return out;
 }
 
@@ -299,15 +301,15 @@ void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tenso
   check(config_.cross, "attention '{}': only cross-attention has a context to project", name_);
   check(context.rank() == 3 && context.size(2) == config_.d_model,
         "attention '{}': context has shape {}, expected [batch, time, {}]", name_, context.shape(), config_.d_model);
-  project_context(context, k, v, /*saving=*/false);
+  project_context(context, k, v, Precision::F32, nullptr);
 }
 
-void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tensor& v, bool saving) const {
+void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tensor& v, Precision precision,
+                                         std::vector<uint16_t>* w_rounded) const {
   const int64_t C = config_.d_model, Hkv = config_.kv_heads(), D = config_.d_head();
   const int64_t B = context.size(0), Tk = context.size(1);
   std::vector<float> kv(B * Tk * 2 * Hkv * D);
-  linear_forward(kv.data(), context.data(), w_kv_, data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D,
-                 matmul_precision(w_kv_, saving));
+  linear_forward(kv.data(), context.data(), w_kv_, data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D, precision, w_rounded);
   k = Tensor({B, Tk, Hkv, D});
   v = Tensor({B, Tk, Hkv, D});
   split_columns(k.data(), kv.data(), B * Tk, 2 * Hkv * D, 0, Hkv * D);
@@ -323,7 +325,8 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
         Shape({s.B, s.Tq, C}), Shape({s.B * s.Tq, C}));
   // out = attn · W_Oᵀ + b_O
   Tensor dattn({s.B, s.Tq, H, D});
-  linear_backward(dattn.data(), w_o_, grad_or_null(b_o_), dout.data(), s.attn.data(), s.B * s.Tq, H * D, C);
+  linear_backward(dattn.data(), w_o_, grad_or_null(b_o_), dout.data(), s.attn.data(), s.B * s.Tq, H * D, C, s.precision,
+                  &s.w_out_rounded);
 
   kernels::AttentionParams<float> p = kernel_params(s.B, s.Tq, s.Tk, s.position, s.key_lengths, s.mask);
   p.dropout = s.dropout, p.dropout_seed = s.dropout_seed, p.dropout_offset = s.dropout_offset;
@@ -363,9 +366,11 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
     join_columns(dqkv.data(), dq.data(), s.B * s.Tq, W, 0, H * D);
     join_columns(dqkv.data(), dk.data(), s.B * s.Tq, W, H * D, Hkv * D);
     join_columns(dqkv.data(), dv.data(), s.B * s.Tq, W, (H + Hkv) * D, Hkv * D);
-    linear_backward(dx.data(), w_qkv_, grad_or_null(b_qkv_), dqkv.data(), s.x.data(), s.B * s.Tq, C, W);
+    linear_backward(dx.data(), w_qkv_, grad_or_null(b_qkv_), dqkv.data(), s.x.data(), s.B * s.Tq, C, W, s.precision,
+                    &s.w_in_rounded);
   } else {
-    linear_backward(dx.data(), w_q_, grad_or_null(b_q_), dq.data(), s.x.data(), s.B * s.Tq, C, H * D);
+    linear_backward(dx.data(), w_q_, grad_or_null(b_q_), dq.data(), s.x.data(), s.B * s.Tq, C, H * D, s.precision,
+                    &s.w_in_rounded);
     std::vector<float> dkv(s.B * s.Tk * 2 * Hkv * D);
     join_columns(dkv.data(), dk.data(), s.B * s.Tk, 2 * Hkv * D, 0, Hkv * D);
     join_columns(dkv.data(), dv.data(), s.B * s.Tk, 2 * Hkv * D, Hkv * D, Hkv * D);
@@ -373,7 +378,7 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
           name_);
     *dcontext = Tensor({s.B, s.Tk, C});
     linear_backward(dcontext->data(), w_kv_, grad_or_null(b_kv_), dkv.data(), s.context.data(), s.B * s.Tk, C,
-                    2 * Hkv * D);
+                    2 * Hkv * D, s.precision, &s.w_kv_rounded);
   }
   return dx;
 }

@@ -73,6 +73,7 @@ struct AttentionCall {
   int64_t position = 0;                  // absolute position of the first query
   bool training = false;                 // enables dropout
   Rng* rng = nullptr;                    // dropout's stream, required when training with dropout > 0
+  Precision precision = Precision::F32;  // of the projections (mixed precision needs a Saved)
 };
 
 class MultiHeadAttention {
@@ -84,6 +85,8 @@ class MultiHeadAttention {
     const uint8_t* mask = nullptr;
     float dropout = 0.0f;
     uint64_t dropout_seed = 0, dropout_offset = 0;
+    Precision precision = Precision::F32;
+    std::vector<uint16_t> w_in_rounded, w_kv_rounded, w_out_rounded;  // mixed precision: qkv (or q), kv, o
     Tensor x, context;  // the inputs (copies: the caller may reuse its buffers)
     Tensor q, k, v;     // (B, Tq, H, d_head), (B, Tk, Hkv, d_head): after RoPE
     Tensor attn;        // (B, Tq, H, d_head): the heads before W_O
@@ -116,8 +119,9 @@ class MultiHeadAttention {
   // The kernels' description of a call (without a KV cache's capacity, and without dropout).
   kernels::AttentionParams<float> kernel_params(int64_t B, int64_t Tq, int64_t Tk, int64_t position,
                                                 const int32_t* key_lengths, const uint8_t* mask) const;
-  // project_context in the precision of a forward that saves for backward (`saving`) or of a session.
-  void project_context(const Tensor& context, Tensor& k, Tensor& v, bool saving) const;
+  // project_context in `precision` (rounding W_kv into *w_rounded).
+  void project_context(const Tensor& context, Tensor& k, Tensor& v, Precision precision,
+                       std::vector<uint16_t>* w_rounded) const;
 
   std::string name_;
   AttentionConfig config_;

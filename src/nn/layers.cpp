@@ -37,16 +37,6 @@ Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) {
 
 kernels::Half half_of(Precision p) { return p == Precision::BF16 ? kernels::Half::BF16 : kernels::Half::F16; }
 
-// The weight rounded to its precision, made once per forward (Parameter::rounded_stale).
-const uint16_t* rounded_weight(const Parameter& w) {
-  if (w.rounded_stale || w.rounded.size() != static_cast<size_t>(w.numel())) {
-    w.rounded.resize(static_cast<size_t>(w.numel()));
-    kernels::round_to_half(half_of(w.precision), w.rounded.data(), w.value.data(), w.numel());
-    w.rounded_stale = false;
-  }
-  return w.rounded.data();
-}
-
 // Rounded copies of activations and gradients, reused from call to call (the model runs one layer at a time).
 uint16_t* rounded(int slot, Precision p, const float* x, int64_t n) {
   thread_local std::vector<uint16_t> buffers[2];
@@ -59,17 +49,28 @@ uint16_t* rounded(int slot, Precision p, const float* x, int64_t n) {
 }  // namespace
 
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC, Precision precision) {
-  if (precision != Precision::F32)
-    kernels::matmul_forward_half(half_of(precision), out, rounded(0, precision, inp, N * C), rounded_weight(weight),
-                                 bias, N, C, OC);
-  else if (!weight.bf16.empty() && N <= kernels::kGemvRows)
-    kernels::matmul_forward_bf16(out, inp, weight.bf16.data(), bias, N, C, OC);
-  else if (!weight.bf16.empty())  // a prompt: bf16 products of twice sgemm's rate, inputs rounded as in training
-    kernels::matmul_forward_half(kernels::Half::BF16, out, rounded(0, Precision::BF16, inp, N * C),
-                                 weight.bf16.data(), bias, N, C, OC);
-  else
-    kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+                    int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
+  precision = precision_for(weight, precision);
+  if (precision != Precision::F32) {
+    check(w_rounded != nullptr, "linear '{}': mixed precision keeps the rounded weight for backward", weight.name);
+    w_rounded->resize(static_cast<size_t>(weight.numel()));
+    kernels::round_to_half(half_of(precision), w_rounded->data(), weight.value.data(), weight.numel());
+    kernels::matmul_forward_half(half_of(precision), out, rounded(0, precision, inp, N * C), w_rounded->data(), bias,
+                                 N, C, OC);
+    return;
+  }
+  switch (weight.storage) {
+    case WeightType::F32: return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+    case WeightType::BF16:
+      if (N <= kernels::kGemvRows) return kernels::matmul_forward_bf16(out, inp, weight.packed.data(), bias, N, C, OC);
+      // A prompt: bf16 products at up to twice sgemm's rate, inputs rounded as in bf16 training.
+      return kernels::matmul_forward_half(kernels::Half::BF16, out, rounded(0, Precision::BF16, inp, N * C),
+                                          weight.packed.data(), bias, N, C, OC);
+    case WeightType::F16:
+      if (N <= kernels::kGemvRows) return kernels::matmul_forward_f16(out, inp, weight.packed.data(), bias, N, C, OC);
+      return kernels::matmul_forward_half(kernels::Half::F16, out, rounded(0, Precision::F16, inp, N * C),
+                                          weight.packed.data(), bias, N, C, OC);
+  }
 }
 
 // ---- Linear ----------------------------------------------------------------------------------------
@@ -79,47 +80,52 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias, 
   if (has_bias) bias = Parameter(name + ".bias", {out}, bias_role);
 }
 
-Tensor Linear::forward(const Tensor& x, Saved* saved) const {
+Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved) const {
   const int64_t N = x.numel() / in();
-  Tensor y = Tensor::uninitialized({N, out()});  // matmul_forward writes every element
+  Tensor y = Tensor::uninitialized({N, out()});  // the matmul writes every element
   const float* b = bias.numel() ? bias.value.data() : nullptr;
-  const Precision precision = matmul_precision(weight, saved != nullptr);
-  if (saved != nullptr) saved->rows = N;
+  precision = precision_for(weight, precision);
   if (precision == Precision::F32) {
-    if (saved != nullptr) saved->x = x.clone();
-    linear_forward(y.data(), x.data(), weight, b, N, in(), out(), precision);
+    if (saved != nullptr) *saved = Saved{N, precision, x.clone(), {}, {}};
+    linear_forward(y.data(), x.data(), weight, b, N, in(), out());
     return y;
   }
   // Mixed precision keeps the rounded input for backward: half the bytes of a copy, and no second rounding.
-  saved->x = Tensor();
+  check(saved != nullptr, "linear '{}': mixed precision needs a forward that saves for backward", weight.name);
+  saved->rows = N, saved->precision = precision, saved->x = Tensor();
   saved->x_rounded.resize(static_cast<size_t>(N * in()));
   kernels::round_to_half(half_of(precision), saved->x_rounded.data(), x.data(), N * in());
-  kernels::matmul_forward_half(half_of(precision), y.data(), saved->x_rounded.data(), rounded_weight(weight), b, N,
+  saved->w_rounded.resize(static_cast<size_t>(weight.numel()));
+  kernels::round_to_half(half_of(precision), saved->w_rounded.data(), weight.value.data(), weight.numel());
+  kernels::matmul_forward_half(half_of(precision), y.data(), saved->x_rounded.data(), saved->w_rounded.data(), b, N,
                                in(), out());
   return y;
 }
 
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
-                     int64_t C, int64_t OC) {
-  if (weight.precision == Precision::F32)
+                     int64_t C, int64_t OC, Precision precision, const std::vector<uint16_t>* w_rounded) {
+  precision = precision_for(weight, precision);
+  if (precision == Precision::F32)
     return kernels::matmul_backward(dinp, weight.grad.data(), dbias, dout, inp, weight.value.data(), N, C, OC);
-  kernels::matmul_backward_half(half_of(weight.precision), dinp, weight.grad.data(), dbias, dout,
-                                rounded(0, weight.precision, dout, N * OC), rounded(1, weight.precision, inp, N * C),
-                                rounded_weight(weight), N, C, OC);
+  check(w_rounded != nullptr && w_rounded->size() == static_cast<size_t>(weight.numel()),
+        "linear '{}': backward without its forward's rounded weight", weight.name);
+  kernels::matmul_backward_half(half_of(precision), dinp, weight.grad.data(), dbias, dout,
+                                rounded(0, precision, dout, N * OC), rounded(1, precision, inp, N * C),
+                                w_rounded->data(), N, C, OC);
 }
 
 Tensor Linear::backward(const Tensor& dout, const Saved& saved) {
   const int64_t N = saved.rows;
   Tensor dx({N, in()});
   float* dbias = bias.numel() ? bias.grad.data() : nullptr;
-  if (weight.precision == Precision::F32) {
+  if (saved.precision == Precision::F32) {
     linear_backward(dx.data(), weight, dbias, dout.data(), saved.x.data(), N, in(), out());
   } else {
     check(saved.x_rounded.size() == static_cast<size_t>(N * in()), "linear '{}': backward without its forward",
           weight.name);
-    kernels::matmul_backward_half(half_of(weight.precision), dx.data(), weight.grad.data(), dbias, dout.data(),
-                                  rounded(0, weight.precision, dout.data(), N * out()), saved.x_rounded.data(),
-                                  rounded_weight(weight), N, in(), out());
+    kernels::matmul_backward_half(half_of(saved.precision), dx.data(), weight.grad.data(), dbias, dout.data(),
+                                  rounded(0, saved.precision, dout.data(), N * out()), saved.x_rounded.data(),
+                                  saved.w_rounded.data(), N, in(), out());
   }
   return dx;
 }
@@ -200,19 +206,19 @@ FeedForward::FeedForward(const std::string& name, const ModelConfig& c)
   if (kind_ == FfnKind::SwiGLU) gate_ = Linear(name + ".gate", c.d_model, c.ffn_hidden(), c.bias, Role::FfnIn, Role::FfnBias);
 }
 
-Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng, Saved* saved) const {
+Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng, Precision precision, Saved* saved) const {
   Saved scratch;  // evaluation and sessions: u and g are dropped after use
   Saved& s = saved != nullptr ? *saved : scratch;
-  s.u = up_.forward(x, saved ? &s.up : nullptr);
+  s.u = up_.forward(x, precision, saved ? &s.up : nullptr);
   Tensor h = Tensor::uninitialized(s.u.shape());
   if (kind_ == FfnKind::SwiGLU) {
-    s.g = gate_.forward(x, saved ? &s.gate : nullptr);
+    s.g = gate_.forward(x, precision, saved ? &s.gate : nullptr);
     kernels::swiglu_forward(h.data(), s.g.data(), s.u.data(), h.numel());
   } else {
     kernels::activation_forward(activation_of(kind_), h.data(), s.u.data(), h.numel());
   }
   dropout_.forward(h, training, rng, saved ? &s.dropout : nullptr);
-  return down_.forward(h, saved ? &s.down : nullptr);
+  return down_.forward(h, precision, saved ? &s.down : nullptr);
 }
 
 Tensor FeedForward::backward(const Tensor& dout, const Saved& s) {
@@ -250,7 +256,7 @@ MixtureOfExperts::MixtureOfExperts(const std::string& name, const ModelConfig& c
 }
 
 Tensor MixtureOfExperts::forward(const Tensor& x, const uint8_t* valid, bool training, Rng* rng,
-                                 Saved* saved) const {
+                                 Precision precision, Saved* saved) const {
   Saved scratch;  // evaluation and sessions: the routing is dropped after use
   Saved& s = saved != nullptr ? *saved : scratch;
   const int64_t C = x.size(-1);
@@ -273,7 +279,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x, const uint8_t* valid, bool tra
   if (R == 0) return y;  // nothing but padding
 
   // Router: p = softmax(x W_rᵀ) over the valid rows.
-  const Tensor logits = router_.forward(gather_rows(x, s.rows), saved ? &s.router : nullptr);
+  const Tensor logits = router_.forward(gather_rows(x, s.rows), precision, saved ? &s.router : nullptr);
   s.probs = Tensor({R, E_});
   kernels::softmax_forward(s.probs.data(), logits.data(), R, E_, 1.0f);
 
@@ -317,7 +323,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x, const uint8_t* valid, bool tra
     if (s.expert_rows[e].empty()) continue;
     std::vector<int64_t> src(s.expert_rows[e].size());
     for (size_t slot = 0; slot < src.size(); ++slot) src[slot] = s.rows[s.expert_rows[e][slot]];
-    s.expert_out[e] = experts_[e].forward(gather_rows(x, src), training, rng, saved ? &s.experts[e] : nullptr);
+    s.expert_out[e] = experts_[e].forward(gather_rows(x, src), training, rng, precision, saved ? &s.experts[e] : nullptr);
   }
   for (const Choice& ch : s.choices) {
     if (ch.slot < 0) continue;

@@ -16,20 +16,22 @@
 
 namespace attend::nn {
 
-// out = inp·Wᵀ + b for N rows; reads the weight's bf16 copy when it has one and N is small (decoding). With
-// mixed precision (`precision`: the weight's, in training; F32 in sessions), inp and W are rounded to bf16 or
-// fp16 and multiplied with fp32 sums.
+// out = inp·Wᵀ + b for N rows, as the weight is stored: fp32, or its packed bf16/fp16 matrix (few rows, as in
+// decoding, widen it inside the gemv; more rows round the input to the same type and run the 16-bit GEMM).
+// Mixed precision (precision ≠ F32, training's forwards; never for a router) rounds inp and W to bf16 or fp16
+// and multiplies with fp32 sums; the rounded W goes to *w_rounded, which the backward reads.
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC, Precision precision);
-// The precision a forward multiplies `weight` in: its own when the forward saves for backward (training and
-// evaluation through Model::forward), fp32 otherwise (sessions, which read the stored weights only).
-inline Precision matmul_precision(const Parameter& weight, bool saving) {
-  return saving ? weight.precision : Precision::F32;
+                    int64_t OC, Precision precision = Precision::F32, std::vector<uint16_t>* w_rounded = nullptr);
+// The precision a matmul with `weight` runs in a forward of `precision`: routers stay fp32 (Switch
+// Transformer's selective precision).
+inline Precision precision_for(const Parameter& weight, Precision precision) {
+  return weight.role == Role::Router ? Precision::F32 : precision;
 }
 // dinp += dout·W;  W.grad += doutᵀ·inp;  dbias += Σ dout. dinp and dbias may be nullptr. Mixed precision
-// rounds dout, inp and W as the forward did.
+// rounds dout and inp as the forward did and reads the forward's rounded W.
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
-                     int64_t C, int64_t OC);
+                     int64_t C, int64_t OC, Precision precision = Precision::F32,
+                     const std::vector<uint16_t>* w_rounded = nullptr);
 
 // y = x·Wᵀ + b, W (out, in) as nn.Linear.
 class Linear {
@@ -40,11 +42,14 @@ class Linear {
 
   struct Saved {
     int64_t rows = 0;
+    Precision precision = Precision::F32;
     Tensor x;                         // the input (f32)
     std::vector<uint16_t> x_rounded;  // or, in mixed precision, the input rounded as the matmul read it
+    std::vector<uint16_t> w_rounded;  // and the weight
   };
 
-  Tensor forward(const Tensor& x, Saved* saved) const;  // (N, in) → (N, out)
+  // (N, in) → (N, out), with the matmul in `precision` (mixed precision needs a Saved).
+  Tensor forward(const Tensor& x, Precision precision, Saved* saved) const;
   Tensor backward(const Tensor& dout, const Saved& saved);
   void collect(std::vector<Parameter*>& out);
   int64_t in() const { return weight.value.size(1); }
@@ -105,7 +110,7 @@ class FeedForward {
     Tensor u, g;  // up(x) and gate(x), before the activation
   };
 
-  Tensor forward(const Tensor& x, bool training, Rng* rng, Saved* saved) const;  // (N, C) → (N, C)
+  Tensor forward(const Tensor& x, bool training, Rng* rng, Precision precision, Saved* saved) const;  // (N, C)
   Tensor backward(const Tensor& dout, const Saved& saved);
   void collect(std::vector<Parameter*>& out);
 
@@ -149,7 +154,8 @@ class MixtureOfExperts {
   };
 
   // x (N, C); valid (N) marks real tokens (nullptr: all). Returns y (N, C); the balance loss is saved->aux.
-  Tensor forward(const Tensor& x, const uint8_t* valid, bool training, Rng* rng, Saved* saved) const;
+  Tensor forward(const Tensor& x, const uint8_t* valid, bool training, Rng* rng, Precision precision,
+                 Saved* saved) const;
   // dout (N, C) and daux = ∂loss/∂aux (the aux loss weight) → dx.
   Tensor backward(const Tensor& dout, double daux, const Saved& saved);
   void collect(std::vector<Parameter*>& out);

@@ -210,24 +210,6 @@ void Model::Impl::gather_parameters() {
   }
 }
 
-void Model::Impl::mark_rounded_stale() const {
-  if (precision == Precision::F32) return;
-  for (Parameter* p : params) p->rounded_stale = true;
-}
-
-void Model::set_precision(Precision precision) {
-  Impl& m = *impl_;
-  m.precision = precision;
-  for (Parameter* p : m.params) {
-    p->precision = p->role == Role::Router ? Precision::F32 : precision;  // Switch Transformer's selective precision
-    p->rounded.clear();
-    p->rounded.shrink_to_fit();
-    p->rounded_stale = true;
-  }
-}
-
-Precision Model::precision() const { return impl_->precision; }
-
 std::vector<MoEStats> Model::moe_stats(const ForwardState& state) const {
   std::vector<MoEStats> out;
   if (impl_->encoder) impl_->encoder->moe_stats(state.impl_->encoder, out);
@@ -254,17 +236,24 @@ std::vector<MoEStats> Model::moe_stats() const {
   return impl_->own_state ? moe_stats(*impl_->own_state) : std::vector<MoEStats>{};
 }
 
-void Model::set_decode_weights(WeightType weights) {
-  check(weights != WeightType::F16, "generation: decode weights are f32 or bf16, not f16");
+void Model::set_storage(WeightType storage) {
   for (Parameter* p : impl_->params) {
-    p->bf16.clear();
-    if (weights != WeightType::BF16) continue;
-    // Every value becomes what a bf16 checkpoint holds, so the prompt (sgemm on fp32) and the decoded tokens
-    // (bf16) see one model; the multiplied matrices also stay packed for decoding.
+    p->storage = WeightType::F32;
+    p->packed.clear();
+    p->packed.shrink_to_fit();
+    if (storage == WeightType::F32) continue;
+    // Every value becomes what a checkpoint of that dtype holds, so every path (the fp32 lookups, the 16-bit
+    // matmuls) sees one model; the multiplied matrices also stay packed.
     std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
-    kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
-    kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());
-    if (p->value.rank() == 2 && p->role != Role::PositionTable) p->bf16 = std::move(bits);
+    if (storage == WeightType::BF16) {
+      kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
+      kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());
+    } else {
+      kernels::float_to_half(bits.data(), p->value.data(), p->numel());
+      kernels::half_to_float(p->value.data(), bits.data(), p->numel());
+    }
+    if (is_projection(p->role) && p->role != Role::Router) p->storage = storage, p->packed = std::move(bits);
+    else if (p->role == Role::TokenEmbedding && impl_->config.tie_embeddings) p->storage = storage, p->packed = std::move(bits);
   }
 }
 
@@ -288,10 +277,12 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
   const ModelConfig& c = w.config;
   const bool keep = m.for_backward;  // evaluation's states keep the logits only
   check(keep || !options.training, "forward: training needs a state that keeps activations for backward");
+  check(keep || options.precision == Precision::F32,
+        "forward: mixed precision needs a state that keeps activations (its rounded weights live there)");
+  m.precision = options.precision;
   const int64_t B = batch.B, T = batch.T, C = c.d_model, V = c.vocab_size;
   check(B >= 1, "batch: B = {}, expected at least one sequence", B);
   Rng rng(options.seed, options.offset);
-  w.mark_rounded_stale();
   m.B = B, m.T = T, m.src_T = batch.src_T;
   m.has_loss = false;
   m.n_targets = 0;
@@ -307,7 +298,8 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
                                   enc_only ? "ids" : "src_ids", enc_only ? "lengths" : "src_lengths", c);
     m.enc_valid = valid_mask(src_lengths, B, Ts);
     const Tensor x = w.embed(keep ? &m.enc_embed : nullptr, ids, B, Ts, options.training, &rng);
-    StackCall call{B, Ts, src_lengths.data(), m.enc_valid.data(), nullptr, nullptr, options.training, &rng};
+    StackCall call{B, Ts, src_lengths.data(), m.enc_valid.data(), nullptr, nullptr, options.training, &rng,
+                   options.precision};
     m.enc_out = w.encoder->forward(x, call, keep ? &m.encoder : nullptr);
     m.enc_out.reshape({B, Ts, C});
   }
@@ -319,7 +311,8 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
   if (c.has_decoder()) {
     m.dec_valid = valid_mask(m.lengths, B, T);
     const Tensor x = w.embed(keep ? &m.dec_embed : nullptr, batch.ids, B, T, options.training, &rng);
-    StackCall call{B, T, m.lengths.data(), m.dec_valid.data(), nullptr, nullptr, options.training, &rng};
+    StackCall call{B, T, m.lengths.data(), m.dec_valid.data(), nullptr, nullptr, options.training, &rng,
+                   options.precision};
     if (c.architecture == Architecture::EncoderDecoder) {
       call.context = &m.enc_out;
       call.context_lengths = src_lengths.data();
@@ -369,7 +362,7 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
         for (int64_t ch = 0; ch < C; ++ch) dst[ch] /= static_cast<float>(m.lengths[b]);
       }
     }
-    m.logits = w.classifier.forward(m.head_in, keep ? &m.classifier : nullptr);
+    m.logits = w.classifier.forward(m.head_in, options.precision, keep ? &m.classifier : nullptr);
     m.head_targets = batch.labels;
     for (int64_t b = 0; b < B; ++b)
       check(m.head_targets[b] >= 0 && m.head_targets[b] < classes, "batch: labels[{}] = {} is outside [0, {})", b,
@@ -389,20 +382,20 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(m.head_in.data() + r * C, top.data() + m.head_rows[r] * C, C * sizeof(float));
     // h = norm(GELU(x·W_denseᵀ + b)), logits = h·Eᵀ + b_vocab
-    m.mlm_hidden = w.mlm_dense.forward(m.head_in, keep ? &m.mlm_dense : nullptr);
+    m.mlm_hidden = w.mlm_dense.forward(m.head_in, options.precision, keep ? &m.mlm_dense : nullptr);
     m.mlm_act = Tensor(m.mlm_hidden.shape());
     kernels::activation_forward(Activation::GELU, m.mlm_act.data(), m.mlm_hidden.data(), m.mlm_act.numel());
     const Tensor h = w.mlm_norm->forward(m.mlm_act, keep ? &m.mlm_norm : nullptr);
     m.logits = Tensor({rows, V});
     nn::linear_forward(m.logits.data(), h.data(), w.output_matrix(), w.mlm_bias.value.data(), rows, C, V,
-                       nn::matmul_precision(w.output_matrix(), keep));
+                       options.precision, &m.head_rounded);
   } else {  // LM head: logits = h·Wᵀ
     m.head = ForwardState::Impl::Head::LM;
     rows = B * T;
     m.head_in = std::move(top);
     m.logits = Tensor::uninitialized({B, T, V});
     nn::linear_forward(m.logits.data(), m.head_in.data(), w.output_matrix(), nullptr, rows, C, V,
-                       nn::matmul_precision(w.output_matrix(), keep));
+                       options.precision, &m.head_rounded);
     m.head_targets = targets.empty() ? std::vector<int32_t>(rows, Batch::kIgnore) : targets;
   }
 
@@ -451,12 +444,14 @@ void Model::backward(const ForwardState& state, double scale) {
   Parameter& W = w.output_matrix();
   switch (m.head) {
     case ForwardState::Impl::Head::LM:
-      nn::linear_backward(dtop.data(), W, nullptr, dlogits.data(), m.head_in.data(), rows, C, V);
+      nn::linear_backward(dtop.data(), W, nullptr, dlogits.data(), m.head_in.data(), rows, C, V, m.precision,
+                          &m.head_rounded);
       break;
     case ForwardState::Impl::Head::MLM: {
       const Tensor h = w.mlm_norm->forward(m.mlm_act, nullptr);  // recompute the normed rows (cheap)
       Tensor dh({rows, C});
-      nn::linear_backward(dh.data(), W, w.mlm_bias.grad.data(), dlogits.data(), h.data(), rows, C, V);
+      nn::linear_backward(dh.data(), W, w.mlm_bias.grad.data(), dlogits.data(), h.data(), rows, C, V, m.precision,
+                          &m.head_rounded);
       const Tensor dact = w.mlm_norm->backward(dh, m.mlm_norm);
       Tensor dhidden(m.mlm_hidden.shape());
       kernels::activation_backward(Activation::GELU, dhidden.data(), dact.data(), m.mlm_hidden.data(), dhidden.numel());

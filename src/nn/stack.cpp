@@ -106,6 +106,7 @@ Tensor Block::attention_forward(const MultiHeadAttention& attn, Tensor in, const
   AttentionCall ac;
   ac.training = call.training;
   ac.rng = call.rng;
+  ac.precision = call.precision;
   const bool cross = attn.config().cross;
   ac.key_lengths = cross ? call.context_lengths : call.lengths;
   Tensor out = attn.forward(in, cross ? call.context : nullptr, ac, saved);
@@ -128,8 +129,8 @@ Tensor Block::forward(const Tensor& x, const StackCall& call, Saved* saved) cons
   return sublayer_forward(
       ffn_sub_, h,
       [&](Tensor in) {
-        return moe_ ? moe_->forward(in, call.valid, call.training, call.rng, part(&Saved::moe))
-                    : ffn_->forward(in, call.training, call.rng, part(&Saved::ffn));
+        return moe_ ? moe_->forward(in, call.valid, call.training, call.rng, call.precision, part(&Saved::moe))
+                    : ffn_->forward(in, call.training, call.rng, call.precision, part(&Saved::ffn));
       },
       call.training, call.rng, part(&Saved::ffn_sub));
 }
@@ -143,7 +144,7 @@ Tensor Block::step(const Tensor& x, std::span<const CachedSequence> sequences) c
   return sublayer_forward(
       ffn_sub_, h,
       [&](Tensor in) {
-        if (!moe_) return ffn_->forward(in, false, nullptr, nullptr);
+        if (!moe_) return ffn_->forward(in, false, nullptr, Precision::F32, nullptr);
         // Each sequence is routed on its own (the capacity limit counts its rows only), as when stepped alone.
         const int64_t C = in.size(-1);
         Tensor out = Tensor::uninitialized({in.numel() / C, C});
@@ -151,7 +152,7 @@ Tensor Block::step(const Tensor& x, std::span<const CachedSequence> sequences) c
         for (const CachedSequence& seq : sequences) {
           Tensor rows = Tensor::uninitialized({seq.rows, C});
           std::copy_n(in.data() + r0 * C, seq.rows * C, rows.data());
-          const Tensor y = moe_->forward(rows, nullptr, false, nullptr, nullptr);
+          const Tensor y = moe_->forward(rows, nullptr, false, nullptr, Precision::F32, nullptr);
           std::copy_n(y.data(), seq.rows * C, out.data() + r0 * C);
           r0 += seq.rows;
         }

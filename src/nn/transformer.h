@@ -31,6 +31,7 @@ struct StackCall {
   const int32_t* context_lengths = nullptr;  // (B)
   bool training = false;
   Rng* rng = nullptr;
+  Precision precision = Precision::F32;      // of the matmuls (mixed precision needs Saved states)
 };
 
 class Block {
@@ -131,11 +132,7 @@ namespace attend {
 // in its Session::State, so one Impl serves many at once.
 struct Model::Impl {
   explicit Impl(const ModelConfig& config);
-  // Mixed precision: the weights' rounded copies are out of date (a forward starts).
-  void mark_rounded_stale() const;
-
   ModelConfig config;
-  Precision precision = Precision::F32;  // of the matmuls (Model::set_precision)
   Parameter tokens, positions;  // embed.tokens (V, C); embed.positions (max_seq_len, C) when learned
   Tensor sinusoid;              // (max_seq_len, C) when sinusoidal
   nn::Dropout embedding_dropout;
@@ -174,6 +171,8 @@ struct ForwardState::Impl {
   nn::Linear::Saved mlm_dense, classifier;
   nn::Norm::Saved mlm_norm;
   Tensor mlm_hidden, mlm_act;         // MLM: dense output before and after GELU
+  Precision precision = Precision::F32;  // of the matmuls (RunOptions::precision)
+  std::vector<uint16_t> head_rounded;    // mixed precision: the LM/MLM head's output matrix, rounded
   std::vector<int64_t> head_rows;     // MLM: rows with a target
   std::vector<int32_t> head_targets;  // per logits row, Batch::kIgnore for none
   Tensor logits, lse;

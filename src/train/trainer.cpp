@@ -160,7 +160,6 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
           first_difference(have, want));
     s.model = std::move(saved);
   }
-  s.model.set_precision(c.precision);
   s.optimizer = std::make_unique<train::Optimizer>(c.optimizer, s.model.parameters());
   check(c.grad_accum >= 1, "train: grad_accum must be at least 1, got {}", c.grad_accum);
   if (resume) {
@@ -240,7 +239,7 @@ StepReport Trainer::step() {
     constexpr uint64_t kDropoutWindow = uint64_t{1} << 32;
     const RunOptions options{.training = true, .label_smoothing = c.label_smoothing, .seed = c.seed,
                              .offset = static_cast<uint64_t>((t - 1) * c.grad_accum + k) * kDropoutWindow,
-                             .rng_window = kDropoutWindow};
+                             .rng_window = kDropoutWindow, .precision = c.precision};
     r.loss += share * s.model.forward(micro[k], s.activations, options).loss;
     s.model.backward(s.activations, share * scale);
   }
@@ -300,7 +299,7 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
   int64_t n = 0, bytes = 0;
   for (int64_t i = 0; i < s.data.valid_batches(); ++i) {
     const Batch b = s.data.valid_batch(i);
-    const ForwardResult r = s.model.forward(b, s.activations);
+    const ForwardResult r = s.model.forward(b, s.activations, {.precision = s.config.precision});
     sum += r.ce_loss * double(r.n_targets);
     n += r.n_targets;
     if (count_bytes)
