@@ -381,16 +381,11 @@ TEST(Sessions, CopiesContinueAloneAndBadStepsChangeNothing) {
   expect_error_mentions<Error>([&] { c.assign(Session(model, {.max_T = 4})); }, {"same model, capacity"});
 }
 
-// Decoding with bf16 weights computes with what the model saved as a bf16 checkpoint and loaded holds: the
-// same values bit for bit, so the same logits; the prompt's matmuls (more than kGemvRows rows) take bf16-rounded
-// inputs as in bf16 mixed precision, each decoded token's stay fp32. A visible difference from fp32.
-TEST(Decoding, Bf16WeightsEqualTheBf16Checkpoint) {
-  Model model = load_model(testing::kModels / "llama");
-  const auto dir = std::filesystem::temp_directory_path() / "attend_test_bf16_decode";
-  std::filesystem::remove_all(dir);
-  save_model(model, dir, nullptr, WeightType::BF16);
-  Model rounded = load_model(dir);
-  std::filesystem::remove_all(dir);
+// Decoding with 16-bit storage (bf16, f16) computes with what the model saved as a checkpoint of that dtype and
+// loaded holds: the same values bit for bit, so the same logits; the prompt's matmuls (more than kGemvRows rows)
+// take inputs rounded to that type as in mixed precision, each decoded token's stay fp32. A visible difference
+// from fp32 (bf16 keeps 8 bits of mantissa, f16 11).
+TEST(Decoding, SixteenBitStorageEqualsTheCheckpointOfThatType) {
   const std::vector<int32_t> prompt = {5, 2, 1, 7, 3};
   ASSERT_GT(static_cast<int64_t>(prompt.size()), kernels::kGemvRows);  // the prompt takes the GEMM path
   auto decode_all = [&](const Model& m) {
@@ -403,28 +398,39 @@ TEST(Decoding, Bf16WeightsEqualTheBf16Checkpoint) {
     }
     return out;
   };
-  const std::vector<float> fp32 = decode_all(model);
-  model.set_storage(WeightType::BF16);
-  const std::vector<float> bf16 = decode_all(model);
-  // The values are the checkpoint's, bit for bit; so bf16 decoding of either model is the same function.
-  for (const Parameter* p : model.parameters()) {
-    const Parameter* q = rounded.find(p->name);
-    ASSERT_EQ(0, std::memcmp(p->value.data(), q->value.data(), p->numel() * sizeof(float))) << p->name;
+  for (const auto& [type, name, from_fp32, from_inputs] :
+       {std::tuple{WeightType::BF16, "bf16", 0.2, 0.05}, std::tuple{WeightType::F16, "f16", 0.03, 0.01}}) {
+    Model model = load_model(testing::kModels / "llama");
+    const auto dir = std::filesystem::temp_directory_path() / "attend_test_16bit_decode";
+    std::filesystem::remove_all(dir);
+    save_model(model, dir, nullptr, type);
+    Model rounded = load_model(dir);
+    std::filesystem::remove_all(dir);
+    const std::vector<float> fp32 = decode_all(model);
+    model.set_storage(type);
+    const std::vector<float> stored = decode_all(model);
+    // The values are the checkpoint's, bit for bit; so decoding either model in that storage is one function.
+    for (const Parameter* p : model.parameters()) {
+      const Parameter* q = rounded.find(p->name);
+      ASSERT_EQ(0, std::memcmp(p->value.data(), q->value.data(), p->numel() * sizeof(float))) << name << " " << p->name;
+      const bool multiplied = is_projection(p->role) || (p->role == Role::TokenEmbedding && model.config().tie_embeddings);
+      EXPECT_EQ(p->storage, multiplied ? type : WeightType::F32) << name << " " << p->name;
+    }
+    rounded.set_storage(type);
+    EXPECT_EQ(decode_all(rounded), stored) << name;
+    rounded.set_storage(WeightType::F32);  // the rounded values without the packed copies
+    const std::vector<float> rounded_fp32 = decode_all(rounded);
+    double largest = 0.0, from_rounding_inputs = 0.0;
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      largest = std::max(largest, double(std::abs(fp32[i] - stored[i])));
+      from_rounding_inputs = std::max(from_rounding_inputs, double(std::abs(rounded_fp32[i] - stored[i])));
+    }
+    EXPECT_GT(largest, 1e-5) << name << ": 16 bits are not the fp32 model";
+    EXPECT_LT(largest, from_fp32) << name;
+    // The same rounded weights in fp32 differ only where the prompt's matmuls rounded their inputs.
+    EXPECT_GT(from_rounding_inputs, 1e-6) << name;
+    EXPECT_LT(from_rounding_inputs, from_inputs) << name;
   }
-  rounded.set_storage(WeightType::BF16);
-  EXPECT_EQ(decode_all(rounded), bf16);
-  rounded.set_storage(WeightType::F32);  // the rounded values without the packed copies
-  const std::vector<float> rounded_fp32 = decode_all(rounded);
-  double largest = 0.0, from_rounding_inputs = 0.0;
-  for (size_t i = 0; i < fp32.size(); ++i) {
-    largest = std::max(largest, double(std::abs(fp32[i] - bf16[i])));
-    from_rounding_inputs = std::max(from_rounding_inputs, double(std::abs(rounded_fp32[i] - bf16[i])));
-  }
-  EXPECT_GT(largest, 1e-4);  // bf16 keeps 8 bits of mantissa: it is not the fp32 model
-  EXPECT_LT(largest, 0.2);
-  // The same rounded weights in fp32 differ only where the prompt's matmuls rounded their inputs to bf16.
-  EXPECT_GT(from_rounding_inputs, 1e-5);
-  EXPECT_LT(from_rounding_inputs, 0.05);
 }
 
 // ---- Hugging Face GPT-2 checkpoints ---------------------------------------------------------------
