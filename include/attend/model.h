@@ -206,13 +206,19 @@ class Model {
   Parameter* find(std::string_view name);
   const Parameter* find(std::string_view name) const;
   ParameterCount count() const;
-  // Every parameter's value, and every gradient, as one array each: parameters() in order, each one's
-  // slice starting on a 64-byte boundary, zeros between. Clipping, the optimiser and (across processes) the
-  // gradient all-reduce work on these; each Parameter's value and grad are views into them.
+  // Every parameter's value, and every gradient, as one array each: parameters() in order, each one's slice
+  // right after the one before (the layout of model.safetensors' data as save_model writes it in f32).
+  // Clipping, the optimiser and (across processes) the gradient all-reduce work on these; each Parameter's
+  // value and grad are views into them. The gradients are allocated on first use (gradient_buffer,
+  // zero_grad, backward): a model that only runs never holds them.
   std::span<float> parameter_buffer();
   std::span<const float> parameter_buffer() const;
   std::span<float> gradient_buffer();
   void zero_grad();
+  // Loading without a copy: the parameter values become `values` (laid out as parameter_buffer), memory that
+  // `owner` keeps alive, such as a private writable mapping of model.safetensors (pages are read from the
+  // file when first touched and copied only if written: training such a model never changes the file).
+  void adopt_parameter_buffer(std::span<float> values, std::shared_ptr<const void> owner);
   // Re-draws every parameter from `seed` with the configured scheme.
   void initialize(uint64_t seed);
   // Fine-tuning from a pre-trained model (an MLM encoder under a new classification head): copies every

@@ -8,7 +8,8 @@
 // Reading maps the file and checks everything before trusting it: the header lies inside the file,
 // every tensor's offsets lie inside the data and match its dtype and shape, no two tensors overlap.
 // F32, F16 and BF16 tensors load as float (converted); writing stores F32 or BF16/F16 (rounded to
-// nearest even). Files are written to a temporary name, flushed and renamed.
+// nearest even), with the header padded so the data starts 64-byte aligned. Files are written to a
+// temporary name, flushed and renamed.
 #pragma once
 
 #include <attend/tensor.h>
@@ -53,6 +54,8 @@ class SafetensorsReader {
   void load_into(std::string_view name, TensorView out) const;
 
   const std::string& origin() const { return origin_; }
+  // Where the data section starts in the file (8 + the header's length).
+  uint64_t data_start() const { return static_cast<uint64_t>(data_ - static_cast<const unsigned char*>(map_)); }
 
  private:
   std::string origin_;
@@ -62,6 +65,18 @@ class SafetensorsReader {
   void* map_ = nullptr;
   size_t map_size_ = 0;
 };
+
+// A private, writable mapping of a whole file (copy-on-write: writes never reach the file), unmapped when the
+// last shared_ptr to it goes. Loading hands a file's tensor data to a model this way, without a copy.
+struct FileMapping {
+  void* base = nullptr;
+  size_t size = 0;
+  FileMapping() = default;
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+  ~FileMapping();
+};
+std::shared_ptr<FileMapping> map_private(const std::filesystem::path& path);
 
 struct NamedTensor {
   std::string name;

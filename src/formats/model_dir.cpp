@@ -47,7 +47,11 @@ Model load_model(const fs::path& dir) {
   Model model = Model::for_loading(config);
   const SafetensorsReader reader(weights_path);
   std::set<std::string> expected;
-  for (Parameter* p : model.parameters()) {
+  // The file maps straight into the parameter buffer when it is that buffer: every tensor F32, in the
+  // model's order, one after the other (what save_model writes in f32), and the data float-aligned.
+  bool mappable = reader.data_start() % alignof(float) == 0;
+  uint64_t next = 0;
+  for (const Parameter* p : model.parameters()) {
     expected.insert(p->name);
     const TensorInfo* t = reader.find(p->name);
     check(t != nullptr, "{}: no tensor '{}' of shape {}, which config.json implies ({} {})", weights_path.string(),
@@ -55,11 +59,21 @@ Model load_model(const fs::path& dir) {
           fmt::format("d_model {}, {} layers", config.d_model, config.n_layers));
     check(t->shape == p->value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", weights_path.string(),
           p->name, t->shape, p->value.shape());
-    reader.load_into(p->name, p->value.view());
+    mappable = mappable && t->dtype == DType::F32 && t->begin == next;
+    next = t->end;
   }
   for (const TensorInfo& t : reader.tensors())
     check(expected.contains(t.name), "{}: unexpected tensor '{}' ({} {}): config.json implies no such parameter",
           weights_path.string(), t.name, dtype_name(t.dtype), t.shape);
+  if (mappable) {
+    std::shared_ptr<FileMapping> mapping = map_private(weights_path);
+    check(mapping->size >= reader.data_start() + next, "{}: changed while it was being loaded", weights_path.string());
+    auto* values = reinterpret_cast<float*>(static_cast<unsigned char*>(mapping->base) + reader.data_start());
+    model.adopt_parameter_buffer(std::span<float>(values, next / sizeof(float)), std::move(mapping));
+  } else {
+    for (Parameter* p : model.parameters()) reader.load_into(p->name, p->value.view());
+  }
+  release_cached_memory();  // the buffers the model was built in, which loading replaced
   return model;
 }
 

@@ -186,28 +186,52 @@ std::vector<std::string> Model::copy_parameters_from(const Model& source) {
   return kept;
 }
 
-void Model::zero_grad() { impl_->grads.zero(); }
+void Model::zero_grad() {
+  impl_->ensure_gradients();
+  impl_->grads.zero();
+}
 
 std::span<float> Model::parameter_buffer() { return impl_->values.span(); }
 std::span<const float> Model::parameter_buffer() const { return impl_->values.span(); }
-std::span<float> Model::gradient_buffer() { return impl_->grads.span(); }
+std::span<float> Model::gradient_buffer() {
+  impl_->ensure_gradients();
+  return impl_->grads.span();
+}
+
+void Model::adopt_parameter_buffer(std::span<float> values, std::shared_ptr<const void> owner) {
+  Impl& m = *impl_;
+  check(values.size() == m.values.span().size(),
+        "the adopted parameter buffer holds {} floats, the model's parameters {}", values.size(), m.values.numel());
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    Parameter& p = *m.params[i];
+    p.value = Tensor::borrowing(values.data() + m.offsets[i], p.value.shape());
+  }
+  m.values = Tensor::borrowing(values.data(), Shape{static_cast<int64_t>(values.size())});
+  m.mapping = std::move(owner);
+}
 
 void Model::Impl::gather_parameters() {
   int64_t total = 0;
-  std::vector<int64_t> offsets;
+  offsets.clear();
   for (const Parameter* p : params) {
     offsets.push_back(total);
-    total += (p->numel() + 15) / 16 * 16;  // 16 floats: the next slice starts on a 64-byte boundary
+    total += p->numel();
   }
-  values = Tensor({total});
-  grads = Tensor({total});
+  values = Tensor::uninitialized({total});  // every element is copied in below
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter& p = *params[i];
     float* value = values.data() + offsets[i];
     std::memcpy(value, p.value.data(), sizeof(float) * static_cast<size_t>(p.numel()));
     p.value = Tensor::borrowing(value, p.value.shape());
-    p.grad = Tensor::borrowing(grads.data() + offsets[i], p.grad.shape());
+    p.grad = Tensor();  // until ensure_gradients
   }
+}
+
+void Model::Impl::ensure_gradients() {
+  if (grads.numel() == values.numel()) return;
+  grads = Tensor({values.numel()});
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i]->grad = Tensor::borrowing(grads.data() + offsets[i], params[i]->value.shape());
 }
 
 std::vector<MoEStats> Model::moe_stats(const ForwardState& state) const {
@@ -426,6 +450,7 @@ void Model::backward(const ForwardState& state, double scale) {
   const ForwardState::Impl& m = *state.impl_;
   const ModelConfig& c = w.config;
   check(m.for_backward, "backward: the forward's state kept no activations (it was made for evaluation)");
+  w.ensure_gradients();
   check(m.has_loss, "backward: the last forward computed no loss (the batch had no targets or labels)");
   const int64_t C = c.d_model, V = c.vocab_size, B = m.B, T = m.T;
   const int64_t rows = m.logits.numel() / (m.head == ForwardState::Impl::Head::Classify ? c.n_classes : V);

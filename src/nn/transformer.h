@@ -143,10 +143,15 @@ struct Model::Impl {
   Parameter mlm_bias;
   nn::Linear classifier;        // encoder with n_classes > 0
   std::vector<Parameter*> params;
-  // Every parameter's value and gradient in one buffer each (llm.c's layout): each params[i] borrows its
-  // slice, which starts on a 64-byte boundary; the gaps between slices stay zero.
+  // Every parameter's value and gradient in one buffer each (llm.c's layout, and model.safetensors' data as
+  // save_model writes it): params[i] borrows the slice after params[i − 1]'s, without gaps. The values are
+  // `values`, or a private mapping of the weights file that `mapping` keeps alive (adopt_values). The
+  // gradients are allocated on first use (ensure_gradients): running a model never touches them.
   Tensor values, grads;
-  void gather_parameters();  // the constructor's last step: moves each parameter into the buffers
+  std::shared_ptr<const void> mapping;
+  std::vector<int64_t> offsets;  // params[i]'s slice starts at offsets[i]
+  void gather_parameters();  // the constructor's last step: moves each parameter into `values`
+  void ensure_gradients();
   // The model's own forward state, for Model::forward(batch) and Model::backward(scale).
   std::unique_ptr<ForwardState> own_state;
 
