@@ -123,18 +123,21 @@ void add_inspect(CLI::App& app) {
 }
 
 void add_export(CLI::App& app) {
-  auto* cmd = app.add_subcommand("export", "Write a model in another layout (hf-gpt2: Hugging Face's GPT-2)");
+  auto* cmd = app.add_subcommand(
+      "export", "Write a model in Hugging Face's layout (hf-gpt2: GPT-2; hf-llama: LlamaForCausalLM)");
   static std::string dir, out, format = "hf-gpt2";
   cmd->add_option("--model", dir, "A model directory")->required();
-  cmd->add_option("--format", format, "hf-gpt2")->capture_default_str();
+  cmd->add_option("--format", format, "hf-gpt2 or hf-llama")->capture_default_str();
   cmd->add_option("-o,--output", out, "The directory to write")->required();
   cmd->callback([] {
-    check(format == "hf-gpt2", "--format '{}': expected hf-gpt2", format);
+    check(format == "hf-gpt2" || format == "hf-llama", "--format '{}': expected hf-gpt2 or hf-llama", format);
     const Model model = load_model(dir);
     std::optional<Tokenizer> tok;
     if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) tok.emplace(Tokenizer::load(dir));
-    export_hf_gpt2(model, out, tok ? &*tok : nullptr);
-    fmt::print("{}: Hugging Face GPT-2 layout (config.json, model.safetensors{})\n", out, tok ? ", tokenizer.json" : "");
+    if (format == "hf-gpt2") export_hf_gpt2(model, out, tok ? &*tok : nullptr);
+    else export_hf_llama(model, out, tok ? &*tok : nullptr);
+    fmt::print("{}: Hugging Face {} layout (config.json, model.safetensors{})\n", out,
+               format == "hf-gpt2" ? "GPT-2" : "Llama", tok ? ", tokenizer.json" : "");
   });
 }
 

@@ -1,7 +1,8 @@
-// config.json as Model::load reads it: Hugging Face's GPT-2 keys, or Attend's own fields. A config that
-// loads must write a config.json that loads to the same config.
+// config.json as load_model reads it: Hugging Face's GPT-2 or Llama-family keys, or Attend's own fields. A
+// config that loads must write a config.json that loads to the same config.
 #include "fuzz_util.h"
 #include "formats/hf_gpt2.h"
+#include "formats/hf_llama.h"
 
 #include <attend/model.h>
 
@@ -12,8 +13,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = fuzz::text(data, size);
   try {
     const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    const ModelConfig c = formats::is_hf_gpt2_config(parsed) ? formats::config_from_hf_gpt2(parsed, "config.json")
-                                                        : ModelConfig::from_json(text);
+    const ModelConfig c = formats::is_hf_gpt2_config(parsed)    ? formats::config_from_hf_gpt2(parsed, "config.json")
+                          : formats::is_hf_llama_config(parsed) ? formats::config_from_hf_llama(parsed, "config.json")
+                                                                : ModelConfig::from_json(text);
     (void)c.ffn_hidden();
     (void)c.decoder_layers();
     const std::string saved = c.to_json();

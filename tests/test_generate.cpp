@@ -265,7 +265,6 @@ TEST(Generate, BatchedEqualsOneByOne) {
   const std::vector<std::vector<int32_t>> prompts = {{5, 2, 1}, {7, 3, 9, 4, 4, 1}, {11, 6}};
   for (const std::string name : {"gpt", "llama", "t5"}) {
     Model model = load_model(testing::kModels / name);
-    const int64_t V = model.config().vocab_size;
     const std::optional<int32_t> start = name == "t5" ? std::optional<int32_t>(1) : std::nullopt;
     for (const SamplingOptions sampling : {SamplingOptions{.greedy = true}, SamplingOptions{.temperature = 1.2, .seed = 8}}) {
       const GenerateOptions options{.max_new_tokens = 6, .sampling = sampling, .decoder_start = start};

@@ -60,6 +60,11 @@ struct ModelConfig {
   double rope_base_scale = 1.0;
   double rope_ntk_factor = 1.0;
   double rope_position_scale = 1.0;
+  double rope_llama3_factor = 0.0;  // Llama 3.1's frequency-dependent scaling (kernels::RopeScaling); 0: off
+  double rope_llama3_low_freq_factor = 1.0;
+  double rope_llama3_high_freq_factor = 4.0;
+  double rope_dynamic_factor = 0.0;  // dynamic NTK scaling; 0: off
+  int64_t rope_original_context = 0; // L₀ of both
   int32_t t5_num_buckets = 32;
   int32_t t5_max_distance = 128;
   NormKind norm = NormKind::LayerNorm;

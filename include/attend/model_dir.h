@@ -1,5 +1,6 @@
 // Models on disk (docs/FORMATS.md, "The model directory"): Attend's model directory and Hugging Face's
-// GPT-2 checkpoints. The model layer (attend/model.h) knows nothing of files; these read and write them.
+// checkpoints (GPT-2, the Llama family). The model layer (attend/model.h) knows nothing of files; these
+// read and write them.
 //
 //   attend::Model model = attend::load_model("runs/brown-gpt/checkpoint");
 //   attend::save_model(model, "out", &tokenizer, attend::WeightType::BF16);
@@ -13,8 +14,9 @@ namespace attend {
 
 class Tokenizer;
 
-// Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration. A
-// Hugging Face GPT-2 directory (its config.json keys) is read as published.
+// Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration. Hugging
+// Face checkpoint directories are read as published: GPT-2 (its config.json keys) and the Llama family
+// (LlamaForCausalLM, MistralForCausalLM; one model.safetensors or shards with their index).
 Model load_model(const std::filesystem::path& dir);
 // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
 // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
@@ -25,5 +27,9 @@ void save_model(const Model& model, const std::filesystem::path& dir, const Toke
 // with Conv1D weights [in, out] under GPT-2's names, and tokenizer.json when given. load_model reads the
 // result back. Options GPT-2 cannot express (RMSNorm, RoPE, GQA, MoE, ...) are errors naming the option.
 void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+// Writes a decoder in Hugging Face's Llama layout (LlamaForCausalLM: config.json, model.safetensors,
+// tokenizer.json when given); load_model reads it back bit for bit. Options Llama cannot express (LayerNorm,
+// biases, learned positions, MoE, ...) are errors naming the option.
+void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace attend

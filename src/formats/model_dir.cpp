@@ -7,6 +7,7 @@
 #include <attend/tokenizer.h>
 
 #include "formats/hf_gpt2.h"
+#include "formats/hf_llama.h"
 
 #include <nlohmann/json.hpp>
 
@@ -38,11 +39,12 @@ Model load_model(const fs::path& dir) {
   check(!fs::exists(dir / "checkpoint" / "config.json"),
         "{}: a training run's directory; its model is {}", dir.string(), (dir / "checkpoint").string());
   check(fs::exists(config_path), "{}: missing config.json", dir.string());
-  check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const std::string config_text = read_file(config_path);
-  // A Hugging Face GPT-2 directory is read as published (formats/hf_gpt2.cpp).
+  // Hugging Face checkpoints are read as published (formats/hf_gpt2.cpp, formats/hf_llama.cpp).
   const auto parsed = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
   if (formats::is_hf_gpt2_config(parsed)) return formats::load_hf_gpt2(dir, parsed);
+  if (formats::is_hf_llama_config(parsed)) return formats::load_hf_llama(dir, parsed);
+  check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   Model model = Model::for_loading(config);
   const SafetensorsReader reader(weights_path);

@@ -46,11 +46,23 @@ void add_positions_backward(T* dinp, T* dtable, const T* dout, int64_t B, int64_
   });
 }
 
-double rope_frequency(int64_t i, int64_t d_head, const RopeScaling& scaling) {
+double rope_frequency(int64_t i, int64_t d_head, const RopeScaling& scaling, int64_t length) {
   const double d = static_cast<double>(d_head);
   double base = scaling.base * scaling.base_scale;
   if (scaling.ntk_factor != 1.0) base *= std::pow(scaling.ntk_factor, d / (d - 2.0));
-  return std::pow(base, -2.0 * static_cast<double>(i) / d);
+  if (scaling.dynamic_factor > 0.0 && length > scaling.original_context) {
+    const double f = scaling.dynamic_factor;
+    base *= std::pow(f * static_cast<double>(length) / static_cast<double>(scaling.original_context) - (f - 1.0),
+                     d / (d - 2.0));
+  }
+  const double theta = std::pow(base, -2.0 * static_cast<double>(i) / d);
+  if (scaling.llama3_factor <= 0.0) return theta;
+  const double L0 = static_cast<double>(scaling.original_context), wavelength = 2.0 * M_PI / theta;
+  const double f = scaling.llama3_factor, low = scaling.llama3_low_freq_factor, high = scaling.llama3_high_freq_factor;
+  if (wavelength < L0 / high) return theta;     // high frequencies stay
+  if (wavelength > L0 / low) return theta / f;  // low frequencies are stretched by the factor
+  const double s = (L0 / wavelength - low) / (high - low);
+  return (1.0 - s) * theta / f + s * theta;
 }
 
 template <typename T>
@@ -58,7 +70,7 @@ void rope_tables(T* cos_table, T* sin_table, int64_t start, int64_t T_len, int64
                  const RopeScaling& scaling) {
   const int64_t half = d_head / 2;
   for (int64_t i = 0; i < half; ++i) {
-    const double theta = rope_frequency(i, d_head, scaling);
+    const double theta = rope_frequency(i, d_head, scaling, start + T_len);
     for (int64_t t = 0; t < T_len; ++t) {
       const double angle = static_cast<double>(start + t) * scaling.position_scale * theta;
       cos_table[t * half + i] = static_cast<T>(std::cos(angle));

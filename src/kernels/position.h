@@ -29,11 +29,22 @@ struct RopeScaling {
   double base_scale = 1.0;     // "base scaling" (000 §6.3): θ_i = (α·base)^(−2i/d); e.g. 4 for a 4× longer context
   double ntk_factor = 1.0;     // NTK-aware scaling by s: base' = base · s^(d/(d−2)); e.g. 8 for 8× extension
   double position_scale = 1.0; // linear position interpolation: positions are multiplied by this (e.g. 0.25)
+  // Llama 3.1's frequency-dependent scaling (Hugging Face's rope_type "llama3"), on when llama3_factor > 0:
+  // with λ_i = 2π/θ_i and the context L₀ the model was trained at, θ_i stays when λ_i < L₀/high_freq_factor,
+  // becomes θ_i/factor when λ_i > L₀/low_freq_factor, and between them s·θ_i + (1 − s)·θ_i/factor with
+  // s = (L₀/λ_i − low_freq_factor)/(high_freq_factor − low_freq_factor).
+  double llama3_factor = 0.0, llama3_low_freq_factor = 1.0, llama3_high_freq_factor = 4.0;
+  // Dynamic NTK (rope_type "dynamic"), on when dynamic_factor > 0: a call whose positions reach L > L₀ uses
+  // base · (factor·L/L₀ − (factor − 1))^(d/(d−2)), so the frequencies depend on how far the call reaches.
+  double dynamic_factor = 0.0;
+  int64_t original_context = 0;  // L₀ (llama3 and dynamic)
 };
-// The frequency θ_i of pair (2i, 2i+1) in a head of size d_head, i = 0 .. d_head/2 − 1.
-double rope_frequency(int64_t i, int64_t d_head, const RopeScaling& scaling);
+// The frequency θ_i of pair (2i, 2i+1) in a head of size d_head, i = 0 .. d_head/2 − 1, for a call whose
+// positions reach `length` (dynamic scaling only reads it).
+double rope_frequency(int64_t i, int64_t d_head, const RopeScaling& scaling, int64_t length = 0);
 
-// cos/sin tables for positions start .. start+T−1: cos[t, i] = cos(pos_t · θ_i), computed in double.
+// cos/sin tables for positions start .. start+T−1: cos[t, i] = cos(pos_t · θ_i), computed in double (with
+// dynamic scaling, θ for a call reaching start + T).
 template <typename T>
 void rope_tables(T* cos_table,  // (T, d_head/2)
                  T* sin_table,  // (T, d_head/2)

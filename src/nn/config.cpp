@@ -83,6 +83,11 @@ void for_each_field(Config& c, F&& f) {
   f("rope_base_scale", c.rope_base_scale, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
   f("rope_ntk_factor", c.rope_ntk_factor, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
   f("rope_position_scale", c.rope_position_scale, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
+  f("rope_llama3_factor", c.rope_llama3_factor, "Llama 3.1's frequency-dependent RoPE scaling by this factor; 0: off");
+  f("rope_llama3_low_freq_factor", c.rope_llama3_low_freq_factor, "Llama 3.1's scaling: wavelengths above L₀/this are stretched fully");
+  f("rope_llama3_high_freq_factor", c.rope_llama3_high_freq_factor, "Llama 3.1's scaling: wavelengths below L₀/this stay");
+  f("rope_dynamic_factor", c.rope_dynamic_factor, "dynamic NTK RoPE scaling (Hugging Face's \"dynamic\"): a call reaching L > L₀ positions scales the base; 0: off");
+  f("rope_original_context", c.rope_original_context, "L₀, the context the RoPE frequencies were trained at (llama3 and dynamic scaling)");
   f("t5_num_buckets", c.t5_num_buckets, "T5's relative position buckets");
   f("t5_max_distance", c.t5_max_distance, "T5's relative position buckets");
   f("norm", c.norm, "layernorm (γ and β) or rmsnorm (γ only)");
@@ -153,6 +158,14 @@ void ModelConfig::validate() const {
         "config: sinusoidal positions pair sines and cosines, so d_model must be even, got {}", d_model);
   check(rope_base > 1.0 && rope_base_scale > 0.0 && rope_ntk_factor > 0.0 && rope_position_scale > 0.0,
         "config: rope_base must be > 1 and the RoPE scalings positive");
+  check(rope_llama3_factor >= 0.0 && rope_dynamic_factor >= 0.0 && !(rope_llama3_factor > 0.0 && rope_dynamic_factor > 0.0),
+        "config: rope_llama3_factor and rope_dynamic_factor must be non-negative, and at most one of them on");
+  check((rope_llama3_factor == 0.0 && rope_dynamic_factor == 0.0) || rope_original_context > 0,
+        "config: llama3 and dynamic RoPE scaling need rope_original_context (the context trained at), got {}",
+        rope_original_context);
+  check(rope_llama3_factor == 0.0 || rope_llama3_high_freq_factor > rope_llama3_low_freq_factor,
+        "config: rope_llama3_high_freq_factor ({}) must be above rope_llama3_low_freq_factor ({})",
+        rope_llama3_high_freq_factor, rope_llama3_low_freq_factor);
   check(t5_num_buckets >= 2 && t5_max_distance > t5_num_buckets / 4,
         "config: t5_num_buckets must be at least 2 and t5_max_distance above num_buckets/4, got {} and {}",
         t5_num_buckets, t5_max_distance);

@@ -29,7 +29,15 @@ AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) 
       default: a.position = PositionScheme::None;
     }
   }
-  a.rope = kernels::RopeScaling{c.rope_base, c.rope_base_scale, c.rope_ntk_factor, c.rope_position_scale};
+  a.rope = kernels::RopeScaling{c.rope_base,
+                                 c.rope_base_scale,
+                                 c.rope_ntk_factor,
+                                 c.rope_position_scale,
+                                 c.rope_llama3_factor,
+                                 c.rope_llama3_low_freq_factor,
+                                 c.rope_llama3_high_freq_factor,
+                                 c.rope_dynamic_factor,
+                                 c.rope_original_context};
   a.t5_num_buckets = c.t5_num_buckets;
   a.t5_max_distance = c.t5_max_distance;
   a.dropout = c.attention_dropout;

@@ -1,0 +1,74 @@
+// What every Hugging Face checkpoint directory shares: the weights in model.safetensors, or sharded as
+// model-0000k-of-0000n.safetensors with model.safetensors.index.json saying which file holds which tensor,
+// and a config.json whose optional keys keep Hugging Face's defaults.
+#pragma once
+
+#include "core/json_fields.h"
+
+#include <attend/safetensors.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attend::formats {
+
+// model.safetensors.index.json: {"metadata": {...}, "weight_map": {"tensor name": "file name", ...}}. Returns
+// the weight map; errors name `origin` and the entry at fault (a file name must be a plain name in the
+// directory: no path separators, no "..").
+std::map<std::string, std::string> parse_shard_index(std::string_view text, std::string_view origin);
+
+// The tensors of a checkpoint directory, in one file or in shards.
+class CheckpointTensors {
+ public:
+  // Opens DIR/model.safetensors, or the shards DIR/model.safetensors.index.json names (each checked to hold
+  // exactly the tensors the index gives it). Errors name the missing file.
+  explicit CheckpointTensors(const std::filesystem::path& dir);
+
+  // The tensor called `name` and its file, or nullptr.
+  const TensorInfo* find(std::string_view name) const;
+  // Loads tensor `name` into `out` (its shape checked, converted to float); an unknown name is an error
+  // naming `what_for` (e.g. "a Llama of this config").
+  void load_into(std::string_view name, TensorView out, std::string_view what_for) const;
+  Tensor load(std::string_view name, std::string_view what_for) const;
+  // Every tensor name, and the file (or "model.safetensors") that holds it.
+  std::vector<std::string> names() const;
+  const std::string& origin(std::string_view name) const;
+
+ private:
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<SafetensorsReader>> readers_;
+  std::map<std::string, size_t, std::less<>> where_;  // tensor name → readers_ index
+};
+
+// Reads optional config.json keys with Hugging Face's defaults: absent or null keeps the default; present,
+// the value must have the default's type (errors name the file and the key).
+class ConfigKeys {
+ public:
+  ConfigKeys(const nlohmann::json& config, std::string origin) : j_(config), origin_(std::move(origin)) {}
+  int64_t integer(const char* key) const;  // required
+  template <typename T>
+  T optional(const char* key, T fallback) const;
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const nlohmann::json& json() const { return j_; }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  const nlohmann::json& j_;
+  std::string origin_;
+};
+
+template <typename T>
+T ConfigKeys::optional(const char* key, T fallback) const {
+  if (const auto it = j_.find(key); it != j_.end() && !it->is_null())
+    read_field(fallback, *it, fmt::format("{}: '{}'", origin_, key));
+  return fallback;
+}
+
+}  // namespace attend::formats

@@ -1,0 +1,277 @@
+// Hugging Face checkpoints of the Llama family: config.json's keys to ModelConfig, the tensors to Attend's
+// parameters (W_Q, W_K, W_V fused into qkv, W_Q and W_K rows permuted for the pair rotation), and back.
+#include "formats/hf_llama.h"
+
+#include "formats/hf_checkpoint.h"
+
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/log.h>
+#include <attend/model_dir.h>
+#include <attend/safetensors.h>
+#include <attend/tokenizer.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+namespace attend::formats {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+bool names_architecture(const json& config, std::initializer_list<const char*> names) {
+  const auto it = config.find("architectures");
+  if (it == config.end() || !it->is_array()) return false;
+  for (const json& a : *it)
+    for (const char* n : names)
+      if (a.is_string() && a.get<std::string>() == n) return true;
+  return false;
+}
+
+// Buffers some checkpoints carry that hold no parameters.
+bool is_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+std::string layer(int64_t i) { return fmt::format("model.layers.{}.", i); }
+std::string block(int64_t i) { return fmt::format("decoder.layers.{}.", i); }
+
+// The tensors that map one to one (everything but q, k, v).
+std::vector<std::pair<std::string, std::string>> plain_mappings(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::string>> m = {{"model.embed_tokens.weight", "embed.tokens.weight"}};
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    m.push_back({layer(i) + "input_layernorm.weight", block(i) + "attn_norm.weight"});
+    m.push_back({layer(i) + "self_attn.o_proj.weight", block(i) + "attn.o.weight"});
+    m.push_back({layer(i) + "post_attention_layernorm.weight", block(i) + "ffn_norm.weight"});
+    m.push_back({layer(i) + "mlp.gate_proj.weight", block(i) + "ffn.gate.weight"});
+    m.push_back({layer(i) + "mlp.up_proj.weight", block(i) + "ffn.up.weight"});
+    m.push_back({layer(i) + "mlp.down_proj.weight", block(i) + "ffn.down.weight"});
+  }
+  m.push_back({"model.norm.weight", "decoder.norm.weight"});
+  if (!c.tie_embeddings) m.push_back({"lm_head.weight", "lm_head.weight"});
+  return m;
+}
+
+}  // namespace
+
+void rope_rows_from_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C) {
+  const int64_t half = d_head / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i) {
+      const float* first = src + (h * d_head + i) * C;  // x_i and x_{i+d/2} of Hugging Face's halves ...
+      const float* second = src + (h * d_head + i + half) * C;
+      std::memcpy(dst + (h * d_head + 2 * i) * C, first, C * sizeof(float));  // ... become the pair (2i, 2i+1)
+      std::memcpy(dst + (h * d_head + 2 * i + 1) * C, second, C * sizeof(float));
+    }
+}
+
+void rope_rows_to_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C) {
+  const int64_t half = d_head / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i) {
+      std::memcpy(dst + (h * d_head + i) * C, src + (h * d_head + 2 * i) * C, C * sizeof(float));
+      std::memcpy(dst + (h * d_head + i + half) * C, src + (h * d_head + 2 * i + 1) * C, C * sizeof(float));
+    }
+}
+
+bool is_hf_llama_config(const json& config) {
+  if (!config.is_object()) return false;
+  const auto type = config.find("model_type");
+  if (type != config.end() && type->is_string()) return *type == "llama" || *type == "mistral";
+  return names_architecture(config, {"LlamaForCausalLM", "MistralForCausalLM"});
+}
+
+ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
+  const ConfigKeys k(j, origin);
+  ModelConfig c;
+  c.architecture = Architecture::Decoder;
+  c.vocab_size = k.integer("vocab_size");
+  c.d_model = k.integer("hidden_size");
+  c.n_layers = k.integer("num_hidden_layers");
+  c.n_heads = k.integer("num_attention_heads");
+  c.n_kv_heads = k.optional<int64_t>("num_key_value_heads", c.n_heads);
+  c.d_ff = k.integer("intermediate_size");
+  c.max_seq_len = k.optional<int64_t>("max_position_embeddings", 2048);
+  const std::string act = k.optional<std::string>("hidden_act", "silu");
+  check(act == "silu", "{}: hidden_act '{}': the Llama family's FFN is SwiGLU (silu)", origin, act);
+  c.activation = FfnKind::SwiGLU;
+  c.position = PositionKind::RoPE;
+  c.rope_base = k.optional("rope_theta", 10000.0);
+  c.norm = NormKind::RMSNorm;
+  c.norm_eps = k.optional("rms_norm_eps", 1e-6);
+  c.pre_norm = true;
+  const bool attention_bias = k.optional("attention_bias", false), mlp_bias = k.optional("mlp_bias", false);
+  check(!attention_bias && !mlp_bias, "{}: attention_bias {} and mlp_bias {}: Attend's Llama has no biases", origin,
+        attention_bias, mlp_bias);
+  c.bias = false;
+  c.tie_embeddings = k.optional("tie_word_embeddings", false);
+  c.init_std = k.optional("initializer_range", 0.02);
+  if (k.has("head_dim")) {
+    const int64_t head_dim = k.integer("head_dim");
+    check(c.n_heads > 0 && head_dim * c.n_heads == c.d_model,
+          "{}: head_dim {} with {} heads is not hidden_size {}: Attend's heads split the model width", origin,
+          head_dim, c.n_heads, c.d_model);
+  }
+  if (k.has("sliding_window")) {  // Mistral: attention reaches back this far; within it, it is full attention
+    const int64_t window = k.integer("sliding_window");
+    check(window > 0, "{}: sliding_window must be positive, got {}", origin, window);
+    if (window < c.max_seq_len) {
+      log::info("{}: sliding_window {}: the context is limited to it (sliding-window attention is not implemented)",
+                origin, window);
+      c.max_seq_len = window;
+    }
+  }
+  if (k.has("rope_scaling")) {
+    const json& s = j["rope_scaling"];
+    check(s.is_object(), "{}: rope_scaling is {}, expected an object or null", origin, s.type_name());
+    const ConfigKeys r(s, origin + ": rope_scaling");
+    const std::string type = r.has("rope_type") ? r.optional<std::string>("rope_type", "") : r.optional<std::string>("type", "");
+    if (type == "llama3") {
+      c.rope_llama3_factor = r.optional("factor", 8.0);
+      c.rope_llama3_low_freq_factor = r.optional("low_freq_factor", 1.0);
+      c.rope_llama3_high_freq_factor = r.optional("high_freq_factor", 4.0);
+      c.rope_original_context = r.integer("original_max_position_embeddings");
+    } else if (type == "linear") {
+      const double factor = r.optional("factor", 1.0);
+      check(factor >= 1.0, "{}: rope_scaling factor {} must be at least 1", origin, factor);
+      c.rope_position_scale = 1.0 / factor;
+    } else if (type == "dynamic") {
+      const double factor = r.optional("factor", 1.0);
+      check(factor >= 1.0, "{}: rope_scaling factor {} must be at least 1", origin, factor);
+      c.rope_dynamic_factor = factor;
+      c.rope_original_context = c.max_seq_len;
+      c.max_seq_len = static_cast<int64_t>(std::floor(factor * static_cast<double>(c.max_seq_len)));
+    } else if (type != "default") {
+      throw Error(fmt::format("{}: rope_scaling type '{}': expected llama3, linear, dynamic or default", origin, type));
+    }
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", origin, e.what()));
+  }
+  return c;
+}
+
+Model load_hf_llama(const fs::path& dir, const json& config) {
+  const ModelConfig c = config_from_hf_llama(config, (dir / "config.json").string());
+  const CheckpointTensors tensors(dir);
+  Model model = Model::for_loading(c);
+  const std::string what = fmt::format("a Llama of this config ({} layers, hidden_size {})", c.n_layers, c.d_model);
+  std::set<std::string> used;
+  auto take = [&](const std::string& hf, TensorView out) {
+    const TensorInfo* t = tensors.find(hf);
+    check(t != nullptr, "{}: no tensor '{}', which {} has", dir.string(), hf, what);
+    check(t->shape == out.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(hf), hf,
+          t->shape, out.shape());
+    tensors.load_into(hf, out, what);
+    used.insert(hf);
+  };
+  for (const auto& [hf, name] : plain_mappings(c)) take(hf, model.find(name)->value.view());
+  const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    float* qkv = model.find(block(i) + "attn.qkv.weight")->value.data();
+    Tensor q({H * D, C}), k({Hkv * D, C});
+    take(layer(i) + "self_attn.q_proj.weight", q.view());
+    take(layer(i) + "self_attn.k_proj.weight", k.view());
+    rope_rows_from_hf(qkv, q.data(), H, D, C);
+    rope_rows_from_hf(qkv + H * D * C, k.data(), Hkv, D, C);
+    take(layer(i) + "self_attn.v_proj.weight", TensorView(qkv + (H + Hkv) * D * C, Shape{Hkv * D, C}));
+  }
+  for (const std::string& name : tensors.names()) {
+    if (used.contains(name) || is_buffer(name)) continue;
+    if (c.tie_embeddings && name == "lm_head.weight") continue;  // a copy of the tied embedding
+    throw Error(fmt::format("{}: unexpected tensor '{}': not part of {}", tensors.origin(name), name, what));
+  }
+  return model;
+}
+
+}  // namespace attend::formats
+
+namespace attend {
+
+void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
+  const ModelConfig& c = model.config();
+  auto require = [](bool ok, const char* option, const std::string& found, const char* llama) {
+    check(ok, "export hf-llama: {} is {}, Llama has {}", option, found, llama);
+  };
+  require(c.architecture == Architecture::Decoder, "architecture", architecture_name(c.architecture), "decoder");
+  require(c.position == PositionKind::RoPE, "position", "not rope", "RoPE");
+  require(c.norm == NormKind::RMSNorm, "norm", "layernorm", "rmsnorm");
+  require(c.pre_norm, "norm_placement", "post", "pre");
+  require(!c.bias, "bias", "true", "no biases");
+  require(c.activation == FfnKind::SwiGLU, "activation", "not swiglu", "swiglu");
+  require(c.n_experts == 0, "n_experts", std::to_string(c.n_experts), "dense FFNs");
+  require(c.residual_scale == 1.0, "residual_scale", std::to_string(c.residual_scale), "1");
+  require(c.attention_scale == 0.0, "attention_scale", std::to_string(c.attention_scale), "1/sqrt(d_head)");
+  require(!c.scale_embeddings, "scale_embeddings", "true", "unscaled embeddings");
+  require(c.attention_kernel != AttentionKernel::Linear, "attention_kernel", "linear", "softmax attention");
+  require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0, "rope_base_scale or rope_ntk_factor", "set",
+          "llama3, linear or dynamic scaling only");
+  require(c.rope_position_scale == 1.0 || (c.rope_llama3_factor == 0.0 && c.rope_dynamic_factor == 0.0),
+          "rope_position_scale", "combined with another scaling", "one scaling");
+
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  check(std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
+  const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  std::vector<Tensor> stored;
+  stored.reserve(2 * c.n_layers + 1);
+  std::vector<NamedTensor> tensors;
+  const auto plain = formats::plain_mappings(c);
+  for (const auto& [hf, name] : plain) tensors.push_back({hf, &model.find(name)->value});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const float* qkv = model.find(fmt::format("decoder.layers.{}.attn.qkv.weight", i))->value.data();
+    const std::string l = fmt::format("model.layers.{}.self_attn.", i);
+    stored.emplace_back(Shape{H * D, C});
+    formats::rope_rows_to_hf(stored.back().data(), qkv, H, D, C);
+    tensors.push_back({l + "q_proj.weight", &stored.back()});
+    stored.emplace_back(Shape{Hkv * D, C});
+    formats::rope_rows_to_hf(stored.back().data(), qkv + H * D * C, Hkv, D, C);
+    tensors.push_back({l + "k_proj.weight", &stored.back()});
+    stored.push_back(Tensor(Shape{Hkv * D, C}, std::span<const float>(qkv + (H + Hkv) * D * C, Hkv * D * C)));
+    tensors.push_back({l + "v_proj.weight", &stored.back()});
+  }
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+
+  nlohmann::ordered_json config = {{"architectures", {"LlamaForCausalLM"}},
+                                   {"model_type", "llama"},
+                                   {"vocab_size", c.vocab_size},
+                                   {"hidden_size", c.d_model},
+                                   {"intermediate_size", c.ffn_hidden()},
+                                   {"num_hidden_layers", c.n_layers},
+                                   {"num_attention_heads", c.n_heads},
+                                   {"num_key_value_heads", c.kv_heads()},
+                                   {"head_dim", c.d_head()},
+                                   {"hidden_act", "silu"},
+                                   {"max_position_embeddings", c.max_seq_len},
+                                   {"rms_norm_eps", c.norm_eps},
+                                   {"rope_theta", c.rope_base},
+                                   {"rope_scaling", nullptr},
+                                   {"attention_bias", false},
+                                   {"mlp_bias", false},
+                                   {"tie_word_embeddings", c.tie_embeddings},
+                                   {"initializer_range", c.init_std},
+                                   {"torch_dtype", "float32"}};
+  if (c.rope_llama3_factor > 0.0) {
+    config["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", c.rope_llama3_factor},
+                              {"low_freq_factor", c.rope_llama3_low_freq_factor},
+                              {"high_freq_factor", c.rope_llama3_high_freq_factor},
+                              {"original_max_position_embeddings", c.rope_original_context}};
+  } else if (c.rope_dynamic_factor > 0.0) {
+    config["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", c.rope_dynamic_factor}};
+    config["max_position_embeddings"] = c.rope_original_context;
+  } else if (c.rope_position_scale != 1.0) {
+    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1.0 / c.rope_position_scale}};
+  }
+  if (tokenizer != nullptr) {
+    if (const auto bos = tokenizer->special_id(SpecialRole::Bos)) config["bos_token_id"] = *bos;
+    if (const auto eos = tokenizer->special_id(SpecialRole::Eos)) config["eos_token_id"] = *eos;
+    tokenizer->save(dir / "tokenizer.json");
+  }
+  write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+}
+
+}  // namespace attend

@@ -1,0 +1,207 @@
+// Hugging Face checkpoints of the Llama family (tests/data/hf-llama, tools/make_llama_fixtures.py): logits,
+// loss and greedy continuations against a plain-PyTorch reference of transformers' LlamaForCausalLM, the
+// export back to Hugging Face's layout, and the errors a bad checkpoint gets.
+#include "fixtures.h"
+#include "formats/hf_checkpoint.h"
+#include "formats/hf_llama.h"
+#include "testing.h"
+
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/model_dir.h>
+#include <attend/safetensors.h>
+#include <attend/session.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+namespace attend {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_error_mentions;
+
+const fs::path kLlama = fs::path(ATTEND_TEST_DATA) / "hf-llama";
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("attend_test_hf_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& ids) {
+  Batch b;
+  b.B = 1, b.T = static_cast<int64_t>(ids.size()), b.ids = ids;
+  ForwardState state(/*for_backward=*/false);
+  model.forward(b, state);
+  return {state.logits().span().begin(), state.logits().span().end()};
+}
+
+std::vector<int32_t> greedy(const Model& model, const std::vector<int32_t>& prompt, int n) {
+  Session session(model, {.max_T = static_cast<int64_t>(prompt.size()) + n});
+  std::span<const float> logits = session.step(prompt);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (i + 1 < n) logits = session.step(std::span(&out.back(), 1));
+  }
+  return out;
+}
+
+// Each variant against the reference: the logits of the whole prompt, the next-token loss, and a greedy
+// continuation through a session's KV cache.
+//   tied-llama3    the LM head is embed_tokens (tie_word_embeddings); rope_scaling llama3; GQA; two shards
+//   untied-linear  lm_head; rope_scaling linear (positions / 2); bf16 tensors (read as the values they hold)
+//   dynamic        rope_scaling dynamic: a 20-token prompt passes max_position_embeddings 16, so the whole
+//                  prompt rotates with the grown base; generation rotates each new key with the base of its
+//                  own step, as Hugging Face's cached generate does; fp16 tensors
+// The reference runs in float64 on the stored weights; Attend in fp32 with sums over at most 48 terms
+// through two layers, which moves logits of magnitude ~3 by about 1e-6 (the tolerance leaves 100x room).
+TEST(HfLlama, EachVariantMatchesTheReference) {
+  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic"}) {
+    const fs::path dir = kLlama / variant;
+    const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
+    const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
+    const Model model = load_model(dir);
+    const ModelConfig& c = model.config();
+    EXPECT_EQ(c.activation, FfnKind::SwiGLU) << variant;
+    EXPECT_EQ(c.norm, NormKind::RMSNorm) << variant;
+    EXPECT_EQ(c.kv_heads(), 2) << variant;
+    EXPECT_EQ(c.tie_embeddings, variant == "tied-llama3");
+    testing::expect_all_close(logits_of(model, prompt), golden["logits"].get<std::vector<double>>(), 1e-4,
+                              variant + ": logits");
+    Batch b;
+    b.B = 1, b.T = static_cast<int64_t>(prompt.size()), b.ids = prompt;
+    b.targets.assign(prompt.begin() + 1, prompt.end());
+    b.targets.push_back(Batch::kIgnore);
+    ForwardState state(/*for_backward=*/false);
+    EXPECT_NEAR(model.forward(b, state).ce_loss, golden["loss"].get<double>(), 1e-5 * golden["loss"].get<double>())
+        << variant;
+    EXPECT_EQ(greedy(model, prompt, 6), golden["greedy_ids"].get<std::vector<int32_t>>()) << variant;
+  }
+}
+
+// The configuration each variant maps to: Hugging Face's keys and defaults, named.
+TEST(HfLlama, ConfigKeysMapToAttendsOptions) {
+  const Model tied = load_model(kLlama / "tied-llama3");
+  EXPECT_EQ(tied.config().rope_base, 500000.0);
+  EXPECT_EQ(tied.config().rope_llama3_factor, 8.0);
+  EXPECT_EQ(tied.config().rope_original_context, 16);
+  EXPECT_EQ(tied.config().max_seq_len, 64);
+  EXPECT_EQ(tied.config().d_ff, 48);
+  EXPECT_EQ(tied.config().norm_eps, 1e-5);
+  EXPECT_FALSE(tied.config().bias);
+  const Model linear = load_model(kLlama / "untied-linear");
+  EXPECT_EQ(linear.config().rope_position_scale, 0.5);
+  const Model dynamic = load_model(kLlama / "dynamic");
+  EXPECT_EQ(dynamic.config().rope_dynamic_factor, 2.0);
+  EXPECT_EQ(dynamic.config().rope_original_context, 16);
+  EXPECT_EQ(dynamic.config().max_seq_len, 32);  // the dynamic factor stretches the context it serves
+}
+
+// Export writes Hugging Face's layout back: W_Q and W_K rows return to the half rotation's order, and the
+// tensors are the checkpoint's bit for bit (the fp32 variant: the same bytes as read; reading the export
+// back gives the same parameters).
+TEST(HfLlama, ExportIsARoundTripBitForBit) {
+  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic"}) {
+    const Model model = load_model(kLlama / variant);
+    const fs::path out = fresh_dir("llama_export_" + variant);
+    export_hf_llama(model, out);
+    const Model again = load_model(out);
+    EXPECT_EQ(again.config().to_json(), model.config().to_json()) << variant;
+    const auto a = model.parameters(), b = again.parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(std::memcmp(a[i]->value.data(), b[i]->value.data(), a[i]->numel() * sizeof(float)), 0)
+          << variant << " " << a[i]->name;
+    // Every tensor the export wrote equals the one the checkpoint holds (as the float it stands for).
+    const formats::CheckpointTensors original(kLlama / variant), exported(out);
+    for (const std::string& name : original.names()) {
+      const Tensor x = original.load(name, "the fixture"), y = exported.load(name, "the export");
+      ASSERT_EQ(x.shape(), y.shape()) << name;
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.numel() * sizeof(float)), 0) << variant << " " << name;
+    }
+    fs::remove_all(out);
+  }
+  const Model gpt = load_model(testing::kModels / "gpt");
+  expect_error_mentions<Error>([&] { export_hf_llama(gpt, fresh_dir("llama_export_gpt")); },
+                               {"export hf-llama: position", "RoPE"});
+}
+
+// The permutation between Hugging Face's halves and Attend's pairs, by hand: a head of 4 rows (x0 x1 | x2 x3)
+// becomes (x0 x2 x1 x3), and back.
+TEST(HfLlama, RopeRowPermutationByHand) {
+  const std::vector<float> hf = {0, 1, 2, 3, 10, 11, 12, 13};  // 2 heads of d = 4, C = 1
+  std::vector<float> attend(8), back(8);
+  formats::rope_rows_from_hf(attend.data(), hf.data(), 2, 4, 1);
+  EXPECT_EQ(attend, std::vector<float>({0, 2, 1, 3, 10, 12, 11, 13}));
+  formats::rope_rows_to_hf(back.data(), attend.data(), 2, 4, 1);
+  EXPECT_EQ(back, hf);
+}
+
+// A copy of a fixture with config.json changed by `edit`.
+fs::path edited_copy(const std::string& variant, const std::function<void(nlohmann::json&)>& edit) {
+  const fs::path dir = fresh_dir("llama_bad_" + variant);
+  for (const auto& f : fs::directory_iterator(kLlama / variant)) fs::copy_file(f.path(), dir / f.path().filename());
+  auto config = nlohmann::json::parse(read_file(dir / "config.json"));
+  edit(config);
+  write_file_atomic(dir / "config.json", config.dump());
+  return dir;
+}
+
+TEST(HfLlama, BadCheckpointsAreErrorsNamingTheCause) {
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}}; })); },
+      {"rope_scaling type 'yarn'", "llama3, linear, dynamic"});
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["hidden_act"] = "gelu"; })); },
+      {"hidden_act 'gelu'", "silu"});
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["head_dim"] = 16; })); }, {"head_dim 16"});
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["attention_bias"] = true; })); },
+      {"attention_bias true"});
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["intermediate_size"] = 40; })); },
+      {"mlp.gate_proj.weight", "[48, 32]", "[40, 32]"});
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["num_hidden_layers"] = 3; })); },
+      {"no tensor 'model.layers.2."});
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("tied-llama3", [](auto& j) { j["tie_word_embeddings"] = false; })); },
+      {"no tensor 'lm_head.weight'"});
+  // A missing shard, and an index that sends a tensor to a file that does not hold it.
+  const fs::path missing = edited_copy("tied-llama3", [](auto&) {});
+  fs::remove(missing / "model-00002-of-00002.safetensors");
+  expect_error_mentions<Error>([&] { load_model(missing); }, {"missing shard model-00002-of-00002.safetensors"});
+  const fs::path wrong = edited_copy("tied-llama3", [](auto&) {});
+  auto index = nlohmann::json::parse(read_file(wrong / "model.safetensors.index.json"));
+  index["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
+  write_file_atomic(wrong / "model.safetensors.index.json", index.dump());
+  expect_error_mentions<Error>([&] { load_model(wrong); }, {"'model.norm.weight'", "does not hold it"});
+  for (const fs::path& d : {missing, wrong}) fs::remove_all(d);
+}
+
+TEST(HfShardIndex, ParsesTheWeightMapAndRefusesWhatIsNotAFileName) {
+  const auto map = formats::parse_shard_index(
+      R"({"metadata": {"total_size": 8}, "weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}})",
+      "index.json");
+  EXPECT_EQ(map.size(), 2u);
+  EXPECT_EQ(map.at("b"), "model-2.safetensors");
+  expect_error_mentions<Error>([] { formats::parse_shard_index("{", "index.json"); }, {"index.json", "not valid JSON"});
+  expect_error_mentions<Error>([] { formats::parse_shard_index("{}", "index.json"); }, {"weight_map"});
+  expect_error_mentions<Error>([] { formats::parse_shard_index(R"({"weight_map": {"a": 3}})", "i"); },
+                               {"weight_map[\"a\"]", "number"});
+  expect_error_mentions<Error>([] { formats::parse_shard_index(R"({"weight_map": {"a": "../x"}})", "i"); },
+                               {"\"../x\"", "not a file name"});
+  expect_error_mentions<Error>([] { formats::parse_shard_index(R"({"weight_map": {}})", "i"); }, {"names no tensor"});
+}
+
+}  // namespace
+}  // namespace attend
