@@ -16,9 +16,12 @@ import json
 import math
 import os
 import shutil
-import struct
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_py import read as read_safetensors, write as write_safetensors  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf-gpt2")
@@ -85,37 +88,6 @@ def forward(w, ids):
         x = a + m @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     x = layer_norm(x, w["ln_f.weight"], w["ln_f.bias"])
     return x @ w["wte.weight"].T
-
-
-def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name, t in tensors.items():
-        data = t.float().contiguous().numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * (-(8 + len(hj)) % 8)  # data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)) + hj + b"".join(blobs))
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
-    assert (8 + n) % 8 == 0
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32"
-        b, end = e["data_offsets"]
-        flat = torch.tensor(struct.unpack(f"<{(end - b) // 4}f", data[b:end]))
-        out[name] = flat.view(e["shape"]) if e["shape"] else flat.view(())
-    return out
 
 
 def main():
