@@ -107,7 +107,7 @@ void add_eval_seq2seq(CLI::App& app) {
                                        .decoder_start = options.decoder_start});
         hypotheses.push_back(split_words(tokenizer.decode(best[0].ids)));
       } else {
-        for (const Generation& g : generate_batch(model, tokenizer, inputs, options))
+        for (const Generation& g : generate_batch(model, &tokenizer, inputs, options))
           hypotheses.push_back(split_words(g.text));
       }
       at += n;

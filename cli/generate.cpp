@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <optional>
 
 namespace attend::cli {
 
@@ -46,7 +47,9 @@ void add_generate_command(CLI::App& app) {
   static std::vector<std::string> stops;
   static bool json_output = false;
   static BeamOptions beam{.width = 0};
-  cmd->add_option("--model", model_dir, "A model directory with its tokenizer (e.g. runs/brown-gpt/checkpoint)")
+  cmd->add_option("--model", model_dir,
+                  "A model directory (e.g. runs/brown-gpt/checkpoint, or a Hugging Face checkpoint); without a "
+                  "tokenizer in it, give --prompt-ids and get ids")
       ->required();
   auto* text = cmd->add_option("--prompt", prompt, "The prompt as text; repeat it to generate for several in one batch");
   auto* ids = cmd->add_option("--prompt-ids", prompt_ids, "The prompt as token ids, e.g. \"464,2415,3332\" (repeatable)");
@@ -73,6 +76,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-cache", kv_cache, "f32, f16 or int8: how the KV cache stores keys and values (f16 halves its memory and reads)")
       ->capture_default_str();
   cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
+  static int64_t eos = -1;
+  cmd->add_option("--eos", eos, "Stop at this token id (default: the tokenizer's end-of-sequence token)");
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = load_model(model_dir);
@@ -80,12 +85,27 @@ void add_generate_command(CLI::App& app) {
           weights);
     model.set_storage(weights == "bf16" ? WeightType::BF16 : weights == "f16" ? WeightType::F16 : WeightType::F32);
     options.cache = parse_cache_type(kv_cache);
-    const Tokenizer tokenizer = Tokenizer::load(model_dir);
-    check(tokenizer.vocab_size() <= model.config().vocab_size,
-          "{}: the tokenizer has {} tokens, the model's vocabulary {}", model_dir, tokenizer.vocab_size(),
-          model.config().vocab_size);
+    // Without a tokenizer the model still runs on ids: --prompt-ids in, ids out.
+    std::optional<Tokenizer> tokenizer;
+    if (Tokenizer::found_in(model_dir)) tokenizer.emplace(Tokenizer::load(model_dir));
+    check(tokenizer || prompt.empty(),
+          "{}: no tokenizer (tokenizer.json, encoder.json + vocab.bpe, or tokenizer.model) to read --prompt; give "
+          "--prompt-ids",
+          model_dir);
+    check(tokenizer || stops.empty(), "{}: no tokenizer to find --stop strings with", model_dir);
+    if (tokenizer)
+      check(tokenizer->vocab_size() <= model.config().vocab_size,
+            "{}: the tokenizer has {} tokens, the model's vocabulary {}", model_dir, tokenizer->vocab_size(),
+            model.config().vocab_size);
+    const Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
+    auto text_of = [&](const std::vector<int32_t>& ids) {
+      if (tok != nullptr) return tok->decode(ids);
+      std::string out;
+      for (int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+      return out;
+    };
     std::vector<std::vector<int32_t>> inputs;
-    for (const std::string& p : prompt) inputs.push_back(tokenizer.encode(p));
+    for (const std::string& p : prompt) inputs.push_back(tok->encode(p));
     for (const std::string& p : prompt_ids) inputs.push_back(parse_ids(p, "--prompt-ids"));
     for (const auto& input : inputs)
       for (int32_t id : input)
@@ -93,40 +113,44 @@ void add_generate_command(CLI::App& app) {
               model.config().vocab_size);
     const std::vector<int32_t>& input = inputs[0];
     options.stop = stops;
-    set_special_tokens(tokenizer, model, options);
+    if (tok != nullptr) set_special_tokens(*tok, model, options);
+    if (eos != -1) {
+      check(eos >= 0 && eos < model.config().vocab_size, "--eos {}: not a token id of the model's vocabulary of {}",
+            eos, model.config().vocab_size);
+      options.eos = static_cast<int32_t>(eos);
+    }
     beam.decoder_start = options.decoder_start;
     beam.cache = options.cache;
     if (inputs.size() > 1) {  // several prompts: one batch, one line (or JSON object) per prompt
       check(beam.width == 0, "--beam takes one prompt at a time");
-      for (const Generation& g : generate_batch(model, tokenizer, inputs, options)) {
+      for (const Generation& g : generate_batch(model, tok, inputs, options)) {
         if (json_output)
-          print_json(generation_json(g.ids, g.text));
+          print_json(generation_json(g.ids, tok ? g.text : text_of(g.ids)));
         else
-          fmt::print("{}\n", g.text);
+          fmt::print("{}\n", tok ? g.text : text_of(g.ids));
       }
       return;
     }
     if (beam.width > 0) {
       const auto hypotheses = beam_search(model, input, options.max_new_tokens, options.eos, beam);
       if (json_output) {
-        nlohmann::ordered_json j = generation_json(hypotheses[0].ids, tokenizer.decode(hypotheses[0].ids));
+        nlohmann::ordered_json j = generation_json(hypotheses[0].ids, text_of(hypotheses[0].ids));
         if (hypotheses.size() > 1)
           for (const Hypothesis& h : hypotheses)
-            j["n_best"].push_back(
-                nlohmann::ordered_json{{"ids", h.ids}, {"text", tokenizer.decode(h.ids)}, {"score", h.score}});
+            j["n_best"].push_back(nlohmann::ordered_json{{"ids", h.ids}, {"text", text_of(h.ids)}, {"score", h.score}});
         print_json(j);
         return;
       }
       for (const Hypothesis& h : hypotheses)
-        fmt::print("{}{}\n", hypotheses.size() > 1 ? fmt::format("[{:.4f}] ", h.score) : "", tokenizer.decode(h.ids));
+        fmt::print("{}{}\n", hypotheses.size() > 1 ? fmt::format("[{:.4f}] ", h.score) : "", text_of(h.ids));
       return;
     }
     std::string printed;
     std::vector<int32_t> so_far;
-    const Generation g = generate(model, tokenizer, input, options, [&](int32_t id) {
+    const Generation g = generate(model, tok, input, options, [&](int32_t id) {
       if (json_output) return true;
       so_far.push_back(id);
-      const std::string now = tokenizer.decode(so_far);
+      const std::string now = text_of(so_far);
       if (now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
         fmt::print("{}", now.substr(printed.size()));
         std::fflush(stdout);
@@ -134,12 +158,13 @@ void add_generate_command(CLI::App& app) {
       }
       return true;
     });
+    const std::string text = tok ? g.text : text_of(g.ids);
     if (json_output) {
-      print_json(generation_json(g.ids, g.text));
+      print_json(generation_json(g.ids, text));
       return;
     }
-    if (g.text.size() > printed.size() && g.text.compare(0, printed.size(), printed) == 0)
-      fmt::print("{}", g.text.substr(printed.size()));
+    if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0)
+      fmt::print("{}", text.substr(printed.size()));
     fmt::print("\n");
     std::fflush(stdout);  // the text first, then the figures on stderr
     fmt::print(stderr, "{} tokens ({}), prompt {:.0f} ms, {:.1f} tokens/s\n", g.ids.size(), g.stopped_by,

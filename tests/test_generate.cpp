@@ -149,28 +149,28 @@ TEST(Generate, TopKOneIsGreedyAndBudgetsAndErrorsHold) {
   GenerateOptions greedy{.max_new_tokens = 6, .sampling = {.greedy = true}};
   GenerateOptions top1{.max_new_tokens = 6, .sampling = {.top_k = 1, .seed = 9}};
   const std::vector<int32_t> prompt = {5, 2, 1};
-  const Generation a = generate(model, tok, prompt, greedy), b = generate(model, tok, prompt, top1);
+  const Generation a = generate(model, &tok, prompt, greedy), b = generate(model, &tok, prompt, top1);
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_EQ(a.ids.size(), 6u);
   EXPECT_EQ(a.stopped_by, "length");
   // Sampling with a seed is reproducible.
   GenerateOptions sampled{.max_new_tokens = 8, .sampling = {.temperature = 1.3, .seed = 4}};
-  EXPECT_EQ(generate(model, tok, prompt, sampled).ids, generate(model, tok, prompt, sampled).ids);
+  EXPECT_EQ(generate(model, &tok, prompt, sampled).ids, generate(model, &tok, prompt, sampled).ids);
   // The context bounds the budget: 16 positions, so 13 new tokens after 3.
-  EXPECT_EQ(generate(model, tok, prompt, {.max_new_tokens = 100, .sampling = {.greedy = true}}).ids.size(), 13u);
+  EXPECT_EQ(generate(model, &tok, prompt, {.max_new_tokens = 100, .sampling = {.greedy = true}}).ids.size(), 13u);
   // EOS stops generation and is not returned.
   // EOS stops generation and is not returned: take the last token of the greedy run as EOS; generation
   // stops where it first appears.
   GenerateOptions eos = greedy;
   eos.eos = a.ids.back();
   const auto first = std::find(a.ids.begin(), a.ids.end(), a.ids.back());
-  const Generation e = generate(model, tok, prompt, eos);
+  const Generation e = generate(model, &tok, prompt, eos);
   EXPECT_EQ(e.stopped_by, "eos");
   EXPECT_EQ(e.ids, std::vector<int32_t>(a.ids.begin(), first));
-  expect_error_mentions<Error>([&] { generate(model, tok, std::vector<int32_t>(16, 1), greedy); },
+  expect_error_mentions<Error>([&] { generate(model, &tok, std::vector<int32_t>(16, 1), greedy); },
                                {"16 tokens", "context of 16"});
-  expect_error_mentions<Error>([&] { generate(model, tok, {}, greedy); }, {"no tokens"});
-  expect_error_mentions<Error>([&] { generate(model, tok, {99}, greedy); }, {"99", "vocabulary"});
+  expect_error_mentions<Error>([&] { generate(model, &tok, {}, greedy); }, {"no tokens"});
+  expect_error_mentions<Error>([&] { generate(model, &tok, {99}, greedy); }, {"99", "vocabulary"});
 }
 
 // Log-probabilities of every next token after `prefix`, by a full forward.
@@ -195,7 +195,7 @@ TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
   std::string text;
   for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
   const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
-  const Generation greedy = generate(model, tok, prompt, {.max_new_tokens = 5, .sampling = {.greedy = true}});
+  const Generation greedy = generate(model, &tok, prompt, {.max_new_tokens = 5, .sampling = {.greedy = true}});
   const auto one = beam_search(model, prompt, 5, std::nullopt, {.width = 1});
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].ids, greedy.ids);
@@ -236,7 +236,7 @@ TEST(Generate, EncoderDecoderGreedyIsTheArgmaxOfFullForwardsAndBeamOneAgrees) {
   const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
   const std::vector<int32_t> source = {4, 9, 3, 7};
   const int32_t bos = 1;
-  const Generation g = generate(model, tok, source, {.max_new_tokens = 5, .sampling = {.greedy = true}, .decoder_start = bos});
+  const Generation g = generate(model, &tok, source, {.max_new_tokens = 5, .sampling = {.greedy = true}, .decoder_start = bos});
   ASSERT_EQ(g.ids.size(), 5u);
   // Brute force: the full encoder-decoder forward on [BOS] + the tokens so far, argmax at the last position.
   std::vector<int32_t> decoder = {bos};
@@ -252,7 +252,7 @@ TEST(Generate, EncoderDecoderGreedyIsTheArgmaxOfFullForwardsAndBeamOneAgrees) {
   }
   const auto beam = beam_search(model, source, 5, std::nullopt, {.width = 1, .decoder_start = bos});
   EXPECT_EQ(beam[0].ids, g.ids);
-  expect_error_mentions<Error>([&] { generate(model, tok, source, {.sampling = {.greedy = true}}); },
+  expect_error_mentions<Error>([&] { generate(model, &tok, source, {.sampling = {.greedy = true}}); },
                                {"decoder's start token"});
 }
 
@@ -268,10 +268,10 @@ TEST(Generate, BatchedEqualsOneByOne) {
     const std::optional<int32_t> start = name == "t5" ? std::optional<int32_t>(1) : std::nullopt;
     for (const SamplingOptions sampling : {SamplingOptions{.greedy = true}, SamplingOptions{.temperature = 1.2, .seed = 8}}) {
       const GenerateOptions options{.max_new_tokens = 6, .sampling = sampling, .decoder_start = start};
-      const auto batched = generate_batch(model, tok, prompts, options);
+      const auto batched = generate_batch(model, &tok, prompts, options);
       ASSERT_EQ(batched.size(), prompts.size());
       for (size_t b = 0; b < prompts.size(); ++b)
-        EXPECT_EQ(batched[b].ids, generate(model, tok, prompts[b], options).ids)
+        EXPECT_EQ(batched[b].ids, generate(model, &tok, prompts[b], options).ids)
             << name << " prompt " << b << (sampling.greedy ? " greedy" : " sampled");
     }
   }
@@ -334,12 +334,12 @@ TEST(Sessions, TwoThreadsOnOneModelGiveTheTokensOfEachAlone) {
     for (const SamplingOptions sampling : {SamplingOptions{.greedy = true}, SamplingOptions{.temperature = 1.5, .seed = 4}}) {
       const GenerateOptions options{.max_new_tokens = 10, .sampling = sampling, .decoder_start = start};
       std::vector<std::vector<int32_t>> alone;
-      for (const auto& p : prompts) alone.push_back(generate(model, tok, p, options).ids);
+      for (const auto& p : prompts) alone.push_back(generate(model, &tok, p, options).ids);
       for (int round = 0; round < 5; ++round) {
         std::vector<std::vector<int32_t>> threaded(prompts.size());
         std::vector<std::thread> threads;
         for (size_t i = 0; i < prompts.size(); ++i)
-          threads.emplace_back([&, i] { threaded[i] = generate(model, tok, prompts[i], options).ids; });
+          threads.emplace_back([&, i] { threaded[i] = generate(model, &tok, prompts[i], options).ids; });
         for (auto& t : threads) t.join();
         for (size_t i = 0; i < prompts.size(); ++i)
           EXPECT_EQ(threaded[i], alone[i]) << name << " prompt " << i << " round " << round
@@ -458,7 +458,7 @@ TEST(HfGpt2, LoadsBothLayoutsWithPyTorchsLogitsAndExportsBack) {
   std::string text;
   for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
   const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
-  const Generation g = generate(hub, tok, prompt, {.max_new_tokens = 8, .sampling = {.greedy = true}});
+  const Generation g = generate(hub, &tok, prompt, {.max_new_tokens = 8, .sampling = {.greedy = true}});
   EXPECT_EQ(g.ids, golden["greedy_ids"].get<std::vector<int32_t>>());
   // Export to the same layout and read it back: the same function, bit for bit.
   const auto out = std::filesystem::temp_directory_path() / "attend_test_hf_export";

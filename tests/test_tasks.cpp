@@ -94,7 +94,7 @@ TEST(Tasks, GraphemeToPhonemeSmoke) {
   }
   auto transcribe = [&](Model& model) {
     std::vector<std::vector<std::string>> hyps;
-    for (const Generation& g : generate_batch(model, tok, sources, options)) hyps.push_back(words(g.text));
+    for (const Generation& g : generate_batch(model, &tok, sources, options)) hyps.push_back(words(g.text));
     return hyps;
   };
   const auto hyps = transcribe(smoke.trainer->model());

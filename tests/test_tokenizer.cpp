@@ -135,6 +135,24 @@ TEST(Gpt2Tokenizer, NotesExampleTheCatSatOn) {
   EXPECT_EQ(gpt2().encode("hello world"), (std::vector<int32_t>{31373, 995}));
 }
 
+// Hugging Face's GPT2Tokenizer names GPT-2's two files vocab.json and merges.txt: a directory holding them
+// loads as the same tokenizer.
+TEST(Gpt2Tokenizer, HuggingFacesFileNamesLoadTheSameTokenizer) {
+  ATTEND_SKIP_WITHOUT_DATA("gpt2/encoder.json");
+  const fs::path dir = fs::temp_directory_path() / "attend_test_vocab_json";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  EXPECT_FALSE(Tokenizer::found_in(dir));
+  fs::copy_file(fs::path(ATTEND_DATA_DIR) / "gpt2" / "encoder.json", dir / "vocab.json");
+  fs::copy_file(fs::path(ATTEND_DATA_DIR) / "gpt2" / "vocab.bpe", dir / "merges.txt");
+  EXPECT_TRUE(Tokenizer::found_in(dir));
+  const Tokenizer hf = Tokenizer::load(dir);
+  const std::string text = brown_sample(20000);
+  EXPECT_EQ(hf.encode(text), gpt2().encode(text));
+  EXPECT_EQ(hf.vocab_size(), gpt2().vocab_size());
+  fs::remove_all(dir);
+}
+
 TEST(Gpt2Tokenizer, HuggingFaceTokenizerJsonRoundTripAndRegexSplit) {
   ATTEND_SKIP_WITHOUT_DATA("gpt2/encoder.json");
   // GPT-2 written as Hugging Face tokenizer.json (ByteLevel pre-tokeniser, vocab in byte letters,

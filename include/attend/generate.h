@@ -45,7 +45,7 @@ struct GenerateOptions {
 
 struct Generation {
   std::vector<int32_t> ids;  // the generated tokens only
-  std::string text;          // their text (cut at a stop string)
+  std::string text;          // their text (cut at a stop string); empty without a tokenizer
   std::string stopped_by;    // "eos", "stop", "length"
   double prompt_seconds = 0.0, generate_seconds = 0.0;
 };
@@ -53,15 +53,16 @@ struct Generation {
 // Generates after each of several prompts of any lengths: one session per prompt, all stepped together (the
 // prompts in one forward, then one forward per generated token over the sequences still open); each result
 // equals generating from its prompt alone, and each prompt's budget is what its own length leaves. on_token
-// receives (sequence, token) as tokens are made; returning false ends that sequence.
-std::vector<Generation> generate_batch(const Model& model, const Tokenizer& tokenizer,
+// receives (sequence, token) as tokens are made; returning false ends that sequence. The tokenizer (nullable:
+// ids only) gives each Generation its text and finds the stop strings, which need one.
+std::vector<Generation> generate_batch(const Model& model, const Tokenizer* tokenizer,
                                        const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                                        const std::function<bool(int64_t, int32_t)>& on_token = {});
 
 // Generates after `prompt` (at least one token): a decoder-only model continues it; an encoder-decoder model
 // reads it as the source and generates from decoder_start. on_token, when given, receives each token as it
 // is made (return false to stop). A prompt that leaves no room in the context is an error.
-Generation generate(const Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+Generation generate(const Model& model, const Tokenizer* tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token = {});
 
 struct BeamOptions {

@@ -64,9 +64,13 @@ struct TokenizerTrainOptions {
 
 class Tokenizer {
  public:
-  // Loads a tokenizer.json, a SentencePiece .model, or a directory holding tokenizer.json or GPT-2's
-  // encoder.json + vocab.bpe. Errors name the file and the entry at fault.
+  // Loads a tokenizer.json, a SentencePiece .model, or a directory holding tokenizer.json, GPT-2's
+  // encoder.json + vocab.bpe (or Hugging Face's names for them, vocab.json + merges.txt) or a SentencePiece
+  // model. Errors name the file and the entry at fault.
   static Tokenizer load(const std::filesystem::path& path);
+  // Whether directory `dir` holds a tokenizer load(dir) reads (tokenizer.json, encoder.json + vocab.bpe, their
+  // Hugging Face names vocab.json + merges.txt, or a SentencePiece model).
+  static bool found_in(const std::filesystem::path& dir);
   // Reads a Hugging Face tokenizer.json from memory; `origin` names it in errors.
   static Tokenizer from_json(std::string_view json, std::string_view origin = "tokenizer.json");
   // Loads GPT-2's published encoder.json and vocab.bpe.

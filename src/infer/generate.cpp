@@ -94,10 +94,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-std::vector<Generation> generate_batch(const Model& model, const Tokenizer& tokenizer,
+std::vector<Generation> generate_batch(const Model& model, const Tokenizer* tokenizer,
                                        const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                                        const std::function<bool(int64_t, int32_t)>& on_token) {
   options.sampling.validate();
+  check(tokenizer != nullptr || options.stop.empty(), "generate: stop strings need a tokenizer to find them");
   const auto B = static_cast<int64_t>(prompts.size());
   check(B >= 1, "generate: no prompts");
   std::vector<Generation> out(B);
@@ -131,7 +132,7 @@ std::vector<Generation> generate_batch(const Model& model, const Tokenizer& toke
         continue;
       }
       g.ids.push_back(token);
-      g.text = tokenizer.decode(g.ids);
+      if (tokenizer != nullptr) g.text = tokenizer->decode(g.ids);
       for (const std::string& s : options.stop)
         if (const size_t at = g.text.find(s); !s.empty() && at != std::string::npos) {
           g.text.resize(at);
@@ -151,7 +152,7 @@ std::vector<Generation> generate_batch(const Model& model, const Tokenizer& toke
   return out;
 }
 
-Generation generate(const Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+Generation generate(const Model& model, const Tokenizer* tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token) {
   std::function<bool(int64_t, int32_t)> each;
   if (on_token) each = [&](int64_t, int32_t token) { return on_token(token); };

@@ -8,6 +8,21 @@ namespace attend {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+constexpr const char* kSentencePieceNames[] = {"tokenizer.model", "spiece.model", "sentencepiece.bpe.model"};
+
+}  // namespace
+
+bool Tokenizer::found_in(const fs::path& dir) {
+  if (fs::exists(dir / "tokenizer.json") || (fs::exists(dir / "encoder.json") && fs::exists(dir / "vocab.bpe")) ||
+      (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")))
+    return true;
+  for (const char* name : kSentencePieceNames)
+    if (fs::exists(dir / name)) return true;
+  return false;
+}
+
 Tokenizer Tokenizer::load(const fs::path& path) {
   check(fs::exists(path), "{}: no such file or directory (expected tokenizer.json, a SentencePiece .model, or a "
         "directory holding one of them or encoder.json + vocab.bpe)", path.string());
@@ -15,9 +30,13 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     if (fs::exists(path / "tokenizer.json")) return load(path / "tokenizer.json");
     if (fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe"))
       return from_gpt2_files(path / "encoder.json", path / "vocab.bpe");
-    for (const char* name : {"tokenizer.model", "spiece.model", "sentencepiece.bpe.model"})
+    // Hugging Face's names for the same two files (GPT2Tokenizer's vocab_file and merges_file).
+    if (fs::exists(path / "vocab.json") && fs::exists(path / "merges.txt"))
+      return from_gpt2_files(path / "vocab.json", path / "merges.txt");
+    for (const char* name : kSentencePieceNames)
       if (fs::exists(path / name)) return load(path / name);
-    throw Error(fmt::format("{}: directory holds no tokenizer.json, encoder.json + vocab.bpe, or tokenizer.model",
+    throw Error(fmt::format("{}: directory holds no tokenizer.json, encoder.json + vocab.bpe, vocab.json + merges.txt, "
+                            "or tokenizer.model",
                             path.string()));
   }
   if (path.extension() == ".model") return from_sentencepiece(read_file(path), path.string());
