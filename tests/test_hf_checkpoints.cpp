@@ -61,10 +61,13 @@ std::vector<int32_t> greedy(const Model& model, const std::vector<int32_t>& prom
 //   dynamic        rope_scaling dynamic: a 20-token prompt passes max_position_embeddings 16, so the whole
 //                  prompt rotates with the grown base; generation rotates each new key with the base of its
 //                  own step, as Hugging Face's cached generate does; fp16 tensors
+//   qwen2          Qwen2ForCausalLM: biases on q, k and v (permuted with their rows); tied
+//   qwen3          Qwen3ForCausalLM: RMSNorm of each head's q and k before RoPE (gains permuted as a head's
+//                  channels), head_dim 16 with 4 heads on a width of 32; bf16 tensors
 // The reference runs in float64 on the stored weights; Attend in fp32 with sums over at most 48 terms
 // through two layers, which moves logits of magnitude ~3 by about 1e-6 (the tolerance leaves 100x room).
 TEST(HfLlama, EachVariantMatchesTheReference) {
-  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic"}) {
+  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic", "qwen2", "qwen3"}) {
     const fs::path dir = kLlama / variant;
     const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
     const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
@@ -73,7 +76,9 @@ TEST(HfLlama, EachVariantMatchesTheReference) {
     EXPECT_EQ(c.activation, FfnKind::SwiGLU) << variant;
     EXPECT_EQ(c.norm, NormKind::RMSNorm) << variant;
     EXPECT_EQ(c.kv_heads(), 2) << variant;
-    EXPECT_EQ(c.tie_embeddings, variant == "tied-llama3");
+    EXPECT_EQ(c.tie_embeddings, variant == "tied-llama3" || variant == "qwen2");
+    EXPECT_EQ(c.qkv_bias, variant == "qwen2");
+    EXPECT_EQ(c.qk_norm, variant == "qwen3");
     testing::expect_all_close(logits_of(model, prompt), golden["logits"].get<std::vector<double>>(), 1e-4,
                               variant + ": logits");
     Batch b;
@@ -103,13 +108,21 @@ TEST(HfLlama, ConfigKeysMapToAttendsOptions) {
   EXPECT_EQ(dynamic.config().rope_dynamic_factor, 2.0);
   EXPECT_EQ(dynamic.config().rope_original_context, 16);
   EXPECT_EQ(dynamic.config().max_seq_len, 32);  // the dynamic factor stretches the context it serves
+  const Model qwen3 = load_model(kLlama / "qwen3");
+  EXPECT_EQ(qwen3.config().head_dim, 16);
+  EXPECT_EQ(qwen3.find("decoder.layers.0.attn.qkv.weight")->value.shape(), Shape({(4 + 2 * 2) * 16, 32}));
+  EXPECT_EQ(qwen3.find("decoder.layers.0.attn.o.weight")->value.shape(), Shape({32, 64}));
+  EXPECT_EQ(qwen3.find("decoder.layers.0.attn.q_norm.weight")->role, Role::NormGain);
+  const Model qwen2 = load_model(kLlama / "qwen2");
+  EXPECT_EQ(qwen2.find("decoder.layers.1.attn.qkv.bias")->value.shape(), Shape({(4 + 2 * 2) * 8}));
+  EXPECT_EQ(qwen2.find("decoder.layers.1.attn.o.bias"), nullptr);  // Qwen2's W_O has none
 }
 
 // Export writes Hugging Face's layout back: W_Q and W_K rows return to the half rotation's order, and the
 // tensors are the checkpoint's bit for bit (the fp32 variant: the same bytes as read; reading the export
 // back gives the same parameters).
 TEST(HfLlama, ExportIsARoundTripBitForBit) {
-  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic"}) {
+  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic", "qwen2", "qwen3"}) {
     const Model model = load_model(kLlama / variant);
     const fs::path out = fresh_dir("llama_export_" + variant);
     export_hf_llama(model, out);
@@ -162,8 +175,11 @@ TEST(HfLlama, BadCheckpointsAreErrorsNamingTheCause) {
   expect_error_mentions<Error>(
       [] { load_model(edited_copy("untied-linear", [](auto& j) { j["hidden_act"] = "gelu"; })); },
       {"hidden_act 'gelu'", "silu"});
+  expect_error_mentions<Error>(  // wider heads than the checkpoint's: its projections have the wrong shape
+      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["head_dim"] = 16; })); },
+      {"self_attn.o_proj.weight", "[32, 32]", "[32, 64]"});
   expect_error_mentions<Error>(
-      [] { load_model(edited_copy("untied-linear", [](auto& j) { j["head_dim"] = 16; })); }, {"head_dim 16"});
+      [] { load_model(edited_copy("qwen3", [](auto& j) { j["attention_bias"] = true; })); }, {"attention_bias true"});
   expect_error_mentions<Error>(
       [] { load_model(edited_copy("untied-linear", [](auto& j) { j["attention_bias"] = true; })); },
       {"attention_bias true"});

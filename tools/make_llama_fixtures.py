@@ -14,10 +14,16 @@ transformers' LlamaForCausalLM line by line:
 Greedy continuations decode through a KV cache as `generate` does: each step's keys are rotated when they are
 computed (with dynamic scaling, by the base of that step) and kept.
 
+Qwen2ForCausalLM adds biases to q_proj, k_proj and v_proj (Qwen2Attention); Qwen3ForCausalLM normalises each
+head's q and k with an RMSNorm of head_dim before RoPE (Qwen3Attention's q_norm, k_norm) and sets its own
+head_dim.
+
 Variants (each a directory with config.json, weights, golden.json):
   tied-llama3     tied embeddings, rope_scaling llama3, weights in two shards + model.safetensors.index.json, F32
   untied-linear   lm_head, rope_scaling linear (factor 2), model.safetensors in BF16
   dynamic         rope_scaling dynamic (factor 2, max_position_embeddings 16, a 20-token prompt), F16
+  qwen2           Qwen2: q/k/v biases, tied embeddings, F32
+  qwen3           Qwen3: q_norm/k_norm, head_dim 16 (4 heads of 16 on a width of 32), lm_head, BF16
 
     /usr/bin/python3 tools/make_llama_fixtures.py
 """
@@ -34,7 +40,6 @@ import safetensors_py  # noqa: E402
 torch.set_default_dtype(torch.float64)
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf-llama")
 V, C, L, H, HKV, F = 64, 32, 2, 4, 2, 48
-D = C // H
 N_GREEDY = 6
 
 BASE_CONFIG = {
@@ -51,11 +56,15 @@ VARIANTS = {
     "untied-linear": dict(tie=False, dtype="BF16", shards=1, prompt=12, rope_scaling={"type": "linear", "factor": 2.0}),
     "dynamic": dict(tie=False, dtype="F16", shards=1, prompt=20, max_pos=16,
                     rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+    "qwen2": dict(family="qwen2", tie=True, dtype="F32", shards=1, prompt=12, rope_scaling=None),
+    "qwen3": dict(family="qwen3", tie=False, dtype="BF16", shards=1, prompt=12, rope_scaling=None, head_dim=16),
 }
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
-def make_weights(seed, tie):
+def make_weights(seed, config):
     torch.manual_seed(seed)
+    D, family = config["head_dim"], config["model_type"]
 
     def r(std, *shape, mean=0.0):
         return mean + std * torch.randn(*shape)
@@ -67,20 +76,26 @@ def make_weights(seed, tie):
         w[p + "self_attn.q_proj.weight"] = r(0.3, H * D, C)
         w[p + "self_attn.k_proj.weight"] = r(0.3, HKV * D, C)
         w[p + "self_attn.v_proj.weight"] = r(0.3, HKV * D, C)
+        if family == "qwen2":
+            for n, rows in (("q", H * D), ("k", HKV * D), ("v", HKV * D)):
+                w[p + f"self_attn.{n}_proj.bias"] = r(0.3, rows)
+        if family == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = r(0.2, D, mean=1.0)
+            w[p + "self_attn.k_norm.weight"] = r(0.2, D, mean=1.0)
         w[p + "self_attn.o_proj.weight"] = r(0.3, C, H * D)
         w[p + "post_attention_layernorm.weight"] = r(0.1, C, mean=1.0)
         w[p + "mlp.gate_proj.weight"] = r(0.3, F, C)
         w[p + "mlp.up_proj.weight"] = r(0.3, F, C)
         w[p + "mlp.down_proj.weight"] = r(0.3, C, F)
     w["model.norm.weight"] = r(0.1, C, mean=1.0)
-    if not tie:
+    if not config["tie_word_embeddings"]:
         w["lm_head.weight"] = r(0.5, V, C)
     return w
 
 
 def inv_freq(config, seq_len):
     """transformers' rotary inv_freq for a call whose positions reach seq_len."""
-    base, s = config["rope_theta"], config.get("rope_scaling")
+    base, s, D = config["rope_theta"], config.get("rope_scaling"), config["head_dim"]
     kind = None if s is None else s.get("rope_type", s.get("type"))
     if kind == "dynamic":
         max_pos = config["max_position_embeddings"]
@@ -103,7 +118,8 @@ def inv_freq(config, seq_len):
 
 
 def rotate_half(x):
-    return torch.cat((-x[..., D // 2:], x[..., :D // 2]), dim=-1)
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def rope(x, positions, inv):  # x (heads, T, D)
@@ -118,7 +134,7 @@ def rms_norm(x, w, eps):
 
 def forward(config, w, ids, cache):
     """Logits (T, V) of ids at the positions after the cache; appends the rotated keys and values to it."""
-    eps, T = config["rms_norm_eps"], len(ids)
+    eps, T, D, family = config["rms_norm_eps"], len(ids), config["head_dim"], config["model_type"]
     start = cache[0][0].shape[1] if cache[0] is not None else 0
     positions = torch.arange(start, start + T)
     inv = inv_freq(config, start + T)
@@ -126,9 +142,14 @@ def forward(config, w, ids, cache):
     for i in range(L):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(T, H, D).transpose(0, 1)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(T, HKV, D).transpose(0, 1)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(T, HKV, D).transpose(0, 1)
+        q, k, v = (h @ w[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
+        if family == "qwen2":
+            q, k, v = (x_ + w[p + f"self_attn.{n}_proj.bias"] for x_, n in zip((q, k, v), "qkv"))
+        q, k, v = q.view(T, H, D), k.view(T, HKV, D), v.view(T, HKV, D)
+        if family == "qwen3":
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
         q, k = rope(q, positions, inv), rope(k, positions, inv)
         if cache[i] is not None:
             k, v = torch.cat((cache[i][0], k), dim=1), torch.cat((cache[i][1], v), dim=1)
@@ -148,10 +169,12 @@ def forward(config, w, ids, cache):
 
 
 def make(name, seed, v):
-    config = dict(BASE_CONFIG, tie_word_embeddings=v["tie"], rope_scaling=v["rope_scaling"])
+    family = v.get("family", "llama")
+    config = dict(BASE_CONFIG, tie_word_embeddings=v["tie"], rope_scaling=v["rope_scaling"], model_type=family,
+                  architectures=[ARCHITECTURES[family]], head_dim=v.get("head_dim", C // H))
     config["max_position_embeddings"] = v.get("max_pos", config["max_position_embeddings"])
     config["torch_dtype"] = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[v["dtype"]]
-    w = {k: safetensors_py.rounded(t, v["dtype"]) for k, t in make_weights(seed, v["tie"]).items()}
+    w = {k: safetensors_py.rounded(t, v["dtype"]) for k, t in make_weights(seed, config).items()}
     prompt = torch.randint(2, V, (v["prompt"],), generator=torch.Generator().manual_seed(seed + 1)).tolist()
 
     logits = forward(config, w, prompt, [None] * L)  # the whole prompt in one call

@@ -51,6 +51,7 @@ struct ModelConfig {
   int64_t n_decoder_layers = 0;   // encoder-decoder: decoder blocks; 0 means n_layers
   int64_t n_heads = 8;            // e.g. 12
   int64_t n_kv_heads = 0;         // 0 means n_heads (MHA); 1 is MQA; a divisor of n_heads is GQA
+  int64_t head_dim = 0;           // channels per head; 0 means d_model / n_heads (Qwen3 sets its own, e.g. 128)
   int64_t d_ff = 0;               // 0 means 4·d_model, or ⌈8/3·d_model⌉ to a multiple of ffn_multiple_of for SwiGLU
   int64_t ffn_multiple_of = 32;   // e.g. 256 in LLaMA
   FfnKind activation = FfnKind::GELU;
@@ -72,6 +73,8 @@ struct ModelConfig {
   bool pre_norm = true;           // config.json: "norm_placement": "pre" | "post"
   double residual_scale = 1.0;    // α in x + α·F(x)
   bool bias = true;               // biases on the attention and FFN projections
+  bool qkv_bias = false;          // biases on the q, k, v projections only, when `bias` is off (Qwen2)
+  bool qk_norm = false;           // RMSNorm of each head's q and k (a gain of d_head, shared by the heads) before RoPE (Qwen3)
   double attention_scale = 0.0;   // 0 means 1/√d_head; T5 uses 1
   AttentionKernel attention_kernel = AttentionKernel::Flash;  // config.json: "flash", "reference", "linear"
   bool scale_embeddings = false;  // token embeddings × √d_model
@@ -95,7 +98,7 @@ struct ModelConfig {
   uint64_t seed = 0;
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t d_head() const { return d_model / n_heads; }
+  int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t ffn_hidden() const;      // d_ff with its default applied
   int64_t decoder_layers() const;  // encoder-decoder: n_decoder_layers or n_layers
   bool has_encoder() const { return architecture != Architecture::Decoder; }

@@ -75,15 +75,32 @@ void rope_rows_to_hf(float* dst, const float* src, int64_t heads, int64_t d_head
     }
 }
 
-bool is_hf_llama_config(const json& config) {
-  if (!config.is_object()) return false;
+namespace {
+
+// The family a config.json names: "llama", "mistral", "qwen2", "qwen3", or "" for none of them.
+std::string family_of(const json& config) {
+  if (!config.is_object()) return "";
   const auto type = config.find("model_type");
-  if (type != config.end() && type->is_string()) return *type == "llama" || *type == "mistral";
-  return names_architecture(config, {"LlamaForCausalLM", "MistralForCausalLM"});
+  if (type != config.end() && type->is_string()) {
+    const std::string t = *type;
+    return t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3" ? t : "";
+  }
+  if (names_architecture(config, {"LlamaForCausalLM"})) return "llama";
+  if (names_architecture(config, {"MistralForCausalLM"})) return "mistral";
+  if (names_architecture(config, {"Qwen2ForCausalLM"})) return "qwen2";
+  if (names_architecture(config, {"Qwen3ForCausalLM"})) return "qwen3";
+  return "";
 }
+
+}  // namespace
+
+bool is_hf_llama_config(const json& config) { return !family_of(config).empty(); }
 
 ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
   const ConfigKeys k(j, origin);
+  const std::string family = family_of(j);
+  check(!family.empty(), "{}: not a Llama-family config (model_type llama, mistral, qwen2 or qwen3)", origin);
+  const bool qwen = family == "qwen2" || family == "qwen3";
   ModelConfig c;
   c.architecture = Architecture::Decoder;
   c.vocab_size = k.integer("vocab_size");
@@ -101,19 +118,22 @@ ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
   c.norm = NormKind::RMSNorm;
   c.norm_eps = k.optional("rms_norm_eps", 1e-6);
   c.pre_norm = true;
-  const bool attention_bias = k.optional("attention_bias", false), mlp_bias = k.optional("mlp_bias", false);
+  // Qwen2 always has q, k, v biases (and none elsewhere); Qwen3's and Llama's attention_bias puts one on W_O
+  // too, which Attend's options cannot express.
+  const bool attention_bias = family != "qwen2" && k.optional("attention_bias", false);
+  const bool mlp_bias = k.optional("mlp_bias", false);
   check(!attention_bias && !mlp_bias, "{}: attention_bias {} and mlp_bias {}: Attend's Llama has no biases", origin,
         attention_bias, mlp_bias);
   c.bias = false;
+  c.qkv_bias = family == "qwen2";
+  c.qk_norm = family == "qwen3";
   c.tie_embeddings = k.optional("tie_word_embeddings", false);
   c.init_std = k.optional("initializer_range", 0.02);
-  if (k.has("head_dim")) {
-    const int64_t head_dim = k.integer("head_dim");
-    check(c.n_heads > 0 && head_dim * c.n_heads == c.d_model,
-          "{}: head_dim {} with {} heads is not hidden_size {}: Attend's heads split the model width", origin,
-          head_dim, c.n_heads, c.d_model);
-  }
-  if (k.has("sliding_window")) {  // Mistral: attention reaches back this far; within it, it is full attention
+  const int64_t head_dim = k.has("head_dim") ? k.integer("head_dim") : family == "qwen3" ? 128 : 0;
+  check(head_dim >= 0, "{}: head_dim must be positive, got {}", origin, head_dim);
+  if (head_dim > 0 && head_dim * c.n_heads != c.d_model) c.head_dim = head_dim;
+  // Mistral's attention reaches back sliding_window positions; Qwen's only with use_sliding_window.
+  if (k.has("sliding_window") && (!qwen || k.optional("use_sliding_window", false))) {
     const int64_t window = k.integer("sliding_window");
     check(window > 0, "{}: sliding_window must be positive, got {}", origin, window);
     if (window < c.max_seq_len) {
@@ -170,14 +190,27 @@ Model load_hf_llama(const fs::path& dir, const json& config) {
   };
   for (const auto& [hf, name] : plain_mappings(c)) take(hf, model.find(name)->value.view());
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  // q, k and v stacked into Attend's fused rows (a weight has C columns, a bias 1); q's and k's rows permuted.
+  auto fuse = [&](int64_t i, const char* kind, float* qkv, int64_t cols) {
+    const std::string a = layer(i) + "self_attn.";
+    Tensor q(cols > 1 ? Shape{H * D, cols} : Shape{H * D}), k(cols > 1 ? Shape{Hkv * D, cols} : Shape{Hkv * D});
+    take(a + "q_proj." + kind, q.view());
+    take(a + "k_proj." + kind, k.view());
+    rope_rows_from_hf(qkv, q.data(), H, D, cols);
+    rope_rows_from_hf(qkv + H * D * cols, k.data(), Hkv, D, cols);
+    const int64_t v_rows = Hkv * D;
+    take(a + "v_proj." + kind, cols > 1 ? TensorView(qkv + (H + Hkv) * D * cols, Shape{v_rows, cols})
+                                        : TensorView(qkv + (H + Hkv) * D, Shape{v_rows}));
+  };
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    float* qkv = model.find(block(i) + "attn.qkv.weight")->value.data();
-    Tensor q({H * D, C}), k({Hkv * D, C});
-    take(layer(i) + "self_attn.q_proj.weight", q.view());
-    take(layer(i) + "self_attn.k_proj.weight", k.view());
-    rope_rows_from_hf(qkv, q.data(), H, D, C);
-    rope_rows_from_hf(qkv + H * D * C, k.data(), Hkv, D, C);
-    take(layer(i) + "self_attn.v_proj.weight", TensorView(qkv + (H + Hkv) * D * C, Shape{Hkv * D, C}));
+    fuse(i, "weight", model.find(block(i) + "attn.qkv.weight")->value.data(), C);
+    if (c.qkv_bias) fuse(i, "bias", model.find(block(i) + "attn.qkv.bias")->value.data(), 1);
+    if (c.qk_norm)  // each norm's gain is one head's channels, permuted as the head's rows are
+      for (const char* which : {"q_norm", "k_norm"}) {
+        Tensor gain({D});
+        take(layer(i) + "self_attn." + which + ".weight", gain.view());
+        rope_rows_from_hf(model.find(block(i) + "attn." + which + ".weight")->value.data(), gain.data(), 1, D, 1);
+      }
   }
   for (const std::string& name : tensors.names()) {
     if (used.contains(name) || is_buffer(name)) continue;
@@ -196,6 +229,7 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
   auto require = [](bool ok, const char* option, const std::string& found, const char* llama) {
     check(ok, "export hf-llama: {} is {}, Llama has {}", option, found, llama);
   };
+  require(!(c.qkv_bias && c.qk_norm), "qkv_bias with qk_norm", "set", "one of them (Qwen2 or Qwen3)");
   require(c.architecture == Architecture::Decoder, "architecture", architecture_name(c.architecture), "decoder");
   require(c.position == PositionKind::RoPE, "position", "not rope", "RoPE");
   require(c.norm == NormKind::RMSNorm, "norm", "layernorm", "rmsnorm");
@@ -217,26 +251,39 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
   check(std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   std::vector<Tensor> stored;
-  stored.reserve(2 * c.n_layers + 1);
+  stored.reserve(8 * c.n_layers);  // never reallocated: `tensors` points into it
   std::vector<NamedTensor> tensors;
   const auto plain = formats::plain_mappings(c);
   for (const auto& [hf, name] : plain) tensors.push_back({hf, &model.find(name)->value});
+  // Attend's fused rows back to q, k, v (a weight has C columns, a bias 1), q's and k's rows unpermuted.
+  auto split = [&](const std::string& l, const char* kind, const float* qkv, int64_t cols) {
+    auto shape = [&](int64_t rows) { return cols > 1 ? Shape{rows, cols} : Shape{rows}; };
+    stored.emplace_back(shape(H * D));
+    formats::rope_rows_to_hf(stored.back().data(), qkv, H, D, cols);
+    tensors.push_back({l + "q_proj." + kind, &stored.back()});
+    stored.emplace_back(shape(Hkv * D));
+    formats::rope_rows_to_hf(stored.back().data(), qkv + H * D * cols, Hkv, D, cols);
+    tensors.push_back({l + "k_proj." + kind, &stored.back()});
+    stored.push_back(Tensor(shape(Hkv * D), std::span<const float>(qkv + (H + Hkv) * D * cols, Hkv * D * cols)));
+    tensors.push_back({l + "v_proj." + kind, &stored.back()});
+  };
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    const float* qkv = model.find(fmt::format("decoder.layers.{}.attn.qkv.weight", i))->value.data();
-    const std::string l = fmt::format("model.layers.{}.self_attn.", i);
-    stored.emplace_back(Shape{H * D, C});
-    formats::rope_rows_to_hf(stored.back().data(), qkv, H, D, C);
-    tensors.push_back({l + "q_proj.weight", &stored.back()});
-    stored.emplace_back(Shape{Hkv * D, C});
-    formats::rope_rows_to_hf(stored.back().data(), qkv + H * D * C, Hkv, D, C);
-    tensors.push_back({l + "k_proj.weight", &stored.back()});
-    stored.push_back(Tensor(Shape{Hkv * D, C}, std::span<const float>(qkv + (H + Hkv) * D * C, Hkv * D * C)));
-    tensors.push_back({l + "v_proj.weight", &stored.back()});
+    const std::string a = fmt::format("decoder.layers.{}.attn.", i), l = fmt::format("model.layers.{}.self_attn.", i);
+    split(l, "weight", model.find(a + "qkv.weight")->value.data(), C);
+    if (c.qkv_bias) split(l, "bias", model.find(a + "qkv.bias")->value.data(), 1);
+    if (c.qk_norm)
+      for (const char* which : {"q_norm", "k_norm"}) {
+        stored.emplace_back(Shape{D});
+        formats::rope_rows_to_hf(stored.back().data(), model.find(a + which + ".weight")->value.data(), 1, D, 1);
+        tensors.push_back({l + which + ".weight", &stored.back()});
+      }
   }
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
 
-  nlohmann::ordered_json config = {{"architectures", {"LlamaForCausalLM"}},
-                                   {"model_type", "llama"},
+  const char* family = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
+  const char* architecture = c.qk_norm ? "Qwen3ForCausalLM" : c.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  nlohmann::ordered_json config = {{"architectures", {architecture}},
+                                   {"model_type", family},
                                    {"vocab_size", c.vocab_size},
                                    {"hidden_size", c.d_model},
                                    {"intermediate_size", c.ffn_hidden()},
@@ -251,6 +298,7 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
                                    {"rope_scaling", nullptr},
                                    {"attention_bias", false},
                                    {"mlp_bias", false},
+                                   {"use_sliding_window", false},
                                    {"tie_word_embeddings", c.tie_embeddings},
                                    {"initializer_range", c.init_std},
                                    {"torch_dtype", "float32"}};

@@ -4,6 +4,7 @@
 #include "nn/kv_cache.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/norm.h"
 #include "kernels/parallel.h"
 #include "core/enum_names.h"
 
@@ -33,6 +34,15 @@ struct RopeTables {
 };
 
 bool has(const Parameter& p) { return p.value.numel() > 0; }
+
+// Qwen3's q/k norm: RMSNorm over each head's d channels of `rows` rows (d each), in place; rstd (rows) and the
+// input (raw, when given) are what backward needs.
+void head_norm(float* x, float* rstd, Tensor* raw, const Parameter& gain, int64_t rows, int64_t d, double eps) {
+  Tensor in = Tensor::uninitialized({rows, d});
+  std::memcpy(in.data(), x, sizeof(float) * static_cast<size_t>(rows * d));
+  kernels::rmsnorm_forward(x, rstd, in.data(), gain.value.data(), rows, d, static_cast<float>(eps));
+  if (raw != nullptr) *raw = std::move(in);
+}
 const float* data_or_null(const Parameter& p) { return has(p) ? p.value.data() : nullptr; }
 float* grad_or_null(Parameter& p) { return has(p) ? p.grad.data() : nullptr; }
 
@@ -49,7 +59,9 @@ PositionScheme parse_position_scheme(std::string_view name) {
 void AttentionConfig::validate() const {
   check(d_model > 0 && n_heads > 0, "attention: d_model and n_heads must be positive, got d_model={} n_heads={}",
         d_model, n_heads);
-  check(d_model % n_heads == 0, "attention: d_model {} is not divisible by n_heads {}", d_model, n_heads);
+  check(head_dim > 0 || d_model % n_heads == 0, "attention: d_model {} is not divisible by n_heads {} (or set head_dim)",
+        d_model, n_heads);
+  check(!(qk_norm || qkv_bias) || !cross, "attention: qk_norm and qkv_bias are options of self-attention");
   check(n_kv_heads >= 0 && kv_heads() <= n_heads && n_heads % kv_heads() == 0,
         "attention: n_heads {} is not a multiple of n_kv_heads {} (grouped-query attention shares each key/value "
         "head among n_heads/n_kv_heads query heads)",
@@ -74,7 +86,14 @@ MultiHeadAttention::MultiHeadAttention(std::string name, const AttentionConfig& 
   const int64_t C = config_.d_model, H = config_.n_heads, Hkv = config_.kv_heads(), D = config_.d_head();
   if (!config_.cross) {
     w_qkv_ = Parameter(name_ + ".qkv.weight", {(H + 2 * Hkv) * D, C}, Role::AttentionQkv);
-    if (config_.bias) b_qkv_ = Parameter(name_ + ".qkv.bias", {(H + 2 * Hkv) * D}, Role::AttentionBias);
+    if (config_.bias || config_.qkv_bias)
+      b_qkv_ = Parameter(name_ + ".qkv.bias", {(H + 2 * Hkv) * D}, Role::AttentionBias);
+    if (config_.qk_norm) {
+      q_norm_ = Parameter(name_ + ".q_norm.weight", {D}, Role::NormGain);
+      k_norm_ = Parameter(name_ + ".k_norm.weight", {D}, Role::NormGain);
+      q_norm_.value.fill(1.0f);
+      k_norm_.value.fill(1.0f);
+    }
   } else {
     w_q_ = Parameter(name_ + ".q.weight", {H * D, C}, Role::AttentionQuery);
     w_kv_ = Parameter(name_ + ".kv.weight", {2 * Hkv * D, C}, Role::AttentionKeyValue);
@@ -95,7 +114,7 @@ MultiHeadAttention::MultiHeadAttention(std::string name, const AttentionConfig& 
 
 std::vector<Parameter*> MultiHeadAttention::parameters() {
   std::vector<Parameter*> all;
-  for (Parameter* p : {&w_qkv_, &b_qkv_, &w_q_, &b_q_, &w_kv_, &b_kv_, &w_o_, &b_o_, &t5_table_})
+  for (Parameter* p : {&w_qkv_, &b_qkv_, &q_norm_, &k_norm_, &w_q_, &b_q_, &w_kv_, &b_kv_, &w_o_, &b_o_, &t5_table_})
     if (has(*p)) all.push_back(p);
   return all;
 }
@@ -198,6 +217,12 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
     split_columns(s.q.data(), qkv.data(), B * Tq, W, 0, H * D);
     split_columns(s.k.data(), qkv.data(), B * Tq, W, H * D, Hkv * D);
     split_columns(s.v.data(), qkv.data(), B * Tq, W, (H + Hkv) * D, Hkv * D);
+    if (c.qk_norm) {
+      s.q_rstd = Tensor::uninitialized({B * Tq * H});
+      s.k_rstd = Tensor::uninitialized({B * Tq * Hkv});
+      head_norm(s.q.data(), s.q_rstd.data(), saving ? &s.q_raw : nullptr, q_norm_, B * Tq * H, D, c.norm_eps);
+      head_norm(s.k.data(), s.k_rstd.data(), saving ? &s.k_raw : nullptr, k_norm_, B * Tq * Hkv, D, c.norm_eps);
+    }
   } else {
     linear_forward(s.q.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D, s.precision, &s.w_in_rounded);
     if (saving) s.context = context->clone();
@@ -240,6 +265,11 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
     split_columns(q.data(), qkv.data(), N, W, 0, H * D);
     split_columns(k.data(), qkv.data(), N, W, H * D, Hkv * D);
     split_columns(v.data(), qkv.data(), N, W, (H + Hkv) * D, Hkv * D);
+    if (c.qk_norm) {
+      std::vector<float> rstd(N * H);
+      head_norm(q.data(), rstd.data(), nullptr, q_norm_, N * H, D, c.norm_eps);
+      head_norm(k.data(), rstd.data(), nullptr, k_norm_, N * Hkv, D, c.norm_eps);
+    }
   } else {
     linear_forward(q.data(), x.data(), w_q_, data_or_null(b_q_), N, C, H * D, Precision::F32);
   }
@@ -358,6 +388,15 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
     kernels::rope_backward(dk_in.data(), dk.data(), rope.cos.data(), rope.sin.data(), s.B, s.Tq, Hkv, D);
     dq = std::move(dq_in);
     dk = std::move(dk_in);
+  }
+  if (c.qk_norm) {  // back through the head norms (their gains' gradients accumulate)
+    Tensor dq_raw(dq.shape()), dk_raw(dk.shape());
+    kernels::rmsnorm_backward(dq_raw.data(), q_norm_.grad.data(), dq.data(), s.q_raw.data(), q_norm_.value.data(),
+                              s.q_rstd.data(), s.B * s.Tq * H, D);
+    kernels::rmsnorm_backward(dk_raw.data(), k_norm_.grad.data(), dk.data(), s.k_raw.data(), k_norm_.value.data(),
+                              s.k_rstd.data(), s.B * s.Tq * Hkv, D);
+    dq = std::move(dq_raw);
+    dk = std::move(dk_raw);
   }
   Tensor dx({s.B, s.Tq, C});
   if (!c.cross) {

@@ -48,7 +48,11 @@ struct AttentionConfig {
   int64_t d_model = 512;       // e.g. 768
   int64_t n_heads = 8;         // e.g. 12
   int64_t n_kv_heads = 0;      // 0 means n_heads (MHA); 1 is MQA; a divisor of n_heads is GQA
+  int64_t head_dim = 0;        // channels per head; 0 means d_model / n_heads
   bool bias = true;            // biases on the projections: GPT-2 and BERT yes, LLaMA and T5 no
+  bool qkv_bias = false;       // biases on q, k, v only (Qwen2), when `bias` is off
+  bool qk_norm = false;        // RMSNorm over each head's q and k, one gain of d_head each (Qwen3)
+  double norm_eps = 1e-6;      // the q/k norms' ε
   bool causal = false;         // decoder self-attention
   bool cross = false;          // keys and values from another sequence (the encoder's output)
   double scale = 0.0;          // score scale; 0 means 1/√d_head (T5 uses 1)
@@ -60,7 +64,7 @@ struct AttentionConfig {
   AttentionKernel kernel = AttentionKernel::Flash;
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t d_head() const { return d_model / n_heads; }
+  int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   // Throws attend::Error naming the field when sizes are inconsistent or options cannot be combined.
   void validate() const;
 };
@@ -91,6 +95,7 @@ class MultiHeadAttention {
     Tensor q, k, v;     // (B, Tq, H, d_head), (B, Tk, Hkv, d_head): after RoPE
     Tensor attn;        // (B, Tq, H, d_head): the heads before W_O
     Tensor stats;       // flash: (B, H, Tq) log-sum-exp; reference: (B, H, Tq, Tk) probabilities
+    Tensor q_raw, k_raw, q_rstd, k_rstd;  // qk_norm: q and k before their norms, and the norms' 1/rms
   };
 
   MultiHeadAttention(std::string name, const AttentionConfig& config);
@@ -127,6 +132,7 @@ class MultiHeadAttention {
   AttentionConfig config_;
   // qkv (self) or q + kv (cross), o, and T5's relative_attention_bias (num_buckets, H).
   Parameter w_qkv_, b_qkv_, w_q_, b_q_, w_kv_, b_kv_, w_o_, b_o_, t5_table_;
+  Parameter q_norm_, k_norm_;  // qk_norm: the gains (d_head) of the per-head q and k norms
   std::vector<double> alibi_slopes_;
 };
 

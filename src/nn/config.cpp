@@ -74,6 +74,7 @@ void for_each_field(Config& c, F&& f) {
   f("n_decoder_layers", c.n_decoder_layers, "encoder-decoder only: decoder blocks; 0 means n_layers");
   f("n_heads", c.n_heads, "H");
   f("n_kv_heads", c.n_kv_heads, "key/value heads: 0 means n_heads (MHA), 1 is MQA, a divisor of n_heads is GQA");
+  f("head_dim", c.head_dim, "channels per head; 0 means d_model / n_heads");
   f("d_ff", c.d_ff, "FFN hidden size; 0 means 4·d_model, or for SwiGLU ⌈(8/3)·d_model / ffn_multiple_of⌉·ffn_multiple_of");
   f("ffn_multiple_of", c.ffn_multiple_of, "SwiGLU's default hidden size is rounded up to a multiple of this");
   f("activation", c.activation, "FFN: relu, gelu (exact, erf), gelu_tanh (GPT-2's gelu_new), swiglu");
@@ -96,6 +97,8 @@ void for_each_field(Config& c, F&& f) {
   f("norm_placement", placement, "pre (x + F(norm(x)), with a final norm after the last block) or post (norm(x + F(x)), no final norm)");
   f("residual_scale", c.residual_scale, "α in x + α·F(x)");
   f("bias", c.bias, "biases on the attention and FFN projections (GPT-2, BERT yes; LLaMA, T5 no)");
+  f("qkv_bias", c.qkv_bias, "biases on the q, k, v projections only, for a model without biases (Qwen2)");
+  f("qk_norm", c.qk_norm, "RMSNorm of each head's q and k before RoPE, one gain of head_dim each (Qwen3)");
   f("attention_scale", c.attention_scale, "the score scale; 0 means 1/√d_head (T5 uses 1)");
   f("attention_kernel", c.attention_kernel, "flash (tiled, exact), reference (materialised scores), linear (φ(x) = elu(x)+1, a different model)");
   f("scale_embeddings", c.scale_embeddings, "multiply token embeddings by √d_model (Vaswani et al.)");
@@ -142,7 +145,10 @@ void ModelConfig::validate() const {
   check(vocab_size > 0, "config: vocab_size must be positive, got {}", vocab_size);
   check(d_model > 0 && n_heads > 0, "config: d_model and n_heads must be positive, got d_model={} n_heads={}", d_model,
         n_heads);
-  check(d_model % n_heads == 0, "config: d_model {} is not divisible by n_heads {}", d_model, n_heads);
+  check(head_dim > 0 || d_model % n_heads == 0,
+        "config: d_model {} is not divisible by n_heads {} (or set head_dim)", d_model, n_heads);
+  check(head_dim >= 0, "config: head_dim must be non-negative (0: d_model / n_heads), got {}", head_dim);
+  check(!qkv_bias || !bias, "config: qkv_bias adds q, k, v biases to a model without biases; bias is already on");
   check(n_kv_heads >= 0 && kv_heads() <= n_heads && n_heads % kv_heads() == 0,
         "config: n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads);
   check(n_layers > 0, "config: n_layers must be positive, got {}", n_layers);
@@ -153,7 +159,8 @@ void ModelConfig::validate() const {
         d_ff, ffn_multiple_of);
   check(max_seq_len > 0, "config: max_seq_len must be positive, got {}", max_seq_len);
   check(position != PositionKind::RoPE || d_head() % 2 == 0,
-        "config: RoPE rotates pairs of channels, so d_head = d_model / n_heads = {} must be even", d_head());
+        "config: RoPE rotates pairs of channels, so d_head (head_dim, or d_model / n_heads) = {} must be even",
+        d_head());
   check(position != PositionKind::Sinusoidal || d_model % 2 == 0,
         "config: sinusoidal positions pair sines and cosines, so d_model must be even, got {}", d_model);
   check(rope_base > 1.0 && rope_base_scale > 0.0 && rope_ntk_factor > 0.0 && rope_position_scale > 0.0,

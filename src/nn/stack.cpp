@@ -17,7 +17,11 @@ AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) 
   a.d_model = c.d_model;
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim;
   a.bias = c.bias;
+  a.qkv_bias = c.qkv_bias && !cross;
+  a.qk_norm = c.qk_norm && !cross;
+  a.norm_eps = c.norm_eps;
   a.causal = causal && !cross;
   a.cross = cross;
   a.scale = c.attention_scale;
