@@ -167,6 +167,22 @@ TEST(ModelGradients, WholeModelsAgreeWithFiniteDifferences) {
   }
 }
 
+// Qwen2's q/k/v biases and Qwen3's per-head q/k norms with a head_dim of its own (the Hugging Face fixtures of
+// tests/data/hf-llama): every gradient, the norms' gains and the biases included, against finite differences.
+TEST(ModelGradients, QwenBiasesAndHeadNormsAgreeWithFiniteDifferences) {
+  for (const std::string name : {"qwen2", "qwen3"}) {
+    Model model = load_model(fs::path(ATTEND_TEST_DATA) / "hf-llama" / name);
+    const auto prompt = json::parse(read_file(fs::path(ATTEND_TEST_DATA) / "hf-llama" / name / "golden.json"))["prompt_ids"]
+                            .get<std::vector<int32_t>>();
+    Batch b;
+    b.B = 2, b.T = 5;
+    b.ids.assign(prompt.begin(), prompt.begin() + 10);
+    b.targets.assign(prompt.begin() + 1, prompt.begin() + 11);
+    b.lengths = {5, 3};
+    expect_finite_differences(model, b, {}, name);
+  }
+}
+
 // Dropout on the embeddings, attention probabilities, residual branches and FFN hidden units. Its masks
 // are a pure function of (seed, offset), so a training forward with a fixed seed is a deterministic function
 // of the weights and finite differences apply; another seed drops other units.
