@@ -113,7 +113,7 @@ void add_inspect(CLI::App& app) {
     fmt::print("{:<12} {:>14}   {} attention layers × 4·d² = {}\n", "attention", grouped(n.attention), attention_layers,
                grouped(attention_layers * 4 * d * d));
     fmt::print("{:<12} {:>14}   {} FFNs × {}·d·d_ff{}\n", "ffn", grouped(n.ffn), blocks,
-               c.activation == FfnKind::SwiGLU ? 3 : 2, c.n_experts > 0 ? " (× experts in MoE blocks)" : "");
+               is_gated(c.activation) ? 3 : 2, c.n_experts > 0 ? " (× experts in MoE blocks)" : "");
     fmt::print("{:<12} {:>14}\n", "norms", grouped(n.norms));
     fmt::print("{:<12} {:>14}   {}\n", "heads", grouped(n.heads), c.tie_embeddings ? "LM head tied to the embedding" : "");
     fmt::print("{:<12} {:>14}\n", "total", grouped(n.total()));

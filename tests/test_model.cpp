@@ -167,6 +167,17 @@ TEST(ModelGradients, WholeModelsAgreeWithFiniteDifferences) {
   }
 }
 
+// GeGLU (Gemma's and T5 v1.1's gated GELU): the LLaMA-style fixture with its SwiGLU gate swapped for
+// GELU_tanh, every gradient against finite differences, and not the SwiGLU model's loss.
+TEST(ModelGradients, GegluAgreesWithFiniteDifferences) {
+  Model swiglu = smooth_model("llama");
+  Model geglu = smooth_model("llama", [](ModelConfig& c) { c.activation = FfnKind::GeGLU; });
+  const json golden = json::parse(read_file(kModels / "llama" / "golden.json"));
+  const Batch batch = batch_from_json(golden["cases"][0]["batch"]);
+  EXPECT_NE(geglu.forward(batch).loss, swiglu.forward(batch).loss);
+  expect_finite_differences(geglu, batch, {}, "llama with geglu");
+}
+
 // Qwen2's q/k/v biases and Qwen3's per-head q/k norms with a head_dim of its own (the Hugging Face fixtures of
 // tests/data/hf-llama): every gradient, the norms' gains and the biases included, against finite differences.
 TEST(ModelGradients, QwenBiasesAndHeadNormsAgreeWithFiniteDifferences) {

@@ -32,7 +32,9 @@ class Tokenizer;
 
 enum class Architecture { Decoder, Encoder, EncoderDecoder };  // GPT, BERT, T5
 enum class NormKind { LayerNorm, RMSNorm };
-enum class FfnKind { ReLU, GELU, GELUTanh, SwiGLU };
+// SwiGLU: SiLU(gate(x)) ⊙ up(x); GeGLU: GELU_tanh(gate(x)) ⊙ up(x) (Gemma, T5 v1.1's gated-gelu).
+enum class FfnKind { ReLU, GELU, GELUTanh, SwiGLU, GeGLU };
+constexpr bool is_gated(FfnKind k) { return k == FfnKind::SwiGLU || k == FfnKind::GeGLU; }
 enum class PositionKind { None, Learned, Sinusoidal, RoPE, ALiBi, T5 };
 enum class Pooling { CLS, Mean };
 enum class InitScheme { GPT2, Xavier };
@@ -52,7 +54,7 @@ struct ModelConfig {
   int64_t n_heads = 8;            // e.g. 12
   int64_t n_kv_heads = 0;         // 0 means n_heads (MHA); 1 is MQA; a divisor of n_heads is GQA
   int64_t head_dim = 0;           // channels per head; 0 means d_model / n_heads (Qwen3 sets its own, e.g. 128)
-  int64_t d_ff = 0;               // 0 means 4·d_model, or ⌈8/3·d_model⌉ to a multiple of ffn_multiple_of for SwiGLU
+  int64_t d_ff = 0;               // 0 means 4·d_model, or ⌈8/3·d_model⌉ to a multiple of ffn_multiple_of when gated
   int64_t ffn_multiple_of = 32;   // e.g. 256 in LLaMA
   FfnKind activation = FfnKind::GELU;
   int64_t max_seq_len = 1024;     // the context, e.g. 1024

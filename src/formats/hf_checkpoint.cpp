@@ -83,6 +83,20 @@ const std::string& CheckpointTensors::origin(std::string_view name) const {
   return readers_[where_.find(name)->second]->origin();
 }
 
+void ExportChecks::require(bool ok, std::string_view option, std::string_view found, std::string_view wanted) const {
+  check(ok, "export {}: {} is {}, {} has {}", format_, option, found, family_, wanted);
+}
+
+void ExportChecks::decoder(const ModelConfig& c) const {
+  require(c.architecture == Architecture::Decoder, "architecture", architecture_name(c.architecture), "decoder");
+  require(c.pre_norm, "norm_placement", "post", "pre");
+  require(c.n_experts == 0, "n_experts", std::to_string(c.n_experts), "dense FFNs");
+  require(c.residual_scale == 1.0, "residual_scale", std::to_string(c.residual_scale), "1");
+  require(c.attention_scale == 0.0, "attention_scale", std::to_string(c.attention_scale), "1/sqrt(d_head)");
+  require(!c.scale_embeddings, "scale_embeddings", "true", "unscaled embeddings");
+  require(c.attention_kernel != AttentionKernel::Linear, "attention_kernel", "linear", "softmax attention");
+}
+
 int64_t ConfigKeys::integer(const char* key) const {
   check(j_.contains(key) && j_[key].is_number_integer(), "{}: needs an integer '{}'", origin_, key);
   return j_[key].get<int64_t>();

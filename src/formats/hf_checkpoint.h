@@ -5,6 +5,7 @@
 
 #include "core/json_fields.h"
 
+#include <attend/model.h>
 #include <attend/safetensors.h>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +63,20 @@ class ConfigKeys {
  private:
   const nlohmann::json& j_;
   std::string origin_;
+};
+
+// What an export to a Hugging Face layout checks: each option the layout cannot express is an error
+// "export FORMAT: OPTION is FOUND, FAMILY has WANTED".
+class ExportChecks {
+ public:
+  ExportChecks(std::string format, std::string family) : format_(std::move(format)), family_(std::move(family)) {}
+  void require(bool ok, std::string_view option, std::string_view found, std::string_view wanted) const;
+  // What every decoder layout shares: a decoder of pre-LN blocks with dense FFNs, unscaled residuals,
+  // embeddings and scores, and softmax attention.
+  void decoder(const ModelConfig& c) const;
+
+ private:
+  std::string format_, family_;
 };
 
 template <typename T>

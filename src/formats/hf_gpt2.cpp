@@ -1,5 +1,7 @@
 #include "formats/hf_gpt2.h"
 
+#include "formats/hf_checkpoint.h"
+
 #include "core/json_fields.h"
 
 #include <attend/error.h>
@@ -142,21 +144,15 @@ namespace attend {
 
 void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
   const ModelConfig& c = model.config();
-  auto require = [](bool ok, const char* option, const std::string& found, const char* gpt2) {
-    check(ok, "export hf-gpt2: {} is {}, GPT-2 has {}", option, found, gpt2);
-  };
-  require(c.architecture == Architecture::Decoder, "architecture", architecture_name(c.architecture), "decoder");
-  require(c.position == PositionKind::Learned, "position", "not learned", "learned positions");
-  require(c.norm == NormKind::LayerNorm, "norm", "rmsnorm", "layernorm");
-  require(c.pre_norm, "norm_placement", "post", "pre");
-  require(c.bias, "bias", "false", "biases");
-  require(c.activation != FfnKind::SwiGLU, "activation", "swiglu", "gelu_new (gelu, relu)");
-  require(c.kv_heads() == c.n_heads, "n_kv_heads", std::to_string(c.n_kv_heads), "one per head");
-  require(c.n_experts == 0, "n_experts", std::to_string(c.n_experts), "dense FFNs");
-  require(c.residual_scale == 1.0, "residual_scale", std::to_string(c.residual_scale), "1");
-  require(c.attention_scale == 0.0, "attention_scale", std::to_string(c.attention_scale), "1/sqrt(d_head)");
-  require(!c.scale_embeddings, "scale_embeddings", "true", "unscaled embeddings");
-  require(c.attention_kernel != AttentionKernel::Linear, "attention_kernel", "linear", "softmax attention");
+  const formats::ExportChecks checks("hf-gpt2", "GPT-2");
+  checks.decoder(c);
+  checks.require(c.position == PositionKind::Learned, "position", "not learned", "learned positions");
+  checks.require(c.norm == NormKind::LayerNorm, "norm", "rmsnorm", "layernorm");
+  checks.require(c.bias, "bias", "false", "biases");
+  checks.require(!is_gated(c.activation), "activation", "gated", "gelu_new (gelu, relu)");
+  checks.require(c.kv_heads() == c.n_heads, "n_kv_heads", std::to_string(c.n_kv_heads), "one per head");
+  checks.require(c.head_dim == 0, "head_dim", std::to_string(c.head_dim), "d_model / n_heads");
+  checks.require(!c.qk_norm, "qk_norm", "true", "no head norms");
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -226,21 +226,16 @@ namespace attend {
 
 void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
   const ModelConfig& c = model.config();
-  auto require = [](bool ok, const char* option, const std::string& found, const char* llama) {
-    check(ok, "export hf-llama: {} is {}, Llama has {}", option, found, llama);
+  const formats::ExportChecks checks("hf-llama", "Llama");
+  auto require = [&](bool ok, std::string_view option, std::string_view found, std::string_view wanted) {
+    checks.require(ok, option, found, wanted);
   };
+  checks.decoder(c);
   require(!(c.qkv_bias && c.qk_norm), "qkv_bias with qk_norm", "set", "one of them (Qwen2 or Qwen3)");
-  require(c.architecture == Architecture::Decoder, "architecture", architecture_name(c.architecture), "decoder");
   require(c.position == PositionKind::RoPE, "position", "not rope", "RoPE");
   require(c.norm == NormKind::RMSNorm, "norm", "layernorm", "rmsnorm");
-  require(c.pre_norm, "norm_placement", "post", "pre");
   require(!c.bias, "bias", "true", "no biases");
   require(c.activation == FfnKind::SwiGLU, "activation", "not swiglu", "swiglu");
-  require(c.n_experts == 0, "n_experts", std::to_string(c.n_experts), "dense FFNs");
-  require(c.residual_scale == 1.0, "residual_scale", std::to_string(c.residual_scale), "1");
-  require(c.attention_scale == 0.0, "attention_scale", std::to_string(c.attention_scale), "1/sqrt(d_head)");
-  require(!c.scale_embeddings, "scale_embeddings", "true", "unscaled embeddings");
-  require(c.attention_kernel != AttentionKernel::Linear, "attention_kernel", "linear", "softmax attention");
   require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0, "rope_base_scale or rope_ntk_factor", "set",
           "llama3, linear or dynamic scaling only");
   require(c.rope_position_scale == 1.0 || (c.rope_llama3_factor == 0.0 && c.rope_dynamic_factor == 0.0),

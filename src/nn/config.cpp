@@ -22,7 +22,8 @@ constexpr EnumName<Architecture> kArchitectures[] = {
     {Architecture::Decoder, "decoder"}, {Architecture::Encoder, "encoder"}, {Architecture::EncoderDecoder, "encoder-decoder"}};
 constexpr EnumName<NormKind> kNorms[] = {{NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}};
 constexpr EnumName<FfnKind> kFfns[] = {
-    {FfnKind::ReLU, "relu"}, {FfnKind::GELU, "gelu"}, {FfnKind::GELUTanh, "gelu_tanh"}, {FfnKind::SwiGLU, "swiglu"}};
+    {FfnKind::ReLU, "relu"}, {FfnKind::GELU, "gelu"}, {FfnKind::GELUTanh, "gelu_tanh"}, {FfnKind::SwiGLU, "swiglu"},
+    {FfnKind::GeGLU, "geglu"}};
 constexpr EnumName<PositionKind> kPositions[] = {{PositionKind::None, "none"},       {PositionKind::Learned, "learned"},
                                                  {PositionKind::Sinusoidal, "sinusoidal"}, {PositionKind::RoPE, "rope"},
                                                  {PositionKind::ALiBi, "alibi"},     {PositionKind::T5, "t5"}};
@@ -75,9 +76,9 @@ void for_each_field(Config& c, F&& f) {
   f("n_heads", c.n_heads, "H");
   f("n_kv_heads", c.n_kv_heads, "key/value heads: 0 means n_heads (MHA), 1 is MQA, a divisor of n_heads is GQA");
   f("head_dim", c.head_dim, "channels per head; 0 means d_model / n_heads");
-  f("d_ff", c.d_ff, "FFN hidden size; 0 means 4·d_model, or for SwiGLU ⌈(8/3)·d_model / ffn_multiple_of⌉·ffn_multiple_of");
-  f("ffn_multiple_of", c.ffn_multiple_of, "SwiGLU's default hidden size is rounded up to a multiple of this");
-  f("activation", c.activation, "FFN: relu, gelu (exact, erf), gelu_tanh (GPT-2's gelu_new), swiglu");
+  f("d_ff", c.d_ff, "FFN hidden size; 0 means 4·d_model, or when gated (swiglu, geglu) ⌈(8/3)·d_model / ffn_multiple_of⌉·ffn_multiple_of");
+  f("ffn_multiple_of", c.ffn_multiple_of, "a gated FFN's default hidden size is rounded up to a multiple of this");
+  f("activation", c.activation, "FFN: relu, gelu (exact, erf), gelu_tanh (GPT-2's gelu_new), swiglu (SiLU-gated), geglu (gelu_tanh-gated)");
   f("max_seq_len", c.max_seq_len, "the context: the longest sequence the model takes (the learned position table's rows)");
   f("position", c.position, "learned or sinusoidal (added to the embeddings), rope, alibi, t5 (inside attention), none");
   f("rope_base", c.rope_base, "RoPE's θ base");
@@ -130,8 +131,8 @@ const char* attention_kernel_name(AttentionKernel k) { return enum_name<Attentio
 
 int64_t ModelConfig::ffn_hidden() const {
   if (d_ff > 0) return d_ff;
-  if (activation != FfnKind::SwiGLU) return 4 * d_model;
-  // SwiGLU has three matrices instead of two: 2/3 of 4·d keeps the parameter count (001 §11).
+  if (!is_gated(activation)) return 4 * d_model;
+  // A gated FFN has three matrices instead of two: 2/3 of 4·d keeps the parameter count (001 §11).
   const int64_t m = ffn_multiple_of > 0 ? ffn_multiple_of : 1;
   const int64_t hidden = (8 * d_model + 2) / 3;  // ⌈8d/3⌉
   return (hidden + m - 1) / m * m;

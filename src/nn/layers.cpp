@@ -23,6 +23,7 @@ Activation activation_of(FfnKind kind) {
     case FfnKind::GELU: return Activation::GELU;
     case FfnKind::GELUTanh: return Activation::GELUTanh;
     case FfnKind::SwiGLU: return Activation::SiLU;
+    case FfnKind::GeGLU: return Activation::GELUTanh;
   }
   return Activation::GELU;
 }
@@ -203,7 +204,7 @@ FeedForward::FeedForward(const std::string& name, const ModelConfig& c)
       up_(name + ".up", c.d_model, c.ffn_hidden(), c.bias, Role::FfnIn, Role::FfnBias),
       down_(name + ".down", c.ffn_hidden(), c.d_model, c.bias, Role::FfnOut, Role::FfnBias),
       dropout_(c.ffn_dropout) {
-  if (kind_ == FfnKind::SwiGLU) gate_ = Linear(name + ".gate", c.d_model, c.ffn_hidden(), c.bias, Role::FfnIn, Role::FfnBias);
+  if (is_gated(kind_)) gate_ = Linear(name + ".gate", c.d_model, c.ffn_hidden(), c.bias, Role::FfnIn, Role::FfnBias);
 }
 
 Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng, Precision precision, Saved* saved) const {
@@ -214,6 +215,12 @@ Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng, Precision 
   if (kind_ == FfnKind::SwiGLU) {
     s.g = gate_.forward(x, precision, saved ? &s.gate : nullptr);
     kernels::swiglu_forward(h.data(), s.g.data(), s.u.data(), h.numel());
+  } else if (kind_ == FfnKind::GeGLU) {  // h = GELU_tanh(g) ⊙ u
+    s.g = gate_.forward(x, precision, saved ? &s.gate : nullptr);
+    kernels::activation_forward(Activation::GELUTanh, h.data(), s.g.data(), h.numel());
+    const float* u = s.u.data();
+    float* out = h.data();
+    for (int64_t i = 0; i < h.numel(); ++i) out[i] *= u[i];
   } else {
     kernels::activation_forward(activation_of(kind_), h.data(), s.u.data(), h.numel());
   }
@@ -225,9 +232,16 @@ Tensor FeedForward::backward(const Tensor& dout, const Saved& s) {
   Tensor dh = down_.backward(dout, s.down);
   dropout_.backward(dh, s.dropout);
   Tensor du(s.u.shape());
-  if (kind_ == FfnKind::SwiGLU) {
+  if (is_gated(kind_)) {
     Tensor dg(s.g.shape());
-    kernels::swiglu_backward(dg.data(), du.data(), dh.data(), s.g.data(), s.u.data(), dh.numel());
+    if (kind_ == FfnKind::SwiGLU) {
+      kernels::swiglu_backward(dg.data(), du.data(), dh.data(), s.g.data(), s.u.data(), dh.numel());
+    } else {  // ∂u = dh ⊙ GELU_tanh(g);  ∂g = GELU_tanh'(g) ⊙ (dh ⊙ u)
+      Tensor act(s.g.shape()), dact(s.g.shape());
+      kernels::activation_forward(Activation::GELUTanh, act.data(), s.g.data(), act.numel());
+      for (int64_t i = 0; i < dh.numel(); ++i) du[i] = dh[i] * act[i], dact[i] = dh[i] * s.u[i];
+      kernels::activation_backward(Activation::GELUTanh, dg.data(), dact.data(), s.g.data(), dg.numel());
+    }
     Tensor dx = up_.backward(du, s.up);
     const Tensor dx_gate = gate_.backward(dg, s.gate);
     kernels::residual_forward(dx.data(), dx.data(), dx_gate.data(), dx.numel(), 1.0f);
@@ -239,7 +253,7 @@ Tensor FeedForward::backward(const Tensor& dout, const Saved& s) {
 
 void FeedForward::collect(std::vector<Parameter*>& out) {
   up_.collect(out);
-  if (kind_ == FfnKind::SwiGLU) gate_.collect(out);
+  if (is_gated(kind_)) gate_.collect(out);
   down_.collect(out);
 }
 

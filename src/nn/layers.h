@@ -98,7 +98,8 @@ class Dropout {
   float p_ = 0.0f;
 };
 
-// FFN(x) = down(drop(act(up(x)))), or with SwiGLU down(drop(SiLU(gate(x)) ⊙ up(x)))   (001 §11).
+// FFN(x) = down(drop(act(up(x)))), or gated: down(drop(act(gate(x)) ⊙ up(x))) with SiLU (SwiGLU, 001 §11) or
+// GELU_tanh (GeGLU).
 class FeedForward {
  public:
   FeedForward() = default;

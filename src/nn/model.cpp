@@ -61,37 +61,37 @@ Model::Impl::Impl(const ModelConfig& c)
   gather_parameters();
 }
 
-Tensor Model::Impl::embed(nn::Embedded* e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training,
-                          Rng* rng) const {
-  const int64_t C = config.d_model;
-  if (e != nullptr) e->ids = ids, e->B = B, e->T = T;
-  Tensor x = Tensor::uninitialized({B * T, C});  // the lookup writes every row
-  kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), B * T, C);
-  if (config.scale_embeddings) {
-    const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
-    kernels::scale(x.data(), x.numel(), s);
-  }
-  const float* table = config.position == PositionKind::Learned      ? positions.value.data()
-                       : config.position == PositionKind::Sinusoidal ? sinusoid.data()
-                                                                      : nullptr;
-  if (table != nullptr) kernels::add_positions_forward(x.data(), x.data(), table, B, T, C);
-  embedding_dropout.forward(x, training, rng, e != nullptr ? &e->dropout : nullptr);
-  return x;
-}
-
-Tensor Model::Impl::embed_rows(const std::vector<int32_t>& ids, const std::vector<int64_t>& at) const {
+Tensor Model::Impl::lookup(const std::vector<int32_t>& ids) const {
   const int64_t C = config.d_model, N = static_cast<int64_t>(ids.size());
-  Tensor x = Tensor::uninitialized({N, C});
+  Tensor x = Tensor::uninitialized({N, C});  // the lookup writes every row
   kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), N, C);
   if (config.scale_embeddings) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
     kernels::scale(x.data(), x.numel(), s);
   }
-  const float* table = config.position == PositionKind::Learned      ? positions.value.data()
-                       : config.position == PositionKind::Sinusoidal ? sinusoid.data()
-                                                                      : nullptr;
-  if (table != nullptr)
-    for (int64_t i = 0; i < N; ++i)  // one row per sequence and position: the same sums as the batched add
+  return x;
+}
+
+const float* Model::Impl::position_table() const {
+  return config.position == PositionKind::Learned      ? positions.value.data()
+         : config.position == PositionKind::Sinusoidal ? sinusoid.data()
+                                                        : nullptr;
+}
+
+Tensor Model::Impl::embed(nn::Embedded* e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training,
+                          Rng* rng) const {
+  if (e != nullptr) e->ids = ids, e->B = B, e->T = T;
+  Tensor x = lookup(ids);
+  if (const float* table = position_table()) kernels::add_positions_forward(x.data(), x.data(), table, B, T, config.d_model);
+  embedding_dropout.forward(x, training, rng, e != nullptr ? &e->dropout : nullptr);
+  return x;
+}
+
+Tensor Model::Impl::embed_rows(const std::vector<int32_t>& ids, const std::vector<int64_t>& at) const {
+  const int64_t C = config.d_model;
+  Tensor x = lookup(ids);
+  if (const float* table = position_table())
+    for (size_t i = 0; i < ids.size(); ++i)  // one row per sequence and position: the same sums as the batched add
       kernels::add_positions_forward(x.data() + i * C, x.data() + i * C, table + at[i] * C, 1, 1, C);
   return x;
 }

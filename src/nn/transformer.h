@@ -158,6 +158,9 @@ struct Model::Impl {
   // e = E[ids]·(√C if scaled) + P[position..position + T), then dropout   (000 §8.2, 001 §6)
   Tensor embed(nn::Embedded* e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng) const;
   void embed_backward(const nn::Embedded& e, Tensor& dx);
+  // E[ids]·(√C if scaled), one row per id; the table positions are added from (learned or sinusoidal), if any.
+  Tensor lookup(const std::vector<int32_t>& ids) const;
+  const float* position_table() const;
   // Sessions: N rows of ids, row i at position positions[i].
   Tensor embed_rows(const std::vector<int32_t>& ids, const std::vector<int64_t>& positions) const;
   const Parameter& output_matrix() const { return config.tie_embeddings ? tokens : lm_head; }
