@@ -83,6 +83,15 @@ const std::string& CheckpointTensors::origin(std::string_view name) const {
   return readers_[where_.find(name)->second]->origin();
 }
 
+ModelConfig validated(const ModelConfig& c, const std::string& origin) {
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", origin, e.what()));
+  }
+  return c;
+}
+
 void ExportChecks::require(bool ok, std::string_view option, std::string_view found, std::string_view wanted) const {
   check(ok, "export {}: {} is {}, {} has {}", format_, option, found, family_, wanted);
 }

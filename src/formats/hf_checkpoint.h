@@ -65,6 +65,9 @@ class ConfigKeys {
   std::string origin_;
 };
 
+// The configuration a config.json mapped to, checked; an inconsistency is an error naming the file.
+ModelConfig validated(const ModelConfig& c, const std::string& origin);
+
 // What an export to a Hugging Face layout checks: each option the layout cannot express is an error
 // "export FORMAT: OPTION is FOUND, FAMILY has WANTED".
 class ExportChecks {

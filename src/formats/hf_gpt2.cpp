@@ -58,15 +58,10 @@ bool is_hf_gpt2_config(const json& config) {
 }
 
 ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
-  auto integer = [&](const char* key) {
-    check(j.contains(key) && j[key].is_number_integer(), "{}: GPT-2 config needs an integer '{}'", origin, key);
-    return j[key].get<int64_t>();
-  };
+  const ConfigKeys keys(j, origin);
+  auto integer = [&](const char* key) { return keys.integer(key); };
   // An optional key keeps HF's default when absent; present, it must have the right type.
-  auto optional = [&]<typename T>(const char* key, T fallback) {
-    if (const auto it = j.find(key); it != j.end() && !it->is_null()) read_field(fallback, *it, fmt::format("{}: '{}'", origin, key));
-    return fallback;
-  };
+  auto optional = [&]<typename T>(const char* key, T fallback) { return keys.optional(key, fallback); };
   ModelConfig c;
   c.architecture = Architecture::Decoder;
   c.vocab_size = integer("vocab_size");
@@ -90,12 +85,7 @@ ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
   c.attention_dropout = static_cast<float>(optional("attn_pdrop", 0.0));
   c.residual_dropout = static_cast<float>(optional("resid_pdrop", 0.0));
   c.init_std = optional("initializer_range", 0.02);
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", origin, e.what()));
-  }
-  return c;
+  return validated(c, origin);
 }
 
 Model load_hf_gpt2(const fs::path& dir, const json& config) {

@@ -166,12 +166,7 @@ ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
       throw Error(fmt::format("{}: rope_scaling type '{}': expected llama3, linear, dynamic or default", origin, type));
     }
   }
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", origin, e.what()));
-  }
-  return c;
+  return validated(c, origin);
 }
 
 Model load_hf_llama(const fs::path& dir, const json& config) {
