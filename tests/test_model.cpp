@@ -167,6 +167,22 @@ TEST(ModelGradients, WholeModelsAgreeWithFiniteDifferences) {
   }
 }
 
+// Found by UBSan: a logits-only state keeps no per-block state, and summing the MoE balance loss read it.
+// Such a forward gives the same logits and cross-entropy as one that keeps everything, and no aux loss.
+TEST(ModelForwardState, ALogitsOnlyStateGivesTheSameLogitsAndNoAuxLoss) {
+  const Model model = load_model(kModels / "moe");
+  const json golden = json::parse(read_file(kModels / "moe" / "golden.json"));
+  const Batch batch = batch_from_json(golden["cases"][0]["batch"]);
+  ForwardState full, logits_only(/*for_backward=*/false);
+  const ForwardResult a = model.forward(batch, full), b = model.forward(batch, logits_only);
+  EXPECT_GT(a.aux_loss, 0.0);
+  EXPECT_EQ(b.aux_loss, 0.0);
+  EXPECT_EQ(a.ce_loss, b.ce_loss);
+  EXPECT_EQ(std::vector<float>(full.logits().span().begin(), full.logits().span().end()),
+            std::vector<float>(logits_only.logits().span().begin(), logits_only.logits().span().end()));
+  EXPECT_TRUE(model.moe_stats(logits_only).empty());
+}
+
 // GeGLU (Gemma's and T5 v1.1's gated GELU): the LLaMA-style fixture with its SwiGLU gate swapped for
 // GELU_tanh, every gradient against finite differences, and not the SwiGLU model's loss.
 TEST(ModelGradients, GegluAgreesWithFiniteDifferences) {

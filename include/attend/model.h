@@ -179,8 +179,8 @@ struct ParameterCount {
 };
 
 // What one forward keeps for its backward, and its logits. The trainer owns one per micro-batch; evaluation
-// owns one made with for_backward = false, which keeps the logits only (no activations, no backward, and
-// fp32 matmuls only). Mixed precision's rounded weights live here too, so forwards never share them.
+// owns one made with for_backward = false, which keeps the logits only (no activations, no backward, no MoE
+// balance loss or expert counts, and fp32 matmuls only). Mixed precision's rounded weights live here too, so forwards never share them.
 class ForwardState {
  public:
   explicit ForwardState(bool for_backward = true);

@@ -259,8 +259,8 @@ void Stack::collect(std::vector<Parameter*>& out) {
 }
 
 double Stack::aux(const Saved& saved) const {
-  double sum = 0.0;
-  for (size_t i = 0; i < blocks_.size(); ++i) sum += blocks_[i]->aux(saved.blocks[i]);
+  double sum = 0.0;  // a forward that kept nothing (evaluation's logits-only state) has no routing to sum
+  for (size_t i = 0; i < blocks_.size() && i < saved.blocks.size(); ++i) sum += blocks_[i]->aux(saved.blocks[i]);
   return sum;
 }
 
