@@ -68,8 +68,9 @@ TEST(BackwardAccumulates, ElementWise) {
   for (Activation a : {Activation::ReLU, Activation::GELU, Activation::GELUTanh, Activation::SiLU})
     expect_adds<double>(std::string("activation_backward ") + activation_name(a), {{"dinp", &dinp}},
                         [&] { activation_backward(a, dinp.data(), dout.data(), inp.data(), n); });
-  expect_adds<double>("swiglu_backward", {{"dgate", &dinp}, {"dup", &dup}},
-                      [&] { swiglu_backward(dinp.data(), dup.data(), dout.data(), inp.data(), up.data(), n); });
+  for (Activation a : {Activation::SiLU, Activation::GELUTanh})
+    expect_adds<double>(std::string("gated_backward ") + activation_name(a), {{"dgate", &dinp}, {"dup", &dup}},
+                        [&] { gated_backward(a, dinp.data(), dup.data(), dout.data(), inp.data(), up.data(), n); });
   expect_adds<double>("dropout_backward", {{"dinp", &dinp}},
                       [&] { dropout_backward(dinp.data(), dout.data(), n, 0.3f, 7, 100); });
   expect_adds<double>("residual_backward", {{"dh", &dinp}, {"df", &df}},

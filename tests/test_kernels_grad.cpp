@@ -162,19 +162,22 @@ TEST(GradCheck, Activations) {
   }
 }
 
-TEST(GradCheck, SwiGLU) {
+// The gated FFN's gate with SwiGLU's SiLU and GeGLU's GELU_tanh.
+TEST(GradCheck, GatedActivations) {
   const int64_t n = 7 * 13;
-  auto gate = random_vector(n, 1, -4, 4), upv = random_vector(n, 2), dout = random_vector(n, 3);
-  std::vector<double> out(n);
-  auto loss = [&] {
-    swiglu_forward(out.data(), gate.data(), upv.data(), n);
-    return dot(out, dout);
-  };
-  loss();
-  std::vector<double> dgate(n), dup(n);
-  swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), upv.data(), n);
-  expect_gradient("dgate", gate, dgate, loss);
-  expect_gradient("dup", upv, dup, loss);
+  for (Activation a : {Activation::SiLU, Activation::GELUTanh}) {
+    auto gate = random_vector(n, 1, -4, 4), upv = random_vector(n, 2), dout = random_vector(n, 3);
+    std::vector<double> out(n);
+    auto loss = [&] {
+      gated_forward(a, out.data(), gate.data(), upv.data(), n);
+      return dot(out, dout);
+    };
+    loss();
+    std::vector<double> dgate(n), dup(n);
+    gated_backward(a, dgate.data(), dup.data(), dout.data(), gate.data(), upv.data(), n);
+    expect_gradient(std::string("dgate of ") + activation_name(a), gate, dgate, loss);
+    expect_gradient(std::string("dup of ") + activation_name(a), upv, dup, loss);
+  }
 }
 
 TEST(GradCheck, Dropout) {

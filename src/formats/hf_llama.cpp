@@ -35,6 +35,8 @@ bool names_architecture(const json& config, std::initializer_list<const char*> n
 bool is_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 
 std::string layer(int64_t i) { return fmt::format("model.layers.{}.", i); }
+// The shape of `rows` rows of a projection: a weight's (rows, cols), a bias's (rows) when cols is 1.
+Shape rows_shape(int64_t rows, int64_t cols) { return cols > 1 ? Shape{rows, cols} : Shape{rows}; }
 std::string block(int64_t i) { return fmt::format("decoder.layers.{}.", i); }
 
 // The tensors that map one to one (everything but q, k, v).
@@ -188,14 +190,12 @@ Model load_hf_llama(const fs::path& dir, const json& config) {
   // q, k and v stacked into Attend's fused rows (a weight has C columns, a bias 1); q's and k's rows permuted.
   auto fuse = [&](int64_t i, const char* kind, float* qkv, int64_t cols) {
     const std::string a = layer(i) + "self_attn.";
-    Tensor q(cols > 1 ? Shape{H * D, cols} : Shape{H * D}), k(cols > 1 ? Shape{Hkv * D, cols} : Shape{Hkv * D});
+    Tensor q(rows_shape(H * D, cols)), k(rows_shape(Hkv * D, cols));
     take(a + "q_proj." + kind, q.view());
     take(a + "k_proj." + kind, k.view());
     rope_rows_from_hf(qkv, q.data(), H, D, cols);
     rope_rows_from_hf(qkv + H * D * cols, k.data(), Hkv, D, cols);
-    const int64_t v_rows = Hkv * D;
-    take(a + "v_proj." + kind, cols > 1 ? TensorView(qkv + (H + Hkv) * D * cols, Shape{v_rows, cols})
-                                        : TensorView(qkv + (H + Hkv) * D, Shape{v_rows}));
+    take(a + "v_proj." + kind, TensorView(qkv + (H + Hkv) * D * cols, rows_shape(Hkv * D, cols)));
   };
   for (int64_t i = 0; i < c.n_layers; ++i) {
     fuse(i, "weight", model.find(block(i) + "attn.qkv.weight")->value.data(), C);
@@ -247,14 +247,14 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
   for (const auto& [hf, name] : plain) tensors.push_back({hf, &model.find(name)->value});
   // Attend's fused rows back to q, k, v (a weight has C columns, a bias 1), q's and k's rows unpermuted.
   auto split = [&](const std::string& l, const char* kind, const float* qkv, int64_t cols) {
-    auto shape = [&](int64_t rows) { return cols > 1 ? Shape{rows, cols} : Shape{rows}; };
-    stored.emplace_back(shape(H * D));
+    stored.emplace_back(formats::rows_shape(H * D, cols));
     formats::rope_rows_to_hf(stored.back().data(), qkv, H, D, cols);
     tensors.push_back({l + "q_proj." + kind, &stored.back()});
-    stored.emplace_back(shape(Hkv * D));
+    stored.emplace_back(formats::rows_shape(Hkv * D, cols));
     formats::rope_rows_to_hf(stored.back().data(), qkv + H * D * cols, Hkv, D, cols);
     tensors.push_back({l + "k_proj." + kind, &stored.back()});
-    stored.push_back(Tensor(shape(Hkv * D), std::span<const float>(qkv + (H + Hkv) * D * cols, Hkv * D * cols)));
+    stored.push_back(Tensor(formats::rows_shape(Hkv * D, cols),
+                            std::span<const float>(qkv + (H + Hkv) * D * cols, Hkv * D * cols)));
     tensors.push_back({l + "v_proj." + kind, &stored.back()});
   };
   for (int64_t i = 0; i < c.n_layers; ++i) {

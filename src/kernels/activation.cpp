@@ -93,29 +93,33 @@ void activation_backward(Activation a, T* dinp, const T* dout, const T* inp, int
 }
 
 template <typename T>
-void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+void gated_forward(Activation a, T* out, const T* gate, const T* up, int64_t n) {
+  dispatch(a, [&](auto kind) {
+    parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) out[i] = forward_one<Activation::SiLU>(gate[i]) * up[i];
+      for (int64_t i = i0; i < i1; ++i) out[i] = forward_one<decltype(kind)::value>(gate[i]) * up[i];
+    });
   });
 }
 
 template <typename T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
+void gated_backward(Activation a, T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
+  dispatch(a, [&](auto kind) {
+    parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) {
-      dgate[i] += dout[i] * up[i] * derivative_one<Activation::SiLU>(gate[i]);
-      dup[i] += dout[i] * forward_one<Activation::SiLU>(gate[i]);
-    }
+      for (int64_t i = i0; i < i1; ++i) {
+        dgate[i] += dout[i] * up[i] * derivative_one<decltype(kind)::value>(gate[i]);
+        dup[i] += dout[i] * forward_one<decltype(kind)::value>(gate[i]);
+      }
+    });
   });
 }
 
 #define ATTEND_INSTANTIATE(T)                                                          \
   template void activation_forward<T>(Activation, T*, const T*, int64_t);              \
   template void activation_backward<T>(Activation, T*, const T*, const T*, int64_t);   \
-  template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                    \
-  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);
+  template void gated_forward<T>(Activation, T*, const T*, const T*, int64_t);        \
+  template void gated_backward<T>(Activation, T*, T*, const T*, const T*, const T*, int64_t);
 ATTEND_INSTANTIATE(float)
 ATTEND_INSTANTIATE(double)
 #undef ATTEND_INSTANTIATE

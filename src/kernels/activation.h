@@ -1,4 +1,4 @@
-// Element-wise activations and the SwiGLU gate, forward and backward   (000 §7.2, 001 §11).
+// Element-wise activations and the gated FFN's gate (SwiGLU, GeGLU), forward and backward   (000 §7.2, 001 §11).
 #pragma once
 
 #include <attend/activation.h>
@@ -18,12 +18,13 @@ void activation_forward(Activation a, T* out, const T* inp, int64_t n);
 template <typename T>
 void activation_backward(Activation a, T* dinp, const T* dout, const T* inp, int64_t n);
 
-// SwiGLU's gate: out = SiLU(gate) ⊙ up   (the FFN is W₂·(SiLU(xW_g) ⊙ xW_u), 001 §11).
+// A gated FFN's gate: out = f(gate) ⊙ up, with f = SiLU for SwiGLU (the FFN is W₂·(SiLU(xW_g) ⊙ xW_u),
+// 001 §11) and f = GELU_tanh for GeGLU.
 template <typename T>
-void swiglu_forward(T* out, const T* gate, const T* up, int64_t n);
+void gated_forward(Activation a, T* out, const T* gate, const T* up, int64_t n);
 
-// dgate += dout ⊙ up ⊙ SiLU'(gate);  dup += dout ⊙ SiLU(gate).
+// dgate += dout ⊙ up ⊙ f'(gate);  dup += dout ⊙ f(gate).
 template <typename T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
+void gated_backward(Activation a, T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
 
 }  // namespace attend::kernels

@@ -35,6 +35,9 @@ struct RopeTables {
 
 bool has(const Parameter& p) { return p.value.numel() > 0; }
 
+const float* data_or_null(const Parameter& p) { return has(p) ? p.value.data() : nullptr; }
+float* grad_or_null(Parameter& p) { return has(p) ? p.grad.data() : nullptr; }
+
 // Qwen3's q/k norm: RMSNorm over each head's d channels of `rows` rows (d each), in place; rstd (rows) and the
 // input (raw, when given) are what backward needs.
 void head_norm(float* x, float* rstd, Tensor* raw, const Parameter& gain, int64_t rows, int64_t d, double eps) {
@@ -43,8 +46,6 @@ void head_norm(float* x, float* rstd, Tensor* raw, const Parameter& gain, int64_
   kernels::rmsnorm_forward(x, rstd, in.data(), gain.value.data(), rows, d, static_cast<float>(eps));
   if (raw != nullptr) *raw = std::move(in);
 }
-const float* data_or_null(const Parameter& p) { return has(p) ? p.value.data() : nullptr; }
-float* grad_or_null(Parameter& p) { return has(p) ? p.grad.data() : nullptr; }
 
 }  // namespace
 

@@ -212,15 +212,9 @@ Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng, Precision 
   Saved& s = saved != nullptr ? *saved : scratch;
   s.u = up_.forward(x, precision, saved ? &s.up : nullptr);
   Tensor h = Tensor::uninitialized(s.u.shape());
-  if (kind_ == FfnKind::SwiGLU) {
+  if (is_gated(kind_)) {  // h = f(g) ⊙ u
     s.g = gate_.forward(x, precision, saved ? &s.gate : nullptr);
-    kernels::swiglu_forward(h.data(), s.g.data(), s.u.data(), h.numel());
-  } else if (kind_ == FfnKind::GeGLU) {  // h = GELU_tanh(g) ⊙ u
-    s.g = gate_.forward(x, precision, saved ? &s.gate : nullptr);
-    kernels::activation_forward(Activation::GELUTanh, h.data(), s.g.data(), h.numel());
-    const float* u = s.u.data();
-    float* out = h.data();
-    for (int64_t i = 0; i < h.numel(); ++i) out[i] *= u[i];
+    kernels::gated_forward(activation_of(kind_), h.data(), s.g.data(), s.u.data(), h.numel());
   } else {
     kernels::activation_forward(activation_of(kind_), h.data(), s.u.data(), h.numel());
   }
@@ -234,14 +228,7 @@ Tensor FeedForward::backward(const Tensor& dout, const Saved& s) {
   Tensor du(s.u.shape());
   if (is_gated(kind_)) {
     Tensor dg(s.g.shape());
-    if (kind_ == FfnKind::SwiGLU) {
-      kernels::swiglu_backward(dg.data(), du.data(), dh.data(), s.g.data(), s.u.data(), dh.numel());
-    } else {  // ∂u = dh ⊙ GELU_tanh(g);  ∂g = GELU_tanh'(g) ⊙ (dh ⊙ u)
-      Tensor act(s.g.shape()), dact(s.g.shape());
-      kernels::activation_forward(Activation::GELUTanh, act.data(), s.g.data(), act.numel());
-      for (int64_t i = 0; i < dh.numel(); ++i) du[i] = dh[i] * act[i], dact[i] = dh[i] * s.u[i];
-      kernels::activation_backward(Activation::GELUTanh, dg.data(), dact.data(), s.g.data(), dg.numel());
-    }
+    kernels::gated_backward(activation_of(kind_), dg.data(), du.data(), dh.data(), s.g.data(), s.u.data(), dh.numel());
     Tensor dx = up_.backward(du, s.up);
     const Tensor dx_gate = gate_.backward(dg, s.gate);
     kernels::residual_forward(dx.data(), dx.data(), dx_gate.data(), dx.numel(), 1.0f);

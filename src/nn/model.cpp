@@ -276,8 +276,9 @@ void Model::set_storage(WeightType storage) {
       kernels::float_to_half(bits.data(), p->value.data(), p->numel());
       kernels::half_to_float(p->value.data(), bits.data(), p->numel());
     }
-    if (is_projection(p->role) && p->role != Role::Router) p->storage = storage, p->packed = std::move(bits);
-    else if (p->role == Role::TokenEmbedding && impl_->config.tie_embeddings) p->storage = storage, p->packed = std::move(bits);
+    const bool multiplied = (is_projection(p->role) && p->role != Role::Router) ||
+                            (p->role == Role::TokenEmbedding && impl_->config.tie_embeddings);  // the LM head
+    if (multiplied) p->storage = storage, p->packed = std::move(bits);
   }
 }
 
