@@ -11,8 +11,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <utility>
 
 namespace attend::cli {
 
@@ -124,20 +126,26 @@ void add_inspect(CLI::App& app) {
 
 void add_export(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "export", "Write a model in Hugging Face's layout (hf-gpt2: GPT-2; hf-llama: LlamaForCausalLM)");
-  static std::string dir, out, format = "hf-gpt2";
+      "export", "Write a model in a Hugging Face layout: its family's (hf), or one named (hf-gpt2: GPT2LMHeadModel; "
+                "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM)");
+  static std::string dir, out, format = "hf";
   cmd->add_option("--model", dir, "A model directory")->required();
-  cmd->add_option("--format", format, "hf-gpt2 or hf-llama")->capture_default_str();
+  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama or hf-gemma3")->capture_default_str();
   cmd->add_option("-o,--output", out, "The directory to write")->required();
   cmd->callback([] {
-    check(format == "hf-gpt2" || format == "hf-llama", "--format '{}': expected hf-gpt2 or hf-llama", format);
+    using Export = void (*)(const Model&, const std::filesystem::path&, const Tokenizer*);
+    const std::pair<const char*, Export> formats[] = {
+        {"hf", export_hf}, {"hf-gpt2", export_hf_gpt2}, {"hf-llama", export_hf_llama}, {"hf-gemma3", export_hf_gemma3}};
+    const auto it = std::find_if(std::begin(formats), std::end(formats), [](const auto& f) { return format == f.first; });
+    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama or hf-gemma3", format);
     const Model model = load_model(dir);
     std::optional<Tokenizer> tok;
     if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) tok.emplace(Tokenizer::load(dir));
-    if (format == "hf-gpt2") export_hf_gpt2(model, out, tok ? &*tok : nullptr);
-    else export_hf_llama(model, out, tok ? &*tok : nullptr);
-    fmt::print("{}: Hugging Face {} layout (config.json, model.safetensors{})\n", out,
-               format == "hf-gpt2" ? "GPT-2" : "Llama", tok ? ", tokenizer.json" : "");
+    it->second(model, out, tok ? &*tok : nullptr);
+    const std::string architecture =
+        nlohmann::json::parse(read_file(std::filesystem::path(out) / "config.json"))["architectures"][0];
+    fmt::print("{}: Hugging Face {} layout (config.json, model.safetensors{})\n", out, architecture,
+               tok ? ", tokenizer.json" : "");
   });
 }
 

@@ -49,7 +49,8 @@ template <typename To, typename From>
 AttentionParams<To> convert(const AttentionParams<From>& p, const To* table) {
   AttentionParams<To> r;
   r.B = p.B, r.Tq = p.Tq, r.Tk = p.Tk, r.n_heads = p.n_heads, r.n_kv_heads = p.n_kv_heads, r.d_head = p.d_head;
-  r.scale = p.scale, r.causal = p.causal, r.q_offset = p.q_offset, r.key_lengths = p.key_lengths, r.mask = p.mask;
+  r.scale = p.scale, r.causal = p.causal, r.q_offset = p.q_offset, r.window = p.window;
+  r.key_lengths = p.key_lengths, r.mask = p.mask;
   r.alibi_slopes = p.alibi_slopes, r.t5_table = p.t5_table != nullptr ? table : nullptr;
   r.t5_num_buckets = p.t5_num_buckets, r.t5_max_distance = p.t5_max_distance, r.t5_bidirectional = p.t5_bidirectional;
   r.dropout = p.dropout, r.dropout_seed = p.dropout_seed, r.dropout_offset = p.dropout_offset;
@@ -136,6 +137,30 @@ TEST(AttentionReference, GradientsWithDropoutAndAnArbitraryMask) {
   check_reference_gradients(p, x, "mask+dropout");
 }
 
+// A sliding window is the mask of its definition: query i (at position q_offset + i) sees keys j with
+// q_offset + i − window < j ≤ q_offset + i. Both the window and the explicit mask run the same code after the
+// mask, so the outputs and gradients agree exactly; the gradients also against finite differences.
+TEST(AttentionReference, SlidingWindowIsTheMaskOfItsDefinition) {
+  auto p = params<double>(2, 6, 11, 2, 1, 4);
+  p.causal = true, p.q_offset = 5, p.window = 3;
+  Problem x(p);
+  check_reference_gradients(p, x, "window");
+  auto masked = p;
+  masked.window = 0;
+  x.mask.assign(p.B * p.Tq * p.Tk, 0);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t i = 0; i < p.Tq; ++i)
+      for (int64_t j = 0; j < p.Tk; ++j) {
+        const int64_t pos = p.q_offset + i;
+        x.mask[(b * p.Tq + i) * p.Tk + j] = j <= pos && j > pos - p.window;
+      }
+  masked.mask = x.mask.data();
+  auto with_window = run_reference(p, x.q, x.k, x.v, x.up);
+  auto with_mask = run_reference(masked, x.q, x.k, x.v, x.up);
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  for (int i = 0; i < 4; ++i) expect_all_close(with_window[i], with_mask[i], 0.0, names[i]);
+}
+
 TEST(AttentionReference, FullyMaskedRowGivesZerosAndNoGradient) {
   auto p = params<double>(1, 3, 4, 1, 1, 2);
   Problem x(p);
@@ -203,6 +228,21 @@ TEST(FlashAttention, DoubleEqualsReferenceExactly) {
   auto fla = run_flash(p, x.q, x.k, x.v, x.up);
   const char* names[] = {"out", "dq", "dk", "dv", "dtable"};
   for (int i = 0; i < 5; ++i) expect_all_close(fla[i], ref[i], 1e-12, names[i]);
+}
+
+// Windows narrower than a tile, straddling tiles and wider than the context; with a cache offset and padding.
+TEST(FlashAttention, SlidingWindowEqualsReference) {
+  for (const int64_t window : {1, 5, 40, 97, 1000}) {
+    auto p = params<double>(2, 150, 230, 4, 2, 8);
+    p.causal = true, p.q_offset = 80, p.window = window;
+    Problem x(p);
+    x.lengths = {230, 190};
+    p.key_lengths = x.lengths.data();
+    auto ref = run_reference(p, x.q, x.k, x.v, x.up);
+    auto fla = run_flash(p, x.q, x.k, x.v, x.up);
+    const char* names[] = {"out", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i) expect_all_close(fla[i], ref[i], 1e-12, fmt::format("window {} {}", window, names[i]));
+  }
 }
 
 enum class Scheme { None, RoPE, ALiBi, T5 };

@@ -1,8 +1,10 @@
-// Hugging Face checkpoints of the Llama family (tests/data/hf-llama, tools/make_llama_fixtures.py): logits,
-// loss and greedy continuations against a plain-PyTorch reference of transformers' LlamaForCausalLM, the
-// export back to Hugging Face's layout, and the errors a bad checkpoint gets.
+// Hugging Face checkpoints of the Llama family (tests/data/hf-llama, tools/make_llama_fixtures.py) and of
+// Gemma 3 (tests/data/hf-gemma3, tools/make_gemma_fixtures.py): logits, loss and greedy continuations against
+// plain-PyTorch references of transformers' LlamaForCausalLM and Gemma3ForCausalLM, the export back to Hugging
+// Face's layout, and the errors a bad checkpoint gets.
 #include "fixtures.h"
 #include "formats/hf_checkpoint.h"
+#include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
 #include "testing.h"
 
@@ -11,11 +13,13 @@
 #include <attend/model_dir.h>
 #include <attend/safetensors.h>
 #include <attend/session.h>
+#include <attend/tokenizer.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -27,6 +31,7 @@ namespace fs = std::filesystem;
 using testing::expect_error_mentions;
 
 const fs::path kLlama = fs::path(ATTEND_TEST_DATA) / "hf-llama";
+const fs::path kGemma = fs::path(ATTEND_TEST_DATA) / "hf-gemma3";
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("attend_test_hf_" + name);
@@ -54,6 +59,48 @@ std::vector<int32_t> greedy(const Model& model, const std::vector<int32_t>& prom
   return out;
 }
 
+// A fixture's logits of the whole prompt, its next-token loss, and a greedy continuation through a session's
+// KV cache, against golden.json. The reference runs in float64 on the stored weights; Attend in fp32 with sums
+// over at most 64 terms through a few layers, which moves logits of magnitude ~3 by about 1e-6 (the tolerance
+// leaves 100x room).
+void expect_golden(const Model& model, const fs::path& dir, const std::string& what) {
+  const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
+  const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
+  testing::expect_all_close(logits_of(model, prompt), golden["logits"].get<std::vector<double>>(), 1e-4,
+                            what + ": logits");
+  Batch b;
+  b.B = 1, b.T = static_cast<int64_t>(prompt.size()), b.ids = prompt;
+  b.targets.assign(prompt.begin() + 1, prompt.end());
+  b.targets.push_back(Batch::kIgnore);
+  ForwardState state(/*for_backward=*/false);
+  EXPECT_NEAR(model.forward(b, state).ce_loss, golden["loss"].get<double>(), 1e-5 * golden["loss"].get<double>())
+      << what;
+  EXPECT_EQ(greedy(model, prompt, 6), golden["greedy_ids"].get<std::vector<int32_t>>()) << what;
+}
+
+// Export writes Hugging Face's layout back: the parameters read back bit for bit, and every tensor the export
+// wrote equals the one the checkpoint holds (as the float it stands for).
+void expect_round_trip(const fs::path& dir, const std::string& what,
+                       void (*export_to)(const Model&, const fs::path&, const Tokenizer*)) {
+  const Model model = load_model(dir);
+  const fs::path out = fresh_dir("export_" + what);
+  export_to(model, out, nullptr);
+  const Model again = load_model(out);
+  EXPECT_EQ(again.config().to_json(), model.config().to_json()) << what;
+  const auto a = model.parameters(), b = again.parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(a[i]->value.data(), b[i]->value.data(), a[i]->numel() * sizeof(float)), 0)
+        << what << " " << a[i]->name;
+  const formats::CheckpointTensors original(dir), exported(out);
+  for (const std::string& name : original.names()) {
+    const Tensor x = original.load(name, "the fixture"), y = exported.load(name, "the export");
+    ASSERT_EQ(x.shape(), y.shape()) << name;
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.numel() * sizeof(float)), 0) << what << " " << name;
+  }
+  fs::remove_all(out);
+}
+
 // Each variant against the reference: the logits of the whole prompt, the next-token loss, and a greedy
 // continuation through a session's KV cache.
 //   tied-llama3    the LM head is embed_tokens (tie_word_embeddings); rope_scaling llama3; GQA; two shards
@@ -64,14 +111,10 @@ std::vector<int32_t> greedy(const Model& model, const std::vector<int32_t>& prom
 //   qwen2          Qwen2ForCausalLM: biases on q, k and v (permuted with their rows); tied
 //   qwen3          Qwen3ForCausalLM: RMSNorm of each head's q and k before RoPE (gains permuted as a head's
 //                  channels), head_dim 16 with 4 heads on a width of 32; bf16 tensors
-// The reference runs in float64 on the stored weights; Attend in fp32 with sums over at most 48 terms
-// through two layers, which moves logits of magnitude ~3 by about 1e-6 (the tolerance leaves 100x room).
+//   mistral        MistralForCausalLM: every layer's attention sees the newest 5 positions (sliding_window)
 TEST(HfLlama, EachVariantMatchesTheReference) {
-  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic", "qwen2", "qwen3"}) {
-    const fs::path dir = kLlama / variant;
-    const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
-    const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
-    const Model model = load_model(dir);
+  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic", "qwen2", "qwen3", "mistral"}) {
+    const Model model = load_model(kLlama / variant);
     const ModelConfig& c = model.config();
     EXPECT_EQ(c.activation, FfnKind::SwiGLU) << variant;
     EXPECT_EQ(c.norm, NormKind::RMSNorm) << variant;
@@ -79,16 +122,8 @@ TEST(HfLlama, EachVariantMatchesTheReference) {
     EXPECT_EQ(c.tie_embeddings, variant == "tied-llama3" || variant == "qwen2");
     EXPECT_EQ(c.qkv_bias, variant == "qwen2");
     EXPECT_EQ(c.qk_norm, variant == "qwen3");
-    testing::expect_all_close(logits_of(model, prompt), golden["logits"].get<std::vector<double>>(), 1e-4,
-                              variant + ": logits");
-    Batch b;
-    b.B = 1, b.T = static_cast<int64_t>(prompt.size()), b.ids = prompt;
-    b.targets.assign(prompt.begin() + 1, prompt.end());
-    b.targets.push_back(Batch::kIgnore);
-    ForwardState state(/*for_backward=*/false);
-    EXPECT_NEAR(model.forward(b, state).ce_loss, golden["loss"].get<double>(), 1e-5 * golden["loss"].get<double>())
-        << variant;
-    EXPECT_EQ(greedy(model, prompt, 6), golden["greedy_ids"].get<std::vector<int32_t>>()) << variant;
+    EXPECT_EQ(c.sliding_window, variant == "mistral" ? 5 : 0);
+    expect_golden(model, kLlama / variant, variant);
   }
 }
 
@@ -118,33 +153,16 @@ TEST(HfLlama, ConfigKeysMapToAttendsOptions) {
   EXPECT_EQ(qwen2.find("decoder.layers.1.attn.o.bias"), nullptr);  // Qwen2's W_O has none
 }
 
-// Export writes Hugging Face's layout back: W_Q and W_K rows return to the half rotation's order, and the
-// tensors are the checkpoint's bit for bit (the fp32 variant: the same bytes as read; reading the export
-// back gives the same parameters).
+// W_Q and W_K rows return to the half rotation's order; the rest is the checkpoint's, bit for bit.
 TEST(HfLlama, ExportIsARoundTripBitForBit) {
-  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic", "qwen2", "qwen3"}) {
-    const Model model = load_model(kLlama / variant);
-    const fs::path out = fresh_dir("llama_export_" + variant);
-    export_hf_llama(model, out);
-    const Model again = load_model(out);
-    EXPECT_EQ(again.config().to_json(), model.config().to_json()) << variant;
-    const auto a = model.parameters(), b = again.parameters();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_EQ(std::memcmp(a[i]->value.data(), b[i]->value.data(), a[i]->numel() * sizeof(float)), 0)
-          << variant << " " << a[i]->name;
-    // Every tensor the export wrote equals the one the checkpoint holds (as the float it stands for).
-    const formats::CheckpointTensors original(kLlama / variant), exported(out);
-    for (const std::string& name : original.names()) {
-      const Tensor x = original.load(name, "the fixture"), y = exported.load(name, "the export");
-      ASSERT_EQ(x.shape(), y.shape()) << name;
-      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.numel() * sizeof(float)), 0) << variant << " " << name;
-    }
-    fs::remove_all(out);
-  }
+  for (const std::string variant : {"tied-llama3", "untied-linear", "dynamic", "qwen2", "qwen3", "mistral"})
+    expect_round_trip(kLlama / variant, "llama_" + variant, export_hf_llama);
   const Model gpt = load_model(testing::kModels / "gpt");
   expect_error_mentions<Error>([&] { export_hf_llama(gpt, fresh_dir("llama_export_gpt")); },
                                {"export hf-llama: position", "RoPE"});
+  const Model gemma = load_model(kGemma / "pattern");
+  expect_error_mentions<Error>([&] { export_hf_llama(gemma, fresh_dir("llama_export_gemma")); },
+                               {"export hf-llama", "scale"});
 }
 
 // The permutation between Hugging Face's halves and Attend's pairs, by hand: a head of 4 rows (x0 x1 | x2 x3)
@@ -158,10 +176,11 @@ TEST(HfLlama, RopeRowPermutationByHand) {
   EXPECT_EQ(back, hf);
 }
 
-// A copy of a fixture with config.json changed by `edit`.
-fs::path edited_copy(const std::string& variant, const std::function<void(nlohmann::json&)>& edit) {
-  const fs::path dir = fresh_dir("llama_bad_" + variant);
-  for (const auto& f : fs::directory_iterator(kLlama / variant)) fs::copy_file(f.path(), dir / f.path().filename());
+// A copy of a fixture (of the Llama family, or of `family`) with config.json changed by `edit`.
+fs::path edited_copy(const std::string& variant, const std::function<void(nlohmann::json&)>& edit,
+                     const fs::path& family = kLlama) {
+  const fs::path dir = fresh_dir("bad_" + family.filename().string() + "_" + variant);
+  for (const auto& f : fs::directory_iterator(family / variant)) fs::copy_file(f.path(), dir / f.path().filename());
   auto config = nlohmann::json::parse(read_file(dir / "config.json"));
   edit(config);
   write_file_atomic(dir / "config.json", config.dump());
@@ -202,6 +221,102 @@ TEST(HfLlama, BadCheckpointsAreErrorsNamingTheCause) {
   write_file_atomic(wrong / "model.safetensors.index.json", index.dump());
   expect_error_mentions<Error>([&] { load_model(wrong); }, {"'model.norm.weight'", "does not hold it"});
   for (const fs::path& d : {missing, wrong}) fs::remove_all(d);
+}
+
+// ---- Gemma 3 --------------------------------------------------------------------------------------
+
+// Both variants against the reference (tools/make_gemma_fixtures.py):
+//   pattern      sliding_window_pattern 3: layers 0, 1 and 3 see the newest 4 positions and rotate with
+//                rope_local_base_freq, layer 2 sees all; a 14-token prompt, so the window cuts; F32
+//   layer-types  the newer config spelling (layer_types listed), rope_scaling linear on the global layers; BF16
+// Both: norms of 1 + γ, four a layer, q/k norms, GeGLU, embeddings × √32, scores × 24^−½ with head_dim 16.
+TEST(HfGemma3, EachVariantMatchesTheReference) {
+  for (const std::string variant : {"pattern", "layer-types"}) {
+    const Model model = load_model(kGemma / variant);
+    expect_golden(model, kGemma / variant, "gemma3 " + variant);
+  }
+}
+
+TEST(HfGemma3, ConfigKeysMapToAttendsOptions) {
+  const ModelConfig c = load_model(kGemma / "pattern").config();
+  EXPECT_TRUE(c.norm_unit_offset && c.sandwich_norm && c.qk_norm && c.scale_embeddings && c.tie_embeddings);
+  EXPECT_EQ(c.activation, FfnKind::GeGLU);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(24.0));
+  EXPECT_EQ(c.sliding_window, 4);
+  EXPECT_EQ(c.sliding_window_pattern, 3);
+  EXPECT_EQ(c.rope_base, 1e6);
+  EXPECT_EQ(c.rope_local_base, 1e4);
+  EXPECT_EQ(std::vector<bool>({c.is_local_block(0), c.is_local_block(1), c.is_local_block(2), c.is_local_block(3)}),
+            std::vector<bool>({true, true, false, true}));
+  const ModelConfig t = load_model(kGemma / "layer-types").config();
+  EXPECT_EQ(t.sliding_window_pattern, 2);  // sliding, full, sliding, full
+  EXPECT_EQ(t.rope_position_scale, 1.0 / 8.0);
+  EXPECT_EQ(load_model(kGemma / "pattern").find("decoder.layers.1.ffn_post_norm.weight")->role, Role::NormGain);
+}
+
+TEST(HfGemma3, ExportIsARoundTripBitForBit) {
+  for (const std::string variant : {"pattern", "layer-types"})
+    expect_round_trip(kGemma / variant, "gemma3_" + variant, export_hf_gemma3);
+  for (const std::string variant : {"pattern", "layer-types"})  // export_hf picks the family
+    expect_round_trip(kGemma / variant, "hf_gemma3_" + variant, export_hf);
+  expect_error_mentions<Error>([] { export_hf_gemma3(load_model(kLlama / "qwen3"), fresh_dir("gemma_export_qwen")); },
+                               {"export hf-gemma3", "Gemma 3"});
+}
+
+// The language model inside a multimodal Gemma3ForConditionalGeneration: config.json's text_config, tensors
+// under language_model.model.* (and, in later transformers, model.language_model.*) beside a vision tower that
+// is skipped; the logits are the text model's.
+TEST(HfGemma3, TheTextModelOfAMultimodalCheckpointLoads) {
+  const Model text = load_model(kGemma / "pattern");
+  const auto golden = nlohmann::json::parse(read_file(kGemma / "pattern" / "golden.json"));
+  const auto prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
+  const formats::CheckpointTensors tensors(kGemma / "pattern");
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    const fs::path dir = fresh_dir("gemma_multimodal");
+    std::vector<Tensor> stored;
+    const auto names = tensors.names();
+    stored.reserve(names.size() + 1);
+    std::vector<NamedTensor> out;
+    for (const std::string& name : names) {
+      stored.push_back(tensors.load(name, "the fixture"));
+      out.push_back({prefix + name.substr(std::string("model.").size()), &stored.back()});
+    }
+    stored.push_back(Tensor({2, 3}));
+    const std::string vision = prefix == "model.language_model." ? "model.vision_tower.patch.weight" : "vision_tower.patch.weight";
+    out.push_back({vision, &stored.back()});
+    write_safetensors(dir / "model.safetensors", out, {{"format", "pt"}});
+    const auto text_config = nlohmann::json::parse(read_file(kGemma / "pattern" / "config.json"));
+    const nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                   {"model_type", "gemma3"},
+                                   {"text_config", text_config},
+                                   {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+    write_file_atomic(dir / "config.json", config.dump());
+    const Model multimodal = load_model(dir);
+    EXPECT_EQ(logits_of(multimodal, prompt), logits_of(text, prompt)) << prefix;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(HfGemma3, BadCheckpointsAreErrorsNamingTheCause) {
+  auto edited = [](auto edit) { return edited_copy("pattern", edit, kGemma); };
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["final_logit_softcapping"] = 30.0; })); },
+                               {"final_logit_softcapping", "soft-capping"});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["hidden_activation"] = "silu"; })); },
+                               {"hidden_activation 'silu'", "gelu_pytorch_tanh"});
+  expect_error_mentions<Error>(
+      [&] {
+        load_model(edited([](auto& j) {
+          j["layer_types"] = {"sliding_attention", "full_attention", "full_attention", "sliding_attention"};
+        }));
+      },
+      {"layer_types", "layer 2", "one period"});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["layer_types"] = {"sliding_attention"}; })); },
+                               {"layer_types must list num_hidden_layers = 4"});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["use_bidirectional_attention"] = true; })); },
+                               {"use_bidirectional_attention"});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["head_dim"] = 8; })); },
+                               {"o_proj.weight", "[32, 64]", "[32, 32]"});
 }
 
 TEST(HfShardIndex, ParsesTheWeightMapAndRefusesWhatIsNotAFileName) {

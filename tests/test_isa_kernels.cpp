@@ -9,6 +9,7 @@
 #include "testing.h"
 
 #include <attend/runtime.h>
+#include <fmt/format.h>
 
 #include <bit>
 #include <cmath>
@@ -208,11 +209,16 @@ TEST_P(IsaKernels, DecodeAttentionMatchesTheReference) {
     AttentionParams<float> p;
     p.B = B, p.Tq = 1, p.Tk = Tk, p.n_heads = H, p.n_kv_heads = Hkv, p.d_head = D, p.scale = 1.0 / std::sqrt(D);
     p.causal = true, p.q_offset = Tk - 1;
-    std::vector<float> workspace(decode_attention_workspace_size(p, attend::num_threads()));
-    std::vector<float> got(B * H * D), want(B * H * D), probs(B * H * Tk);
-    table().decode_attention_f32(got.data(), qf.data(), kf.data(), vf.data(), nullptr, nullptr, p, workspace.data());
-    attention_reference_forward(want.data(), probs.data(), qf.data(), kf.data(), vf.data(), p);
-    testing::expect_all_close(got, want, testing::kFloatTolerance, "d_head " + std::to_string(D));
+    // No window; a window inside one block of 32 positions; one that starts mid-block and spans blocks.
+    for (const int64_t window : {0, 5, 45}) {
+      p.window = window;
+      std::vector<float> workspace(decode_attention_workspace_size(p, attend::num_threads()));
+      std::vector<float> got(B * H * D), want(B * H * D), probs(B * H * Tk);
+      table().decode_attention_f32(got.data(), qf.data(), kf.data(), vf.data(), nullptr, nullptr, p, workspace.data());
+      attention_reference_forward(want.data(), probs.data(), qf.data(), kf.data(), vf.data(), p);
+      testing::expect_all_close(got, want, testing::kFloatTolerance,
+                                fmt::format("d_head {}, window {}", D, window));
+    }
   }
 }
 

@@ -210,6 +210,23 @@ TEST(ModelGradients, QwenBiasesAndHeadNormsAgreeWithFiniteDifferences) {
   }
 }
 
+// Gemma 3 (tests/data/hf-gemma3/pattern): norms of 1 + γ, four a block (the post norms on each branch's output),
+// per-head q/k norms, scaled embeddings and scores, GeGLU, and sliding windows of 4 in three of four layers over
+// sequences of 7 (the windows cut): every gradient against finite differences.
+TEST(ModelGradients, GemmaSandwichNormsAndWindowsAgreeWithFiniteDifferences) {
+  Model model = load_model(fs::path(ATTEND_TEST_DATA) / "hf-gemma3" / "pattern");
+  ASSERT_EQ(model.config().sliding_window, 4);
+  const auto prompt = json::parse(read_file(fs::path(ATTEND_TEST_DATA) / "hf-gemma3" / "pattern" / "golden.json"))
+                          ["prompt_ids"].get<std::vector<int32_t>>();
+  Batch b;
+  b.B = 2, b.T = 7;
+  b.ids.assign(prompt.begin(), prompt.begin() + 14);
+  b.targets.assign(prompt.begin() + 1, prompt.begin() + 14);
+  b.targets.push_back(3);
+  b.lengths = {7, 6};
+  expect_finite_differences(model, b, {}, "gemma3");
+}
+
 // Dropout on the embeddings, attention probabilities, residual branches and FFN hidden units. Its masks
 // are a pure function of (seed, offset), so a training forward with a fixed seed is a deterministic function
 // of the weights and finite differences apply; another seed drops other units.

@@ -24,6 +24,8 @@ Variants (each a directory with config.json, weights, golden.json):
   dynamic         rope_scaling dynamic (factor 2, max_position_embeddings 16, a 20-token prompt), F16
   qwen2           Qwen2: q/k/v biases, tied embeddings, F32
   qwen3           Qwen3: q_norm/k_norm, head_dim 16 (4 heads of 16 on a width of 32), lm_head, BF16
+  mistral         MistralForCausalLM: sliding_window 5 (a query at position p sees keys p − 5 < k ≤ p, as
+                  masking_utils' sliding_window_overlay), a 12-token prompt, F32
 
     /usr/bin/python3 tools/make_llama_fixtures.py
 """
@@ -58,8 +60,11 @@ VARIANTS = {
                     rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
     "qwen2": dict(family="qwen2", tie=True, dtype="F32", shards=1, prompt=12, rope_scaling=None),
     "qwen3": dict(family="qwen3", tie=False, dtype="BF16", shards=1, prompt=12, rope_scaling=None, head_dim=16),
+    "mistral": dict(family="mistral", tie=False, dtype="F32", shards=1, prompt=12, rope_scaling=None,
+                    sliding_window=5),
 }
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "mistral": "MistralForCausalLM"}
 
 
 def make_weights(seed, config):
@@ -157,6 +162,8 @@ def forward(config, w, ids, cache):
         k, v = k.repeat_interleave(H // HKV, dim=0), v.repeat_interleave(H // HKV, dim=0)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         mask = torch.ones(T, start + T, dtype=torch.bool).tril(diagonal=start)
+        if config.get("sliding_window"):  # keys k with q − window < k ≤ q
+            mask &= ~torch.ones(T, start + T, dtype=torch.bool).tril(diagonal=start - config["sliding_window"])
         s = s.masked_fill(~mask, float("-inf"))
         o = (torch.softmax(s, dim=-1) @ v).transpose(0, 1).reshape(T, H * D)
         x = x + o @ w[p + "self_attn.o_proj.weight"].T
@@ -173,6 +180,8 @@ def make(name, seed, v):
     config = dict(BASE_CONFIG, tie_word_embeddings=v["tie"], rope_scaling=v["rope_scaling"], model_type=family,
                   architectures=[ARCHITECTURES[family]], head_dim=v.get("head_dim", C // H))
     config["max_position_embeddings"] = v.get("max_pos", config["max_position_embeddings"])
+    if "sliding_window" in v:
+        config["sliding_window"] = v["sliding_window"]
     config["torch_dtype"] = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[v["dtype"]]
     w = {k: safetensors_py.rounded(t, v["dtype"]) for k, t in make_weights(seed, config).items()}
     prompt = torch.randint(2, V, (v["prompt"],), generator=torch.Generator().manual_seed(seed + 1)).tolist()

@@ -68,11 +68,16 @@ struct ModelConfig {
   double rope_llama3_high_freq_factor = 4.0;
   double rope_dynamic_factor = 0.0;  // dynamic NTK scaling; 0: off
   int64_t rope_original_context = 0; // L₀ of both
+  double rope_local_base = 0.0;      // θ of the sliding-window blocks' RoPE, unscaled (Gemma 3: 10000); 0: as the others
+  int64_t sliding_window = 0;        // causal self-attention sees only the newest W keys (Mistral, Gemma); 0: all
+  int64_t sliding_window_pattern = 0;  // with a window, blocks k−1, 2k−1, ... see everything (Gemma 3: 6); 0: none do
   int32_t t5_num_buckets = 32;
   int32_t t5_max_distance = 128;
   NormKind norm = NormKind::LayerNorm;
   double norm_eps = 1e-5;
   bool pre_norm = true;           // config.json: "norm_placement": "pre" | "post"
+  bool sandwich_norm = false;     // pre-LN blocks also normalise each branch's output before adding it (Gemma 2, 3)
+  bool norm_unit_offset = false;  // every norm multiplies by 1 + γ, γ starting at 0 (Gemma)
   double residual_scale = 1.0;    // α in x + α·F(x)
   bool bias = true;               // biases on the attention and FFN projections
   bool qkv_bias = false;          // biases on the q, k, v projections only, when `bias` is off (Qwen2)
@@ -106,6 +111,10 @@ struct ModelConfig {
   bool has_encoder() const { return architecture != Architecture::Decoder; }
   bool has_decoder() const { return architecture != Architecture::Encoder; }
   bool is_moe_block(int64_t i) const { return n_experts > 0 && (i + 1) % moe_every == 0; }
+  // Whether block i's causal self-attention has a sliding window (it is "local").
+  bool is_local_block(int64_t i) const {
+    return sliding_window > 0 && (sliding_window_pattern == 0 || (i + 1) % sliding_window_pattern != 0);
+  }
 
   // Throws attend::Error naming the field when sizes are inconsistent or out of range.
   void validate() const;

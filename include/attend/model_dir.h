@@ -15,8 +15,10 @@ namespace attend {
 class Tokenizer;
 
 // Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration. Hugging
-// Face checkpoint directories are read as published: GPT-2 (its config.json keys) and the Llama family
-// (LlamaForCausalLM, MistralForCausalLM; one model.safetensors or shards with their index).
+// Face checkpoint directories are read as published: GPT-2 (its config.json keys), the Llama family
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and Gemma 3's text model
+// (Gemma3ForCausalLM, or the language model of Gemma3ForConditionalGeneration); one model.safetensors or shards
+// with their index.
 Model load_model(const std::filesystem::path& dir);
 // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
 // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
@@ -31,5 +33,11 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
 // tokenizer.json when given); load_model reads it back bit for bit. Options Llama cannot express (LayerNorm,
 // biases, learned positions, MoE, ...) are errors naming the option.
 void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+// Writes a Gemma-style decoder (sandwich norms of 1 + γ, q/k norms, GeGLU, scaled embeddings, local layers with
+// a sliding window) in Hugging Face's Gemma3ForCausalLM layout; load_model reads it back bit for bit.
+void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+// Writes the model in the Hugging Face layout of its family (GPT-2, Llama/Mistral/Qwen, Gemma 3), chosen from its
+// options; an error names what no layout can express.
+void export_hf(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace attend

@@ -3,6 +3,7 @@
 
 #include <attend/error.h>
 #include <attend/io.h>
+#include <attend/tokenizer.h>
 
 namespace attend::formats {
 
@@ -101,9 +102,30 @@ void ExportChecks::decoder(const ModelConfig& c) const {
   require(c.pre_norm, "norm_placement", "post", "pre");
   require(c.n_experts == 0, "n_experts", std::to_string(c.n_experts), "dense FFNs");
   require(c.residual_scale == 1.0, "residual_scale", std::to_string(c.residual_scale), "1");
+  require(c.attention_kernel != AttentionKernel::Linear, "attention_kernel", "linear", "softmax attention");
+}
+
+void ExportChecks::unscaled(const ModelConfig& c) const {
   require(c.attention_scale == 0.0, "attention_scale", std::to_string(c.attention_scale), "1/sqrt(d_head)");
   require(!c.scale_embeddings, "scale_embeddings", "true", "unscaled embeddings");
-  require(c.attention_kernel != AttentionKernel::Linear, "attention_kernel", "linear", "softmax attention");
+}
+
+void ExportChecks::plain_norms(const ModelConfig& c) const {
+  require(!c.sandwich_norm, "sandwich_norm", "true", "two norms a block");
+  require(!c.norm_unit_offset, "norm_unit_offset", "true", "norms that multiply by their gain");
+}
+
+void create_export_directory(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(fs::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
+}
+
+void write_hf_extras(const Tokenizer* tokenizer, const fs::path& dir, nlohmann::ordered_json& config) {
+  if (tokenizer == nullptr) return;
+  if (const auto bos = tokenizer->special_id(SpecialRole::Bos)) config["bos_token_id"] = *bos;
+  if (const auto eos = tokenizer->special_id(SpecialRole::Eos)) config["eos_token_id"] = *eos;
+  tokenizer->save(dir / "tokenizer.json");
 }
 
 int64_t ConfigKeys::integer(const char* key) const {

@@ -18,6 +18,10 @@
 #include <string_view>
 #include <vector>
 
+namespace attend {
+class Tokenizer;
+}
+
 namespace attend::formats {
 
 // model.safetensors.index.json: {"metadata": {...}, "weight_map": {"tensor name": "file name", ...}}. Returns
@@ -74,13 +78,22 @@ class ExportChecks {
  public:
   ExportChecks(std::string format, std::string family) : format_(std::move(format)), family_(std::move(family)) {}
   void require(bool ok, std::string_view option, std::string_view found, std::string_view wanted) const;
-  // What every decoder layout shares: a decoder of pre-LN blocks with dense FFNs, unscaled residuals,
-  // embeddings and scores, and softmax attention.
+  // What every decoder layout shares: a decoder of pre-LN blocks with dense FFNs, unscaled residuals and
+  // softmax attention.
   void decoder(const ModelConfig& c) const;
+  // Embeddings unscaled and scores scaled by 1/√d_head (GPT-2, Llama; not Gemma).
+  void unscaled(const ModelConfig& c) const;
+  // Two norms a block, multiplying by γ (not Gemma's sandwich of 1 + γ norms).
+  void plain_norms(const ModelConfig& c) const;
 
  private:
   std::string format_, family_;
 };
+
+// Creates an export's directory (and its parents); an error names it.
+void create_export_directory(const std::filesystem::path& dir);
+// An export's tokenizer: its BOS and EOS ids into config.json and tokenizer.json beside it (nothing without one).
+void write_hf_extras(const Tokenizer* tokenizer, const std::filesystem::path& dir, nlohmann::ordered_json& config);
 
 template <typename T>
 T ConfigKeys::optional(const char* key, T fallback) const {

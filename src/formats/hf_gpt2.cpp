@@ -136,6 +136,9 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
   const ModelConfig& c = model.config();
   const formats::ExportChecks checks("hf-gpt2", "GPT-2");
   checks.decoder(c);
+  checks.unscaled(c);
+  checks.plain_norms(c);
+  checks.require(c.sliding_window == 0, "sliding_window", std::to_string(c.sliding_window), "no window");
   checks.require(c.position == PositionKind::Learned, "position", "not learned", "learned positions");
   checks.require(c.norm == NormKind::LayerNorm, "norm", "rmsnorm", "layernorm");
   checks.require(c.bias, "bias", "false", "biases");
@@ -144,9 +147,7 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
   checks.require(c.head_dim == 0, "head_dim", std::to_string(c.head_dim), "d_model / n_heads");
   checks.require(!c.qk_norm, "qk_norm", "true", "no head norms");
 
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  check(std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
+  formats::create_export_directory(dir);
   std::vector<Tensor> stored;
   std::vector<formats::Mapping> mappings = formats::gpt2_mappings(c);
   stored.reserve(mappings.size());
@@ -178,11 +179,7 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
                                    {"attn_pdrop", c.attention_dropout},
                                    {"initializer_range", c.init_std},
                                    {"tie_word_embeddings", c.tie_embeddings}};
-  if (tokenizer != nullptr) {
-    if (const auto bos = tokenizer->special_id(SpecialRole::Bos)) config["bos_token_id"] = *bos;
-    if (const auto eos = tokenizer->special_id(SpecialRole::Eos)) config["eos_token_id"] = *eos;
-    tokenizer->save(dir / "tokenizer.json");
-  }
+  formats::write_hf_extras(tokenizer, dir, config);
   write_file_atomic(dir / "config.json", config.dump(2) + "\n");
 }
 

@@ -11,6 +11,7 @@
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -22,36 +23,36 @@ using json = nlohmann::json;
 
 namespace {
 
-bool names_architecture(const json& config, std::initializer_list<const char*> names) {
-  const auto it = config.find("architectures");
-  if (it == config.end() || !it->is_array()) return false;
-  for (const json& a : *it)
-    for (const char* n : names)
-      if (a.is_string() && a.get<std::string>() == n) return true;
-  return false;
-}
-
 // Buffers some checkpoints carry that hold no parameters.
 bool is_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 
-std::string layer(int64_t i) { return fmt::format("model.layers.{}.", i); }
 // The shape of `rows` rows of a projection: a weight's (rows, cols), a bias's (rows) when cols is 1.
 Shape rows_shape(int64_t rows, int64_t cols) { return cols > 1 ? Shape{rows, cols} : Shape{rows}; }
 std::string block(int64_t i) { return fmt::format("decoder.layers.{}.", i); }
 
-// The tensors that map one to one (everything but q, k, v).
-std::vector<std::pair<std::string, std::string>> plain_mappings(const ModelConfig& c) {
-  std::vector<std::pair<std::string, std::string>> m = {{"model.embed_tokens.weight", "embed.tokens.weight"}};
+// The tensors that map one to one (everything but q, k, v and the q/k norms). A Llama block has two norms,
+// input_layernorm before attention and post_attention_layernorm before the MLP; a Gemma block (sandwich_norm)
+// has four: input_layernorm, post_attention_layernorm on the attention's output, pre_feedforward_layernorm and
+// post_feedforward_layernorm around the MLP.
+std::vector<std::pair<std::string, std::string>> plain_mappings(const ModelConfig& c, const DecoderNames& names) {
+  auto layer = [&](int64_t i) { return fmt::format("{}layers.{}.", names.model, i); };
+  std::vector<std::pair<std::string, std::string>> m = {{names.model + "embed_tokens.weight", "embed.tokens.weight"}};
   for (int64_t i = 0; i < c.n_layers; ++i) {
     m.push_back({layer(i) + "input_layernorm.weight", block(i) + "attn_norm.weight"});
     m.push_back({layer(i) + "self_attn.o_proj.weight", block(i) + "attn.o.weight"});
-    m.push_back({layer(i) + "post_attention_layernorm.weight", block(i) + "ffn_norm.weight"});
+    if (c.sandwich_norm) {
+      m.push_back({layer(i) + "post_attention_layernorm.weight", block(i) + "attn_post_norm.weight"});
+      m.push_back({layer(i) + "pre_feedforward_layernorm.weight", block(i) + "ffn_norm.weight"});
+      m.push_back({layer(i) + "post_feedforward_layernorm.weight", block(i) + "ffn_post_norm.weight"});
+    } else {
+      m.push_back({layer(i) + "post_attention_layernorm.weight", block(i) + "ffn_norm.weight"});
+    }
     m.push_back({layer(i) + "mlp.gate_proj.weight", block(i) + "ffn.gate.weight"});
     m.push_back({layer(i) + "mlp.up_proj.weight", block(i) + "ffn.up.weight"});
     m.push_back({layer(i) + "mlp.down_proj.weight", block(i) + "ffn.down.weight"});
   }
-  m.push_back({"model.norm.weight", "decoder.norm.weight"});
-  if (!c.tie_embeddings) m.push_back({"lm_head.weight", "lm_head.weight"});
+  m.push_back({names.model + "norm.weight", "decoder.norm.weight"});
+  if (!c.tie_embeddings) m.push_back({names.head, "lm_head.weight"});
   return m;
 }
 
@@ -96,6 +97,65 @@ std::string family_of(const json& config) {
 
 }  // namespace
 
+bool names_architecture(const json& config, std::initializer_list<const char*> names) {
+  const auto it = config.find("architectures");
+  if (it == config.end() || !it->is_array()) return false;
+  for (const json& a : *it)
+    for (const char* n : names)
+      if (a.is_string() && a.get<std::string>() == n) return true;
+  return false;
+}
+
+void read_rope_scaling(const ConfigKeys& k, ModelConfig& c) {
+  if (!k.has("rope_scaling")) return;
+  const std::string& origin = k.origin();
+  const json& s = k.json()["rope_scaling"];
+  check(s.is_object(), "{}: rope_scaling is {}, expected an object or null", origin, s.type_name());
+  const ConfigKeys r(s, origin + ": rope_scaling");
+  const std::string type = r.has("rope_type") ? r.optional<std::string>("rope_type", "") : r.optional<std::string>("type", "");
+  if (type == "llama3") {
+    c.rope_llama3_factor = r.optional("factor", 8.0);
+    c.rope_llama3_low_freq_factor = r.optional("low_freq_factor", 1.0);
+    c.rope_llama3_high_freq_factor = r.optional("high_freq_factor", 4.0);
+    c.rope_original_context = r.integer("original_max_position_embeddings");
+  } else if (type == "linear") {
+    const double factor = r.optional("factor", 1.0);
+    check(factor >= 1.0, "{}: rope_scaling factor {} must be at least 1", origin, factor);
+    c.rope_position_scale = 1.0 / factor;
+  } else if (type == "dynamic") {
+    const double factor = r.optional("factor", 1.0);
+    check(factor >= 1.0, "{}: rope_scaling factor {} must be at least 1", origin, factor);
+    c.rope_dynamic_factor = factor;
+    c.rope_original_context = c.max_seq_len;
+    c.max_seq_len = static_cast<int64_t>(std::floor(factor * static_cast<double>(c.max_seq_len)));
+  } else if (type != "default") {
+    throw Error(fmt::format("{}: rope_scaling type '{}': expected llama3, linear, dynamic or default", origin, type));
+  }
+}
+
+void write_rope_scaling(const ModelConfig& c, nlohmann::ordered_json& config) {
+  config["rope_scaling"] = nullptr;
+  if (c.rope_llama3_factor > 0.0) {
+    config["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", c.rope_llama3_factor},
+                              {"low_freq_factor", c.rope_llama3_low_freq_factor},
+                              {"high_freq_factor", c.rope_llama3_high_freq_factor},
+                              {"original_max_position_embeddings", c.rope_original_context}};
+  } else if (c.rope_dynamic_factor > 0.0) {
+    config["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", c.rope_dynamic_factor}};
+    config["max_position_embeddings"] = c.rope_original_context;
+  } else if (c.rope_position_scale != 1.0) {
+    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1.0 / c.rope_position_scale}};
+  }
+}
+
+void check_rope_scaling_exports(const ModelConfig& c, const ExportChecks& checks) {
+  checks.require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0, "rope_base_scale or rope_ntk_factor", "set",
+                 "llama3, linear or dynamic scaling only");
+  checks.require(c.rope_position_scale == 1.0 || (c.rope_llama3_factor == 0.0 && c.rope_dynamic_factor == 0.0),
+                 "rope_position_scale", "combined with another scaling", "one scaling");
+}
+
 bool is_hf_llama_config(const json& config) { return !family_of(config).empty(); }
 
 ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
@@ -134,48 +194,26 @@ ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
   const int64_t head_dim = k.has("head_dim") ? k.integer("head_dim") : family == "qwen3" ? 128 : 0;
   check(head_dim >= 0, "{}: head_dim must be positive, got {}", origin, head_dim);
   if (head_dim > 0 && head_dim * c.n_heads != c.d_model) c.head_dim = head_dim;
-  // Mistral's attention reaches back sliding_window positions; Qwen's only with use_sliding_window.
+  // Mistral's attention reaches back sliding_window positions in every layer. Qwen's only with
+  // use_sliding_window, and then in the layers from max_window_layers on.
   if (k.has("sliding_window") && (!qwen || k.optional("use_sliding_window", false))) {
     const int64_t window = k.integer("sliding_window");
     check(window > 0, "{}: sliding_window must be positive, got {}", origin, window);
-    if (window < c.max_seq_len) {
-      log::info("{}: sliding_window {}: the context is limited to it (sliding-window attention is not implemented)",
-                origin, window);
-      c.max_seq_len = window;
+    if (qwen) {
+      const int64_t from = k.optional<int64_t>("max_window_layers", 0);
+      check(from <= 0, "{}: use_sliding_window with max_window_layers {}: sliding windows in only some layers of a "
+            "Qwen model are not supported (0: every layer)", origin, from);
     }
+    if (window < c.max_seq_len) c.sliding_window = window;
   }
-  if (k.has("rope_scaling")) {
-    const json& s = j["rope_scaling"];
-    check(s.is_object(), "{}: rope_scaling is {}, expected an object or null", origin, s.type_name());
-    const ConfigKeys r(s, origin + ": rope_scaling");
-    const std::string type = r.has("rope_type") ? r.optional<std::string>("rope_type", "") : r.optional<std::string>("type", "");
-    if (type == "llama3") {
-      c.rope_llama3_factor = r.optional("factor", 8.0);
-      c.rope_llama3_low_freq_factor = r.optional("low_freq_factor", 1.0);
-      c.rope_llama3_high_freq_factor = r.optional("high_freq_factor", 4.0);
-      c.rope_original_context = r.integer("original_max_position_embeddings");
-    } else if (type == "linear") {
-      const double factor = r.optional("factor", 1.0);
-      check(factor >= 1.0, "{}: rope_scaling factor {} must be at least 1", origin, factor);
-      c.rope_position_scale = 1.0 / factor;
-    } else if (type == "dynamic") {
-      const double factor = r.optional("factor", 1.0);
-      check(factor >= 1.0, "{}: rope_scaling factor {} must be at least 1", origin, factor);
-      c.rope_dynamic_factor = factor;
-      c.rope_original_context = c.max_seq_len;
-      c.max_seq_len = static_cast<int64_t>(std::floor(factor * static_cast<double>(c.max_seq_len)));
-    } else if (type != "default") {
-      throw Error(fmt::format("{}: rope_scaling type '{}': expected llama3, linear, dynamic or default", origin, type));
-    }
-  }
+  read_rope_scaling(k, c);
   return validated(c, origin);
 }
 
-Model load_hf_llama(const fs::path& dir, const json& config) {
-  const ModelConfig c = config_from_hf_llama(config, (dir / "config.json").string());
+Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const DecoderNames& names,
+                           const std::string& what) {
   const CheckpointTensors tensors(dir);
   Model model = Model::for_loading(c);
-  const std::string what = fmt::format("a Llama of this config ({} layers, hidden_size {})", c.n_layers, c.d_model);
   std::set<std::string> used;
   auto take = [&](const std::string& hf, TensorView out) {
     const TensorInfo* t = tensors.find(hf);
@@ -185,11 +223,10 @@ Model load_hf_llama(const fs::path& dir, const json& config) {
     tensors.load_into(hf, out, what);
     used.insert(hf);
   };
-  for (const auto& [hf, name] : plain_mappings(c)) take(hf, model.find(name)->value.view());
+  for (const auto& [hf, name] : plain_mappings(c, names)) take(hf, model.find(name)->value.view());
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   // q, k and v stacked into Attend's fused rows (a weight has C columns, a bias 1); q's and k's rows permuted.
-  auto fuse = [&](int64_t i, const char* kind, float* qkv, int64_t cols) {
-    const std::string a = layer(i) + "self_attn.";
+  auto fuse = [&](const std::string& a, const char* kind, float* qkv, int64_t cols) {
     Tensor q(rows_shape(H * D, cols)), k(rows_shape(Hkv * D, cols));
     take(a + "q_proj." + kind, q.view());
     take(a + "k_proj." + kind, k.view());
@@ -198,21 +235,63 @@ Model load_hf_llama(const fs::path& dir, const json& config) {
     take(a + "v_proj." + kind, TensorView(qkv + (H + Hkv) * D * cols, rows_shape(Hkv * D, cols)));
   };
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    fuse(i, "weight", model.find(block(i) + "attn.qkv.weight")->value.data(), C);
-    if (c.qkv_bias) fuse(i, "bias", model.find(block(i) + "attn.qkv.bias")->value.data(), 1);
+    const std::string a = fmt::format("{}layers.{}.self_attn.", names.model, i);
+    fuse(a, "weight", model.find(block(i) + "attn.qkv.weight")->value.data(), C);
+    if (c.qkv_bias) fuse(a, "bias", model.find(block(i) + "attn.qkv.bias")->value.data(), 1);
     if (c.qk_norm)  // each norm's gain is one head's channels, permuted as the head's rows are
       for (const char* which : {"q_norm", "k_norm"}) {
         Tensor gain({D});
-        take(layer(i) + "self_attn." + which + ".weight", gain.view());
+        take(a + which + ".weight", gain.view());
         rope_rows_from_hf(model.find(block(i) + "attn." + which + ".weight")->value.data(), gain.data(), 1, D, 1);
       }
   }
   for (const std::string& name : tensors.names()) {
     if (used.contains(name) || is_buffer(name)) continue;
-    if (c.tie_embeddings && name == "lm_head.weight") continue;  // a copy of the tied embedding
+    if (c.tie_embeddings && name == names.head) continue;  // a copy of the tied embedding
+    if (std::any_of(names.ignored.begin(), names.ignored.end(), [&](const std::string& p) { return name.starts_with(p); }))
+      continue;
     throw Error(fmt::format("{}: unexpected tensor '{}': not part of {}", tensors.origin(name), name, what));
   }
   return model;
+}
+
+void write_decoder_tensors(const Model& model, const fs::path& dir) {
+  const ModelConfig& c = model.config();
+  const DecoderNames names;
+  const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  std::vector<Tensor> stored;
+  stored.reserve(8 * c.n_layers);  // never reallocated: `tensors` points into it
+  std::vector<NamedTensor> tensors;
+  for (const auto& [hf, name] : plain_mappings(c, names)) tensors.push_back({hf, &model.find(name)->value});
+  // Attend's fused rows back to q, k, v (a weight has C columns, a bias 1), q's and k's rows unpermuted.
+  auto split = [&](const std::string& l, const char* kind, const float* qkv, int64_t cols) {
+    stored.emplace_back(rows_shape(H * D, cols));
+    rope_rows_to_hf(stored.back().data(), qkv, H, D, cols);
+    tensors.push_back({l + "q_proj." + kind, &stored.back()});
+    stored.emplace_back(rows_shape(Hkv * D, cols));
+    rope_rows_to_hf(stored.back().data(), qkv + H * D * cols, Hkv, D, cols);
+    tensors.push_back({l + "k_proj." + kind, &stored.back()});
+    stored.push_back(Tensor(rows_shape(Hkv * D, cols), std::span<const float>(qkv + (H + Hkv) * D * cols, Hkv * D * cols)));
+    tensors.push_back({l + "v_proj." + kind, &stored.back()});
+  };
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string a = block(i) + "attn.", l = fmt::format("{}layers.{}.self_attn.", names.model, i);
+    split(l, "weight", model.find(a + "qkv.weight")->value.data(), C);
+    if (c.qkv_bias) split(l, "bias", model.find(a + "qkv.bias")->value.data(), 1);
+    if (c.qk_norm)
+      for (const char* which : {"q_norm", "k_norm"}) {
+        stored.emplace_back(Shape{D});
+        rope_rows_to_hf(stored.back().data(), model.find(a + which + ".weight")->value.data(), 1, D, 1);
+        tensors.push_back({l + which + ".weight", &stored.back()});
+      }
+  }
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+}
+
+Model load_hf_llama(const fs::path& dir, const json& config) {
+  const ModelConfig c = config_from_hf_llama(config, (dir / "config.json").string());
+  return load_decoder_tensors(dir, c, DecoderNames{},
+                              fmt::format("a Llama of this config ({} layers, hidden_size {})", c.n_layers, c.d_model));
 }
 
 }  // namespace attend::formats
@@ -226,52 +305,25 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
     checks.require(ok, option, found, wanted);
   };
   checks.decoder(c);
+  checks.unscaled(c);
+  checks.plain_norms(c);
   require(!(c.qkv_bias && c.qk_norm), "qkv_bias with qk_norm", "set", "one of them (Qwen2 or Qwen3)");
   require(c.position == PositionKind::RoPE, "position", "not rope", "RoPE");
   require(c.norm == NormKind::RMSNorm, "norm", "layernorm", "rmsnorm");
   require(!c.bias, "bias", "true", "no biases");
   require(c.activation == FfnKind::SwiGLU, "activation", "not swiglu", "swiglu");
-  require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0, "rope_base_scale or rope_ntk_factor", "set",
-          "llama3, linear or dynamic scaling only");
-  require(c.rope_position_scale == 1.0 || (c.rope_llama3_factor == 0.0 && c.rope_dynamic_factor == 0.0),
-          "rope_position_scale", "combined with another scaling", "one scaling");
+  require(c.sliding_window == 0 || (c.sliding_window_pattern == 0 && !c.qkv_bias && !c.qk_norm), "sliding_window",
+          "set", "a window in every layer (Mistral) or none");
+  formats::check_rope_scaling_exports(c, checks);
 
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  check(std::filesystem::is_directory(dir), "{}: cannot create the directory: {}", dir.string(), ec.message());
-  const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
-  std::vector<Tensor> stored;
-  stored.reserve(8 * c.n_layers);  // never reallocated: `tensors` points into it
-  std::vector<NamedTensor> tensors;
-  const auto plain = formats::plain_mappings(c);
-  for (const auto& [hf, name] : plain) tensors.push_back({hf, &model.find(name)->value});
-  // Attend's fused rows back to q, k, v (a weight has C columns, a bias 1), q's and k's rows unpermuted.
-  auto split = [&](const std::string& l, const char* kind, const float* qkv, int64_t cols) {
-    stored.emplace_back(formats::rows_shape(H * D, cols));
-    formats::rope_rows_to_hf(stored.back().data(), qkv, H, D, cols);
-    tensors.push_back({l + "q_proj." + kind, &stored.back()});
-    stored.emplace_back(formats::rows_shape(Hkv * D, cols));
-    formats::rope_rows_to_hf(stored.back().data(), qkv + H * D * cols, Hkv, D, cols);
-    tensors.push_back({l + "k_proj." + kind, &stored.back()});
-    stored.push_back(Tensor(formats::rows_shape(Hkv * D, cols),
-                            std::span<const float>(qkv + (H + Hkv) * D * cols, Hkv * D * cols)));
-    tensors.push_back({l + "v_proj." + kind, &stored.back()});
-  };
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string a = fmt::format("decoder.layers.{}.attn.", i), l = fmt::format("model.layers.{}.self_attn.", i);
-    split(l, "weight", model.find(a + "qkv.weight")->value.data(), C);
-    if (c.qkv_bias) split(l, "bias", model.find(a + "qkv.bias")->value.data(), 1);
-    if (c.qk_norm)
-      for (const char* which : {"q_norm", "k_norm"}) {
-        stored.emplace_back(Shape{D});
-        formats::rope_rows_to_hf(stored.back().data(), model.find(a + which + ".weight")->value.data(), 1, D, 1);
-        tensors.push_back({l + which + ".weight", &stored.back()});
-      }
-  }
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
-
-  const char* family = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
-  const char* architecture = c.qk_norm ? "Qwen3ForCausalLM" : c.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  formats::create_export_directory(dir);
+  formats::write_decoder_tensors(model, dir);
+  const bool mistral = c.sliding_window > 0;
+  const char* family = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : mistral ? "mistral" : "llama";
+  const char* architecture = c.qk_norm    ? "Qwen3ForCausalLM"
+                             : c.qkv_bias ? "Qwen2ForCausalLM"
+                             : mistral    ? "MistralForCausalLM"
+                                          : "LlamaForCausalLM";
   nlohmann::ordered_json config = {{"architectures", {architecture}},
                                    {"model_type", family},
                                    {"vocab_size", c.vocab_size},
@@ -288,27 +340,13 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
                                    {"rope_scaling", nullptr},
                                    {"attention_bias", false},
                                    {"mlp_bias", false},
+                                   {"sliding_window", mistral ? nlohmann::ordered_json(c.sliding_window) : nullptr},
                                    {"use_sliding_window", false},
                                    {"tie_word_embeddings", c.tie_embeddings},
                                    {"initializer_range", c.init_std},
                                    {"torch_dtype", "float32"}};
-  if (c.rope_llama3_factor > 0.0) {
-    config["rope_scaling"] = {{"rope_type", "llama3"},
-                              {"factor", c.rope_llama3_factor},
-                              {"low_freq_factor", c.rope_llama3_low_freq_factor},
-                              {"high_freq_factor", c.rope_llama3_high_freq_factor},
-                              {"original_max_position_embeddings", c.rope_original_context}};
-  } else if (c.rope_dynamic_factor > 0.0) {
-    config["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", c.rope_dynamic_factor}};
-    config["max_position_embeddings"] = c.rope_original_context;
-  } else if (c.rope_position_scale != 1.0) {
-    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1.0 / c.rope_position_scale}};
-  }
-  if (tokenizer != nullptr) {
-    if (const auto bos = tokenizer->special_id(SpecialRole::Bos)) config["bos_token_id"] = *bos;
-    if (const auto eos = tokenizer->special_id(SpecialRole::Eos)) config["eos_token_id"] = *eos;
-    tokenizer->save(dir / "tokenizer.json");
-  }
+  formats::write_rope_scaling(c, config);
+  formats::write_hf_extras(tokenizer, dir, config);
   write_file_atomic(dir / "config.json", config.dump(2) + "\n");
 }
 

@@ -7,15 +7,48 @@
 // i + d/2 to 2i + 1), so that Attend's rotation of the permuted q and k is Hugging Face's rotation of the
 // originals; q·k is the same sum in another order, and V and W_O are untouched. Export permutes back, so a
 // round trip is bit for bit.
+//
+// Gemma 3 (hf_gemma3.cpp) stores its decoder in the same layout with two more norms a block; both families load
+// and write their tensors through load_decoder_tensors and write_decoder_tensors here.
 #pragma once
+
+#include "formats/hf_checkpoint.h"
 
 #include <attend/model.h>
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <initializer_list>
+#include <string>
+#include <vector>
 
 namespace attend::formats {
+
+// Where a checkpoint's decoder tensors are: `model` begins the names of embed_tokens, layers.N.* and norm, `head`
+// is the untied LM head, and tensors starting with one of `ignored` belong to other parts of the checkpoint (a
+// multimodal Gemma 3's vision tower) and are skipped.
+struct DecoderNames {
+  std::string model = "model.";
+  std::string head = "lm_head.weight";
+  std::vector<std::string> ignored;
+};
+
+// Loads the decoder tensors of DIR (model.safetensors or its shards) into a model of configuration `c`: the
+// Llama layout, with Gemma's four norms a block when c.sandwich_norm. `what` names the model in errors; a
+// missing tensor, a wrong shape or a tensor the model has no place for is an error naming it.
+Model load_decoder_tensors(const std::filesystem::path& dir, const ModelConfig& c, const DecoderNames& names,
+                           const std::string& what);
+// Writes DIR/model.safetensors of such a model under Hugging Face's names, q/k rows unpermuted.
+void write_decoder_tensors(const Model& model, const std::filesystem::path& dir);
+
+// Whether config.json's "architectures" names one of `names`.
+bool names_architecture(const nlohmann::json& config, std::initializer_list<const char*> names);
+// config.json's rope_scaling (rope_type llama3, linear, dynamic or default; null or absent: none) into `c`.
+void read_rope_scaling(const ConfigKeys& keys, ModelConfig& c);
+// The inverse, for an export's config.json; and the RoPE options such a config cannot express.
+void write_rope_scaling(const ModelConfig& c, nlohmann::ordered_json& config);
+void check_rope_scaling_exports(const ModelConfig& c, const ExportChecks& checks);
 
 // Whether a parsed config.json is of the Llama family (model_type "llama" or "mistral", or architectures
 // naming LlamaForCausalLM or MistralForCausalLM).

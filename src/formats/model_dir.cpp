@@ -7,6 +7,7 @@
 #include <attend/tokenizer.h>
 
 #include "formats/hf_gpt2.h"
+#include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
 
 #include <nlohmann/json.hpp>
@@ -44,6 +45,7 @@ Model load_model(const fs::path& dir) {
   const auto parsed = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
   if (formats::is_hf_gpt2_config(parsed)) return formats::load_hf_gpt2(dir, parsed);
   if (formats::is_hf_llama_config(parsed)) return formats::load_hf_llama(dir, parsed);
+  if (formats::is_hf_gemma3_config(parsed)) return formats::load_hf_gemma3(dir, parsed);
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   Model model = Model::for_loading(config);
@@ -77,6 +79,13 @@ Model load_model(const fs::path& dir) {
   }
   release_cached_memory();  // the buffers the model was built in, which loading replaced
   return model;
+}
+
+void export_hf(const Model& model, const fs::path& dir, const Tokenizer* tokenizer) {
+  const ModelConfig& c = model.config();
+  if (c.sandwich_norm || c.norm_unit_offset) return export_hf_gemma3(model, dir, tokenizer);
+  if (c.position == PositionKind::RoPE) return export_hf_llama(model, dir, tokenizer);
+  export_hf_gpt2(model, dir, tokenizer);
 }
 
 }  // namespace attend

@@ -26,6 +26,9 @@ struct AttentionParams {
   // Masks: a masked score is −∞. A query row with every key masked gives zeros and zero gradient.
   bool causal = false;                   // query i (at position q_offset + i) sees keys j ≤ q_offset + i
   int64_t q_offset = 0;                  // absolute position of query 0; keys start at position 0
+  // Sliding-window attention (Mistral, Gemma's local layers), with causal: query i also sees only the `window`
+  // newest keys, j > q_offset + i − window, itself included. 0: no window.
+  int64_t window = 0;
   const int32_t* key_lengths = nullptr;  // (B): keys j ≥ key_lengths[b] are padding; nullptr = none
   const uint8_t* mask = nullptr;         // (B, Tq, Tk): nonzero = may attend; nullptr = none
 

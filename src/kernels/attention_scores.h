@@ -39,14 +39,22 @@ template <typename T>
 bool tile_is_plain(const AttentionParams<T>& p, int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (p.mask != nullptr || p.alibi_slopes != nullptr || p.t5_table != nullptr) return false;
   if (p.causal && j1 - 1 > p.q_offset + i0) return false;
+  if (p.window > 0 && j0 <= p.q_offset + i1 - 1 - p.window) return false;  // the last row's oldest keys fall out
   if (p.key_lengths != nullptr && j1 > p.key_lengths[b]) return false;
   return true;
+}
+
+// The first key that query row i may see: 0, or the oldest key of its sliding window.
+template <typename T>
+int64_t first_visible_key(const AttentionParams<T>& p, int64_t i) {
+  return p.window > 0 ? std::max<int64_t>(0, p.q_offset + i - p.window + 1) : 0;
 }
 
 // True when every score of the tile is masked, so the tile can be skipped.
 template <typename T>
 bool tile_is_masked(const AttentionParams<T>& p, int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (p.causal && j0 > p.q_offset + i1 - 1) return true;
+  if (p.window > 0 && j1 - 1 < first_visible_key(p, i0)) return true;  // older than even the first row's window
   if (p.key_lengths != nullptr && j0 >= p.key_lengths[b]) return true;
   return false;
 }
@@ -70,6 +78,7 @@ void bias_and_mask(T* S, int64_t ld, const AttentionParams<T>& p, const int32_t*
     }
     const int64_t visible_end = p.causal ? std::min(key_end, pos + 1) : key_end;
     for (int64_t j = std::max(j0, visible_end); j < j1; ++j) row[j] = kMasked;
+    for (int64_t j = j0, first = std::min(j1, first_visible_key(p, i)); j < first; ++j) row[j] = kMasked;
     if (p.mask != nullptr) {
       const uint8_t* allowed = p.mask + (b * p.Tq + i) * p.Tk;
       for (int64_t j = j0; j < j1; ++j)

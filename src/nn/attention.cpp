@@ -40,10 +40,13 @@ float* grad_or_null(Parameter& p) { return has(p) ? p.grad.data() : nullptr; }
 
 // Qwen3's q/k norm: RMSNorm over each head's d channels of `rows` rows (d each), in place; rstd (rows) and the
 // input (raw, when given) are what backward needs.
-void head_norm(float* x, float* rstd, Tensor* raw, const Parameter& gain, int64_t rows, int64_t d, double eps) {
+void head_norm(float* x, float* rstd, Tensor* raw, const Parameter& gain, bool unit_offset, int64_t rows, int64_t d,
+               double eps) {
   Tensor in = Tensor::uninitialized({rows, d});
   std::memcpy(in.data(), x, sizeof(float) * static_cast<size_t>(rows * d));
-  kernels::rmsnorm_forward(x, rstd, in.data(), gain.value.data(), rows, d, static_cast<float>(eps));
+  std::vector<float> offset_gain;
+  kernels::rmsnorm_forward(x, rstd, in.data(), norm_gain(gain, unit_offset, offset_gain), rows, d,
+                           static_cast<float>(eps));
   if (raw != nullptr) *raw = std::move(in);
 }
 
@@ -75,6 +78,8 @@ void AttentionConfig::validate() const {
   check(position != PositionScheme::T5 || t5_num_buckets >= 2, "attention: t5_num_buckets must be at least 2, got {}",
         t5_num_buckets);
   check(dropout >= 0.0f && dropout < 1.0f, "attention: dropout must be in [0, 1), got {}", dropout);
+  check(window >= 0 && (window == 0 || (causal && !cross && kernel != AttentionKernel::Linear)),
+        "attention: a sliding window ({}) applies to causal self-attention with the flash or reference kernel", window);
   check(kernel != AttentionKernel::Linear || (!cross && (position == PositionScheme::None ||
                                                          position == PositionScheme::RoPE)),
         "attention: the linear kernel supports self-attention with no position bias (none or rope), got {}{}",
@@ -92,8 +97,8 @@ MultiHeadAttention::MultiHeadAttention(std::string name, const AttentionConfig& 
     if (config_.qk_norm) {
       q_norm_ = Parameter(name_ + ".q_norm.weight", {D}, Role::NormGain);
       k_norm_ = Parameter(name_ + ".k_norm.weight", {D}, Role::NormGain);
-      q_norm_.value.fill(1.0f);
-      k_norm_.value.fill(1.0f);
+      q_norm_.value.fill(config_.norm_unit_offset ? 0.0f : 1.0f);  // a gain of 1 either way
+      k_norm_.value.fill(config_.norm_unit_offset ? 0.0f : 1.0f);
     }
   } else {
     w_q_ = Parameter(name_ + ".q.weight", {H * D, C}, Role::AttentionQuery);
@@ -129,6 +134,7 @@ kernels::AttentionParams<float> MultiHeadAttention::kernel_params(int64_t B, int
   p.scale = c.scale > 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
   p.causal = c.causal && !c.cross;
   p.q_offset = c.cross ? 0 : position;
+  p.window = p.causal ? c.window : 0;
   p.key_lengths = key_lengths, p.mask = mask;
   p.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
   p.t5_table = data_or_null(t5_table_);
@@ -221,8 +227,10 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
     if (c.qk_norm) {
       s.q_rstd = Tensor::uninitialized({B * Tq * H});
       s.k_rstd = Tensor::uninitialized({B * Tq * Hkv});
-      head_norm(s.q.data(), s.q_rstd.data(), saving ? &s.q_raw : nullptr, q_norm_, B * Tq * H, D, c.norm_eps);
-      head_norm(s.k.data(), s.k_rstd.data(), saving ? &s.k_raw : nullptr, k_norm_, B * Tq * Hkv, D, c.norm_eps);
+      head_norm(s.q.data(), s.q_rstd.data(), saving ? &s.q_raw : nullptr, q_norm_, c.norm_unit_offset, B * Tq * H, D,
+                c.norm_eps);
+      head_norm(s.k.data(), s.k_rstd.data(), saving ? &s.k_raw : nullptr, k_norm_, c.norm_unit_offset, B * Tq * Hkv,
+                D, c.norm_eps);
     }
   } else {
     linear_forward(s.q.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D, s.precision, &s.w_in_rounded);
@@ -268,8 +276,8 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
     split_columns(v.data(), qkv.data(), N, W, (H + Hkv) * D, Hkv * D);
     if (c.qk_norm) {
       std::vector<float> rstd(N * H);
-      head_norm(q.data(), rstd.data(), nullptr, q_norm_, N * H, D, c.norm_eps);
-      head_norm(k.data(), rstd.data(), nullptr, k_norm_, N * Hkv, D, c.norm_eps);
+      head_norm(q.data(), rstd.data(), nullptr, q_norm_, c.norm_unit_offset, N * H, D, c.norm_eps);
+      head_norm(k.data(), rstd.data(), nullptr, k_norm_, c.norm_unit_offset, N * Hkv, D, c.norm_eps);
     }
   } else {
     linear_forward(q.data(), x.data(), w_q_, data_or_null(b_q_), N, C, H * D, Precision::F32);
@@ -392,10 +400,12 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
   }
   if (c.qk_norm) {  // back through the head norms (their gains' gradients accumulate)
     Tensor dq_raw(dq.shape()), dk_raw(dk.shape());
-    kernels::rmsnorm_backward(dq_raw.data(), q_norm_.grad.data(), dq.data(), s.q_raw.data(), q_norm_.value.data(),
-                              s.q_rstd.data(), s.B * s.Tq * H, D);
-    kernels::rmsnorm_backward(dk_raw.data(), k_norm_.grad.data(), dk.data(), s.k_raw.data(), k_norm_.value.data(),
-                              s.k_rstd.data(), s.B * s.Tq * Hkv, D);
+    std::vector<float> q_offset_gain, k_offset_gain;
+    kernels::rmsnorm_backward(dq_raw.data(), q_norm_.grad.data(), dq.data(), s.q_raw.data(),
+                              norm_gain(q_norm_, c.norm_unit_offset, q_offset_gain), s.q_rstd.data(), s.B * s.Tq * H, D);
+    kernels::rmsnorm_backward(dk_raw.data(), k_norm_.grad.data(), dk.data(), s.k_raw.data(),
+                              norm_gain(k_norm_, c.norm_unit_offset, k_offset_gain), s.k_rstd.data(), s.B * s.Tq * Hkv,
+                              D);
     dq = std::move(dq_raw);
     dk = std::move(dk_raw);
   }

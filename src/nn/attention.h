@@ -53,7 +53,9 @@ struct AttentionConfig {
   bool qkv_bias = false;       // biases on q, k, v only (Qwen2), when `bias` is off
   bool qk_norm = false;        // RMSNorm over each head's q and k, one gain of d_head each (Qwen3)
   double norm_eps = 1e-6;      // the q/k norms' ε
+  bool norm_unit_offset = false;  // the q/k norms multiply by 1 + γ (Gemma)
   bool causal = false;         // decoder self-attention
+  int64_t window = 0;          // causal: each query sees only the newest `window` keys, itself included; 0: all
   bool cross = false;          // keys and values from another sequence (the encoder's output)
   double scale = 0.0;          // score scale; 0 means 1/√d_head (T5 uses 1)
   PositionScheme position = PositionScheme::None;

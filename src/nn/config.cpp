@@ -90,12 +90,17 @@ void for_each_field(Config& c, F&& f) {
   f("rope_llama3_high_freq_factor", c.rope_llama3_high_freq_factor, "Llama 3.1's scaling: wavelengths below L₀/this stay");
   f("rope_dynamic_factor", c.rope_dynamic_factor, "dynamic NTK RoPE scaling (Hugging Face's \"dynamic\"): a call reaching L > L₀ positions scales the base; 0: off");
   f("rope_original_context", c.rope_original_context, "L₀, the context the RoPE frequencies were trained at (llama3 and dynamic scaling)");
+  f("rope_local_base", c.rope_local_base, "θ of the RoPE of sliding-window blocks, which take none of the scalings above (Gemma 3: 10000); 0: the same RoPE as the other blocks");
+  f("sliding_window", c.sliding_window, "causal self-attention sees only the newest W positions, its own included (Mistral, Gemma); 0: all");
+  f("sliding_window_pattern", c.sliding_window_pattern, "with sliding_window: blocks k−1, 2k−1, ... (from 0) see all positions and the others the window (Gemma 3: 6); 0: every block has the window");
   f("t5_num_buckets", c.t5_num_buckets, "T5's relative position buckets");
   f("t5_max_distance", c.t5_max_distance, "T5's relative position buckets");
   f("norm", c.norm, "layernorm (γ and β) or rmsnorm (γ only)");
   f("norm_eps", c.norm_eps, "ε inside the norm's square root");
   Placement placement{c.pre_norm};
   f("norm_placement", placement, "pre (x + F(norm(x)), with a final norm after the last block) or post (norm(x + F(x)), no final norm)");
+  f("sandwich_norm", c.sandwich_norm, "pre-LN blocks also normalise each branch's output before adding it: x + norm'(F(norm(x))) (Gemma 2 and 3)");
+  f("norm_unit_offset", c.norm_unit_offset, "every norm multiplies by 1 + γ, its gains stored as offsets from 1 and initialised to 0 (Gemma)");
   f("residual_scale", c.residual_scale, "α in x + α·F(x)");
   f("bias", c.bias, "biases on the attention and FFN projections (GPT-2, BERT yes; LLaMA, T5 no)");
   f("qkv_bias", c.qkv_bias, "biases on the q, k, v projections only, for a model without biases (Qwen2)");
@@ -174,6 +179,14 @@ void ModelConfig::validate() const {
   check(rope_llama3_factor == 0.0 || rope_llama3_high_freq_factor > rope_llama3_low_freq_factor,
         "config: rope_llama3_high_freq_factor ({}) must be above rope_llama3_low_freq_factor ({})",
         rope_llama3_high_freq_factor, rope_llama3_low_freq_factor);
+  check(rope_local_base == 0.0 || rope_local_base > 1.0, "config: rope_local_base must be 0 (off) or above 1, got {}",
+        rope_local_base);
+  check(sliding_window >= 0 && sliding_window_pattern >= 0,
+        "config: sliding_window and sliding_window_pattern must be non-negative, got {} and {}", sliding_window,
+        sliding_window_pattern);
+  check(sliding_window == 0 || (has_decoder() && attention_kernel != AttentionKernel::Linear),
+        "config: sliding_window applies to a decoder's causal self-attention with the flash or reference kernel");
+  check(!sandwich_norm || pre_norm, "config: sandwich_norm adds norms to pre-LN blocks (norm_placement \"pre\")");
   check(t5_num_buckets >= 2 && t5_max_distance > t5_num_buckets / 4,
         "config: t5_num_buckets must be at least 2 and t5_max_distance above num_buckets/4, got {} and {}",
         t5_num_buckets, t5_max_distance);

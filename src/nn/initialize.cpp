@@ -9,7 +9,7 @@ namespace attend {
 
 // ---- Initialisation (004 §8.1) ---------------------------------------------------------------------
 
-// Biases 0, norm gains 1; embeddings N(0, σ²); matrices N(0, σ²) (GPT-2) or N(0, 2/(fan_in + fan_out))
+// Biases 0, norm gains 1 (stored as 0 when norms multiply by 1 + γ); embeddings N(0, σ²); matrices N(0, σ²) (GPT-2) or N(0, 2/(fan_in + fan_out))
 // (Xavier). GPT-2 scales the residual output projections (attention W_O, FFN down) by 1/√(2·blocks of
 // the stack) so the residual stream's variance does not grow with depth. W_Q and W_K rows get σ·init_qk_scale.
 void Model::initialize(uint64_t seed) {
@@ -23,7 +23,7 @@ void Model::initialize(uint64_t seed) {
       continue;
     }
     if (is_norm_gain(p->role)) {
-      v.fill(1.0f);
+      v.fill(c.norm_unit_offset ? 0.0f : 1.0f);  // a gain of 1 either way
       continue;
     }
     double std = c.init_std;

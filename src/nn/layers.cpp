@@ -138,10 +138,18 @@ void Linear::collect(std::vector<Parameter*>& out) {
 
 // ---- Norm ------------------------------------------------------------------------------------------
 
-Norm::Norm(const std::string& name, NormKind kind, int64_t C, double eps, Role gain_role, Role bias_role)
-    : weight(name + ".weight", {C}, gain_role), kind_(kind), eps_(static_cast<float>(eps)) {
+const float* norm_gain(const Parameter& gain, bool unit_offset, std::vector<float>& scratch) {
+  if (!unit_offset) return gain.value.data();
+  scratch.resize(static_cast<size_t>(gain.numel()));
+  for (size_t i = 0; i < scratch.size(); ++i) scratch[i] = 1.0f + gain.value.data()[i];
+  return scratch.data();
+}
+
+Norm::Norm(const std::string& name, NormKind kind, int64_t C, double eps, bool unit_offset, Role gain_role,
+           Role bias_role)
+    : weight(name + ".weight", {C}, gain_role), kind_(kind), eps_(static_cast<float>(eps)), unit_offset_(unit_offset) {
   if (kind == NormKind::LayerNorm) bias = Parameter(name + ".bias", {C}, bias_role);
-  weight.value.fill(1.0f);
+  weight.value.fill(unit_offset ? 0.0f : 1.0f);  // a gain of 1 either way
 }
 
 Tensor Norm::forward(const Tensor& x, Saved* saved) const {
@@ -151,12 +159,13 @@ Tensor Norm::forward(const Tensor& x, Saved* saved) const {
   if (saved != nullptr) s.x = x.clone();
   Tensor y = Tensor::uninitialized({N, C});
   s.rstd = Tensor::uninitialized({N});
+  std::vector<float> offset_gain;
+  const float* gain = norm_gain(weight, unit_offset_, offset_gain);
   if (kind_ == NormKind::LayerNorm) {
     s.mean = Tensor::uninitialized({N});
-    kernels::layernorm_forward(y.data(), s.mean.data(), s.rstd.data(), x.data(), weight.value.data(),
-                               bias.value.data(), N, C, eps_);
+    kernels::layernorm_forward(y.data(), s.mean.data(), s.rstd.data(), x.data(), gain, bias.value.data(), N, C, eps_);
   } else {
-    kernels::rmsnorm_forward(y.data(), s.rstd.data(), x.data(), weight.value.data(), N, C, eps_);
+    kernels::rmsnorm_forward(y.data(), s.rstd.data(), x.data(), gain, N, C, eps_);
   }
   return y;
 }
@@ -164,12 +173,13 @@ Tensor Norm::forward(const Tensor& x, Saved* saved) const {
 Tensor Norm::backward(const Tensor& dout, const Saved& s) {
   const int64_t C = weight.numel(), N = s.x.numel() / C;
   Tensor dx({N, C});
+  std::vector<float> offset_gain;
+  const float* gain = norm_gain(weight, unit_offset_, offset_gain);
   if (kind_ == NormKind::LayerNorm)
-    kernels::layernorm_backward(dx.data(), weight.grad.data(), bias.grad.data(), dout.data(), s.x.data(),
-                                weight.value.data(), s.mean.data(), s.rstd.data(), N, C);
+    kernels::layernorm_backward(dx.data(), weight.grad.data(), bias.grad.data(), dout.data(), s.x.data(), gain,
+                                s.mean.data(), s.rstd.data(), N, C);
   else
-    kernels::rmsnorm_backward(dx.data(), weight.grad.data(), dout.data(), s.x.data(), weight.value.data(),
-                              s.rstd.data(), N, C);
+    kernels::rmsnorm_backward(dx.data(), weight.grad.data(), dout.data(), s.x.data(), gain, s.rstd.data(), N, C);
   return dx;
 }
 

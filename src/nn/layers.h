@@ -58,12 +58,17 @@ class Linear {
   Parameter weight, bias;
 };
 
-// LayerNorm (γ, β) or RMSNorm (γ) over the last dimension (000 §3.3-3.4).
+// The gain a norm multiplies by: γ itself, or 1 + γ (computed in fp32, as Hugging Face's Gemma RMSNorm does)
+// when the model stores its gains as offsets from 1. `scratch` holds 1 + γ. ∂/∂γ is the same either way.
+const float* norm_gain(const Parameter& gain, bool unit_offset, std::vector<float>& scratch);
+
+// LayerNorm (γ, β) or RMSNorm (γ) over the last dimension (000 §3.3-3.4). With unit_offset the layer multiplies by
+// 1 + γ and γ starts at 0 (Gemma).
 class Norm {
  public:
   Norm() = default;
-  Norm(const std::string& name, NormKind kind, int64_t C, double eps, Role gain_role = Role::NormGain,
-       Role bias_role = Role::NormBias);
+  Norm(const std::string& name, NormKind kind, int64_t C, double eps, bool unit_offset = false,
+       Role gain_role = Role::NormGain, Role bias_role = Role::NormBias);
 
   struct Saved {
     Tensor x, mean, rstd;
@@ -78,6 +83,7 @@ class Norm {
  private:
   NormKind kind_ = NormKind::LayerNorm;
   float eps_ = 1e-5f;
+  bool unit_offset_ = false;
 };
 
 // Inverted dropout whose mask is a pure function of (seed, offset + i): backward regenerates it (003 §12.1).

@@ -48,7 +48,8 @@ Model::Impl::Impl(const ModelConfig& c)
   }
   if (c.architecture == Architecture::Encoder) {
     mlm_dense = nn::Linear("mlm.dense", c.d_model, c.d_model, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
-    mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps, Role::HeadNormGain, Role::HeadNormBias);
+    mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset, Role::HeadNormGain,
+                     Role::HeadNormBias);
     mlm_bias = Parameter("mlm.bias", {c.vocab_size}, Role::HeadBias);
     mlm_dense.collect(params);
     mlm_norm->collect(params);

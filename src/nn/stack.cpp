@@ -12,7 +12,9 @@
 namespace attend::nn {
 namespace {
 
-AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) {
+// Block `index`'s attention: a sliding-window block (ModelConfig::is_local_block) gets the window and, when the
+// model gives local blocks their own RoPE base, an unscaled RoPE of that base.
+AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross, int64_t index) {
   AttentionConfig a;
   a.d_model = c.d_model;
   a.n_heads = c.n_heads;
@@ -22,7 +24,10 @@ AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) 
   a.qkv_bias = c.qkv_bias && !cross;
   a.qk_norm = c.qk_norm && !cross;
   a.norm_eps = c.norm_eps;
+  a.norm_unit_offset = c.norm_unit_offset;
   a.causal = causal && !cross;
+  const bool local = a.causal && c.is_local_block(index);
+  if (local) a.window = c.sliding_window;
   a.cross = cross;
   a.scale = c.attention_scale;
   if (!cross) {
@@ -42,6 +47,7 @@ AttentionConfig attention_config(const ModelConfig& c, bool causal, bool cross) 
                                  c.rope_llama3_high_freq_factor,
                                  c.rope_dynamic_factor,
                                  c.rope_original_context};
+  if (local && c.rope_local_base > 0.0) a.rope = kernels::RopeScaling{.base = c.rope_local_base};
   a.t5_num_buckets = c.t5_num_buckets;
   a.t5_max_distance = c.t5_max_distance;
   a.dropout = c.attention_dropout;
@@ -61,12 +67,12 @@ Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cr
     : pre_norm_(c.pre_norm),
       alpha_(static_cast<float>(c.residual_scale)),
       index_(index),
-      attn_sub_{Norm(name + ".attn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
-      ffn_sub_{Norm(name + ".ffn_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)},
-      attn_(name + ".attn", attention_config(c, causal, false)) {
+      attn_sub_(sublayer(name + ".attn", c)),
+      ffn_sub_(sublayer(name + ".ffn", c)),
+      attn_(name + ".attn", attention_config(c, causal, false, index)) {
   if (cross) {
-    cross_sub_ = Sublayer{Norm(name + ".cross_norm", c.norm, c.d_model, c.norm_eps), Dropout(c.residual_dropout)};
-    cross_.emplace(name + ".cross_attn", attention_config(c, causal, true));
+    cross_sub_ = sublayer(name + ".cross", c);
+    cross_.emplace(name + ".cross_attn", attention_config(c, causal, true, index));
   }
   if (moe)
     moe_.emplace(name + ".ffn", c);
@@ -74,13 +80,21 @@ Block::Block(const std::string& name, const ModelConfig& c, bool causal, bool cr
     ffn_.emplace(name + ".ffn", c);
 }
 
+Block::Sublayer Block::sublayer(const std::string& prefix, const ModelConfig& c) {
+  Sublayer s{Norm(prefix + "_norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset), Dropout(c.residual_dropout),
+             std::nullopt};
+  if (c.sandwich_norm) s.post_norm.emplace(prefix + "_post_norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset);
+  return s;
+}
+
 template <typename F>
 Tensor Block::sublayer_forward(const Sublayer& s, const Tensor& x, F&& f, bool training, Rng* rng,
                                SublayerSaved* saved) const {
   Norm::Saved* norm_saved = saved != nullptr ? &saved->norm : nullptr;
   Dropout::Saved* dropout_saved = saved != nullptr ? &saved->dropout : nullptr;
-  if (pre_norm_) {  // x + α·drop(F(norm(x)))
+  if (pre_norm_) {  // x + α·drop(F(norm(x))), or with a sandwich x + α·drop(norm'(F(norm(x))))
     Tensor branch = f(s.norm.forward(x, norm_saved));  // F takes its input by value: the normed rows move in
+    if (s.post_norm) branch = s.post_norm->forward(branch, saved != nullptr ? &saved->post_norm : nullptr);
     s.dropout.forward(branch, training, rng, dropout_saved);
     Tensor out = Tensor::uninitialized(x.shape());
     kernels::residual_forward(out.data(), x.data(), branch.data(), x.numel(), alpha_);
@@ -93,18 +107,23 @@ Tensor Block::sublayer_forward(const Sublayer& s, const Tensor& x, F&& f, bool t
   return s.norm.forward(branch, norm_saved);
 }
 
-// Pre-LN: dx = dout + norm'(F'(α·drop'(dout))).  Post-LN: ds = norm'(dout), dx = ds + F'(α·drop'(ds)).
+// Pre-LN: dx = dout + norm'(F'(α·drop'(dout))), with a sandwich F'(norm''(α·drop'(dout))) inside.
+// Post-LN: ds = norm'(dout), dx = ds + F'(α·drop'(ds)).
 template <typename F>
 Tensor Block::sublayer_backward(Sublayer& s, Tensor dout, F&& f_backward, const SublayerSaved& saved) {
   Tensor dsum = pre_norm_ ? std::move(dout) : s.norm.backward(dout, saved.norm);
+  auto branch_backward = [&](const Tensor& dbranch) {
+    if (!s.post_norm) return f_backward(dbranch);
+    return f_backward(s.post_norm->backward(dbranch, saved.post_norm));
+  };
   Tensor dinner;
   if (alpha_ == 1.0f && !saved.dropout.active) {  // the branch's gradient is dsum itself
-    dinner = f_backward(dsum);
+    dinner = branch_backward(dsum);
   } else {
     Tensor dbranch = dsum.clone();
     if (alpha_ != 1.0f) kernels::scale(dbranch.data(), dbranch.numel(), alpha_);
     s.dropout.backward(dbranch, saved.dropout);
-    dinner = f_backward(dbranch);
+    dinner = branch_backward(dbranch);
   }
   if (pre_norm_) dinner = s.norm.backward(dinner, saved.norm);
   add_into(dsum, dinner);
@@ -200,15 +219,18 @@ Tensor Block::backward(Tensor dout, double daux, Tensor* dcontext, const Saved& 
 void Block::collect(std::vector<Parameter*>& out) {
   attn_sub_.norm.collect(out);
   for (Parameter* p : attn_.parameters()) out.push_back(p);
+  if (attn_sub_.post_norm) attn_sub_.post_norm->collect(out);
   if (cross_) {
     cross_sub_.norm.collect(out);
     for (Parameter* p : cross_->parameters()) out.push_back(p);
+    if (cross_sub_.post_norm) cross_sub_.post_norm->collect(out);
   }
   ffn_sub_.norm.collect(out);
   if (moe_)
     moe_->collect(out);
   else
     ffn_->collect(out);
+  if (ffn_sub_.post_norm) ffn_sub_.post_norm->collect(out);
 }
 
 // ---- Stack -----------------------------------------------------------------------------------------
@@ -217,7 +239,7 @@ Stack::Stack(const std::string& name, const ModelConfig& c, int64_t n_blocks, bo
   for (int64_t i = 0; i < n_blocks; ++i)
     blocks_.push_back(
         std::make_unique<Block>(fmt::format("{}.layers.{}", name, i), c, causal, cross, c.is_moe_block(i), i));
-  if (c.pre_norm) final_norm_.emplace(name + ".norm", c.norm, c.d_model, c.norm_eps);
+  if (c.pre_norm) final_norm_.emplace(name + ".norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset);
 }
 
 Tensor Stack::forward(const Tensor& x, const StackCall& call, Saved* saved) const {

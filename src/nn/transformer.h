@@ -3,6 +3,8 @@
 //
 //   pre-LN:   x ← x + α·drop(Attn(norm₁(x)));  [x ← x + α·drop(Cross(norm_c(x), enc))];  x ← x + α·drop(FFN(norm₂(x)))
 //   post-LN:  x ← norm₁(x + α·drop(Attn(x)));  [x ← norm_c(x + α·drop(Cross(x, enc)))];  x ← norm₂(x + α·drop(FFN(x)))
+//   sandwich: pre-LN with each branch normalised again before it is added, x ← x + α·drop(norm'(F(norm(x))))
+//             (Gemma 2 and 3's post_attention_layernorm and post_feedforward_layernorm)
 //
 // Activations flow as rows (B·T, C); attention sees them as (B, T, C).
 #pragma once
@@ -40,6 +42,7 @@ class Block {
   struct SublayerSaved {
     Norm::Saved norm;
     Dropout::Saved dropout;
+    Norm::Saved post_norm;
   };
   struct Saved {
     int64_t B = 0, T = 0;
@@ -66,7 +69,9 @@ class Block {
   struct Sublayer {
     Norm norm;
     Dropout dropout;
+    std::optional<Norm> post_norm;  // sandwich_norm: norm' of the branch's output
   };
+  static Sublayer sublayer(const std::string& prefix, const ModelConfig& c);  // prefix_norm (+ prefix_post_norm)
   template <typename F>
   Tensor sublayer_forward(const Sublayer& s, const Tensor& x, F&& f, bool training, Rng* rng,
                           SublayerSaved* saved) const;

@@ -81,11 +81,12 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t b = w / n_blocks;
       float* part = partials + w * H * stride;
-      // Keys past the causal diagonal or the sequence's length are never read.
+      // Keys past the causal diagonal or the sequence's length, or older than a sliding window, are never read.
       int64_t end = p.Tk;
       if (p.causal) end = std::min(end, p.q_offset + 1);
       if (p.key_lengths != nullptr) end = std::min<int64_t>(end, p.key_lengths[b]);
-      const int64_t j0 = (w % n_blocks) * kBlock, j1 = std::min(j0 + kBlock, end);
+      const int64_t j0 = std::max((w % n_blocks) * kBlock, detail::first_visible_key(p, 0));
+      const int64_t j1 = std::min((w % n_blocks) * kBlock + kBlock, end);
       for (int64_t h = 0; h < H; ++h) part[h * stride + D + 1] = 0.0f;  // l = 0: nothing visible yet
       if (j0 >= j1) continue;
       // Row (b, j, kvh) is at (b·rows + j)·Hkv + kvh: a position's heads are adjacent.
