@@ -12,12 +12,15 @@ namespace attend {
 class Model;
 class Tokenizer;
 struct GenerateOptions;
+struct GenerationDefaults;
 }  // namespace attend
 
 namespace attend::cli {
 
-// EOS (or [SEP]) and, for encoder-decoder models, the decoder's start token BOS (or [CLS]), as training used.
-void set_special_tokens(const Tokenizer& tokenizer, const Model& model, GenerateOptions& options);
+// The tokens that end a sequence and, for encoder-decoder models, the decoder's start token: the model directory's
+// (generation_config.json, config.json), else the tokenizer's EOS (or [SEP]) and BOS (or [CLS]), as training used.
+void set_special_tokens(const Tokenizer* tokenizer, const GenerationDefaults& defaults, const Model& model,
+                        GenerateOptions& options);
 
 // Token ids written "1,2,3", "1 2 3", "[1, 2]" or one per line; anything else is an error naming `origin`
 // and the bad entry.

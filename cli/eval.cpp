@@ -89,7 +89,7 @@ void add_eval_seq2seq(CLI::App& app) {
     if (limit > 0 && static_cast<int64_t>(sources.size()) > limit) sources.resize(limit), references.resize(limit);
     check(!sources.empty(), "{}: no source<TAB>target lines", data);
     GenerateOptions options{.max_new_tokens = max_new, .sampling = {.greedy = true}};
-    set_special_tokens(tokenizer, model, options);
+    set_special_tokens(&tokenizer, read_generation_defaults(model_dir), model, options);
     const int64_t context = model.config().max_seq_len;
     std::vector<std::vector<std::string>> hypotheses;
     ProgressBar bar("decode");

@@ -15,13 +15,22 @@
 
 namespace attend::cli {
 
-void set_special_tokens(const Tokenizer& tokenizer, const Model& model, GenerateOptions& options) {
-  options.eos = tokenizer.special_id(SpecialRole::Eos);
-  if (!options.eos) options.eos = tokenizer.special_id(SpecialRole::Sep);  // BERT-style vocabularies
+void set_special_tokens(const Tokenizer* tokenizer, const GenerationDefaults& defaults, const Model& model,
+                        GenerateOptions& options) {
+  // The model directory's own list (generation_config.json, config.json) first, as Hugging Face's generate reads it;
+  // else the tokenizer's EOS ([SEP] in BERT-style vocabularies).
+  options.eos = defaults.eos;
+  if (options.eos.empty() && tokenizer != nullptr) {
+    std::optional<int32_t> eos = tokenizer->special_id(SpecialRole::Eos);
+    if (!eos) eos = tokenizer->special_id(SpecialRole::Sep);
+    if (eos) options.eos = {*eos};
+  }
   if (model.config().architecture == Architecture::EncoderDecoder) {
-    // The prompt is the source; the decoder starts from BOS ([CLS] in BERT-style vocabularies), as in training.
-    options.decoder_start = tokenizer.special_id(SpecialRole::Bos);
-    if (!options.decoder_start) options.decoder_start = tokenizer.special_id(SpecialRole::Cls);
+    // The prompt is the source; the decoder starts from decoder_start_token_id (T5: the pad token), else from BOS
+    // ([CLS] in BERT-style vocabularies), as Attend trains it.
+    options.decoder_start = defaults.decoder_start;
+    if (!options.decoder_start && tokenizer != nullptr) options.decoder_start = tokenizer->special_id(SpecialRole::Bos);
+    if (!options.decoder_start && tokenizer != nullptr) options.decoder_start = tokenizer->special_id(SpecialRole::Cls);
   }
 }
 
@@ -76,8 +85,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-cache", kv_cache, "f32, f16 or int8: how the KV cache stores keys and values (f16 halves its memory and reads)")
       ->capture_default_str();
   cmd->add_flag("--json", json_output, "Print {\"ids\": [...], \"text\": \"...\"} instead of streaming");
-  static int64_t eos = -1;
-  cmd->add_option("--eos", eos, "Stop at this token id (default: the tokenizer's end-of-sequence token)");
+  static std::string eos_ids;
+  cmd->add_option("--eos", eos_ids, "Stop at these token ids, e.g. \"128001,128009\" (default: the model directory's "
+                                    "generation_config.json, else the tokenizer's end-of-sequence token)");
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = load_model(model_dir);
@@ -113,12 +123,11 @@ void add_generate_command(CLI::App& app) {
               model.config().vocab_size);
     const std::vector<int32_t>& input = inputs[0];
     options.stop = stops;
-    if (tok != nullptr) set_special_tokens(*tok, model, options);
-    if (eos != -1) {
-      check(eos >= 0 && eos < model.config().vocab_size, "--eos {}: not a token id of the model's vocabulary of {}",
-            eos, model.config().vocab_size);
-      options.eos = static_cast<int32_t>(eos);
-    }
+    set_special_tokens(tok, read_generation_defaults(model_dir), model, options);
+    if (!eos_ids.empty()) options.eos = parse_ids(eos_ids, "--eos");
+    for (int32_t id : options.eos)
+      check(id >= 0 && id < model.config().vocab_size, "end-of-sequence token {}: not a token id of the model's "
+            "vocabulary of {}", id, model.config().vocab_size);
     beam.decoder_start = options.decoder_start;
     beam.cache = options.cache;
     if (inputs.size() > 1) {  // several prompts: one batch, one line (or JSON object) per prompt

@@ -1,8 +1,11 @@
-// config.json as load_model reads it: Hugging Face's GPT-2 or Llama-family keys, or Attend's own fields. A
-// config that loads must write a config.json that loads to the same config.
+// config.json as load_model reads it: Hugging Face's GPT-2, Llama-family, Gemma 3 (its own keys, or a multimodal
+// config's text_config) or T5 keys, or Attend's own fields. A config that loads must write a config.json that loads
+// to the same config.
 #include "fuzz_util.h"
 #include "formats/hf_gpt2.h"
+#include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
+#include "formats/hf_t5.h"
 
 #include <attend/model.h>
 
@@ -13,9 +16,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = fuzz::text(data, size);
   try {
     const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    const ModelConfig c = formats::is_hf_gpt2_config(parsed)    ? formats::config_from_hf_gpt2(parsed, "config.json")
-                          : formats::is_hf_llama_config(parsed) ? formats::config_from_hf_llama(parsed, "config.json")
-                                                                : ModelConfig::from_json(text);
+    auto gemma3 = [&] {  // a multimodal config's language model is its text_config
+      const auto text_config = parsed.find("text_config");
+      return formats::config_from_hf_gemma3(text_config != parsed.end() ? *text_config : parsed, "config.json");
+    };
+    const ModelConfig c = formats::is_hf_gpt2_config(parsed)     ? formats::config_from_hf_gpt2(parsed, "config.json")
+                          : formats::is_hf_llama_config(parsed)  ? formats::config_from_hf_llama(parsed, "config.json")
+                          : formats::is_hf_gemma3_config(parsed) ? gemma3()
+                          : formats::is_hf_t5_config(parsed)     ? formats::config_from_hf_t5(parsed, "config.json")
+                                                                 : ModelConfig::from_json(text);
     (void)c.ffn_hidden();
     (void)c.decoder_layers();
     const std::string saved = c.to_json();

@@ -162,7 +162,7 @@ TEST(Generate, TopKOneIsGreedyAndBudgetsAndErrorsHold) {
   // EOS stops generation and is not returned: take the last token of the greedy run as EOS; generation
   // stops where it first appears.
   GenerateOptions eos = greedy;
-  eos.eos = a.ids.back();
+  eos.eos = {a.ids.back()};
   const auto first = std::find(a.ids.begin(), a.ids.end(), a.ids.back());
   const Generation e = generate(model, &tok, prompt, eos);
   EXPECT_EQ(e.stopped_by, "eos");
@@ -196,7 +196,7 @@ TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
   for (int i = 0; i < 500; ++i) text += static_cast<char>('a' + i % 26);
   const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300});
   const Generation greedy = generate(model, &tok, prompt, {.max_new_tokens = 5, .sampling = {.greedy = true}});
-  const auto one = beam_search(model, prompt, 5, std::nullopt, {.width = 1});
+  const auto one = beam_search(model, prompt, 5, {}, {.width = 1});
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].ids, greedy.ids);
   // Exhaustive over two tokens: 37² continuations. A beam as wide as the vocabulary keeps every first token,
@@ -211,20 +211,20 @@ TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
     for (int32_t b = 0; b < V; ++b)
       if (first[a] + second[b] > best) best = first[a] + second[b], best_pair = {a, b};
   }
-  const auto wide = beam_search(model, prompt, 2, std::nullopt, {.width = V, .length_penalty = 0.0, .n_best = 3});
+  const auto wide = beam_search(model, prompt, 2, {}, {.width = V, .length_penalty = 0.0, .n_best = 3});
   ASSERT_EQ(wide.size(), 3u);
   EXPECT_EQ(wide[0].ids, best_pair);
   EXPECT_NEAR(wide[0].log_prob, best, 1e-4);
   EXPECT_GE(wide[0].score, wide[1].score);
   EXPECT_GE(wide[1].score, wide[2].score);
   // With an end token, finished hypotheses leave it out and are scored with it.
-  const auto with_eos = beam_search(model, prompt, 4, greedy.ids[0], {.width = 3, .n_best = 3});
+  const auto with_eos = beam_search(model, prompt, 4, std::vector<int32_t>{greedy.ids[0]}, {.width = 3, .n_best = 3});
   for (const Hypothesis& h : with_eos) {
     if (h.finished) {
       EXPECT_EQ(std::find(h.ids.begin(), h.ids.end(), greedy.ids[0]), h.ids.end());
     }
   }
-  testing::expect_error_mentions<Error>([&] { beam_search(model, prompt, 2, std::nullopt, {.width = 2, .n_best = 3}); },
+  testing::expect_error_mentions<Error>([&] { beam_search(model, prompt, 2, {}, {.width = 2, .n_best = 3}); },
                                         {"n_best must be in [1, width = 2]"});
 }
 
@@ -250,7 +250,7 @@ TEST(Generate, EncoderDecoderGreedyIsTheArgmaxOfFullForwardsAndBeamOneAgrees) {
     EXPECT_EQ(g.ids[step], next) << "step " << step;
     decoder.push_back(next);
   }
-  const auto beam = beam_search(model, source, 5, std::nullopt, {.width = 1, .decoder_start = bos});
+  const auto beam = beam_search(model, source, 5, {}, {.width = 1, .decoder_start = bos});
   EXPECT_EQ(beam[0].ids, g.ids);
   expect_error_mentions<Error>([&] { generate(model, &tok, source, {.sampling = {.greedy = true}}); },
                                {"decoder's start token"});

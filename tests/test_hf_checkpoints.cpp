@@ -6,6 +6,7 @@
 #include "formats/hf_checkpoint.h"
 #include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
+#include "formats/hf_t5.h"
 #include "testing.h"
 
 #include <attend/error.h>
@@ -32,6 +33,7 @@ using testing::expect_error_mentions;
 
 const fs::path kLlama = fs::path(ATTEND_TEST_DATA) / "hf-llama";
 const fs::path kGemma = fs::path(ATTEND_TEST_DATA) / "hf-gemma3";
+const fs::path kT5 = fs::path(ATTEND_TEST_DATA) / "hf-t5";
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("attend_test_hf_" + name);
@@ -81,7 +83,8 @@ void expect_golden(const Model& model, const fs::path& dir, const std::string& w
 // Export writes Hugging Face's layout back: the parameters read back bit for bit, and every tensor the export
 // wrote equals the one the checkpoint holds (as the float it stands for).
 void expect_round_trip(const fs::path& dir, const std::string& what,
-                       void (*export_to)(const Model&, const fs::path&, const Tokenizer*)) {
+                       void (*export_to)(const Model&, const fs::path&, const Tokenizer*),
+                       const std::vector<std::string>& copies = {}) {
   const Model model = load_model(dir);
   const fs::path out = fresh_dir("export_" + what);
   export_to(model, out, nullptr);
@@ -94,10 +97,17 @@ void expect_round_trip(const fs::path& dir, const std::string& what,
         << what << " " << a[i]->name;
   const formats::CheckpointTensors original(dir), exported(out);
   for (const std::string& name : original.names()) {
+    // A tensor the export leaves out must be one of `copies` (T5's stacks' embed_tokens, copies of shared).
+    if (exported.find(name) == nullptr) {
+      EXPECT_NE(std::find(copies.begin(), copies.end(), name), copies.end()) << what << ": " << name << " not exported";
+      continue;
+    }
     const Tensor x = original.load(name, "the fixture"), y = exported.load(name, "the export");
     ASSERT_EQ(x.shape(), y.shape()) << name;
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.numel() * sizeof(float)), 0) << what << " " << name;
   }
+  for (const std::string& name : exported.names())
+    EXPECT_NE(original.find(name), nullptr) << what << ": the export wrote " << name << ", which the checkpoint lacks";
   fs::remove_all(out);
 }
 
@@ -317,6 +327,112 @@ TEST(HfGemma3, BadCheckpointsAreErrorsNamingTheCause) {
                                {"use_bidirectional_attention"});
   expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["head_dim"] = 8; })); },
                                {"o_proj.weight", "[32, 64]", "[32, 32]"});
+}
+
+// ---- T5 -------------------------------------------------------------------------------------------
+
+// T5's fixture: the source through the encoder, the decoder's inputs (labels shifted right after the start
+// token 0) teacher-forced, their logits and loss; then greedy decoding from the start token through a session.
+void expect_t5_golden(const Model& model, const fs::path& dir, const std::string& what) {
+  const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
+  const auto src = golden["src_ids"].get<std::vector<int32_t>>();
+  const auto decoder_ids = golden["decoder_ids"].get<std::vector<int32_t>>();
+  Batch b;
+  b.B = 1, b.src_T = static_cast<int64_t>(src.size()), b.src_ids = src;
+  b.T = static_cast<int64_t>(decoder_ids.size()), b.ids = decoder_ids;
+  b.targets = golden["labels"].get<std::vector<int32_t>>();
+  ForwardState state(/*for_backward=*/false);
+  const double loss = model.forward(b, state).ce_loss;
+  testing::expect_all_close(std::vector<float>(state.logits().span().begin(), state.logits().span().end()),
+                            golden["logits"].get<std::vector<double>>(), 1e-4, what + ": logits");
+  EXPECT_NEAR(loss, golden["loss"].get<double>(), 1e-5 * golden["loss"].get<double>()) << what;
+  Session session(model, src, {.max_T = 8});
+  const int32_t start[] = {0};
+  std::span<const float> logits = session.step(start);
+  std::vector<int32_t> out;
+  for (int i = 0; i < 6; ++i) {
+    out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (i + 1 < 6) logits = session.step(std::span(&out.back(), 1));
+  }
+  EXPECT_EQ(out, golden["greedy_ids"].get<std::vector<int32_t>>()) << what;
+}
+
+// Both variants against a float64 reference of transformers' T5ForConditionalGeneration
+// (tools/make_t5_fixtures.py):
+//   v1_0   ReLU FFN, tied embeddings (the decoder's output × 32^−½ before the head), relative bias table of
+//          block 0 shared by the stack, 8 buckets up to distance 20 under 12 source and 10 target tokens; F32
+//   v1_1   gated-gelu, an untied lm_head, 2 encoder and 3 decoder layers, d_kv 16 on a width of 32; BF16
+TEST(HfT5, EachVariantMatchesTheReference) {
+  for (const std::string variant : {"v1_0", "v1_1"}) expect_t5_golden(load_model(kT5 / variant), kT5 / variant, variant);
+}
+
+TEST(HfT5, ConfigKeysMapToAttendsOptions) {
+  const Model v10 = load_model(kT5 / "v1_0");
+  const ModelConfig& c = v10.config();
+  EXPECT_EQ(c.architecture, Architecture::EncoderDecoder);
+  EXPECT_EQ(c.position, PositionKind::T5);
+  EXPECT_TRUE(c.t5_shared_bias);
+  EXPECT_EQ(c.t5_num_buckets, 8);
+  EXPECT_EQ(c.t5_max_distance, 20);
+  EXPECT_EQ(c.attention_scale, 1.0);
+  EXPECT_EQ(c.activation, FfnKind::ReLU);
+  EXPECT_DOUBLE_EQ(c.lm_head_scale, 1.0 / std::sqrt(32.0));
+  EXPECT_EQ(v10.find("encoder.layers.1.attn.relative_attention_bias"), nullptr);  // block 0's serves the stack
+  EXPECT_NE(v10.find("decoder.layers.0.attn.relative_attention_bias"), nullptr);
+  const ModelConfig d = load_model(kT5 / "v1_1").config();
+  EXPECT_EQ(d.activation, FfnKind::GeGLU);
+  EXPECT_EQ(d.n_decoder_layers, 3);
+  EXPECT_EQ(d.head_dim, 16);
+  EXPECT_FALSE(d.tie_embeddings);
+  EXPECT_EQ(d.lm_head_scale, 1.0);
+}
+
+TEST(HfT5, ExportIsARoundTripBitForBit) {
+  const std::vector<std::string> copies = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"};
+  for (const std::string variant : {"v1_0", "v1_1"}) {
+    expect_round_trip(kT5 / variant, "t5_" + variant, export_hf_t5, copies);
+    expect_round_trip(kT5 / variant, "hf_t5_" + variant, export_hf, copies);
+  }
+  const Model t5 = load_model(testing::kModels / "t5");  // Attend's own T5: a table in every block
+  expect_error_mentions<Error>([&] { export_hf_t5(t5, fresh_dir("t5_export_own")); },
+                               {"export hf-t5", "one relative position table per stack"});
+}
+
+TEST(HfT5, BadCheckpointsAreErrorsNamingTheCause) {
+  auto edited = [](auto edit) { return edited_copy("v1_1", edit, kT5); };
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["feed_forward_proj"] = "gated-swish"; })); },
+                               {"feed_forward_proj 'gated-swish'", "relu, gated-gelu"});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["feed_forward_proj"] = "relu"; })); },
+                               {"no tensor 'encoder.block.0.layer.1.DenseReluDense.wi.weight'"});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["relative_attention_num_buckets"] = 16; })); },
+                               {"relative_attention_bias.weight", "[8, 4]", "[16, 4]"});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["num_decoder_layers"] = 2; })); },
+                               {"unexpected tensor 'decoder.block.2."});
+  expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["d_model"] = "32"; })); }, {"'d_model'"});
+}
+
+// generation_config.json first, config.json for what it leaves out; eos_token_id one id or a list.
+TEST(GenerationDefaults, GenerationConfigThenConfigAndEveryErrorNamed) {
+  const GenerationDefaults llama = parse_generation_defaults(
+      R"({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "temperature": 0.6})",
+      R"({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 7})");
+  EXPECT_EQ(llama.bos, 128000);
+  EXPECT_EQ(llama.eos, std::vector<int32_t>({128001, 128008, 128009}));
+  EXPECT_EQ(llama.pad, 7);  // from config.json
+  EXPECT_FALSE(llama.decoder_start.has_value());
+  const GenerationDefaults t5 = read_generation_defaults(kT5 / "v1_0");  // config.json only
+  EXPECT_EQ(t5.decoder_start, 0);
+  EXPECT_EQ(t5.eos, std::vector<int32_t>({1}));
+  const GenerationDefaults none = parse_generation_defaults("", R"({"eos_token_id": null})");
+  EXPECT_TRUE(none.eos.empty() && !none.bos && !none.pad);
+  expect_error_mentions<Error>([] { parse_generation_defaults(R"({"eos_token_id": "2"})", ""); },
+                               {"generation_config.json", "'eos_token_id'", "token id"});
+  expect_error_mentions<Error>([] { parse_generation_defaults("", R"({"eos_token_id": [1, -2]})"); },
+                               {"config.json", "'eos_token_id'[1]", "-2"});
+  expect_error_mentions<Error>([] { parse_generation_defaults("", R"({"bos_token_id": 4294967296})"); },
+                               {"'bos_token_id'", "4294967296"});
+  expect_error_mentions<Error>([] { parse_generation_defaults("[1]", ""); }, {"generation_config.json", "object"});
+  expect_error_mentions<Error>([] { parse_generation_defaults("{", ""); }, {"not valid JSON"});
 }
 
 TEST(HfShardIndex, ParsesTheWeightMapAndRefusesWhatIsNotAFileName) {

@@ -76,7 +76,7 @@ TEST(Tasks, GraphemeToPhonemeSmoke) {
   const std::vector<double>& losses = smoke.losses;
   EXPECT_LT(losses.back(), 0.6 * losses.front()) << "first " << losses.front() << ", last " << losses.back();
   // Decode a few training words and score them: the numbers are rates.
-  GenerateOptions options{.max_new_tokens = 12, .sampling = {.greedy = true}, .eos = tok.special_id(SpecialRole::Sep),
+  GenerateOptions options{.max_new_tokens = 12, .sampling = {.greedy = true}, .eos = {*tok.special_id(SpecialRole::Sep)},
                           .decoder_start = tok.special_id(SpecialRole::Cls)};
   std::vector<std::vector<int32_t>> sources;
   std::vector<std::vector<std::vector<std::string>>> refs;

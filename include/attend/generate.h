@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,8 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opti
 struct GenerateOptions {
   int64_t max_new_tokens = 64;
   SamplingOptions sampling;
-  std::optional<int32_t> eos;          // stop after generating this token (it is not returned)
+  std::vector<int32_t> eos;            // stop after generating one of these (it is not returned); e.g. Llama 3
+                                       // instruct's <|end_of_text|>, <|eom_id|>, <|eot_id|>
   std::vector<std::string> stop;       // stop once the generated text contains one of these (cut off)
   std::optional<int32_t> decoder_start;  // encoder-decoder models: the decoder's first token (BOS)
   CacheType cache = CacheType::F32;      // the sessions' KV cache storage
@@ -82,11 +84,11 @@ struct Hypothesis {
 };
 
 // Beam search (001 §12): keeps the `width` most likely prefixes, extends each by every token, and keeps
-// the best `width` of the extensions; beams that produce EOS are set aside as finished hypotheses. Width 1
+// the best `width` of the extensions; beams that produce an EOS token (any of `eos`) are set aside as finished hypotheses. Width 1
 // is greedy decoding. Encoder-decoder models read `prompt` as the source. Each beam is a session; the
 // survivors of a step continue from their source beams' sessions and step together. Returns the n-best list,
 // best first.
 std::vector<Hypothesis> beam_search(const Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
-                                    std::optional<int32_t> eos, const BeamOptions& options);
+                                    std::span<const int32_t> eos, const BeamOptions& options);
 
 }  // namespace attend

@@ -73,6 +73,7 @@ struct ModelConfig {
   int64_t sliding_window_pattern = 0;  // with a window, blocks k−1, 2k−1, ... see everything (Gemma 3: 6); 0: none do
   int32_t t5_num_buckets = 32;
   int32_t t5_max_distance = 128;
+  bool t5_shared_bias = false;    // one T5 table per stack, block 0's, added in every block (Hugging Face's T5)
   NormKind norm = NormKind::LayerNorm;
   double norm_eps = 1e-5;
   bool pre_norm = true;           // config.json: "norm_placement": "pre" | "post"
@@ -86,6 +87,7 @@ struct ModelConfig {
   AttentionKernel attention_kernel = AttentionKernel::Flash;  // config.json: "flash", "reference", "linear"
   bool scale_embeddings = false;  // token embeddings × √d_model
   bool tie_embeddings = true;
+  double lm_head_scale = 1.0;     // the LM head reads the top state × this (T5 with tied embeddings: d_model^−½)
   float embedding_dropout = 0.0f;  // e.g. 0.1
   float attention_dropout = 0.0f;
   float residual_dropout = 0.0f;

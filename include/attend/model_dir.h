@@ -8,7 +8,11 @@
 
 #include <attend/model.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 namespace attend {
 
@@ -17,9 +21,22 @@ class Tokenizer;
 // Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration. Hugging
 // Face checkpoint directories are read as published: GPT-2 (its config.json keys), the Llama family
 // (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and Gemma 3's text model
-// (Gemma3ForCausalLM, or the language model of Gemma3ForConditionalGeneration); one model.safetensors or shards
-// with their index.
+// (Gemma3ForCausalLM, or the language model of Gemma3ForConditionalGeneration) and T5 (T5ForConditionalGeneration);
+// one model.safetensors or shards with their index.
 Model load_model(const std::filesystem::path& dir);
+// What a model directory says about generating with it: the token ids of Hugging Face's generation_config.json, or
+// of config.json for those it leaves out (as transformers derives one from the other). Empty where neither says.
+struct GenerationDefaults {
+  std::optional<int32_t> bos, pad, decoder_start;
+  std::vector<int32_t> eos;  // any of them ends a sequence (Llama 3's instruct models list three)
+};
+// DIR/generation_config.json and DIR/config.json, either or both missing. Errors name the file and the key.
+GenerationDefaults read_generation_defaults(const std::filesystem::path& dir);
+// The same from the files' text (empty: no such file); the origins name them in errors.
+GenerationDefaults parse_generation_defaults(std::string_view generation_config, std::string_view config,
+                                             std::string_view generation_origin = "generation_config.json",
+                                             std::string_view config_origin = "config.json");
+
 // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
 // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
 void save_model(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
@@ -36,8 +53,11 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
 // Writes a Gemma-style decoder (sandwich norms of 1 + γ, q/k norms, GeGLU, scaled embeddings, local layers with
 // a sliding window) in Hugging Face's Gemma3ForCausalLM layout; load_model reads it back bit for bit.
 void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
-// Writes the model in the Hugging Face layout of its family (GPT-2, Llama/Mistral/Qwen, Gemma 3), chosen from its
-// options; an error names what no layout can express.
+// Writes an encoder-decoder model with T5's options (relative position buckets with one table a stack, pre-LN
+// RMSNorm, no biases, unscaled scores; ReLU, gated-GELU or gated-SiLU FFNs) in T5ForConditionalGeneration's layout.
+void export_hf_t5(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+// Writes the model in the Hugging Face layout of its family (GPT-2, Llama/Mistral/Qwen, Gemma 3, T5), chosen from
+// its options; an error names what no layout can express.
 void export_hf(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace attend

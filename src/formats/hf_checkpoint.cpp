@@ -5,6 +5,10 @@
 #include <attend/io.h>
 #include <attend/tokenizer.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 namespace attend::formats {
 
 namespace fs = std::filesystem;
@@ -113,6 +117,69 @@ void ExportChecks::unscaled(const ModelConfig& c) const {
 void ExportChecks::plain_norms(const ModelConfig& c) const {
   require(!c.sandwich_norm, "sandwich_norm", "true", "two norms a block");
   require(!c.norm_unit_offset, "norm_unit_offset", "true", "norms that multiply by their gain");
+}
+
+namespace {
+
+// The shape of `rows` rows of parameter p: (rows, cols) for a matrix, (rows) for a vector.
+Shape rows_of(const Parameter& p, int64_t rows) {
+  return p.value.rank() == 2 ? Shape{rows, p.value.size(1)} : Shape{rows};
+}
+
+// Where mapping m's rows end: at the next mapping into the same parameter, or at the parameter's last row.
+int64_t slice_end(const std::vector<RowMapping>& mappings, const RowMapping& m, const Parameter& p) {
+  int64_t end = p.value.size(0);
+  for (const RowMapping& other : mappings)
+    if (other.attend == m.attend && other.row > m.row) end = std::min(end, other.row);
+  return end;
+}
+
+Parameter& parameter_named(Model& model, const std::string& name) {
+  Parameter* p = model.find(name);
+  check(p != nullptr, "internal: no parameter '{}' to map a checkpoint tensor to", name);
+  return *p;
+}
+
+}  // namespace
+
+void load_mapped(const CheckpointTensors& tensors, Model& model, const std::vector<RowMapping>& mappings,
+                 const std::function<bool(const std::string&)>& skipped, const std::string& what) {
+  std::set<std::string> used;
+  std::map<std::string, int64_t> covered;  // rows mapped into each parameter
+  for (const RowMapping& m : mappings) {
+    Parameter& p = parameter_named(model, m.attend);
+    const TensorInfo* t = tensors.find(m.hf);
+    check(t != nullptr, "{}: no tensor '{}', which {} has", tensors.dir().string(), m.hf, what);
+    const int64_t rows = slice_end(mappings, m, p) - m.row;
+    const int64_t stride = p.value.rank() == 2 ? p.value.size(1) : 1;
+    check(t->shape == rows_of(p, rows), "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(m.hf),
+          m.hf, t->shape, rows_of(p, rows));
+    tensors.load_into(m.hf, TensorView(p.value.data() + m.row * stride, t->shape), what);
+    used.insert(m.hf);
+    covered[m.attend] += rows;
+  }
+  for (const auto& [name, rows] : covered)
+    check(rows == parameter_named(model, name).value.size(0), "internal: the checkpoint fills {} of {}'s {} rows",
+          rows, name, parameter_named(model, name).value.size(0));
+  for (const std::string& name : tensors.names())
+    check(used.contains(name) || skipped(name), "{}: unexpected tensor '{}': not part of {}", tensors.origin(name),
+          name, what);
+}
+
+void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, const fs::path& dir) {
+  std::vector<Tensor> stored;
+  stored.reserve(mappings.size());  // never reallocated: `tensors` points into it
+  std::vector<NamedTensor> tensors;
+  for (const RowMapping& m : mappings) {
+    const Parameter* p = model.find(m.attend);
+    check(p != nullptr, "internal: no parameter '{}' to export", m.attend);
+    const int64_t end = slice_end(mappings, m, *p);
+    const int64_t stride = p->value.rank() == 2 ? p->value.size(1) : 1;
+    stored.push_back(Tensor(rows_of(*p, end - m.row),
+                            std::span<const float>(p->value.data() + m.row * stride, (end - m.row) * stride)));
+    tensors.push_back({m.hf, &stored.back()});
+  }
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
 }
 
 void create_export_directory(const fs::path& dir) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -44,7 +45,8 @@ class CheckpointTensors {
   Tensor load(std::string_view name, std::string_view what_for) const;
   // Every tensor name, and the file (or "model.safetensors") that holds it.
   std::vector<std::string> names() const;
-  const std::string& origin(std::string_view name) const;
+  const std::string& origin(std::string_view name) const;  // `name` must be one of names()
+  const std::filesystem::path& dir() const { return dir_; }
 
  private:
   std::filesystem::path dir_;
@@ -89,6 +91,22 @@ class ExportChecks {
  private:
   std::string format_, family_;
 };
+
+// One Hugging Face tensor and where it lies in Attend's parameters: rows [row, row + its rows) of parameter
+// `attend` (a weight's rows keep its columns; a bias or gain is its rows alone). Several tensors can stack into
+// one fused parameter: W_Q, W_K, W_V into attn.qkv at rows 0, H·d, (H + Hkv)·d.
+struct RowMapping {
+  std::string hf, attend;
+  int64_t row = 0;
+};
+
+// Loads every mapped tensor of `tensors` into its rows of `model` (shapes checked, naming the tensor), checks that
+// the mapped rows cover each parameter they name, and refuses any tensor that is neither mapped nor `skipped`.
+// `what` names the model in errors ("a T5 of this config").
+void load_mapped(const CheckpointTensors& tensors, Model& model, const std::vector<RowMapping>& mappings,
+                 const std::function<bool(const std::string&)>& skipped, const std::string& what);
+// Writes DIR/model.safetensors holding each mapped tensor (its rows of the parameter), in the mapping's order.
+void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, const std::filesystem::path& dir);
 
 // Creates an export's directory (and its parents); an error names it.
 void create_export_directory(const std::filesystem::path& dir);

@@ -9,6 +9,7 @@
 #include "formats/hf_gpt2.h"
 #include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
+#include "formats/hf_t5.h"
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,7 @@ Model load_model(const fs::path& dir) {
   if (formats::is_hf_gpt2_config(parsed)) return formats::load_hf_gpt2(dir, parsed);
   if (formats::is_hf_llama_config(parsed)) return formats::load_hf_llama(dir, parsed);
   if (formats::is_hf_gemma3_config(parsed)) return formats::load_hf_gemma3(dir, parsed);
+  if (formats::is_hf_t5_config(parsed)) return formats::load_hf_t5(dir, parsed);
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   Model model = Model::for_loading(config);
@@ -83,6 +85,7 @@ Model load_model(const fs::path& dir) {
 
 void export_hf(const Model& model, const fs::path& dir, const Tokenizer* tokenizer) {
   const ModelConfig& c = model.config();
+  if (c.architecture == Architecture::EncoderDecoder) return export_hf_t5(model, dir, tokenizer);
   if (c.sandwich_norm || c.norm_unit_offset) return export_hf_gemma3(model, dir, tokenizer);
   if (c.position == PositionKind::RoPE) return export_hf_llama(model, dir, tokenizer);
   export_hf_gpt2(model, dir, tokenizer);

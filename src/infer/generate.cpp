@@ -127,7 +127,7 @@ std::vector<Generation> generate_batch(const Model& model, const Tokenizer* toke
       if (!open[b]) continue;
       Generation& g = out[b];
       const int32_t token = sample_token(sessions[b].logits().data(), V, options.sampling, rngs[b].uniform_double());
-      if (options.eos && token == *options.eos) {
+      if (std::find(options.eos.begin(), options.eos.end(), token) != options.eos.end()) {
         g.stopped_by = "eos", open[b] = false;
         continue;
       }
@@ -160,7 +160,7 @@ Generation generate(const Model& model, const Tokenizer* tokenizer, const std::v
 }
 
 std::vector<Hypothesis> beam_search(const Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
-                                    std::optional<int32_t> eos, const BeamOptions& o) {
+                                    std::span<const int32_t> eos, const BeamOptions& o) {
   const int64_t V = model.config().vocab_size, W = o.width;
   check(W >= 1, "beam search: width must be at least 1, got {}", W);
   check(o.n_best >= 1 && o.n_best <= W, "beam search: n_best must be in [1, width = {}], got {}", W, o.n_best);
@@ -206,7 +206,7 @@ std::vector<Hypothesis> beam_search(const Model& model, const std::vector<int32_
     std::vector<int32_t> tokens;
     for (size_t i = 0; i < keep && static_cast<int64_t>(next.size()) < W; ++i) {
       const Candidate& c = candidates[i];
-      if (eos && c.token == *eos) {
+      if (std::find(eos.begin(), eos.end(), c.token) != eos.end()) {
         Hypothesis h{beams[c.beam].ids, c.log_prob, 0.0, true};
         h.score = score_of(h.log_prob, static_cast<int64_t>(h.ids.size()) + 1);
         finished.push_back(std::move(h));

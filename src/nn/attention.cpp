@@ -118,6 +118,16 @@ MultiHeadAttention::MultiHeadAttention(std::string name, const AttentionConfig& 
   }
 }
 
+void MultiHeadAttention::share_t5_table(MultiHeadAttention& owner) {
+  check(config_.position == PositionScheme::T5 && has(owner.t5_table_) && &owner != this,
+        "attention '{}': only a T5-biased layer can share another's relative position table", name_);
+  check(owner.t5_table_.value.shape() == Shape({config_.t5_num_buckets, config_.n_heads}),
+        "attention '{}': the shared table has shape {}, this layer needs [{}, {}]", name_,
+        owner.t5_table_.value.shape(), config_.t5_num_buckets, config_.n_heads);
+  t5_table_ = Parameter();
+  t5_owner_ = &owner.t5_table_;
+}
+
 std::vector<Parameter*> MultiHeadAttention::parameters() {
   std::vector<Parameter*> all;
   for (Parameter* p : {&w_qkv_, &b_qkv_, &q_norm_, &k_norm_, &w_q_, &b_q_, &w_kv_, &b_kv_, &w_o_, &b_o_, &t5_table_})
@@ -137,7 +147,7 @@ kernels::AttentionParams<float> MultiHeadAttention::kernel_params(int64_t B, int
   p.window = p.causal ? c.window : 0;
   p.key_lengths = key_lengths, p.mask = mask;
   p.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
-  p.t5_table = data_or_null(t5_table_);
+  p.t5_table = data_or_null(t5_table());
   p.t5_num_buckets = c.t5_num_buckets, p.t5_max_distance = c.t5_max_distance, p.t5_bidirectional = !p.causal;
   return p;
 }
@@ -374,13 +384,13 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
   switch (c.kernel) {
     case AttentionKernel::Flash: {
       std::vector<float> workspace(kernels::flash_attention_workspace_size(p, threads));
-      kernels::flash_attention_backward(dq.data(), dk.data(), dv.data(), grad_or_null(t5_table_), dattn.data(),
+      kernels::flash_attention_backward(dq.data(), dk.data(), dv.data(), grad_or_null(t5_table()), dattn.data(),
                                         s.attn.data(), s.stats.data(), s.q.data(), s.k.data(), s.v.data(), p,
                                         workspace.data());
       break;
     }
     case AttentionKernel::Reference:
-      kernels::attention_reference_backward(dq.data(), dk.data(), dv.data(), grad_or_null(t5_table_), dattn.data(),
+      kernels::attention_reference_backward(dq.data(), dk.data(), dv.data(), grad_or_null(t5_table()), dattn.data(),
                                             s.stats.data(), s.q.data(), s.k.data(), s.v.data(), p);
       break;
     case AttentionKernel::Linear: {

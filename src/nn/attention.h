@@ -122,6 +122,10 @@ class MultiHeadAttention {
   // Cross-attention: context (B, Tk, d_model) → keys and values (B, Tk, Hkv, d_head), as step() reads them.
   void project_context(const Tensor& context, Tensor& k, Tensor& v) const;
 
+  // T5 bias shared across a stack (Hugging Face's T5: block 0 computes the bias every block adds): this layer
+  // drops its own table and reads `owner`'s, adding its gradient there. `owner` must outlive this layer.
+  void share_t5_table(MultiHeadAttention& owner);
+
  private:
   // The kernels' description of a call (without a KV cache's capacity, and without dropout).
   kernels::AttentionParams<float> kernel_params(int64_t B, int64_t Tq, int64_t Tk, int64_t position,
@@ -135,6 +139,9 @@ class MultiHeadAttention {
   // qkv (self) or q + kv (cross), o, and T5's relative_attention_bias (num_buckets, H).
   Parameter w_qkv_, b_qkv_, w_q_, b_q_, w_kv_, b_kv_, w_o_, b_o_, t5_table_;
   Parameter q_norm_, k_norm_;  // qk_norm: the gains (d_head) of the per-head q and k norms
+  Parameter* t5_owner_ = nullptr;  // share_t5_table: the layer whose table this one reads
+  const Parameter& t5_table() const { return t5_owner_ != nullptr ? *t5_owner_ : t5_table_; }
+  Parameter& t5_table() { return t5_owner_ != nullptr ? *t5_owner_ : t5_table_; }
   std::vector<double> alibi_slopes_;
 };
 

@@ -95,6 +95,7 @@ void for_each_field(Config& c, F&& f) {
   f("sliding_window_pattern", c.sliding_window_pattern, "with sliding_window: blocks k−1, 2k−1, ... (from 0) see all positions and the others the window (Gemma 3: 6); 0: every block has the window");
   f("t5_num_buckets", c.t5_num_buckets, "T5's relative position buckets");
   f("t5_max_distance", c.t5_max_distance, "T5's relative position buckets");
+  f("t5_shared_bias", c.t5_shared_bias, "position t5: one relative position table per stack (block 0's, added by every block: Hugging Face's T5) instead of one per block");
   f("norm", c.norm, "layernorm (γ and β) or rmsnorm (γ only)");
   f("norm_eps", c.norm_eps, "ε inside the norm's square root");
   Placement placement{c.pre_norm};
@@ -109,6 +110,7 @@ void for_each_field(Config& c, F&& f) {
   f("attention_kernel", c.attention_kernel, "flash (tiled, exact), reference (materialised scores), linear (φ(x) = elu(x)+1, a different model)");
   f("scale_embeddings", c.scale_embeddings, "multiply token embeddings by √d_model (Vaswani et al.)");
   f("tie_embeddings", c.tie_embeddings, "the LM (or MLM) output matrix is the token embedding");
+  f("lm_head_scale", c.lm_head_scale, "the LM head multiplies the last state by this first (T5 with tied embeddings: d_model^-1/2)");
   f("embedding_dropout", c.embedding_dropout, "dropout on the embeddings (token + position), in training");
   f("attention_dropout", c.attention_dropout, "dropout on the attention probabilities, in training");
   f("residual_dropout", c.residual_dropout, "dropout on each residual branch's output before it is added, in training");
@@ -186,6 +188,8 @@ void ModelConfig::validate() const {
         sliding_window_pattern);
   check(sliding_window == 0 || (has_decoder() && attention_kernel != AttentionKernel::Linear),
         "config: sliding_window applies to a decoder's causal self-attention with the flash or reference kernel");
+  check(std::isfinite(lm_head_scale) && lm_head_scale > 0.0, "config: lm_head_scale must be positive, got {}",
+        lm_head_scale);
   check(!sandwich_norm || pre_norm, "config: sandwich_norm adds norms to pre-LN blocks (norm_placement \"pre\")");
   check(t5_num_buckets >= 2 && t5_max_distance > t5_num_buckets / 4,
         "config: t5_num_buckets must be at least 2 and t5_max_distance above num_buckets/4, got {} and {}",

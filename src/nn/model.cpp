@@ -419,6 +419,7 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
     m.head = ForwardState::Impl::Head::LM;
     rows = B * T;
     m.head_in = std::move(top);
+    if (c.lm_head_scale != 1.0) kernels::scale(m.head_in.data(), m.head_in.numel(), static_cast<float>(c.lm_head_scale));
     m.logits = Tensor::uninitialized({B, T, V});
     nn::linear_forward(m.logits.data(), m.head_in.data(), w.output_matrix(), nullptr, rows, C, V,
                        options.precision, &m.head_rounded);
@@ -473,6 +474,7 @@ void Model::backward(const ForwardState& state, double scale) {
     case ForwardState::Impl::Head::LM:
       nn::linear_backward(dtop.data(), W, nullptr, dlogits.data(), m.head_in.data(), rows, C, V, m.precision,
                           &m.head_rounded);
+      if (c.lm_head_scale != 1.0) kernels::scale(dtop.data(), dtop.numel(), static_cast<float>(c.lm_head_scale));
       break;
     case ForwardState::Impl::Head::MLM: {
       const Tensor h = w.mlm_norm->forward(m.mlm_act, nullptr);  // recompute the normed rows (cheap)

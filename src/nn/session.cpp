@@ -5,6 +5,8 @@
 #include "nn/kv_cache.h"
 #include "nn/transformer.h"
 
+#include "kernels/elementwise.h"
+
 #include <attend/error.h>
 #include <attend/session.h>
 
@@ -150,6 +152,8 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
     r += sequences[i].rows;
     std::memcpy(last.data() + i * C, top.data() + (r - 1) * C, C * sizeof(float));
   }
+  if (m.config.lm_head_scale != 1.0)
+    kernels::scale(last.data(), last.numel(), static_cast<float>(m.config.lm_head_scale));
   Tensor logits = Tensor::uninitialized({S, V});
   nn::linear_forward(logits.data(), last.data(), m.output_matrix(), nullptr, S, C, V, Precision::F32);
   for (int64_t i = 0; i < S; ++i) {

@@ -239,6 +239,8 @@ Stack::Stack(const std::string& name, const ModelConfig& c, int64_t n_blocks, bo
   for (int64_t i = 0; i < n_blocks; ++i)
     blocks_.push_back(
         std::make_unique<Block>(fmt::format("{}.layers.{}", name, i), c, causal, cross, c.is_moe_block(i), i));
+  if (c.position == PositionKind::T5 && c.t5_shared_bias)  // block 0's table serves the stack
+    for (size_t i = 1; i < blocks_.size(); ++i) blocks_[i]->self_attention().share_t5_table(blocks_[0]->self_attention());
   if (c.pre_norm) final_norm_.emplace(name + ".norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset);
 }
 

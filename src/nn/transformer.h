@@ -63,6 +63,7 @@ class Block {
   double aux(const Saved& saved) const { return moe_ ? saved.moe.aux : 0.0; }
   const MixtureOfExperts* moe() const { return moe_ ? &*moe_ : nullptr; }
   const MultiHeadAttention* cross_attention() const { return cross_ ? &*cross_ : nullptr; }
+  MultiHeadAttention& self_attention() { return attn_; }
 
  private:
   // One residual sub-layer around F, pre- or post-LN. F maps rows to rows.
