@@ -127,18 +127,18 @@ void add_inspect(CLI::App& app) {
 void add_export(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "export", "Write a model in a Hugging Face layout: its family's (hf), or one named (hf-gpt2: GPT2LMHeadModel; "
-                "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; hf-t5: T5ForConditionalGeneration)");
+                "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; hf-t5: T5ForConditionalGeneration; hf-bert: BertForMaskedLM, BertForSequenceClassification, BertModel)");
   static std::string dir, out, format = "hf";
   cmd->add_option("--model", dir, "A model directory")->required();
-  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3 or hf-t5")->capture_default_str();
+  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5 or hf-bert")->capture_default_str();
   cmd->add_option("-o,--output", out, "The directory to write")->required();
   cmd->callback([] {
     using Export = void (*)(const Model&, const std::filesystem::path&, const Tokenizer*);
     const std::pair<const char*, Export> formats[] = {
         {"hf", export_hf},           {"hf-gpt2", export_hf_gpt2}, {"hf-llama", export_hf_llama},
-        {"hf-gemma3", export_hf_gemma3}, {"hf-t5", export_hf_t5}};
+        {"hf-gemma3", export_hf_gemma3}, {"hf-t5", export_hf_t5},  {"hf-bert", export_hf_bert}};
     const auto it = std::find_if(std::begin(formats), std::end(formats), [](const auto& f) { return format == f.first; });
-    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3 or hf-t5", format);
+    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5 or hf-bert", format);
     const Model model = load_model(dir);
     std::optional<Tokenizer> tok;
     if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) tok.emplace(Tokenizer::load(dir));

@@ -3,6 +3,7 @@
 // plain-PyTorch references of transformers' LlamaForCausalLM and Gemma3ForCausalLM, the export back to Hugging
 // Face's layout, and the errors a bad checkpoint gets.
 #include "fixtures.h"
+#include "formats/hf_bert.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
@@ -34,6 +35,7 @@ using testing::expect_error_mentions;
 const fs::path kLlama = fs::path(ATTEND_TEST_DATA) / "hf-llama";
 const fs::path kGemma = fs::path(ATTEND_TEST_DATA) / "hf-gemma3";
 const fs::path kT5 = fs::path(ATTEND_TEST_DATA) / "hf-t5";
+const fs::path kBert = fs::path(ATTEND_TEST_DATA) / "hf-bert";
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("attend_test_hf_" + name);
@@ -409,6 +411,89 @@ TEST(HfT5, BadCheckpointsAreErrorsNamingTheCause) {
   expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["num_decoder_layers"] = 2; })); },
                                {"unexpected tensor 'decoder.block.2."});
   expect_error_mentions<Error>([&] { load_model(edited([](auto& j) { j["d_model"] = "32"; })); }, {"'d_model'"});
+}
+
+// ---- BERT -----------------------------------------------------------------------------------------
+
+// The three classes against a float64 reference of transformers' BERT (tools/make_bert_fixtures.py):
+//   mlm         BertForMaskedLM: a sentence pair with token types 0 and 1; the masked-LM logits at every position
+//               and the loss at three labelled ones
+//   classifier  BertForSequenceClassification: tanh(pooler(h[CLS])) → three named classes, a padded sequence
+//   base        BertModel: the encoder's hidden states (no head)
+// Post-LN LayerNorm with eps 1e-12, exact GELU, the embeddings' LayerNorm.
+TEST(HfBert, EachClassMatchesTheReference) {
+  {
+    const Model model = load_model(kBert / "mlm");
+    const auto golden = nlohmann::json::parse(read_file(kBert / "mlm" / "golden.json"));
+    Batch b;
+    b.B = 1, b.ids = golden["ids"].get<std::vector<int32_t>>(), b.T = static_cast<int64_t>(b.ids.size());
+    b.token_types = golden["token_types"].get<std::vector<int32_t>>();
+    ForwardState all(/*for_backward=*/false);
+    model.forward(b, all);  // no targets: the head at every position
+    testing::expect_all_close(std::vector<float>(all.logits().span().begin(), all.logits().span().end()),
+                              golden["logits"].get<std::vector<double>>(), 1e-4, "bert mlm: logits");
+    b.targets = golden["labels"].get<std::vector<int32_t>>();
+    ForwardState masked(/*for_backward=*/false);
+    EXPECT_NEAR(model.forward(b, masked).ce_loss, golden["loss"].get<double>(), 1e-5 * golden["loss"].get<double>());
+    b.token_types.assign(b.ids.size(), 0);  // the types matter
+    ForwardState one_type(/*for_backward=*/false);
+    EXPECT_GT(std::abs(model.forward(b, one_type).ce_loss - golden["loss"].get<double>()), 1e-3);
+  }
+  {
+    const Model model = load_model(kBert / "classifier");
+    EXPECT_EQ(model.config().class_names, std::vector<std::string>({"negative", "neutral", "positive"}));
+    const auto golden = nlohmann::json::parse(read_file(kBert / "classifier" / "golden.json"));
+    Batch b;
+    b.B = 2, b.T = 9;
+    for (const auto& seq : golden["ids"]) for (int32_t id : seq.get<std::vector<int32_t>>()) b.ids.push_back(id);
+    b.lengths = golden["lengths"].get<std::vector<int32_t>>();
+    b.labels = golden["labels"].get<std::vector<int32_t>>();
+    ForwardState state(/*for_backward=*/false);
+    const double loss = model.forward(b, state).ce_loss;
+    testing::expect_all_close(std::vector<float>(state.logits().span().begin(), state.logits().span().end()),
+                              golden["logits"].get<std::vector<double>>(), 1e-4, "bert classifier: logits");
+    EXPECT_NEAR(loss, golden["loss"].get<double>(), 1e-5 * golden["loss"].get<double>());
+  }
+  {
+    const Model model = load_model(kBert / "base");
+    EXPECT_FALSE(model.config().mlm_head);
+    EXPECT_NE(model.find("pooler.dense.weight"), nullptr);
+    const auto golden = nlohmann::json::parse(read_file(kBert / "base" / "golden.json"));
+    Batch b;
+    b.B = 1, b.ids = golden["ids"].get<std::vector<int32_t>>(), b.T = static_cast<int64_t>(b.ids.size());
+    const Tensor h = model.hidden_states(b);
+    testing::expect_all_close(std::vector<float>(h.span().begin(), h.span().end()),
+                              golden["hidden"].get<std::vector<double>>(), 1e-4, "bert base: hidden states");
+    ForwardState state(/*for_backward=*/false);
+    expect_error_mentions<Error>([&] { model.forward(b, state); }, {"no masked-LM head"});
+  }
+}
+
+TEST(HfBert, ExportIsARoundTripBitForBit) {
+  expect_round_trip(kBert / "mlm", "bert_mlm", export_hf_bert);
+  expect_round_trip(kBert / "classifier", "bert_classifier", export_hf);
+  expect_round_trip(kBert / "base", "bert_base", export_hf_bert, {"embeddings.position_ids"});
+  const Model own = load_model(testing::kModels / "bert");  // Attend's own BERT-style encoder: no embedding norm
+  expect_error_mentions<Error>([&] { export_hf_bert(own, fresh_dir("bert_export_own")); }, {"export hf-bert", "norms"});
+}
+
+TEST(HfBert, BadCheckpointsAreErrorsNamingTheCause) {
+  auto edited = [](const std::string& variant, auto edit) { return edited_copy(variant, edit, kBert); };
+  expect_error_mentions<Error>(
+      [&] { load_model(edited("mlm", [](auto& j) { j["position_embedding_type"] = "relative_key"; })); },
+      {"position_embedding_type 'relative_key'", "absolute"});
+  expect_error_mentions<Error>([&] { load_model(edited("mlm", [](auto& j) { j["hidden_act"] = "silu"; })); },
+                               {"hidden_act 'silu'"});
+  expect_error_mentions<Error>(
+      [&] { load_model(edited("classifier", [](auto& j) { j["problem_type"] = "regression"; })); },
+      {"problem_type 'regression'", "single-label"});
+  expect_error_mentions<Error>(
+      [&] { load_model(edited("classifier", [](auto& j) { j["id2label"] = {{"0", "a"}, {"x", "b"}}; })); },
+      {"id2label[\"x\"]", "class number"});
+  expect_error_mentions<Error>([&] { load_model(edited("classifier", [](auto& j) { j["num_labels"] = 4; })); },
+                               {"classifier.weight", "[3, 32]", "[4, 32]"});
+  expect_error_mentions<Error>([&] { load_model(edited("mlm", [](auto& j) { j["type_vocab_size"] = 3; })); },
+                               {"token_type_embeddings", "[2, 32]", "[3, 32]"});
 }
 
 // generation_config.json first, config.json for what it leaves out; eos_token_id one id or a list.

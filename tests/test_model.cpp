@@ -256,6 +256,38 @@ TEST(ModelGradients, HuggingFaceT5SharedBiasAndHeadScaleAgreeWithFiniteDifferenc
   }
 }
 
+// BERT as Hugging Face has it (tests/data/hf-bert): token type embeddings and a LayerNorm over the summed
+// embeddings, post-LN blocks; the masked-LM head over a sentence pair, and the classifier behind tanh(pooler)
+// over a padded batch: every gradient against finite differences.
+TEST(ModelGradients, HuggingFaceBertTypesEmbeddingNormAndPoolerAgreeWithFiniteDifferences) {
+  const fs::path dir = fs::path(ATTEND_TEST_DATA) / "hf-bert";
+  auto without_dropout = [](const fs::path& d) {
+    Model loaded = load_model(d);
+    ModelConfig config = loaded.config();
+    config.embedding_dropout = config.attention_dropout = config.residual_dropout = 0.0f;
+    Model model(config);
+    auto from = loaded.parameters(), to = model.parameters();
+    for (size_t i = 0; i < from.size(); ++i) std::memcpy(to[i]->value.data(), from[i]->value.data(), from[i]->numel() * 4);
+    return model;
+  };
+  Model mlm = without_dropout(dir / "mlm");
+  const json m = json::parse(read_file(dir / "mlm" / "golden.json"));
+  Batch b;
+  b.B = 1, b.ids = m["ids"].get<std::vector<int32_t>>(), b.T = static_cast<int64_t>(b.ids.size());
+  b.token_types = m["token_types"].get<std::vector<int32_t>>();
+  b.targets = m["labels"].get<std::vector<int32_t>>();
+  expect_finite_differences(mlm, b, {}, "hf bert mlm");
+  Model classifier = without_dropout(dir / "classifier");
+  const json c = json::parse(read_file(dir / "classifier" / "golden.json"));
+  Batch k;
+  k.B = 2, k.T = 9;
+  for (const auto& seq : c["ids"]) for (int32_t id : seq.get<std::vector<int32_t>>()) k.ids.push_back(id);
+  k.lengths = c["lengths"].get<std::vector<int32_t>>();
+  k.labels = c["labels"].get<std::vector<int32_t>>();
+  k.token_types = {0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0};
+  expect_finite_differences(classifier, k, {}, "hf bert classifier");
+}
+
 // Dropout on the embeddings, attention probabilities, residual branches and FFN hidden units. Its masks
 // are a pure function of (seed, offset), so a training forward with a fixed seed is a deterministic function
 // of the weights and finite differences apply; another seed drops other units.

@@ -100,6 +100,10 @@ struct ModelConfig {
   int64_t moe_every = 1;          // block i has an MoE FFN when (i + 1) % moe_every == 0
   Pooling pooling = Pooling::CLS;
   int64_t n_classes = 0;          // encoder: classification classes (0: no classification head)
+  bool pooler = false;            // classification: tanh(dense(pooled)) before the classifier (BERT's pooler)
+  bool mlm_head = true;           // encoder: the masked-LM head (BertModel and BERT classifiers come without)
+  int64_t type_vocab_size = 0;    // token type (segment) embeddings added to the tokens' (BERT: 2); 0: none
+  bool embedding_norm = false;    // a norm of the model's kind over the summed embeddings, before dropout (BERT)
   std::vector<std::string> class_names;  // the classes' names by id, e.g. {"ham", "spam"}; empty: unnamed
   InitScheme init = InitScheme::GPT2;
   double init_std = 0.02;
@@ -146,6 +150,7 @@ struct Batch {
   std::vector<int32_t> ids;      // (B, T)
   std::vector<int32_t> lengths;  // (B): real tokens per sequence; empty means all T
   std::vector<int32_t> targets;  // (B, T): the token to predict at each position, or kIgnore; empty: none
+  std::vector<int32_t> token_types;  // (B, T): encoder-only models' segment ids (< type_vocab_size); empty: all 0
   std::vector<int32_t> labels;   // (B): encoder classification labels; empty: none
   int64_t src_T = 0;
   std::vector<int32_t> src_ids;      // (B, src_T)
@@ -252,6 +257,9 @@ class Model {
   // batch has targets or labels. Errors name the batch field at fault (ids out of range, lengths, shapes, a
   // sequence longer than max_seq_len). Const: many forwards may run at once, each with its own state.
   ForwardResult forward(const Batch& batch, ForwardState& state, const RunOptions& options = {}) const;
+  // The last stack's output (B, T, C) (after its final norm when pre-LN): the states the heads read, and what
+  // embeddings are pooled from. Encoder-only and decoder-only models; batch.ids, lengths and token_types.
+  Tensor hidden_states(const Batch& batch) const;
   // Adds scale × the gradient of that forward's loss into every parameter's grad. Gradient accumulation
   // weights each micro-batch by its share of the targets; fp16 training multiplies by the loss scale.
   void backward(const ForwardState& state, double scale = 1.0);

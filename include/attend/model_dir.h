@@ -21,7 +21,8 @@ class Tokenizer;
 // Reads DIR/config.json and DIR/model.safetensors, checking every tensor against the configuration. Hugging
 // Face checkpoint directories are read as published: GPT-2 (its config.json keys), the Llama family
 // (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and Gemma 3's text model
-// (Gemma3ForCausalLM, or the language model of Gemma3ForConditionalGeneration) and T5 (T5ForConditionalGeneration);
+// (Gemma3ForCausalLM, or the language model of Gemma3ForConditionalGeneration), T5 (T5ForConditionalGeneration) and
+// BERT (BertModel, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification);
 // one model.safetensors or shards with their index.
 Model load_model(const std::filesystem::path& dir);
 // What a model directory says about generating with it: the token ids of Hugging Face's generation_config.json, or
@@ -56,8 +57,11 @@ void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, cons
 // Writes an encoder-decoder model with T5's options (relative position buckets with one table a stack, pre-LN
 // RMSNorm, no biases, unscaled scores; ReLU, gated-GELU or gated-SiLU FFNs) in T5ForConditionalGeneration's layout.
 void export_hf_t5(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
-// Writes the model in the Hugging Face layout of its family (GPT-2, Llama/Mistral/Qwen, Gemma 3, T5), chosen from
-// its options; an error names what no layout can express.
+// Writes an encoder with BERT's options (post-LN LayerNorm, learned positions, token types, a normed embedding) as
+// BertForSequenceClassification (with a classification head), BertForMaskedLM (with a masked-LM head) or BertModel.
+void export_hf_bert(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+// Writes the model in the Hugging Face layout of its family (GPT-2, Llama/Mistral/Qwen, Gemma 3, T5, BERT), chosen
+// from its options; an error names what no layout can express.
 void export_hf(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace attend

@@ -7,6 +7,7 @@
 #include <attend/tokenizer.h>
 
 #include "formats/hf_gpt2.h"
+#include "formats/hf_bert.h"
 #include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
 #include "formats/hf_t5.h"
@@ -48,6 +49,7 @@ Model load_model(const fs::path& dir) {
   if (formats::is_hf_llama_config(parsed)) return formats::load_hf_llama(dir, parsed);
   if (formats::is_hf_gemma3_config(parsed)) return formats::load_hf_gemma3(dir, parsed);
   if (formats::is_hf_t5_config(parsed)) return formats::load_hf_t5(dir, parsed);
+  if (formats::is_hf_bert_config(parsed)) return formats::load_hf_bert(dir, parsed);
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   Model model = Model::for_loading(config);
@@ -86,6 +88,7 @@ Model load_model(const fs::path& dir) {
 void export_hf(const Model& model, const fs::path& dir, const Tokenizer* tokenizer) {
   const ModelConfig& c = model.config();
   if (c.architecture == Architecture::EncoderDecoder) return export_hf_t5(model, dir, tokenizer);
+  if (c.architecture == Architecture::Encoder) return export_hf_bert(model, dir, tokenizer);
   if (c.sandwich_norm || c.norm_unit_offset) return export_hf_gemma3(model, dir, tokenizer);
   if (c.position == PositionKind::RoPE) return export_hf_llama(model, dir, tokenizer);
   export_hf_gpt2(model, dir, tokenizer);

@@ -123,6 +123,10 @@ void for_each_field(Config& c, F&& f) {
   f("moe_every", c.moe_every, "block i (from 0) has an MoE FFN when (i + 1) is a multiple of this");
   f("pooling", c.pooling, "encoder classification: the first token's state (cls) or the mean over real tokens (mean)");
   f("n_classes", c.n_classes, "encoder: the classification head's classes (0: none)");
+  f("pooler", c.pooler, "classification: the pooled state goes through tanh(dense(·)) before the classifier (BERT's pooler)");
+  f("mlm_head", c.mlm_head, "encoder: a masked-LM head (dense, GELU, norm, output matrix); false for an encoder without one (BertModel, BERT classifiers)");
+  f("type_vocab_size", c.type_vocab_size, "token type (segment) embeddings added to the token embeddings (BERT: 2, sentences A and B); 0: none");
+  f("embedding_norm", c.embedding_norm, "a norm (of the model's kind) over the summed embeddings, before their dropout (BERT)");
   f("class_names", c.class_names, "the classes' names by id (training fills them from the data files' labels, sorted); evaluation maps labels by them");
   f("init", c.init, "gpt2: N(0, init_std²), residual output projections (attention W_O, FFN down) scaled by 1/√(2·blocks); xavier: N(0, 2/(fan_in + fan_out)) for matrices, N(0, init_std²) for embeddings");
   f("init_std", c.init_std, "σ of the GPT-2 initialisation and of the embeddings");
@@ -216,6 +220,10 @@ void ModelConfig::validate() const {
     check(moe_every >= 1, "config: moe_every must be at least 1, got {}", moe_every);
   }
   check(n_classes >= 0, "config: n_classes must be non-negative, got {}", n_classes);
+  check(type_vocab_size >= 0, "config: type_vocab_size must be non-negative, got {}", type_vocab_size);
+  check(!pooler || architecture == Architecture::Encoder, "config: pooler is an encoder's, not a {}'s",
+        architecture_name(architecture));
+  check(mlm_head || architecture == Architecture::Encoder, "config: mlm_head false applies to encoder models");
   check(n_classes == 0 || architecture == Architecture::Encoder,
         "config: n_classes applies to encoder models (a classification head), not {}", architecture_name(architecture));
   check(class_names.empty() || static_cast<int64_t>(class_names.size()) == n_classes,

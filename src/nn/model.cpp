@@ -33,6 +33,14 @@ Model::Impl::Impl(const ModelConfig& c)
     sinusoid = Tensor({c.max_seq_len, c.d_model});
     kernels::sinusoidal_table(sinusoid.data(), 0, c.max_seq_len, c.d_model);
   }
+  if (c.type_vocab_size > 0) {
+    token_types = Parameter("embed.token_types.weight", {c.type_vocab_size, c.d_model}, Role::TokenEmbedding);
+    params.push_back(&token_types);
+  }
+  if (c.embedding_norm) {
+    embed_norm.emplace("embed.norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset);
+    embed_norm->collect(params);
+  }
   if (c.has_encoder()) {
     encoder = std::make_unique<nn::Stack>("encoder", c, c.n_layers, /*causal=*/false, /*cross=*/false);
     encoder->collect(params);
@@ -47,13 +55,19 @@ Model::Impl::Impl(const ModelConfig& c)
     params.push_back(&lm_head);
   }
   if (c.architecture == Architecture::Encoder) {
-    mlm_dense = nn::Linear("mlm.dense", c.d_model, c.d_model, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
-    mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset, Role::HeadNormGain,
-                     Role::HeadNormBias);
-    mlm_bias = Parameter("mlm.bias", {c.vocab_size}, Role::HeadBias);
-    mlm_dense.collect(params);
-    mlm_norm->collect(params);
-    params.push_back(&mlm_bias);
+    if (c.mlm_head) {
+      mlm_dense = nn::Linear("mlm.dense", c.d_model, c.d_model, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
+      mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset, Role::HeadNormGain,
+                       Role::HeadNormBias);
+      mlm_bias = Parameter("mlm.bias", {c.vocab_size}, Role::HeadBias);
+      mlm_dense.collect(params);
+      mlm_norm->collect(params);
+      params.push_back(&mlm_bias);
+    }
+    if (c.pooler) {
+      pooler = nn::Linear("pooler.dense", c.d_model, c.d_model, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
+      pooler.collect(params);
+    }
     if (c.n_classes > 0) {
       classifier = nn::Linear("classifier", c.d_model, c.n_classes, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
       classifier.collect(params);
@@ -79,11 +93,17 @@ const float* Model::Impl::position_table() const {
                                                         : nullptr;
 }
 
-Tensor Model::Impl::embed(nn::Embedded* e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training,
-                          Rng* rng) const {
-  if (e != nullptr) e->ids = ids, e->B = B, e->T = T;
+Tensor Model::Impl::embed(nn::Embedded* e, const std::vector<int32_t>& ids, const std::vector<int32_t>& types,
+                          int64_t B, int64_t T, bool training, Rng* rng) const {
+  if (e != nullptr) e->ids = ids, e->types = types, e->B = B, e->T = T;
+  const int64_t C = config.d_model;
   Tensor x = lookup(ids);
-  if (const float* table = position_table()) kernels::add_positions_forward(x.data(), x.data(), table, B, T, config.d_model);
+  if (const float* table = position_table()) kernels::add_positions_forward(x.data(), x.data(), table, B, T, C);
+  if (config.type_vocab_size > 0)  // + S[type] per row (type 0 when the batch gives none)
+    for (int64_t r = 0; r < B * T; ++r)
+      kernels::add_positions_forward(x.data() + r * C, x.data() + r * C,
+                                     token_types.value.data() + (types.empty() ? 0 : types[r]) * C, 1, 1, C);
+  if (embed_norm) x = embed_norm->forward(x, e != nullptr ? &e->norm : nullptr);
   embedding_dropout.forward(x, training, rng, e != nullptr ? &e->dropout : nullptr);
   return x;
 }
@@ -94,12 +114,22 @@ Tensor Model::Impl::embed_rows(const std::vector<int32_t>& ids, const std::vecto
   if (const float* table = position_table())
     for (size_t i = 0; i < ids.size(); ++i)  // one row per sequence and position: the same sums as the batched add
       kernels::add_positions_forward(x.data() + i * C, x.data() + i * C, table + at[i] * C, 1, 1, C);
+  if (config.type_vocab_size > 0)  // sessions run type 0
+    for (size_t i = 0; i < ids.size(); ++i)
+      kernels::add_positions_forward(x.data() + i * C, x.data() + i * C, token_types.value.data(), 1, 1, C);
+  if (embed_norm) x = embed_norm->forward(x, nullptr);
   return x;
 }
 
 void Model::Impl::embed_backward(const nn::Embedded& e, Tensor& dx) {
   const int64_t C = config.d_model;
   embedding_dropout.backward(dx, e.dropout);
+  if (embed_norm) dx = embed_norm->backward(dx, e.norm);
+  if (config.type_vocab_size > 0) {  // S[type] takes each row's gradient
+    const std::vector<int32_t> zeros = e.types.empty() ? std::vector<int32_t>(e.B * e.T, 0) : std::vector<int32_t>();
+    kernels::embedding_backward(token_types.grad.data(), dx.data(), e.types.empty() ? zeros.data() : e.types.data(),
+                                e.B * e.T, C);
+  }
   if (config.position == PositionKind::Learned) {
     Tensor unused({e.B * e.T, C});  // the table's gradient only; dx passes through unchanged
     kernels::add_positions_backward(unused.data(), positions.grad.data(), dx.data(), e.B, e.T, C);
@@ -297,6 +327,27 @@ ParameterCount Model::count() const {
   return n;
 }
 
+Tensor Model::hidden_states(const Batch& batch) const {
+  const Impl& w = *impl_;
+  const ModelConfig& c = w.config;
+  check(c.architecture != Architecture::EncoderDecoder,
+        "hidden_states: an encoder-decoder model has two stacks; run its encoder or decoder through forward");
+  const int64_t B = batch.B, T = batch.T;
+  check(B >= 1, "batch: B = {}, expected at least one sequence", B);
+  const std::vector<int32_t> lengths = check_sequences(batch.ids, batch.lengths, B, T, "ids", "lengths", c);
+  check(batch.token_types.empty() || static_cast<int64_t>(batch.token_types.size()) == B * T,
+        "batch: token_types has {} entries, expected B·T = {}", batch.token_types.size(), B * T);
+  for (int32_t t : batch.token_types)
+    check(t >= 0 && t < std::max<int64_t>(c.type_vocab_size, 1), "batch: token type {} is not one of the model's {}", t,
+          std::max<int64_t>(c.type_vocab_size, 1));
+  const std::vector<uint8_t> valid = valid_mask(lengths, B, T);
+  const Tensor x = w.embed(nullptr, batch.ids, batch.token_types, B, T, false, nullptr);
+  const StackCall call{B, T, lengths.data(), valid.data()};
+  Tensor top = (c.has_encoder() ? *w.encoder : *w.decoder).forward(x, call, nullptr);
+  top.reshape({B, T, c.d_model});
+  return top;
+}
+
 ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunOptions& options) const {
   const Impl& w = *impl_;  // the weights
   ForwardState::Impl& m = *state.impl_;
@@ -323,7 +374,16 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
     src_lengths = check_sequences(ids, enc_only ? batch.lengths : batch.src_lengths, B, Ts,
                                   enc_only ? "ids" : "src_ids", enc_only ? "lengths" : "src_lengths", c);
     m.enc_valid = valid_mask(src_lengths, B, Ts);
-    const Tensor x = w.embed(keep ? &m.enc_embed : nullptr, ids, B, Ts, options.training, &rng);
+    check(batch.token_types.empty() || enc_only, "batch: token_types are for encoder-only models");
+    if (!batch.token_types.empty()) {
+      check(static_cast<int64_t>(batch.token_types.size()) == B * Ts, "batch: token_types has {} entries, expected B·T = {}",
+            batch.token_types.size(), B * Ts);
+      for (int64_t i = 0; i < B * Ts; ++i)
+        check(batch.token_types[i] >= 0 && batch.token_types[i] < std::max<int64_t>(c.type_vocab_size, 1),
+              "batch: token_types[{}][{}] = {} is not a type of the model's {} (type_vocab_size)", i / Ts, i % Ts,
+              batch.token_types[i], std::max<int64_t>(c.type_vocab_size, 1));
+    }
+    const Tensor x = w.embed(keep ? &m.enc_embed : nullptr, ids, batch.token_types, B, Ts, options.training, &rng);
     StackCall call{B, Ts, src_lengths.data(), m.enc_valid.data(), nullptr, nullptr, options.training, &rng,
                    options.precision};
     m.enc_out = w.encoder->forward(x, call, keep ? &m.encoder : nullptr);
@@ -336,7 +396,9 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
   Tensor top;  // (B·T, C): the last stack's output
   if (c.has_decoder()) {
     m.dec_valid = valid_mask(m.lengths, B, T);
-    const Tensor x = w.embed(keep ? &m.dec_embed : nullptr, batch.ids, B, T, options.training, &rng);
+    check(batch.token_types.empty() || c.architecture == Architecture::Encoder,
+          "batch: token_types are for encoder-only models");
+    const Tensor x = w.embed(keep ? &m.dec_embed : nullptr, batch.ids, {}, B, T, options.training, &rng);
     StackCall call{B, T, m.lengths.data(), m.dec_valid.data(), nullptr, nullptr, options.training, &rng,
                    options.precision};
     if (c.architecture == Architecture::EncoderDecoder) {
@@ -388,13 +450,19 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
         for (int64_t ch = 0; ch < C; ++ch) dst[ch] /= static_cast<float>(m.lengths[b]);
       }
     }
-    m.logits = w.classifier.forward(m.head_in, options.precision, keep ? &m.classifier : nullptr);
+    if (c.pooler) {  // BERT's pooler: tanh(W_p·pooled + b_p)
+      m.pooled = w.pooler.forward(m.head_in, options.precision, keep ? &m.pooler : nullptr);
+      for (int64_t i = 0; i < m.pooled.numel(); ++i) m.pooled[i] = std::tanh(m.pooled[i]);  // B·C values: no kernel
+    }
+    m.logits = w.classifier.forward(c.pooler ? m.pooled : m.head_in, options.precision, keep ? &m.classifier : nullptr);
     m.head_targets = batch.labels;
     for (int64_t b = 0; b < B; ++b)
       check(m.head_targets[b] >= 0 && m.head_targets[b] < classes, "batch: labels[{}] = {} is outside [0, {})", b,
             m.head_targets[b], classes);
     rows = B;
   } else if (c.architecture == Architecture::Encoder) {  // MLM at the positions with a target (all if none)
+    check(c.mlm_head, "batch: has no labels, and the model has no masked-LM head (mlm_head false): an encoder "
+          "without heads gives no logits");
     m.head = ForwardState::Impl::Head::MLM;
     m.head_rows.clear();
     m.head_targets.clear();
@@ -490,7 +558,11 @@ void Model::backward(const ForwardState& state, double scale) {
       break;
     }
     case ForwardState::Impl::Head::Classify: {
-      const Tensor dpooled = w.classifier.backward(dlogits, m.classifier);
+      Tensor dpooled = w.classifier.backward(dlogits, m.classifier);
+      if (c.pooler) {  // tanh' = 1 − y², then the pooler's dense
+        for (int64_t i = 0; i < dpooled.numel(); ++i) dpooled[i] *= 1.0f - m.pooled[i] * m.pooled[i];
+        dpooled = w.pooler.backward(dpooled, m.pooler);
+      }
       for (int64_t b = 0; b < B; ++b) {
         if (c.pooling == Pooling::CLS) {
           for (int64_t ch = 0; ch < C; ++ch) dtop[b * T * C + ch] += dpooled[b * C + ch];

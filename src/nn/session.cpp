@@ -68,7 +68,7 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   check(T >= 1, "session: the source has no tokens");
   const std::vector<int32_t> lengths = check_sequences(ids, {}, 1, T, "src_ids", "src_lengths", c);
   const std::vector<uint8_t> valid = valid_mask(lengths, 1, T);
-  const Tensor x = m.embed(nullptr, ids, 1, T, false, nullptr);
+  const Tensor x = m.embed(nullptr, ids, {}, 1, T, false, nullptr);
   const nn::StackCall call{1, T, lengths.data(), valid.data()};
   Tensor encoded = m.encoder->forward(x, call, nullptr);
   encoded.reshape({1, T, c.d_model});

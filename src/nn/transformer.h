@@ -125,8 +125,9 @@ std::vector<uint8_t> valid_mask(const std::vector<int32_t>& lengths, int64_t B, 
 
 // Embedding of one input sequence batch, with what its backward needs.
 struct Embedded {
-  std::vector<int32_t> ids;
+  std::vector<int32_t> ids, types;  // types: segment ids when the model has a type table (empty: all 0)
   int64_t B = 0, T = 0;
+  Norm::Saved norm;                 // embedding_norm
   Dropout::Saved dropout;
 };
 
@@ -140,6 +141,8 @@ struct Model::Impl {
   explicit Impl(const ModelConfig& config);
   ModelConfig config;
   Parameter tokens, positions;  // embed.tokens (V, C); embed.positions (max_seq_len, C) when learned
+  Parameter token_types;        // embed.token_types (type_vocab_size, C)
+  std::optional<nn::Norm> embed_norm;  // embed.norm (embedding_norm)
   Tensor sinusoid;              // (max_seq_len, C) when sinusoidal
   nn::Dropout embedding_dropout;
   std::unique_ptr<nn::Stack> encoder, decoder;
@@ -147,6 +150,7 @@ struct Model::Impl {
   nn::Linear mlm_dense;         // encoder MLM head
   std::optional<nn::Norm> mlm_norm;
   Parameter mlm_bias;
+  nn::Linear pooler;            // classification's tanh(dense(·)) (config.pooler)
   nn::Linear classifier;        // encoder with n_classes > 0
   std::vector<Parameter*> params;
   // Every parameter's value and gradient in one buffer each (llm.c's layout, and model.safetensors' data as
@@ -161,8 +165,10 @@ struct Model::Impl {
   // The model's own forward state, for Model::forward(batch) and Model::backward(scale).
   std::unique_ptr<ForwardState> own_state;
 
-  // e = E[ids]·(√C if scaled) + P[position..position + T), then dropout   (000 §8.2, 001 §6)
-  Tensor embed(nn::Embedded* e, const std::vector<int32_t>& ids, int64_t B, int64_t T, bool training, Rng* rng) const;
+  // e = E[ids]·(√C if scaled) + P[position..position + T) + S[types], normed when embedding_norm, then dropout
+  // (000 §8.2, 001 §6). `types` (B·T, or empty for all 0) only with a type table.
+  Tensor embed(nn::Embedded* e, const std::vector<int32_t>& ids, const std::vector<int32_t>& types, int64_t B,
+               int64_t T, bool training, Rng* rng) const;
   void embed_backward(const nn::Embedded& e, Tensor& dx);
   // E[ids]·(√C if scaled), one row per id; the table positions are added from (learned or sinusoidal), if any.
   Tensor lookup(const std::vector<int32_t>& ids) const;
@@ -182,7 +188,8 @@ struct ForwardState::Impl {
   nn::Stack::Saved encoder, decoder;
   Tensor enc_out;                     // (B, T_src, C)
   Tensor head_in;                     // LM: the top rows (N, C); MLM: the gathered rows; classify: pooled (B, C)
-  nn::Linear::Saved mlm_dense, classifier;
+  nn::Linear::Saved mlm_dense, pooler, classifier;
+  Tensor pooled;                      // classification with a pooler: tanh(dense(pooled)), the classifier's input
   nn::Norm::Saved mlm_norm;
   Tensor mlm_hidden, mlm_act;         // MLM: dense output before and after GELU
   Precision precision = Precision::F32;  // of the matmuls (RunOptions::precision)
