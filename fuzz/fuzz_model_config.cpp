@@ -1,8 +1,9 @@
 // config.json as load_model reads it: Hugging Face's GPT-2, Llama-family, Gemma 3 (its own keys, or a multimodal
-// config's text_config) or T5 keys, or Attend's own fields. A config that loads must write a config.json that loads
+// config's text_config), T5 or BERT keys, or Attend's own fields. A config that loads must write a config.json that loads
 // to the same config.
 #include "fuzz_util.h"
 #include "formats/hf_gpt2.h"
+#include "formats/hf_bert.h"
 #include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
 #include "formats/hf_t5.h"
@@ -24,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           : formats::is_hf_llama_config(parsed)  ? formats::config_from_hf_llama(parsed, "config.json")
                           : formats::is_hf_gemma3_config(parsed) ? gemma3()
                           : formats::is_hf_t5_config(parsed)     ? formats::config_from_hf_t5(parsed, "config.json")
+                          : formats::is_hf_bert_config(parsed)   ? formats::config_from_hf_bert(parsed, "config.json")
                                                                  : ModelConfig::from_json(text);
     (void)c.ffn_hidden();
     (void)c.decoder_layers();

@@ -708,6 +708,9 @@ TEST(ModelConfigErrors, NameTheFieldAndWhatWasExpected) {
       {"[1, 2]", {"expected a JSON object"}},
       {"{\"d_model\": ", {"not valid JSON"}},
       {"{\"vocab_size\": 31e308}", {"not valid JSON", "number overflow"}},  // found by fuzz/fuzz_model_config
+      // Found by fuzz/fuzz_model_config's long run: the default d_ff (4·d_model) overflowed int64 (UBSan).
+      {"{\"d_model\": 4846744073709551616}", {"d_model = 4846744073709551616 is beyond any model"}},
+      {with("vocab_size", "2147483648"), {"vocab_size = 2147483648", "at most 2147483647"}},
   };
   for (const Case& c : cases) {
     if (c.mentions.empty()) {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <span>
+#include <tuple>
 #include <utility>
 
 namespace attend {
@@ -154,6 +155,24 @@ int64_t ModelConfig::decoder_layers() const {
 }
 
 void ModelConfig::validate() const {
+  // Sizes past these would overflow what the model derives from them (4·d_model, V·C, the parameter count) long
+  // before any machine could hold the weights; they name a broken file, not a model.
+  for (auto [name, value, limit] : {std::tuple{"vocab_size", vocab_size, int64_t{1} << 31},
+                                    {"d_model", d_model, int64_t{1} << 20},
+                                    {"n_layers", n_layers, int64_t{1} << 16},
+                                    {"n_decoder_layers", n_decoder_layers, int64_t{1} << 16},
+                                    {"n_heads", n_heads, int64_t{1} << 16},
+                                    {"n_kv_heads", n_kv_heads, int64_t{1} << 16},
+                                    {"head_dim", head_dim, int64_t{1} << 16},
+                                    {"d_ff", d_ff, int64_t{1} << 24},
+                                    {"ffn_multiple_of", ffn_multiple_of, int64_t{1} << 24},
+                                    {"max_seq_len", max_seq_len, int64_t{1} << 31},
+                                    {"n_experts", n_experts, int64_t{1} << 16},
+                                    {"type_vocab_size", type_vocab_size, int64_t{1} << 20},
+                                    {"n_classes", n_classes, int64_t{1} << 24},
+                                    {"sliding_window", sliding_window, int64_t{1} << 31},
+                                    {"sliding_window_pattern", sliding_window_pattern, int64_t{1} << 16}})
+    check(value < limit, "config: {} = {} is beyond any model (at most {})", name, value, limit - 1);
   check(vocab_size > 0, "config: vocab_size must be positive, got {}", vocab_size);
   check(d_model > 0 && n_heads > 0, "config: d_model and n_heads must be positive, got d_model={} n_heads={}", d_model,
         n_heads);
