@@ -9,6 +9,7 @@
 #include <attend/runtime.h>
 #include <attend/log.h>
 #include <attend/model.h>
+#include <attend/model_dir.h>
 #include <attend/schedule.h>
 #include <attend/tokenizer.h>
 #include <attend/train.h>
@@ -79,6 +80,15 @@ void add_train(CLI::App& app) {
       const size_t eq = s.find('=');
       check(eq != std::string::npos && eq > 0, "--set '{}': expected SECTION.FIELD=VALUE", s);
       run.set(s.substr(0, eq), s.substr(eq + 1));
+    }
+    if (!run.model_given && !run.train.init_from.empty()) {
+      // Fine-tuning a checkpoint (a downloaded Hugging Face one, say) without a model section: its own model, with
+      // the --set model.FIELD options on top (a new head's n_classes, the dropouts).
+      run.model = load_model_config(run.train.init_from);
+      for (const std::string& s : sets)
+        if (s.starts_with("model.")) run.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1));
+      log::info("model: train.init_from {}'s own ({}, {} layers, d_model {})", run.train.init_from,
+                architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
     }
     check(!run.data.tokenizer.empty(), "data.tokenizer is empty: name a tokenizer.json, .model or directory");
     const Tokenizer tokenizer = Tokenizer::load(run.data.tokenizer);

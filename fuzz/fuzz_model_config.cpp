@@ -17,13 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = fuzz::text(data, size);
   try {
     const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    auto gemma3 = [&] {  // a multimodal config's language model is its text_config
-      const auto text_config = parsed.find("text_config");
-      return formats::config_from_hf_gemma3(text_config != parsed.end() ? *text_config : parsed, "config.json");
-    };
     const ModelConfig c = formats::is_hf_gpt2_config(parsed)     ? formats::config_from_hf_gpt2(parsed, "config.json")
                           : formats::is_hf_llama_config(parsed)  ? formats::config_from_hf_llama(parsed, "config.json")
-                          : formats::is_hf_gemma3_config(parsed) ? gemma3()
+                          : formats::is_hf_gemma3_config(parsed) ? formats::config_from_hf_gemma3(parsed, "config.json")
                           : formats::is_hf_t5_config(parsed)     ? formats::config_from_hf_t5(parsed, "config.json")
                           : formats::is_hf_bert_config(parsed)   ? formats::config_from_hf_bert(parsed, "config.json")
                                                                  : ModelConfig::from_json(text);

@@ -38,6 +38,9 @@ GenerationDefaults parse_generation_defaults(std::string_view generation_config,
                                              std::string_view generation_origin = "generation_config.json",
                                              std::string_view config_origin = "config.json");
 
+// The configuration load_model(dir) would build, read without the weights (Hugging Face's config keys mapped).
+ModelConfig load_model_config(const std::filesystem::path& dir);
+
 // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
 // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
 void save_model(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,

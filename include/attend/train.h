@@ -209,6 +209,9 @@ struct DataConfig {
 // A whole run: run.json's "model", "data" and "train" sections and the output directory.
 struct RunConfig {
   ModelConfig model;
+  // Whether run.json has a model section. Without one, `attend train` builds train.init_from's own model (a
+  // downloaded checkpoint's configuration, with --set model.FIELD on top), or else the defaults.
+  bool model_given = false;
   DataConfig data;
   TrainConfig train;
   std::string out = "runs/run";

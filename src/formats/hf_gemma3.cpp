@@ -54,7 +54,14 @@ bool is_hf_gemma3_config(const json& config) {
   return names_architecture(config, {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"});
 }
 
-ModelConfig config_from_hf_gemma3(const json& j, const std::string& origin) {
+ModelConfig config_from_hf_gemma3(const json& config, const std::string& origin) {
+  if (is_multimodal(config)) {  // Gemma3ForConditionalGeneration: the language model's config is text_config
+    const auto text = config.find("text_config");
+    check(text != config.end() && text->is_object(), "{}: a Gemma3ForConditionalGeneration config without a "
+          "text_config", origin);
+    return config_from_hf_gemma3(*text, origin + ": text_config");
+  }
+  const json& j = config;
   const ConfigKeys k(j, origin);
   ModelConfig c;
   c.architecture = Architecture::Decoder;
@@ -101,19 +108,13 @@ ModelConfig config_from_hf_gemma3(const json& j, const std::string& origin) {
 }
 
 Model load_hf_gemma3(const fs::path& dir, const json& config) {
-  const std::string origin = (dir / "config.json").string();
-  if (!is_multimodal(config)) {
-    const ModelConfig c = config_from_hf_gemma3(config, origin);
+  const ModelConfig c = config_from_hf_gemma3(config, (dir / "config.json").string());
+  if (!is_multimodal(config))
     return load_decoder_tensors(dir, c, DecoderNames{},
                                 fmt::format("a Gemma 3 of this config ({} layers, hidden_size {})", c.n_layers, c.d_model));
-  }
-  // Gemma3ForConditionalGeneration: the language model's config is text_config; its tensors are
-  // language_model.model.* with language_model.lm_head (transformers 4.50-4.51) or model.language_model.* with
-  // lm_head (later versions), beside a vision tower and a projector that a text model does not use.
-  const auto text = config.find("text_config");
-  check(text != config.end() && text->is_object(), "{}: a Gemma3ForConditionalGeneration config without a text_config",
-        origin);
-  const ModelConfig c = config_from_hf_gemma3(*text, origin + ": text_config");
+  // Gemma3ForConditionalGeneration: the language model's tensors are language_model.model.* with
+  // language_model.lm_head (transformers 4.50-4.51) or model.language_model.* with lm_head (later versions), beside
+  // a vision tower and a projector that a text model does not use.
   DecoderNames names;
   if (CheckpointTensors(dir).find("language_model.model.embed_tokens.weight") != nullptr)
     names = {"language_model.model.", "language_model.lm_head.weight", {"vision_tower.", "multi_modal_projector."}};

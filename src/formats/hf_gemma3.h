@@ -26,8 +26,8 @@ namespace attend::formats {
 // Whether a parsed config.json is Gemma 3's (model_type gemma3_text or gemma3, or architectures naming
 // Gemma3ForCausalLM or Gemma3ForConditionalGeneration).
 bool is_hf_gemma3_config(const nlohmann::json& config);
-// Attend's configuration of Gemma 3's text config (the file itself, or its text_config); missing keys take
-// Gemma3TextConfig's defaults. Errors name the key (soft-capping, biases, bidirectional attention, an irregular
+// Attend's configuration of Gemma 3's text model (the file itself, or a multimodal config's text_config); missing
+// keys take Gemma3TextConfig's defaults. Errors name the key (soft-capping, biases, bidirectional attention, an irregular
 // layer_types list, an activation other than gelu_pytorch_tanh).
 ModelConfig config_from_hf_gemma3(const nlohmann::json& config, const std::string& origin);
 // Loads DIR (config.json; model.safetensors or its shards).

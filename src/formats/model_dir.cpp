@@ -34,22 +34,68 @@ void save_model(const Model& model, const fs::path& dir, const Tokenizer* tokeni
   if (tokenizer != nullptr) tokenizer->save(dir / "tokenizer.json");
 }
 
-Model load_model(const fs::path& dir) {
+namespace {
+
+using json = nlohmann::json;
+
+// Hugging Face's families, as load_model tries them: which config.json is theirs, its configuration, its loader.
+struct Family {
+  bool (*is)(const json& config);
+  ModelConfig (*config)(const fs::path& dir, const json& config);
+  Model (*load)(const fs::path& dir, const json& config);
+};
+
+std::string config_origin(const fs::path& dir) { return (dir / "config.json").string(); }
+
+const Family kFamilies[] = {
+    {formats::is_hf_gpt2_config,
+     [](const fs::path& d, const json& j) { return formats::config_from_hf_gpt2(j, config_origin(d)); },
+     formats::load_hf_gpt2},
+    {formats::is_hf_llama_config,
+     [](const fs::path& d, const json& j) { return formats::config_from_hf_llama(j, config_origin(d)); },
+     formats::load_hf_llama},
+    {formats::is_hf_gemma3_config,
+     [](const fs::path& d, const json& j) { return formats::config_from_hf_gemma3(j, config_origin(d)); },
+     formats::load_hf_gemma3},
+    {formats::is_hf_t5_config,
+     [](const fs::path& d, const json& j) { return formats::config_from_hf_t5(j, config_origin(d)); },
+     formats::load_hf_t5},
+    {formats::is_hf_bert_config,  // which heads BERT has, its tensors say
+     [](const fs::path& d, const json& j) {
+       const formats::CheckpointTensors tensors(d);
+       return formats::config_from_hf_bert(j, config_origin(d), &tensors);
+     },
+     formats::load_hf_bert},
+};
+
+// DIR's config.json, checked to be a model directory's (errors name what is missing), and its Hugging Face family.
+std::pair<std::string, const Family*> read_config(const fs::path& dir) {
   check(fs::is_directory(dir), "{}: not a model directory (expected a directory holding config.json and "
                                "model.safetensors)", dir.string());
-  const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   // `attend train` writes its model to OUT/checkpoint: name it when given the run's directory.
   check(!fs::exists(dir / "checkpoint" / "config.json"),
         "{}: a training run's directory; its model is {}", dir.string(), (dir / "checkpoint").string());
-  check(fs::exists(config_path), "{}: missing config.json", dir.string());
-  const std::string config_text = read_file(config_path);
-  // Hugging Face checkpoints are read as published (formats/hf_gpt2.cpp, formats/hf_llama.cpp).
-  const auto parsed = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
-  if (formats::is_hf_gpt2_config(parsed)) return formats::load_hf_gpt2(dir, parsed);
-  if (formats::is_hf_llama_config(parsed)) return formats::load_hf_llama(dir, parsed);
-  if (formats::is_hf_gemma3_config(parsed)) return formats::load_hf_gemma3(dir, parsed);
-  if (formats::is_hf_t5_config(parsed)) return formats::load_hf_t5(dir, parsed);
-  if (formats::is_hf_bert_config(parsed)) return formats::load_hf_bert(dir, parsed);
+  check(fs::exists(dir / "config.json"), "{}: missing config.json", dir.string());
+  std::string text = read_file(dir / "config.json");
+  const auto parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  for (const Family& f : kFamilies)
+    if (f.is(parsed)) return {std::move(text), &f};
+  return {std::move(text), nullptr};
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const fs::path& dir) {
+  const auto [text, family] = read_config(dir);
+  if (family != nullptr) return family->config(dir, json::parse(text));
+  return ModelConfig::from_json(text, config_origin(dir));
+}
+
+Model load_model(const fs::path& dir) {
+  // Hugging Face checkpoints are read as published (formats/hf_*.cpp).
+  const auto [config_text, family] = read_config(dir);
+  if (family != nullptr) return family->load(dir, json::parse(config_text));
+  const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   Model model = Model::for_loading(config);

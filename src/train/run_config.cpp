@@ -71,7 +71,7 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("max_bad_steps", t.max_bad_steps, "stop after this many non-finite steps in a row");
   f("spike_factor", t.spike_factor, "log a loss above this × its running average (and 0.5 nats above it)");
   f("seed", t.seed, "dropout's seed");
-  f("init_from", t.init_from, "fine-tuning: a checkpoint directory whose parameters of the same names start the run");
+  f("init_from", t.init_from, "fine-tuning: a checkpoint directory (Attend's or a Hugging Face one) whose parameters of the same names start the run; without a model section, its own model is trained");
   f("precision", t.precision, "matmul operands: f32, bf16 (mixed precision, fast with AVX-512 BF16) or f16 (loss-scaled)");
   f("loss_scale", t.loss_scale, "f16: the starting loss scale (halved on overflow)");
   f("loss_scale_window", t.loss_scale_window, "f16: steps without overflow before the scale doubles");
@@ -87,6 +87,7 @@ RunConfig RunConfig::from_json(std::string_view text, std::string_view origin) {
     check(key == "model" || key == "data" || key == "train" || key == "out",
           "{}: unknown section '{}' (expected model, data, train, out)", origin, key);
   if (j.contains("model")) c.model = ModelConfig::from_json(j["model"].dump(), fmt::format("{}: model", origin));
+  c.model_given = j.contains("model");
   if (j.contains("data"))
     read_fields(j["data"], fmt::format("{}: data", origin), [&](auto&& f) { for_each_data_field(c.data, f); });
   if (j.contains("train"))
