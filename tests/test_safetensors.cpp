@@ -91,6 +91,19 @@ TEST(Safetensors, ReadsAHandWrittenFile) {
   fs::remove(path);
 }
 
+// Found by fuzz/fuzz_safetensors' long run: an empty F16 (or BF16) tensor passed memcpy a null buffer (UBSan).
+// Empty tensors of every float dtype load as empty tensors.
+TEST(Safetensors, EmptyTensorsOfEveryFloatDtypeLoad) {
+  const fs::path path = write_raw("empty.safetensors",
+                                  R"({"h":{"dtype":"F16","shape":[0,4],"data_offsets":[0,0]},)"
+                                  R"("b":{"dtype":"BF16","shape":[3,0],"data_offsets":[0,0]},)"
+                                  R"("f":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})",
+                                  "");
+  const SafetensorsReader r(path);
+  for (const char* name : {"h", "b", "f"}) EXPECT_EQ(r.load(name).numel(), 0) << name;
+  fs::remove(path);
+}
+
 TEST(Safetensors, Bf16AndFp16RoundToNearestEven) {
   // bf16 keeps 8 bits of mantissa. 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even
   // mantissa, 1. 1 + 3·2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: it goes to 1 + 2^-6.

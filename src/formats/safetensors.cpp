@@ -216,6 +216,7 @@ void SafetensorsReader::load_into(std::string_view name, TensorView out) const {
   check(t->shape == out.shape(), "{}: tensor '{}' has shape {}, expected {}", origin_, name, t->shape, out.shape());
   const unsigned char* src = data_ + t->begin;
   const auto n = static_cast<size_t>(t->shape.numel());
+  if (n == 0 && (t->dtype == DType::F32 || t->dtype == DType::BF16 || t->dtype == DType::F16)) return;  // nothing to copy
   switch (t->dtype) {
     case DType::F32: std::memcpy(out.data(), src, n * 4); break;
     case DType::BF16: {
