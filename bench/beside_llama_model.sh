@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Attend beside llama.cpp on one model directory and its GGUF (the same weights), alternating the engines round by
+# round: prompt processing (512 tokens) and generation (128 tokens, from an empty cache and after the prompt).
+# docs/BENCHMARKS.md, "A Llama-3.2-1B shape beside llama.cpp".
+#
+#   bench/beside_llama_model.sh LLAMA_BIN_DIR MODEL.gguf ATTEND_MODEL_DIR [ROUNDS] [WEIGHTS]
+#
+# ATTEND_MODEL_DIR holds the model the GGUF was made from (Attend's own directory or a Hugging Face one); WEIGHTS is
+# Attend's --weights (bf16 by default, against an F16 GGUF). llama-bench runs with flash attention off and on, the
+# better taken; both engines use an f16 KV cache and 2 threads. Prints one JSON line per measurement.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+llama=${1:?usage: bench/beside_llama_model.sh LLAMA_BIN_DIR MODEL.gguf ATTEND_MODEL_DIR [ROUNDS] [WEIGHTS]}
+gguf=${2:?usage}
+model=${3:?usage}
+rounds=${4:-3}
+weights=${5:-bf16}
+vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$model/config.json" | head -1)
+# 512 prompt ids drawn once (a fixed seed), the same for every round.
+prompt=$(awk -v v="${vocab:-32000}" 'BEGIN { srand(1); for (i = 0; i < 512; ++i) printf "%s%d", (i ? "," : ""), 1000 + int(rand() * (v - 2000)) }')
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(grep -o 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')" >&2
+brief() {
+  sed -E 's/.*"flash_attn": ([a-z]+).*"n_prompt": ([0-9]+), "n_gen": ([0-9]+).*"avg_ts": ([0-9.]+).*/{"flash_attn": \1, "n_prompt": \2, "n_gen": \3, "tokens_per_s": \4}/'
+}
+# attend generate prints "N tokens (why), prompt P ms, R tokens/s" on stderr; the last id of the vocabulary is the
+# only stop token (a random model would otherwise stop at its EOS now and then), and "tokens" shows it ran 128.
+attend_run() {
+  local ids=$1 label=$2
+  build/attend generate --model "$model" --prompt-ids "$ids" --max-new-tokens 128 --greedy --eos $((vocab - 1)) \
+    --weights "$weights" --kv-cache f16 2>&1 >/dev/null | tail -1 |
+    sed -E "s/([0-9]+) tokens \(([a-z]+)\), prompt ([0-9.]+) ms, ([0-9.]+) tokens\/s/{\"engine\": \"attend\", \"run\": \"$label\", \"tokens\": \1, \"prompt_ms\": \3, \"generate_tokens_per_s\": \4}/"
+}
+for round in $(seq 1 "$rounds"); do
+  echo "{\"round\": $round, \"engine\": \"llama.cpp\"}"
+  "$llama/llama-bench" -m "$gguf" -p 512 -n 128 -fa 0,1 -r 2 -t 2 -o jsonl | brief
+  echo "{\"round\": $round, \"engine\": \"attend\", \"weights\": \"$weights\"}"
+  attend_run "$prompt" "prompt 512 + 128"
+  attend_run "${prompt%%,*}" "prompt 1 + 128"
+done
