@@ -16,11 +16,31 @@ namespace attend::tokenize::jinja {
 
 // ---- text ---------------------------------------------------------------------------------------
 
+namespace {
+// An item of a list written by concat_text: JavaScript's Array.prototype.toString calls each item's
+// toString, which for @huggingface/jinja's values is what {{ }} writes, with none as "null".
+std::string item_text(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::Undefined: return "undefined";
+    case Value::Kind::None: return "null";
+    default: return to_output(v);
+  }
+}
+}  // namespace
+
 std::string concat_text(const Value& v) {
   switch (v.kind) {
     case Value::Kind::Undefined:
     case Value::Kind::None: return "";
     case Value::Kind::Float: return js_number(v.number);
+    case Value::Kind::List: {  // the items joined by "," without brackets, as JavaScript writes an array
+      std::string out;
+      for (size_t i = 0; i < v.items().size(); ++i) {
+        if (i > 0) out += ',';
+        out += item_text(v.items()[i]);
+      }
+      return out;
+    }
     default: return to_output(v);
   }
 }

@@ -25,7 +25,8 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& operand, 
 Value builtin_member(Interpreter& in, const Value& object, const std::string& key);
 
 // How `~`, `+` with a string, and `join` write a value (JavaScript's String(x)): floats without a forced
-// ".0", booleans "true"/"false", none and undefined "", lists and dicts as {{ }} writes them.
+// ".0", booleans "true"/"false", none and undefined "", a list as its items joined by "," (no brackets),
+// a dict as {{ }} writes it (where JavaScript would write "[object Map]").
 std::string concat_text(const Value& v);
 
 // Text helpers: case mapping by ICU's root locale (as JavaScript's toUpperCase), Python's title() and
