@@ -260,6 +260,12 @@ TEST(ChatTemplate, LimitsStopRunawayTemplates) {
             std::string::npos);
   EXPECT_NE(error_of("{{ range(100000000000) | length }}", small).find("passes the limit"), std::string::npos);
   EXPECT_NE(error_of("{{ 'x' * 100000000000 }}", small).find("passes the limit"), std::string::npos);
+  // Lists nested without end would exhaust the stack when compared, printed or freed.
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for i in range(1100) %}{% set ns.x = [ns.x] %}{% endfor %}")
+                .find("lists and dicts nested deeper than the limit of 1000"), std::string::npos);
+  // A namespace that holds itself renders (and is emptied after the render, so it is freed).
+  EXPECT_EQ(run("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}"), "true");
+  EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("nested more than 512 deep"), std::string::npos);
 }
 
 // ---- tokenizer_config.json ------------------------------------------------------------------------

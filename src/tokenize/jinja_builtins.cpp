@@ -506,7 +506,11 @@ void install_globals(Scope& g) {
   g.set("True", Value::from_bool(true));
   g.set("False", Value::from_bool(false));
   g.set("None", Value::none());
-  g.set("namespace", method("namespace", [](Interpreter&, Args& a, const ScopePtr&) { return make_namespace(a); }));
+  g.set("namespace", method("namespace", [](Interpreter& in, Args& a, const ScopePtr&) {
+          Value ns = make_namespace(a);
+          in.track(ns.dict);
+          return ns;
+        }));
   g.set("range", method("range", [](Interpreter& in, Args& a, const ScopePtr&) { return range(in, a); }));
   g.set("raise_exception", method("raise_exception", [](Interpreter&, Args& a, const ScopePtr&) -> Value {
           fail(fmt::format("the template raised an error: {}", a.positional.empty() ? "" : concat_text(a.positional[0])));

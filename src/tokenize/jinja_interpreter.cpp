@@ -16,7 +16,9 @@
 
 namespace attend::tokenize::jinja {
 
-void fail(std::string message) { throw Failure{std::move(message)}; }
+Interpreter::~Interpreter() {
+  for (const auto& ns : namespaces_) ns->clear();
+}
 
 std::string Interpreter::where(uint32_t pos) const {
   const Location loc = locate(source_, pos);

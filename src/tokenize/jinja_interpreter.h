@@ -39,13 +39,6 @@ struct Limits {
   size_t max_output = 16u << 20;     // bytes of the output, and of any one string or list made on the way
 };
 
-// What a built-in throws: a message without a place. The interpreter adds the template's name, line and
-// column of the expression that called it and throws attend::Error.
-struct Failure {
-  std::string message;
-};
-[[noreturn]] void fail(std::string message);
-
 class Interpreter {
  public:
   Interpreter(std::string_view source, std::string_view origin, const Limits& limits, std::time_t now)
@@ -59,6 +52,10 @@ class Interpreter {
   void check_size(size_t n) const;        // a string or list of n bytes or items may be made
   Value make_string(std::string s);       // checked and charged
   Value call(const Value& function, Args& args, const ScopePtr& scope);
+  // Keeps a namespace made during the render, to empty it when the render ends: a namespace can hold
+  // itself (ns.me = ns) or a caller() whose scope holds it, and emptying breaks such cycles.
+  void track(const std::shared_ptr<Dict>& ns) { namespaces_.push_back(ns); }
+  ~Interpreter();
   std::time_t now() const { return now_; }
   std::string_view origin() const { return origin_; }
   // Where a byte offset of the source is, for messages: "chat_template:3:14".
@@ -90,6 +87,7 @@ class Interpreter {
   std::time_t now_;
   int64_t steps_ = 0;
   int call_depth_ = 0;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
 };
 
 }  // namespace attend::tokenize::jinja

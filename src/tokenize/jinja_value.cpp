@@ -11,6 +11,15 @@
 
 namespace attend::tokenize::jinja {
 
+void fail(std::string message) { throw Failure{std::move(message)}; }
+
+namespace {
+uint32_t depth_of(const Value& v) { return v.kind == Value::Kind::Namespace ? 1 : v.depth; }
+void check_depth(uint32_t depth) {
+  if (depth > kMaxValueDepth) fail(fmt::format("lists and dicts nested deeper than the limit of {}", kMaxValueDepth));
+}
+}  // namespace
+
 const Value* Dict::find(std::string_view key) const {
   auto it = index_.find(std::string(key));
   return it == index_.end() ? nullptr : &entries_[it->second].second;
@@ -35,6 +44,11 @@ bool Dict::erase(std::string_view key) {
   return true;
 }
 
+void Dict::clear() {
+  entries_.clear();
+  index_.clear();
+}
+
 const Value* Args::get(size_t i, std::string_view name) const {
   if (i < positional.size()) return &positional[i];
   for (const auto& [key, value] : keyword)
@@ -53,6 +67,8 @@ Value Value::from_list(std::vector<Value> items, bool tuple) {
   Value v;
   v.kind = Kind::List;
   v.tuple = tuple;
+  for (const Value& x : items) v.depth = std::max(v.depth, depth_of(x));
+  check_depth(++v.depth);
   v.list = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
@@ -60,6 +76,8 @@ Value Value::from_list(std::vector<Value> items, bool tuple) {
 Value Value::from_dict(Dict d) {
   Value v;
   v.kind = Kind::Dict;
+  for (const auto& [key, x] : d.entries()) v.depth = std::max(v.depth, depth_of(x));
+  check_depth(++v.depth);
   v.dict = std::make_shared<Dict>(std::move(d));
   return v;
 }
@@ -77,31 +95,49 @@ Value Value::from_function(std::string name, NativeFunction f) {
   return v;
 }
 
+namespace {
+Value json_value_of(const nlohmann::ordered_json& j, uint32_t depth);
+}
+
 Value Value::from_json(const nlohmann::ordered_json& j) {
+  try {
+    return json_value_of(j, 0);
+  } catch (const Failure& f) {
+    throw Error(fmt::format("JSON input: {}", f.message));
+  }
+}
+
+namespace {
+
+Value json_value_of(const nlohmann::ordered_json& j, uint32_t depth) {
+  if (depth > kMaxValueDepth) fail(fmt::format("nested deeper than the limit of {}", kMaxValueDepth));
+  using V = Value;
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return from_bool(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return from_int(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null: return V::none();
+    case nlohmann::ordered_json::value_t::boolean: return V::from_bool(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return V::from_int(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
-      return u <= static_cast<uint64_t>(INT64_MAX) ? from_int(static_cast<int64_t>(u)) : from_float(static_cast<double>(u));
+      return u <= static_cast<uint64_t>(INT64_MAX) ? V::from_int(static_cast<int64_t>(u)) : V::from_float(static_cast<double>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return from_float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return from_string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float: return V::from_float(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return V::from_string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& x : j) items.push_back(from_json(x));
-      return from_list(std::move(items));
+      for (const auto& x : j) items.push_back(json_value_of(x, depth + 1));
+      return V::from_list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
-      for (const auto& [key, x] : j.items()) d.set(key, from_json(x));
-      return from_dict(std::move(d));
+      for (const auto& [key, x] : j.items()) d.set(key, json_value_of(x, depth + 1));
+      return V::from_dict(std::move(d));
     }
-    default: return undefined();  // binary and discarded values do not occur in parsed JSON
+    default: return V::undefined();  // binary and discarded values do not occur in parsed JSON
   }
 }
+
+}  // namespace
 
 std::string_view type_name(const Value& v) {
   switch (v.kind) {

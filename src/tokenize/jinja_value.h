@@ -20,6 +20,17 @@
 
 namespace attend::tokenize::jinja {
 
+// What the engine throws below the interpreter: a message without a place. The interpreter adds the
+// template's name, line and column of the expression at fault and throws attend::Error.
+struct Failure {
+  std::string message;
+};
+[[noreturn]] void fail(std::string message);
+
+// Lists and dicts nest at most this deep (so that comparing, printing and freeing them cannot exhaust the
+// stack); a namespace counts as one level, whatever it holds.
+inline constexpr uint32_t kMaxValueDepth = 1000;
+
 struct Value;
 struct Scope;
 class Interpreter;
@@ -30,6 +41,7 @@ class Dict {
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value value);  // replaces in place, or appends
   bool erase(std::string_view key);
+  void clear();
   size_t size() const { return entries_.size(); }
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
@@ -52,6 +64,7 @@ struct Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Namespace, Function };
   Kind kind = Kind::Undefined;
   bool tuple = false;  // a List written as a tuple (a, b); prints and compares as a list
+  uint32_t depth = 0;  // lists and dicts: 1 + the deepest item
   bool boolean = false;
   int64_t integer = 0;
   double number = 0;
@@ -71,7 +84,7 @@ struct Value {
   static Value namespace_of(Dict d);
   static Value from_function(std::string name, NativeFunction f);
   // JSON in (messages, tools, extra context): objects keep their key order; numbers with a fraction or an
-  // exponent are floats, the rest integers.
+  // exponent are floats, the rest integers. Throws attend::Error for JSON nested deeper than kMaxValueDepth.
   static Value from_json(const nlohmann::ordered_json& j);
 
   bool is_undefined() const { return kind == Kind::Undefined; }
