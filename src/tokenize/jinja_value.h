@@ -35,21 +35,7 @@ struct Value;
 struct Scope;
 class Interpreter;
 
-// A dict: string keys in insertion order (Python's dict, JavaScript's Map), with an index for lookups.
-class Dict {
- public:
-  const Value* find(std::string_view key) const;
-  void set(const std::string& key, Value value);  // replaces in place, or appends
-  bool erase(std::string_view key);
-  void clear();
-  size_t size() const { return entries_.size(); }
-  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
-
- private:
-  std::vector<std::pair<std::string, Value>> entries_;
-  std::unordered_map<std::string, size_t> index_;
-};
-
+class Dict;
 struct Args;
 // A built-in function or a macro: called with the interpreter, the arguments and the scope of the call
 // (macros see the caller's variables, as in @huggingface/jinja).
@@ -96,6 +82,21 @@ struct Value {
   const std::string& s() const { return *str; }
   const std::vector<Value>& items() const { return *list; }
   double as_double() const { return kind == Kind::Int ? static_cast<double>(integer) : kind == Kind::Bool ? boolean : number; }
+};
+
+// A dict: string keys in insertion order (Python's dict, JavaScript's Map), with an index for lookups.
+class Dict {
+ public:
+  const Value* find(std::string_view key) const;
+  void set(const std::string& key, Value value);  // replaces in place, or appends
+  bool erase(std::string_view key);
+  void clear();
+  size_t size() const { return entries_.size(); }
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+  std::unordered_map<std::string, size_t> index_;
 };
 
 // A call's arguments, evaluated: positional ones, then keyword ones in the order written.
