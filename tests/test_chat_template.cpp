@@ -194,6 +194,15 @@ TEST(ChatTemplate, Extensions) {
   EXPECT_EQ(run("{% for x in [] %}{% else %}none{% endfor %}|{% for x in [1] %}{% break %}{% else %}no{% endfor %}"), "none|");
 }
 
+TEST(ChatTemplate, IntegerEdgesNeitherOverflowNorHang) {
+  EXPECT_EQ(error_of("{{ (-9223372036854775807 - 1) // -1 }}"), "t:1:5: integer overflow in '//'");
+  EXPECT_EQ(error_of("{{ 2 ** 63 }}"), "t:1:4: integer overflow in '**'");
+  EXPECT_EQ(run("{{ 1 ** 9223372036854775807 }} {{ 2 ** 62 }} {{ (-1) ** 3 }} {{ 2 ** -1 }}"), "1 4611686018427387904 -1 0.5");
+  EXPECT_EQ(run("{{ [1, 2, 3][2::9223372036854775807] }} {{ [1, 2, 3][::-9223372036854775807] }}"), "[3] [3]");
+  EXPECT_EQ(run("{{ range(9223372036854775800, 9223372036854775807, 5) }}"), "[9223372036854775800, 9223372036854775805]");
+  EXPECT_EQ(run("[{{ '' * 100000000000 }}]"), "[]");
+}
+
 TEST(ChatTemplate, NumbersPrintAsTheOracle) {
   using attend::tokenize::jinja::js_number;
   EXPECT_EQ(js_number(0.1 + 0.2), "0.30000000000000004");

@@ -50,7 +50,8 @@ std::string lower(std::string_view s) { return to_lower(s); }
 std::string upper(std::string_view s) {
   std::u16string src;
   for (size_t i = 0; i < s.size();) {
-    const uint32_t cp = decode_utf8(s, i);
+    uint32_t cp = decode_utf8(s, i);
+    if (cp > 0x10ffff) cp = 0xfffd;
     if (cp >= 0x10000) {
       src += static_cast<char16_t>(0xd800 + ((cp - 0x10000) >> 10));
       src += static_cast<char16_t>(0xdc00 + ((cp - 0x10000) & 0x3ff));
@@ -74,7 +75,10 @@ std::string upper(std::string_view s) {
   std::string utf8;
   for (size_t i = 0; i < out.size(); ++i) {
     uint32_t cp = out[i];
-    if (cp >= 0xd800 && cp < 0xdc00 && i + 1 < out.size()) cp = 0x10000 + ((cp - 0xd800) << 10) + (out[++i] - 0xdc00);
+    if (cp >= 0xd800 && cp < 0xdc00 && i + 1 < out.size() && out[i + 1] >= 0xdc00 && out[i + 1] < 0xe000)
+      cp = 0x10000 + ((cp - 0xd800) << 10) + (out[++i] - 0xdc00u);
+    else if (cp >= 0xd800 && cp < 0xe000)
+      cp = 0xfffd;  // a lone surrogate
     append_utf8(utf8, static_cast<char32_t>(cp));
   }
   return utf8;
@@ -493,7 +497,10 @@ Value range(Interpreter& in, Args& a) {
   in.check_size(static_cast<size_t>(std::min(count, 1e18)));
   in.charge(static_cast<int64_t>(count));
   std::vector<Value> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::from_int(i));
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.push_back(Value::from_int(i));
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
   return Value::from_list(std::move(out));
 }
 

@@ -449,7 +449,10 @@ std::vector<size_t> slice_positions(int64_t n, const Value& start_v, const Value
     stop = !given(stop_v) ? -1 : stop_v.integer < 0 ? std::max<int64_t>(n + stop_v.integer, -1) : std::min(stop_v.integer, n - 1);
   }
   std::vector<size_t> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(static_cast<size_t>(i));
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.push_back(static_cast<size_t>(i));
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
   return out;
 }
 
@@ -498,6 +501,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       const double q = std::floor(x / y);
       return Value::from_float(op == "//" ? q : x - q * y);
     }
+    if (a.integer == std::numeric_limits<int64_t>::min() && b.integer == -1) fail(fmt::format("integer overflow in '{}'", op));
     int64_t q = a.integer / b.integer, r = a.integer % b.integer;
     if (r != 0 && ((r < 0) != (b.integer < 0))) {  // Python floors toward minus infinity
       --q;
@@ -527,8 +531,10 @@ Value power(const Value& a, const Value& b) {
   if (!floats) {
     int64_t base = a.kind == Value::Kind::Bool ? a.boolean : a.integer, e = b.kind == Value::Kind::Bool ? b.boolean : b.integer;
     int64_t r = 1;
-    while (e-- > 0)
-      if (__builtin_mul_overflow(r, base, &r)) fail("integer overflow in '**'");
+    for (; e > 0; e >>= 1) {  // by squaring: 63 rounds at most, whatever the exponent
+      if ((e & 1) && __builtin_mul_overflow(r, base, &r)) fail("integer overflow in '**'");
+      if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail("integer overflow in '**'");
+    }
     return Value::from_int(r);
   }
   const double r = std::pow(x, y);
@@ -587,6 +593,7 @@ Value Interpreter::eval_binary(const Expr& e, const ScopePtr& scope) {
   if (op == "*" && (a.is_string() || a.is_list()) && b.kind == Value::Kind::Int) {  // Python's repetition
     const int64_t times = std::max<int64_t>(b.integer, 0);
     const size_t unit = a.is_string() ? a.s().size() : a.items().size();
+    if (unit == 0) return a.is_string() ? Value::from_string("") : Value::from_list({});
     if (unit > 0 && static_cast<uint64_t>(times) > limits_.max_output / unit) check_size(limits_.max_output + 1);
     charge(static_cast<int64_t>(unit) * times / 64);
     if (a.is_string()) {
