@@ -201,7 +201,12 @@ TEST(Gpt2Tokenizer, LosslessOnArbitraryBytes) {
     std::string bytes(rng() % 80, '\0');
     for (char& b : bytes) b = static_cast<char>(rng() % 256);  // mostly invalid UTF-8
     const auto ids = gpt2().encode(bytes, {.parse_special = false});
-    ASSERT_EQ(gpt2().decode(ids), bytes);
+    // The ids' bytes give the input back exactly; decode() is Hugging Face's, which writes bytes that are
+    // not UTF-8 as U+FFFD.
+    std::string back;
+    for (int32_t id : ids) back += gpt2().id_to_bytes(id);
+    ASSERT_EQ(back, bytes);
+    ASSERT_EQ(gpt2().decode(ids), tokenize::utf8_lossy(bytes));
   }
 }
 
@@ -397,9 +402,10 @@ TEST(WordPiece, TrainedOnBrownLowercasesStripsAccentsAndRoundTrips) {
   const auto ids = tok.encode("The Café's jury said, (no!)", {.add_bos = true, .add_eos = true});
   EXPECT_EQ(ids.front(), *tok.special_id(SpecialRole::Cls));
   EXPECT_EQ(ids.back(), *tok.special_id(SpecialRole::Sep));
-  // Decoding joins "##" pieces and removes the spaces before punctuation and clitics, as Hugging Face's
-  // WordPiece decoder does; lower-casing and accents are not undone.
-  EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), "the cafe's jury said, ( no! )");
+  // Decoding joins "##" pieces and removes the spaces before punctuation, as Hugging Face's WordPiece
+  // decoder does, token by token: "cafe", "'", "s" keep their spaces (HF's tokenizers 0.23.2 decodes these
+  // tokens to the same string); lower-casing and accents are not undone.
+  EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), "the cafe ' s jury said, ( no! )");
   const Tokenizer back = Tokenizer::from_json(tok.to_json());
   EXPECT_EQ(back.encode("The Café's jury"), tok.encode("The Café's jury"));
 }
@@ -671,11 +677,11 @@ TEST(TokenizerErrors, OutOfRangeIdsAndWrongTypesNameTheFile) {
       {"bytes.json", "<0xZZ>"});
   expect_error_mentions<Error>(
       [] {
-        Tokenizer::from_json(R"({"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "Removed"},
+        Tokenizer::from_json(R"({"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways"},
                                  "model": {"type": "BPE", "vocab": {}, "merges": []}})",
                              "split.json");
       },
-      {"split.json", "Removed", "only Isolated"});
+      {"split.json", "pre_tokenizer.behavior", "Sideways", "expected Removed, Isolated"});
   // Found by fuzz/fuzz_tokenizer_json (the deterministic CI run): a model of 3 tokens with added tokens at
   // ids 0 and 4 (two added, so ids up to 4 pass the range check) left id 3 without a token, and naming it read past the model's table
   // (AddressSanitizer: heap-buffer-overflow).

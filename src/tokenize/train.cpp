@@ -126,12 +126,14 @@ Tokenizer finish(PieceCounts& counts, const TokenizerTrainOptions& o, const Coun
   m->kind = o.kind;
   if (o.kind == TokenizerKind::BPE) {
     m->model = train_bpe(counts, {o.vocab_size, o.min_frequency, specials, stage("merges")});
+    m->set_gpt2_pipeline();
   } else if (o.kind == TokenizerKind::WordPiece) {
-    m->bert = counter.bert;
     const std::string unk = unk_token(specials, "[UNK]");
     m->model = train_wordpiece(counts, {o.vocab_size, o.min_frequency, specials, unk, stage("merges")});
+    m->set_bert_pipeline(counter.bert);
   } else {
     m->sp = counter.sp;
+    m->byte_level = false;
     const std::string unk = unk_token(specials, "<unk>");
     UnigramTrainOptions u;
     u.vocab_size = o.vocab_size;
