@@ -2,7 +2,9 @@
 // Hugging Face's tokenizers 0.23.2 (tests/data/hf_tokenizers/NAME.json, tools/make_hf_tokenizer_fixtures.sh):
 // ids with and without special tokens, decoded text with and without skip_special_tokens; the same after a
 // save and reload; tokenizer_config.json; and the errors for components Attend does not know.
+#include "core/base64.h"
 #include "testing.h"
+#include "tokenize/sentencepiece.h"
 
 #include <attend/error.h>
 #include <attend/tokenizer.h>
@@ -12,6 +14,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -102,6 +105,76 @@ TEST_P(HfTokenizer, SavedAndReloadedBehavesTheSame) {
 INSTANTIATE_TEST_SUITE_P(Families, HfTokenizer, ::testing::ValuesIn(kFamilies),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
+// ---------------------------------------------------------------------------------------------------
+// Variants (tests/data/hf_tokenizers/variants/): a real vocabulary behind another pipeline, or a T5-style
+// Unigram built from a committed SentencePiece model, for the components no real file above uses. Each
+// golden file names its base and the patch of top-level fields; the tokenizer.json is built here as
+// tools/make_hf_tokenizer_fixtures.mjs builds it for Hugging Face.
+
+const char* const kVariants[] = {"llama2_metaspace_first", "llama2_metaspace_always_split", "bert_pieces", "bert_whitespace",
+                                 "bert_bpe_decoder", "gpt2_roberta", "gpt2_split_behaviors", "t5like"};
+
+// "spm:FILE": a Unigram tokenizer.json from tests/data/spm/FILE, as Hugging Face's converter lays it out:
+// unknown and control pieces as special added tokens, user-defined ones as plain added tokens.
+json spm_base(const std::string& file) {
+  const std::string path = std::string(ATTEND_TEST_DATA) + "/spm/" + file;
+  std::ifstream in(path, std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const tokenize::SentencePieceModel sp = tokenize::parse_sentencepiece(data, path);
+  json added = json::array(), vocab = json::array();
+  int64_t unk = -1;
+  for (size_t id = 0; id < sp.pieces.size(); ++id) {
+    const auto& p = sp.pieces[id];
+    const int type = static_cast<int>(p.type);
+    if (type == 2) unk = static_cast<int64_t>(id);
+    if (type == 2 || type == 3 || type == 4)
+      added.push_back({{"id", id}, {"content", p.text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", type != 4}});
+    vocab.push_back({p.text, static_cast<double>(p.score)});
+  }
+  return {{"added_tokens", added},
+          {"normalizer", {{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(sp.normalizer.charsmap())}}},
+          {"model", {{"type", "Unigram"}, {"unk_id", unk}, {"vocab", vocab}, {"byte_fallback", sp.byte_fallback}}}};
+}
+
+// The base with the patch's top-level fields; a Precompiled normalizer without a map gets the base's.
+json patched(const std::string& base, const json& patch) {
+  json j;
+  if (base.starts_with("spm:")) {
+    j = spm_base(base.substr(4));
+  } else {
+    std::ifstream in(family_file(base));
+    j = json::parse(in);
+  }
+  const json charsmap = j["normalizer"].is_object() ? j["normalizer"].value("precompiled_charsmap", json()) : json();
+  std::function<void(json&)> fill = [&](json& v) {
+    if (v.is_object() && v.value("type", "") == "Precompiled" && !v.contains("precompiled_charsmap")) v["precompiled_charsmap"] = charsmap;
+    if (v.is_structured())
+      for (auto& child : v) fill(child);
+  };
+  for (const auto& [key, value] : patch.items()) {
+    j[key] = value;
+    fill(j[key]);
+  }
+  return j;
+}
+
+class HfVariant : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfVariant, EncodesAndDecodesAsHuggingFace) {
+  const std::string name = GetParam();
+  const json fixture = golden(std::string("variants/") + name);
+  const std::string base = fixture["base"];
+  if (!base.starts_with("spm:")) ATTEND_SKIP_WITHOUT_DATA("tokenizers/" + base + "/tokenizer.json");
+  const Tokenizer tok = Tokenizer::from_json(patched(base, fixture["patch"]).dump(), name);
+  expect_matches_golden(tok, fixture, name);
+  const Tokenizer back = Tokenizer::from_json(tok.to_json(), name + " (saved)");
+  expect_matches_golden(back, fixture, name + " (saved)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, HfVariant, ::testing::ValuesIn(kVariants),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
 // tokenizer_config.json beside tokenizer.json: add_bos_token makes the prompt start with BOS, as
 // transformers' LlamaTokenizerFast / GemmaTokenizerFast do; without it the file's post-processor stands.
 TEST(HfTokenizerConfig, AddBosTokenAsTransformersDoes) {
@@ -187,10 +260,20 @@ TEST(HfComponents, UnknownComponentsAndOptionsNameTheirPath) {
   expect_error_mentions<Error>(
       [] {
         json j = json::parse(tiny(nullptr));
-        j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", "[CLS] $A"}, {"special_tokens", json::object()}};
+        j["post_processor"] = {{"type", "TemplateProcessing"},
+                               {"single", {{{"SpecialToken", {{"id", "[CLS]"}, {"type_id", 0}}}}}},
+                               {"special_tokens", json::object()}};
         Tokenizer::from_json(j.dump(), "t.json");
       },
       {"t.json", "post_processor", "[CLS]", "special_tokens"});
+  // The string form of a template is Hugging Face's Python API's; its tokenizer.json takes only arrays.
+  expect_error_mentions<Error>(
+      [] {
+        json j = json::parse(tiny(nullptr));
+        j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", "$A"}};
+        Tokenizer::from_json(j.dump(), "s.json");
+      },
+      {"s.json", "post_processor.single", "expected a template"});
 }
 
 // Split's delimiter behaviours on "ab  c!": pieces checked with Hugging Face's tokenizers 0.23.2

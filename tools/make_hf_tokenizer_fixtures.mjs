@@ -128,21 +128,18 @@ function quote(s) {
   });
 }
 
-const names = fs.readdirSync(tokenizersDir).filter((n) => fs.existsSync(path.join(tokenizersDir, n, "tokenizer.json"))).sort();
-fs.mkdirSync(outDir, { recursive: true });
-for (const name of names) {
-  const file = path.join(tokenizersDir, name, "tokenizer.json");
-  const json = JSON.parse(fs.readFileSync(file, "utf8"));
-  const tok = hf.Tokenizer.fromFile(file);
+// One golden file: the cases and decodes of `tok`, whose tokenizer.json is `json`; `extra` goes in the
+// file's header (a variant's base and patch).
+async function writeGolden(name, json, tok, seed, outPath, extra) {
   // The file's added tokens written in text: alone, between words, with spaces around (lstrip/rstrip,
   // Metaspace after a special token), doubled, and cut short.
   const added = json.added_tokens.map((t) => t.content);
   const chosen = [...added.slice(0, 4), ...added.slice(-2), ...added.filter((t) => !json.added_tokens.find((a) => a.content === t).special).slice(0, 4)];
   const specialCases = [];
   for (const t of [...new Set(chosen)]) {
-    specialCases.push(t, `a${t}b`, ` ${t} `, `Hello ${t}world`, `${t}Hello`, `${t}${t}`, `  ${t}\n`, t.slice(0, -1));
+    specialCases.push(t, `a${t}b`, ` ${t} `, `Hello ${t}world`, `${t}Hello`, `${t}${t}`, `  ${t}\n`, t.slice(0, -1), t.toUpperCase(), `x ${t.toLowerCase()}y`);
   }
-  const texts = [...new Set([...hand, ...specialCases, ...randomStrings(0x5eed + names.indexOf(name), 60, chosen.slice(0, 4)), ...brownLines])];
+  const texts = [...new Set([...hand, ...specialCases, ...randomStrings(0x5eed + seed, 60, chosen.slice(0, 4)), ...brownLines])];
   const cases = [];
   for (const text of texts) {
     const plain = await tok.encode(text, null, { addSpecialTokens: false });
@@ -152,7 +149,7 @@ for (const name of names) {
                  decoded_skip: await tok.decode(withSpecial, true) });
   }
   // Decodes of random ids: byte tokens that do not form UTF-8, special tokens between others.
-  const rand = mulberry32(0xdec0de + names.indexOf(name));
+  const rand = mulberry32(0xdec0de + seed);
   const vocabSize = tok.getVocabSize(true);
   const addedIds = json.added_tokens.map((t) => t.id);
   const decodes = [];
@@ -171,12 +168,94 @@ for (const name of names) {
                                  `"decoded": ${quote(c.decoded)}, "decoded_skip": ${quote(c.decoded_skip)}}`);
   const decodeLines = decodes.map((d) => `    {"ids": [${d.ids.join(", ")}], "decoded": ${quote(d.decoded)}, "decoded_skip": ${quote(d.decoded_skip)}}`);
   const generator = `tools/make_hf_tokenizer_fixtures.sh: Hugging Face tokenizers ${version} (npm, node binding), ` +
-    `Tokenizer.fromFile("data/tokenizers/${name}/tokenizer.json"); ${hand.length} hand-written, ${specialCases.length} ` +
-    `with added tokens, 60 seeded random, ${brownLines.length} Brown lines (duplicates dropped); ${decodes.length} random id lists`;
-  const out = `{"generator": ${JSON.stringify(generator)},\n  "vocab_size": ${vocabSize},\n  "cases": [\n${lines.join(",\n")}\n  ],\n` +
+    `${extra ? "Tokenizer.fromString(the base with the patch below)" : `Tokenizer.fromFile("data/tokenizers/${name}/tokenizer.json")`}; ` +
+    `${hand.length} hand-written, ${specialCases.length} with added tokens, 60 seeded random, ${brownLines.length} Brown lines ` +
+    `(duplicates dropped); ${decodes.length} random id lists`;
+  const header = extra ? `  "base": ${JSON.stringify(extra.base)},\n  "patch": ${JSON.stringify(extra.patch)},\n` : "";
+  const out = `{"generator": ${JSON.stringify(generator)},\n${header}  "vocab_size": ${vocabSize},\n  "cases": [\n${lines.join(",\n")}\n  ],\n` +
               `  "decodes": [\n${decodeLines.join(",\n")}\n  ]}\n`;
   const back = JSON.parse(out);
   back.cases.forEach((c, i) => { if (c.text !== cases[i].text || c.decoded !== cases[i].decoded) throw new Error(`${name}: escape round trip failed at ${i}`); });
-  fs.writeFileSync(path.join(outDir, `${name}.json`), out);
-  console.log(`wrote ${name}.json: ${cases.length} cases, ${decodes.length} decodes, ${out.length} chars`);
+  fs.writeFileSync(outPath, out);
+  console.log(`wrote ${outPath}: ${cases.length} cases, ${decodes.length} decodes, ${out.length} chars`);
+}
+
+const names = fs.readdirSync(tokenizersDir).filter((n) => fs.existsSync(path.join(tokenizersDir, n, "tokenizer.json"))).sort();
+fs.mkdirSync(outDir, { recursive: true });
+for (const name of names) {
+  const file = path.join(tokenizersDir, name, "tokenizer.json");
+  const json = JSON.parse(fs.readFileSync(file, "utf8"));
+  await writeGolden(name, json, hf.Tokenizer.fromFile(file), names.indexOf(name), path.join(outDir, `${name}.json`));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Variants: the real vocabularies behind other pipelines, for the components no real file above uses
+// (Metaspace with prepend_scheme first, Whitespace, Digits, Punctuation, RobertaProcessing, lstrip/rstrip/
+// single_word/normalized added tokens, CTC, ...), and a T5-style Unigram (Precompiled charsmap,
+// WhitespaceSplit + Metaspace, "$A </s>") built from tests/data/spm/unigram_nfkc.model as Hugging Face's
+// converter writes T5. Each golden file carries its base and patch (top-level fields replaced; a
+// {"type": "Precompiled"} without a map gets the .model's); tests/test_hf_tokenizers.cpp builds the same.
+const variants = JSON.parse(fs.readFileSync(new URL("./hf_tokenizer_variants.json", import.meta.url), "utf8"));
+
+// A SentencePiece ModelProto: pieces (1: piece, 2: score, 3: type), trainer_spec 35 byte_fallback,
+// normalizer_spec 2 precompiled_charsmap.
+function readModel(bytes) {
+  function* fields(buf) {
+    let i = 0;
+    const varint = () => { let v = 0, shift = 0, b; do { b = buf[i++]; v += (b & 0x7f) * 2 ** shift; shift += 7; } while (b & 0x80); return v; };
+    while (i < buf.length) {
+      const key = varint(), field = Math.floor(key / 8), wire = key & 7;
+      if (wire === 0) yield [field, varint()];
+      else if (wire === 2) { const n = varint(); yield [field, buf.subarray(i, i + n)]; i += n; }
+      else if (wire === 5) { yield [field, buf.readFloatLE(i)]; i += 4; }
+      else if (wire === 1) { i += 8; }
+      else throw new Error("wire type " + wire);
+    }
+  }
+  const m = { pieces: [], byteFallback: false, charsmap: Buffer.alloc(0) };
+  for (const [f, v] of fields(bytes)) {
+    if (f === 1) {
+      const p = { piece: "", score: 0, type: 1 };
+      for (const [g, w] of fields(v)) { if (g === 1) p.piece = w.toString("utf8"); else if (g === 2) p.score = w; else if (g === 3) p.type = w; }
+      m.pieces.push(p);
+    } else if (f === 2) { for (const [g, w] of fields(v)) if (g === 35) m.byteFallback = w !== 0; }
+    else if (f === 3) { for (const [g, w] of fields(v)) if (g === 2) m.charsmap = Buffer.from(w); }
+  }
+  return m;
+}
+
+function baseJson(base) {
+  if (!base.startsWith("spm:")) return JSON.parse(fs.readFileSync(path.join(tokenizersDir, base, "tokenizer.json"), "utf8"));
+  const m = readModel(fs.readFileSync(new URL(`../tests/data/spm/${base.slice(4)}`, import.meta.url)));
+  const added = [];
+  m.pieces.forEach((p, id) => {
+    if (p.type === 2 || p.type === 3 || p.type === 4)
+      added.push({ id, content: p.piece, single_word: false, lstrip: false, rstrip: false, normalized: false, special: p.type !== 4 });
+  });
+  return { version: "1.0", truncation: null, padding: null, added_tokens: added,
+           normalizer: { type: "Precompiled", precompiled_charsmap: m.charsmap.toString("base64") },
+           pre_tokenizer: null, post_processor: null, decoder: null,
+           model: { type: "Unigram", unk_id: m.pieces.findIndex((p) => p.type === 2), vocab: m.pieces.map((p) => [p.piece, p.score]),
+                    byte_fallback: m.byteFallback } };
+}
+
+function applyPatch(json, patch) {
+  const charsmap = json.normalizer && json.normalizer.type === "Precompiled" ? json.normalizer.precompiled_charsmap : null;
+  const fill = (v) => {
+    if (Array.isArray(v)) return v.map(fill);
+    if (v && typeof v === "object") {
+      const o = Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fill(x)]));
+      if (o.type === "Precompiled" && !("precompiled_charsmap" in o)) o.precompiled_charsmap = charsmap;
+      return o;
+    }
+    return v;
+  };
+  return { ...json, ...fill(patch) };
+}
+
+fs.mkdirSync(path.join(outDir, "variants"), { recursive: true });
+for (const [name, v] of Object.entries(variants)) {
+  const json = applyPatch(baseJson(v.base), v.patch);
+  await writeGolden(name, json, hf.Tokenizer.fromString(JSON.stringify(json)), 100 + Object.keys(variants).indexOf(name),
+                    path.join(outDir, "variants", `${name}.json`), v);
 }

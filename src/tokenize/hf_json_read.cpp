@@ -8,6 +8,7 @@
 #include "tokenize/unicode.h"
 
 #include <attend/error.h>
+#include <attend/log.h>
 
 #include <algorithm>
 #include <climits>
@@ -191,18 +192,54 @@ void read_unigram(const json& model, const Reader& r, Tokenizer::Impl& m) {
     const json& e = vocab[i];
     check(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number(),
           "{}: model.vocab[{}] is {}, expected [piece, score]", r.origin, i, e.dump());
-    UnigramPiece p{e[0].get<std::string>(), e[1].get<float>(), PieceType::Normal};
+    UnigramPiece p{e[0].get<std::string>(), e[1].get<double>(), PieceType::Normal};
     if (static_cast<int64_t>(i) == unk) p.type = PieceType::Unknown;
     else if (byte_fallback && p.text.size() == 6 && p.text.starts_with("<0x")) p.type = PieceType::Byte;
     pieces.push_back(std::move(p));
   }
-  for (const AddedToken& t : m.added)
-    if (t.special && t.id >= 0 && t.id < static_cast<int32_t>(pieces.size()) && pieces[static_cast<size_t>(t.id)].type == PieceType::Normal)
-      pieces[static_cast<size_t>(t.id)].type = PieceType::Control;
   check(unk >= 0, "{}: model.unk_id is missing; a Unigram model needs an unknown piece", r.origin);
   check(unk < static_cast<int64_t>(pieces.size()), "{}: model.unk_id {} is outside model.vocab ({} pieces)", r.origin, unk,
         pieces.size());
-  m.model = UnigramModel(std::move(pieces), static_cast<int32_t>(unk), byte_fallback);
+  m.model = UnigramModel(std::move(pieces), static_cast<int32_t>(unk), byte_fallback, /*every_piece=*/true);
+}
+
+// The model's id of a token as the file spells it (GPT-2's letters for byte-level BPE), or nothing.
+std::optional<int32_t> model_id_of(const Tokenizer::Impl& m, const std::string& text) {
+  if (m.kind == TokenizerKind::BPE && m.byte_level) {
+    for (const auto& [id, t] : m.unspellable)
+      if (t == text) return id;
+    const auto bytes = gpt2_letters_to_bytes(text);
+    return bytes && !bytes->empty() ? m.model_token_to_id(*bytes) : std::nullopt;
+  }
+  return text.empty() ? std::nullopt : m.model_token_to_id(text);
+}
+
+// Hugging Face's ids for added tokens (AddedVocabulary::add_tokens, in file order): the model's id when
+// the model has the token, the id of an earlier added token with the same content (whose options it then
+// replaces), else the next id after the model's vocabulary. The "id" written in the file is not used;
+// Attend says so when it differs, as Hugging Face warns.
+void assign_added_ids(const Reader& r, Tokenizer::Impl& m) {
+  auto next_id = static_cast<int32_t>(m.model_size() - static_cast<int32_t>(m.vocab_gaps.size()));
+  std::unordered_map<std::string, size_t> by_content;
+  std::vector<AddedToken> kept;
+  for (AddedToken& t : m.added) {
+    if (t.content.empty()) continue;  // Hugging Face ignores empty tokens
+    int32_t id;
+    if (auto it = by_content.find(t.content); it != by_content.end()) id = kept[it->second].id;
+    else if (auto model = model_id_of(m, t.content)) id = *model;
+    else id = next_id++;
+    if (id != t.id)
+      log::warn("{}: added token {:?} is written with id {} but gets id {}, as Hugging Face assigns it", r.origin,
+                t.content, t.id, id);
+    t.id = id;
+    if (auto it = by_content.find(t.content); it != by_content.end()) {
+      kept[it->second] = t;
+    } else {
+      by_content.emplace(t.content, kept.size());
+      kept.push_back(t);
+    }
+  }
+  m.added = std::move(kept);
 }
 
 std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view origin) {
@@ -231,14 +268,7 @@ std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view 
   else throw Error(fmt::format("{}: model.type is {:?}; expected BPE, WordPiece or Unigram", origin, type));
   check(m->kind == TokenizerKind::BPE || !m->byte_level,
         "{}: a ByteLevel normalizer or pre-tokenizer needs a BPE model, found {}", origin, type);
-  for (const AddedToken& t : m->added) {
-    // An added token inside the model's vocabulary must be the same token.
-    if (t.id < m->model_size() && m->kind != TokenizerKind::Unigram) {
-      const std::string in_model = m->model_token_text(t.id);
-      check(in_model == t.content, "{}: added token {:?} has id {}, which model.vocab gives to {:?}", origin, t.content,
-            t.id, in_model);
-    }
-  }
+  assign_added_ids(r, *m);
   read_roles(j, r, *m);
   return m;
 }

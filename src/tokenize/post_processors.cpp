@@ -10,34 +10,11 @@ namespace {
 
 using Kind = PostStep::Kind;
 
-// "[CLS]:0 $A:0 [SEP]:0" (the string form) or [{"SpecialToken": {"id", "type_id"}}, {"Sequence": {...}}].
+// [{"SpecialToken": {"id", "type_id"}}, {"Sequence": {"id", "type_id"}}, ...] (Hugging Face's JSON takes no
+// other form; the string form "[CLS]:0 $A:0" is its Python API's).
 std::vector<PostStep::Item> read_template(const json& t, const Reader& r, const std::string& path) {
   std::vector<PostStep::Item> items;
-  if (t.is_string()) {
-    const std::string s = t.get<std::string>();
-    for (size_t i = 0; i < s.size();) {
-      while (i < s.size() && s[i] == ' ') ++i;
-      if (i >= s.size()) break;
-      size_t end = s.find(' ', i);
-      if (end == std::string::npos) end = s.size();
-      std::string piece = s.substr(i, end - i);
-      PostStep::Item item;
-      if (const size_t colon = piece.rfind(':'); colon != std::string::npos && colon > 0) {
-        item.type_id = std::stoll(piece.substr(colon + 1));
-        piece.resize(colon);
-      }
-      if (piece == "$" || piece == "$A" || piece == "$a") item.id = "A";
-      else if (piece == "$B" || piece == "$b") item.id = "B";
-      else {
-        item.special = true;
-        item.id = piece;
-      }
-      items.push_back(item);
-      i = end;
-    }
-    return items;
-  }
-  check(t.is_array(), "{}: {} is {}, expected a template (an array or a string)", r.origin, path, t.type_name());
+  check(t.is_array(), "{}: {} is {}, expected a template: an array of {{\"SpecialToken\": ...}} and {{\"Sequence\": ...}}", r.origin, path, t.type_name());
   for (size_t k = 0; k < t.size(); ++k) {
     const std::string at = fmt::format("{}[{}]", path, k);
     const json& e = t[k];
