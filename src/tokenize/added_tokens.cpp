@@ -24,6 +24,7 @@ AddedMatcher::AddedMatcher(std::vector<Entry> entries) : entries_(std::move(entr
   for (size_t e = 0; e < entries_.size(); ++e) {
     const std::string& t = entries_[e].text;
     if (t.empty()) continue;
+    if (!first_byte_[static_cast<unsigned char>(t[0])]) first_bytes_ += t[0];
     first_byte_[static_cast<unsigned char>(t[0])] = true;
     int32_t node = 0;
     for (unsigned char b : t) {
@@ -44,13 +45,20 @@ int32_t AddedMatcher::child(int32_t node, unsigned char byte) const {
   return it == edges_.end() ? -1 : it->second;
 }
 
+size_t AddedMatcher::next_candidate(std::string_view text, size_t from) const {
+  if (first_bytes_.size() == 1) {
+    const void* at = std::memchr(text.data() + from, first_bytes_[0], text.size() - from);
+    return at ? static_cast<size_t>(static_cast<const char*>(at) - text.data()) : text.size();
+  }
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  while (from < text.size() && !first_byte_[s[from]]) ++from;
+  return from;
+}
+
 void AddedMatcher::find(std::string_view text, bool skip_special, std::vector<AddedTokenMatch>& out) const {
+  if (entries_.empty()) return;
   size_t taken = 0;  // end of the previous accepted match
-  for (size_t i = 0; i < text.size();) {
-    if (!first_byte_[static_cast<unsigned char>(text[i])]) {
-      ++i;
-      continue;
-    }
+  for (size_t i = next_candidate(text, 0); i < text.size(); i = next_candidate(text, i)) {
     // The longest token starting at i.
     int32_t node = 0, found = -1;
     size_t found_end = 0;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -44,6 +45,9 @@ class AddedMatcher {
   std::unordered_map<uint64_t, int32_t> edges_;
   std::vector<int32_t> terminal_;  // entry index per node, -1 if none
   std::array<bool, 256> first_byte_{};
+  std::string first_bytes_;  // the distinct first bytes: with one (GPT-2's "<"), memchr finds candidates
+  // The first position at or after `from` where some token may start, or text.size().
+  size_t next_candidate(std::string_view text, size_t from) const;
 };
 
 }  // namespace attend::tokenize

@@ -65,6 +65,10 @@ void Tokenizer::Impl::encode_pieces(std::string_view text, bool at_origin, std::
     encode_gpt2(text, ids);
     return;
   }
+  if (const tokenize::RegexSplitter* split = pre_tokenizer.single_isolated_split()) {
+    split->split(text, [&](std::string_view piece) { encode_model(piece, ids); });
+    return;
+  }
   std::vector<tokenize::Piece> pieces;
   tokenize::TextArena arena;
   pre_tokenizer.apply(text, at_origin, pieces, arena);

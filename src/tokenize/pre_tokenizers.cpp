@@ -119,6 +119,14 @@ void apply_step(const PreTokenizerStep& s, const Piece& p, std::vector<Piece>& o
   switch (s.kind) {
     case Kind::Split:
       if (p.text.empty()) return;
+      if (s.behavior == SplitBehavior::Isolated && !s.invert) {
+        // Isolated keeps every match and every gap: the pieces tile the text, which RegexSplitter::split
+        // gives directly (Llama 3's, Qwen's and DeepSeek's pre-tokenizers).
+        std::vector<std::string_view> words;
+        s.compiled->split(p.text, words);
+        for (size_t k = 0; k < words.size(); ++k) out.push_back({words[k], p.at_origin && k == 0});
+        return;
+      }
       regex_spans(*s.compiled, p.text, s.invert, spans);
       split_spans(p, spans, s.behavior, out);
       return;
@@ -213,17 +221,41 @@ bool PreTokenizer::is_gpt2() const {
   return steps.size() == 1 && steps[0].kind == Kind::ByteLevel && steps[0].use_regex && !steps[0].add_prefix_space;
 }
 
+namespace {
+
+bool is_identity(const PreTokenizerStep& s) { return s.kind == Kind::ByteLevel && !s.add_prefix_space && !s.use_regex; }
+
+}  // namespace
+
+const RegexSplitter* PreTokenizer::single_isolated_split() const {
+  const PreTokenizerStep* split = nullptr;
+  for (const PreTokenizerStep& s : steps) {
+    if (is_identity(s)) continue;
+    if (split || s.kind != Kind::Split || s.behavior != SplitBehavior::Isolated || s.invert) return nullptr;
+    split = &s;
+  }
+  return split ? split->compiled.get() : nullptr;
+}
+
 void PreTokenizer::apply(std::string_view text, bool at_origin, std::vector<Piece>& out, TextArena& arena) const {
   if (text.empty()) return;
   if (steps.empty()) {
     out.push_back({text, at_origin});
     return;
   }
+  // ByteLevel without a prefix space or its pattern changes nothing here (bytes are the model's symbols).
+  std::vector<const PreTokenizerStep*> active;
+  for (const PreTokenizerStep& s : steps)
+    if (!is_identity(s)) active.push_back(&s);
+  if (active.empty()) {
+    out.push_back({text, at_origin});
+    return;
+  }
   std::vector<Piece> current{{text, at_origin}}, next;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    std::vector<Piece>& target = k + 1 == steps.size() ? out : next;
-    for (const Piece& p : current) apply_step(steps[k], p, target, arena);
-    if (k + 1 < steps.size()) {
+  for (size_t k = 0; k < active.size(); ++k) {
+    std::vector<Piece>& target = k + 1 == active.size() ? out : next;
+    for (const Piece& p : current) apply_step(*active[k], p, target, arena);
+    if (k + 1 < active.size()) {
       current.swap(next);
       next.clear();
     }

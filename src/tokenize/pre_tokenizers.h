@@ -70,6 +70,9 @@ class PreTokenizer {
   bool byte_level() const;
   // GPT-2's own: ByteLevel with its pattern and no prefix space, alone (the hand-written scanner's case).
   bool is_gpt2() const;
+  // The regex when the pipeline is one Isolated Split (and ByteLevel without prefix or pattern), whose
+  // pieces can be encoded as the regex finds them; else null.
+  const RegexSplitter* single_isolated_split() const;
   // Appends the pieces of `text`.
   void apply(std::string_view text, bool at_origin, std::vector<Piece>& out, TextArena& arena) const;
 };

@@ -128,6 +128,10 @@ RegexSplitter::RegexSplitter(RegexSplitter&&) noexcept = default;
 RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
 
 void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
+  split(text, [&](std::string_view piece) { pieces.push_back(piece); });
+}
+
+void RegexSplitter::split(std::string_view text, const std::function<void(std::string_view)>& emit) const {
   pcre2_match_data* match = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
   check(match != nullptr, "out of memory for a regex match");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -142,16 +146,22 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
     const size_t begin = ovector[0], end = ovector[1];
-    if (end == begin) {  // an empty match: step one byte on and look again
-      start = begin + 1;
+    if (end == begin) {  // an empty match: step one character on and look again
+      if (begin >= text.size()) break;
+      start = begin + static_cast<size_t>(decode_utf8(text, begin).length);
       continue;
     }
-    if (begin > done) pieces.push_back(text.substr(done, begin - done));
-    pieces.push_back(text.substr(begin, end - begin));
+    try {
+      if (begin > done) emit(text.substr(done, begin - done));
+      emit(text.substr(begin, end - begin));
+    } catch (...) {
+      pcre2_match_data_free(match);
+      throw;
+    }
     done = start = end;
   }
   pcre2_match_data_free(match);
-  if (done < text.size()) pieces.push_back(text.substr(done));
+  if (done < text.size()) emit(text.substr(done));
 }
 
 void RegexSplitter::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {

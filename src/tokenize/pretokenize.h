@@ -6,6 +6,7 @@
 // PCRE2 in the tests. Any other pattern (a tokenizer.json's Split, say LLaMA-3's) runs on PCRE2's JIT.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,6 +37,8 @@ class RegexSplitter {
 
   const std::string& pattern() const { return pattern_; }
   void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+  // The same pieces handed to `emit` one by one, without a list as long as the text.
+  void split(std::string_view text, const std::function<void(std::string_view)>& emit) const;
   // Every match as (begin, end), empty ones included, as Oniguruma's find_iter yields them (Hugging Face's
   // regexes): after an empty match the search moves on one character; an empty match right where the
   // previous match ended is skipped.
