@@ -136,7 +136,12 @@ std::string bert_normalize(std::string_view text, const BertNormalization& b) {
 
 std::string replace_all(const NormalizerStep& step, std::string_view text, bool* first_removed) {
   std::vector<std::pair<size_t, size_t>> matches;
-  step.compiled->find_all(text, matches);
+  if (step.regex) {
+    step.compiled->find_all(text, matches);
+  } else {  // a literal: its leftmost non-overlapping occurrences, as the escaped regex finds them
+    for (size_t at = text.find(step.pattern); at != std::string_view::npos; at = text.find(step.pattern, at + step.pattern.size()))
+      matches.emplace_back(at, at + step.pattern.size());
+  }
   std::string out;
   out.reserve(text.size());
   size_t done = 0;

@@ -127,7 +127,15 @@ void apply_step(const PreTokenizerStep& s, const Piece& p, std::vector<Piece>& o
         for (size_t k = 0; k < words.size(); ++k) out.push_back({words[k], p.at_origin && k == 0});
         return;
       }
-      regex_spans(*s.compiled, p.text, s.invert, spans);
+      if (!s.regex && !s.pattern.empty() && static_cast<size_t>(decode_utf8(s.pattern, 0).length) == s.pattern.size()) {
+        // One character (Gemma's " "): each occurrence is a delimiter, found without the regex engine.
+        const char32_t c = decode_utf8(s.pattern, 0).value;
+        char_spans(p.text, [c](char32_t x) { return x == c; }, spans);
+        if (s.invert)
+          for (Span& span : spans) span.match = !span.match;
+      } else {
+        regex_spans(*s.compiled, p.text, s.invert, spans);
+      }
       split_spans(p, spans, s.behavior, out);
       return;
     case Kind::ByteLevel: {
