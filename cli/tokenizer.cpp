@@ -118,7 +118,7 @@ void add_tokenizer_commands(CLI::App& app) {
 
   struct EncodeOptions {
     std::string tokenizer, text, input;
-    bool json = false, bos = false, eos = false, no_special = false, stats = false;
+    bool json = false, bos = false, eos = false, no_special = false, no_special_tokens = false, stats = false;
   };
   auto e = std::make_shared<EncodeOptions>();
   auto* tokenize = app.add_subcommand("tokenize", "Encode text to token ids (printed space-separated, or as JSON)");
@@ -127,8 +127,11 @@ void add_tokenizer_commands(CLI::App& app) {
   auto* input = tokenize->add_option("--input", e->input, "A file to encode (as one text)")->check(CLI::ExistingFile);
   text->excludes(input);
   tokenize->add_flag("--json", e->json, "Print {\"ids\": [...], \"tokens\": [...]}");
-  tokenize->add_flag("--bos", e->bos, "Prepend the BOS token (CLS for WordPiece)");
-  tokenize->add_flag("--eos", e->eos, "Append the EOS token (SEP for WordPiece)");
+  tokenize->add_flag("--bos", e->bos, "Prepend the BOS token (CLS for WordPiece) instead of the tokenizer's own special tokens");
+  tokenize->add_flag("--eos", e->eos, "Append the EOS token (SEP for WordPiece) instead of the tokenizer's own special tokens");
+  tokenize->add_flag("--no-special-tokens", e->no_special_tokens,
+                     "Add no special tokens (by default the tokenizer's post-processor adds them, as Hugging Face's "
+                     "encode does: BERT's [CLS] ... [SEP], Llama's <s> ...)");
   tokenize->add_flag("--no-special", e->no_special, "Encode special-token text like <|endoftext|> as plain text");
   tokenize->add_flag("--stats", e->stats, "Print bytes, tokens and speed to stderr");
   tokenize->callback([e, text, input] {
@@ -136,7 +139,10 @@ void add_tokenizer_commands(CLI::App& app) {
     const Tokenizer tok = Tokenizer::load(e->tokenizer);
     const std::string content = input->count() ? read_file(e->input) : e->text;
     const auto start = std::chrono::steady_clock::now();
-    const auto ids = tok.encode(content, {.add_bos = e->bos, .add_eos = e->eos, .parse_special = !e->no_special});
+    // --bos/--eos put the role's tokens in place of the post-processor's.
+    const bool post = !e->no_special_tokens && !e->bos && !e->eos;
+    const auto ids = tok.encode(content, {.add_bos = e->bos, .add_eos = e->eos, .parse_special = !e->no_special,
+                                          .add_special_tokens = post});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (e->json) {
       nlohmann::json tokens = nlohmann::json::array();

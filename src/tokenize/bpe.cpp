@@ -36,8 +36,9 @@ PieceCache& thread_cache(uint64_t serial) {
 }  // namespace
 
 BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& merges, Symbols symbols, int32_t unk,
-                   const std::vector<int32_t>& ranks)
-    : tokens_(std::move(tokens)), merges_(merges), symbols_(symbols), unk_(unk), serial_(next_serial++) {
+                   const std::vector<int32_t>& ranks, Options options)
+    : tokens_(std::move(tokens)), merges_(merges), symbols_(symbols), unk_(unk), options_(std::move(options)),
+      serial_(next_serial++) {
   int32_t first = -1, second = -1;
   const bool unique = index_.build(tokens_, &first, &second);
   check(unique, "BPE vocabulary: token {:?} has two ids, {} and {}",
@@ -58,12 +59,16 @@ BpeModel::BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& me
     const Merge m = merges_[rank];
     check(m.left >= 0 && m.left < size() && m.right >= 0 && m.right < size(),
           "BPE merge {} names token ids ({}, {}) outside the vocabulary of {}", rank, m.left, m.right, size());
-    const int32_t merged = find(token(m.left) + token(m.right));
+    // With a continuing-subword prefix the right part's prefix is not repeated: "un" + "##able" = "unable".
+    std::string_view right = token(m.right);
+    if (!options_.prefix.empty() && right.starts_with(options_.prefix)) right.remove_prefix(options_.prefix.size());
+    const std::string spelled = token(m.left) + std::string(right);
+    const int32_t merged = find(spelled);
     check(merged >= 0, "BPE merge {} ({:?} + {:?}): the merged token {:?} is not in the vocabulary", rank,
-          token(m.left), token(m.right), token(m.left) + token(m.right));
+          token(m.left), token(m.right), spelled);
     const uint64_t key = PairMap<Rule>::key(m.left, m.right);
     const int32_t r = ranks.empty() ? static_cast<int32_t>(rank) : ranks[rank];
-    if (!rules_.find(key)) rules_.insert(key, Rule{r, merged});  // the first listing of a pair wins
+    if (options_.last_merge_wins || !rules_.find(key)) rules_.insert(key, Rule{r, merged});
   }
 }
 
@@ -74,21 +79,34 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& sym
     for (unsigned char c : piece) symbols.push_back(byte_token_[c]);
     return;
   }
+  // Hugging Face's merge_word: each character (with the prefix after the first, the suffix on the last) is
+  // a token, or its bytes as <0xNN> tokens, or the unknown token (a run of them one token when fuse_unk, and
+  // put down only when the next known character comes), or nothing.
+  int32_t pending_unk = 0;  // unknown characters waiting to be put down as one UNK
+  std::string spelled;
   for (size_t i = 0; i < piece.size();) {
     const auto length = static_cast<size_t>(decode_utf8(piece, i).length);
-    const int32_t id = find(piece.substr(i, length));
-    bool bytes_known = true;  // byte fallback needs a <0xNN> token for every byte of the character
-    for (size_t k = i; k < i + length; ++k) bytes_known &= byte_token_[static_cast<unsigned char>(piece[k])] >= 0;
-    if (id >= 0) {
-      symbols.push_back(id);
-    } else if (bytes_known) {
-      for (size_t k = i; k < i + length; ++k) symbols.push_back(byte_token_[static_cast<unsigned char>(piece[k])]);
-    } else {
-      check(unk_ >= 0, "BPE: character {:?} is not in the vocabulary, which has no unknown token", piece.substr(i, length));
-      symbols.push_back(unk_);
-    }
+    spelled.clear();
+    if (i > 0) spelled += options_.prefix;
+    spelled.append(piece.substr(i, length));
+    if (i + length >= piece.size()) spelled += options_.suffix;
     i += length;
+    if (const int32_t id = find(spelled); id >= 0) {
+      for (; pending_unk > 0; --pending_unk) symbols.push_back(unk_);
+      symbols.push_back(id);
+      continue;
+    }
+    bool bytes_known = options_.byte_fallback;  // byte fallback needs a <0xNN> token for every byte
+    for (unsigned char c : spelled) bytes_known = bytes_known && byte_token_[c] >= 0;
+    if (bytes_known) {
+      for (unsigned char c : spelled) symbols.push_back(byte_token_[c]);
+    } else if (unk_ >= 0) {
+      if (pending_unk > 0 && !options_.fuse_unk) symbols.push_back(unk_);
+      else if (pending_unk > 0) continue;
+      pending_unk = 1;
+    }
   }
+  for (; pending_unk > 0; --pending_unk) symbols.push_back(unk_);
 }
 
 // For short pieces (most words): keep the rank of every adjacent pair, merge the best, and look up only
@@ -173,11 +191,7 @@ void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& ids
   initial_symbols(piece, symbols);
   if (symbols.size() <= 64) merge_short(symbols);
   else merge_long(symbols);
-  for (size_t i = 0; i < symbols.size(); ++i) {
-    // A run of unknown characters is one UNK, as in SentencePiece.
-    if (symbols[i] == unk_ && unk_ >= 0 && i > 0 && symbols[i - 1] == unk_) continue;
-    ids.push_back(symbols[i]);
-  }
+  ids.insert(ids.end(), symbols.begin(), symbols.end());
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& ids) const {

@@ -19,6 +19,16 @@
 
 namespace attend::tokenize {
 
+// Hugging Face's BPE options (tokenizer.json's model); the defaults are SentencePiece's BPE.
+struct BpeOptions {
+  bool byte_fallback = true;  // Characters: a character not in the vocabulary becomes its <0xNN> tokens
+  bool fuse_unk = true;       // Characters: a run of unknown characters is one unknown token
+  std::string prefix;         // continuing_subword_prefix: spelled before every character but the first
+  std::string suffix;         // end_of_word_suffix: spelled after the last character
+  bool last_merge_wins = false;  // a pair listed twice takes its last rank (Hugging Face) instead of its first
+};
+
+
 class BpeModel {
  public:
   struct Merge {
@@ -29,13 +39,16 @@ class BpeModel {
     Characters,  // UTF-8 characters; unknown ones become byte tokens <0xNN> or `unk`
   };
 
+  using Options = BpeOptions;
+
   BpeModel() = default;
-  // `tokens`: id -> bytes (every id once). `merges`: in rank order; each names two tokens whose
+  // `tokens`: id -> bytes (every id once; an empty token is one no input can spell, such as a byte-level
+  // vocabulary's entry that is not written in GPT-2's letters). `merges`: in rank order; each names two tokens whose
   // concatenation is a token. `ranks`, if given, overrides the rank of each merge (equal ranks: the
   // leftmost pair merges first; SentencePiece gives every split of a piece the piece's rank). Errors
   // name the offending entry.
   BpeModel(std::vector<std::string> tokens, const std::vector<Merge>& merges, Symbols symbols = Symbols::Bytes,
-           int32_t unk = -1, const std::vector<int32_t>& ranks = {});
+           int32_t unk = -1, const std::vector<int32_t>& ranks = {}, Options options = {});
 
   // Hugging Face's ignore_merges (LLaMA-3): a piece that is itself a token is emitted whole.
   void set_ignore_merges(bool ignore) { ignore_merges_ = ignore; }
@@ -47,6 +60,7 @@ class BpeModel {
   const std::vector<Merge>& merges() const { return merges_; }
   Symbols symbols() const { return symbols_; }
   int32_t unk() const { return unk_; }
+  const Options& options() const { return options_; }
   // The id of a token's bytes, or -1.
   int32_t find(std::string_view bytes) const;
 
@@ -70,6 +84,7 @@ class BpeModel {
   std::array<int32_t, 256> byte_token_{};  // token of each single byte (or of <0xNN>), -1 if none
   Symbols symbols_ = Symbols::Bytes;
   int32_t unk_ = -1;
+  Options options_;
   bool ignore_merges_ = false;
   uint64_t serial_ = 0;  // identifies this model to the per-thread caches
 };

@@ -6,7 +6,7 @@
 #include "tokenize/jinja_builtins.h"
 #include "tokenize/jinja_lexer.h"
 #include "tokenize/jinja_parser.h"
-#include "tokenize/tokenizer_config.h"
+#include "tokenize/chat_template_config.h"
 
 #include <attend/error.h>
 #include <attend/io.h>

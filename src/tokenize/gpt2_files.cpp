@@ -33,6 +33,7 @@ Tokenizer load_gpt2(std::string_view encoder_text, std::string_view merges_text,
   auto m = std::make_unique<Tokenizer::Impl>();
   m->kind = TokenizerKind::BPE;
   m->model = BpeModel(std::move(tokens), read_merges(merges, Reader{merges_origin}, vocab_only, true));
+  m->set_gpt2_pipeline();
   if (auto id = std::get<BpeModel>(m->model).find("<|endoftext|>"); id >= 0) m->added.push_back({"<|endoftext|>", id, true, true});
   return Tokenizer(std::move(m));
 }

@@ -147,6 +147,7 @@ class StringIndex {
     slots_.assign(capacity, -1);
     mask_ = capacity - 1;
     for (size_t id = 0; id < strings.size(); ++id) {
+      if (strings[id].empty()) continue;  // nothing looks an empty string up
       size_t i = hash_bytes(strings[id]) & mask_;
       while (slots_[i] >= 0) {
         if (strings[static_cast<size_t>(slots_[i])] == strings[id]) {

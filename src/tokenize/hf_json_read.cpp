@@ -8,31 +8,48 @@
 #include "tokenize/unicode.h"
 
 #include <attend/error.h>
+#include <attend/log.h>
 
+#include <algorithm>
+#include <climits>
 #include <map>
 
 namespace attend {
 
 namespace tokenize {
 
-std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool byte_letters) {
+std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool byte_letters,
+                                     std::unordered_map<int32_t, std::string>* unspellable, std::vector<int32_t>* gaps) {
   check(vocab.is_object(), "{}: model.vocab is {}, expected an object of token: id", r.origin, vocab.type_name());
-  std::vector<std::string> tokens(vocab.size());
-  std::vector<bool> seen(vocab.size(), false);
+  // Ids may leave gaps (GPT-4o's vocabulary has no 199998), but not so many that a stray id sizes the table.
+  const size_t limit = gaps ? 2 * vocab.size() + 256 : vocab.size();
+  int64_t max_id = -1;
   for (const auto& [token, id_json] : vocab.items()) {
     const int64_t id = r.integer(id_json, fmt::format("model.vocab[{:?}]", token));
-    check(id >= 0 && id < static_cast<int64_t>(tokens.size()),
-          "{}: model.vocab[{:?}] has id {}, expected 0 to {} (ids must be dense)", r.origin, token, id, tokens.size() - 1);
+    check(id >= 0 && id < static_cast<int64_t>(limit), "{}: model.vocab[{:?}] has id {}, expected 0 to {} ({})", r.origin,
+          token, id, limit - 1, gaps ? "at most twice the vocabulary's size" : "ids must be dense");
+    max_id = std::max(max_id, id);
+  }
+  std::vector<std::string> tokens(static_cast<size_t>(max_id + 1));
+  std::vector<bool> seen(tokens.size(), false);
+  for (const auto& [token, id_json] : vocab.items()) {
+    const int64_t id = id_json.get<int64_t>();
     check(!seen[static_cast<size_t>(id)], "{}: model.vocab gives id {} to two tokens", r.origin, id);
     seen[static_cast<size_t>(id)] = true;
     if (byte_letters) {
       auto bytes = gpt2_letters_to_bytes(token);
-      check(bytes.has_value(), "{}: model.vocab token {:?} (id {}) is not written in GPT-2's byte letters", r.origin, token, id);
-      tokens[static_cast<size_t>(id)] = std::move(*bytes);
+      check(bytes.has_value() || unspellable, "{}: model.vocab token {:?} (id {}) is not written in GPT-2's byte letters",
+            r.origin, token, id);
+      // A token in other characters (DeepSeek's special tokens) is one no byte sequence spells: it is kept by
+      // its text, outside the model's index.
+      if (bytes) tokens[static_cast<size_t>(id)] = std::move(*bytes);
+      else (*unspellable)[static_cast<int32_t>(id)] = token;
     } else {
       tokens[static_cast<size_t>(id)] = token;
     }
   }
+  for (size_t id = 0; id < tokens.size(); ++id)
+    if (!seen[id]) gaps->push_back(static_cast<int32_t>(id));
   return tokens;
 }
 
@@ -86,66 +103,152 @@ void read_added_tokens(const json& j, const Reader& r, Tokenizer::Impl& m) {
     check(id >= 0 && id < INT32_MAX, "{}: {}.id is {}, expected a token id (0 or more)", r.origin, path, id);
     a.id = static_cast<int32_t>(id);
     a.content = r.string(r.field(t, path, "content"), path + ".content");
-    a.special = r.boolean(r.optional(t, "special"), path + ".special", true);
+    a.special = r.boolean(r.optional(t, "special"), path + ".special", false);
+    a.lstrip = r.boolean(r.optional(t, "lstrip"), path + ".lstrip", false);
+    a.rstrip = r.boolean(r.optional(t, "rstrip"), path + ".rstrip", false);
+    a.single_word = r.boolean(r.optional(t, "single_word"), path + ".single_word", false);
+    a.normalized = r.boolean(r.optional(t, "normalized"), path + ".normalized", !a.special);
     m.added.push_back(std::move(a));
   }
 }
 
-// Roles named by the post-processor (BOS/EOS or CLS/SEP templates) and by padding.
+// Roles named by the post-processor (BOS/EOS or CLS/SEP) and by padding.
 void read_roles(const json& j, const Reader& r, Tokenizer::Impl& m) {
-  auto bind = [&](SpecialRole role, const std::string& content) {
+  const auto [first, last] = m.post_processor.ends();
+  const bool cls = m.kind == TokenizerKind::WordPiece ||
+                   std::any_of(m.post_processor.steps.begin(), m.post_processor.steps.end(),
+                               [](const PostStep& s) { return s.kind != PostStep::Kind::Template; });
+  if (first >= 0) m.roles[static_cast<size_t>(cls ? SpecialRole::Cls : SpecialRole::Bos)] = first;
+  if (last >= 0) m.roles[static_cast<size_t>(cls ? SpecialRole::Sep : SpecialRole::Eos)] = last;
+  if (const json* padding = r.optional(j, "padding"); padding && padding->contains("pad_token")) {
+    const std::string pad = r.string((*padding)["pad_token"], "padding.pad_token");
     for (const AddedToken& t : m.added)
-      if (t.content == content) m.roles[static_cast<size_t>(role)] = t.id;
-  };
-  for_each_component(r.optional(j, "post_processor"), [&](const json& p, const std::string& type) {
-    if (type == "TemplateProcessing" && p.contains("single") && p["single"].is_array()) {
-      const json& single = p["single"];
-      const bool wordpiece = m.kind == TokenizerKind::WordPiece;
-      if (!single.empty() && single.front().contains("SpecialToken"))
-        bind(wordpiece ? SpecialRole::Cls : SpecialRole::Bos, single.front()["SpecialToken"].value("id", ""));
-      if (single.size() > 1 && single.back().contains("SpecialToken"))
-        bind(wordpiece ? SpecialRole::Sep : SpecialRole::Eos, single.back()["SpecialToken"].value("id", ""));
-    } else if ((type == "BertProcessing" || type == "RobertaProcessing") && p.contains("cls") && p.contains("sep")) {
-      bind(SpecialRole::Cls, p.at("cls").at(0).get<std::string>());
-      bind(SpecialRole::Sep, p.at("sep").at(0).get<std::string>());
-    }
-  });
-  if (const json* padding = r.optional(j, "padding"); padding && padding->contains("pad_token"))
-    bind(SpecialRole::Pad, (*padding)["pad_token"].get<std::string>());
+      if (t.content == pad) m.roles[static_cast<size_t>(SpecialRole::Pad)] = t.id;
+  }
 }
 
-// SentencePiece-style whitespace and normalisation from a Metaspace pre-tokeniser (or Prepend normaliser)
-// and a Precompiled character map, as Hugging Face's converters write them.
-void read_sp_pipeline(const json* normalizer, const json* pre_tokenizer, const Reader& r, Tokenizer::Impl& m) {
-  m.sp.remove_extra_whitespaces = false;
-  m.sp.add_dummy_prefix = false;
-  auto prefix = [&](const json& c, const std::string& t) {
-    if (t == "Metaspace") {
-      const std::string scheme = c.contains("prepend_scheme") ? r.string(c["prepend_scheme"], "Metaspace.prepend_scheme")
-                                 : r.boolean(r.optional(c, "add_prefix_space"), "Metaspace.add_prefix_space", true) ? "always"
-                                                                                                                    : "never";
-      check(scheme == "always" || scheme == "first" || scheme == "never",
-            "{}: Metaspace.prepend_scheme is {:?}, expected always, first or never", r.origin, scheme);
-      m.sp.add_dummy_prefix = scheme != "never";
-      m.prefix_first_only = scheme == "first";
+std::string optional_string(const json& obj, const Reader& r, const char* field) {
+  const json* v = r.optional(obj, field);
+  return v ? r.string(*v, std::string("model.") + field) : std::string();
+}
+
+void read_bpe(const json& model, const Reader& r, Tokenizer::Impl& m) {
+  m.kind = TokenizerKind::BPE;
+  if (const json* d = r.optional(model, "dropout"))
+    check(d->is_number() && d->get<double>() == 0.0,
+          "{}: model.dropout is {}; BPE dropout samples merges at random, expected null or 0", r.origin, d->dump());
+  const bool byte_level = m.byte_level;
+  std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, byte_level, &m.unspellable, &m.vocab_gaps);
+  BpeModel::Options o;
+  o.byte_fallback = r.boolean(r.optional(model, "byte_fallback"), "model.byte_fallback", false);
+  o.fuse_unk = r.boolean(r.optional(model, "fuse_unk"), "model.fuse_unk", false);
+  o.prefix = optional_string(model, r, "continuing_subword_prefix");
+  o.suffix = optional_string(model, r, "end_of_word_suffix");
+  o.last_merge_wins = true;
+  check(!byte_level || (o.prefix.empty() && o.suffix.empty()),
+        "{}: model.continuing_subword_prefix/end_of_word_suffix with a ByteLevel pre-tokenizer are not supported", r.origin);
+  const auto symbols = byte_level ? BpeModel::Symbols::Bytes : BpeModel::Symbols::Characters;
+  BpeModel vocab_only(tokens, {}, symbols, -1, {}, o);
+  const auto merges = read_merges(r.field(model, "model", "merges"), r, vocab_only, byte_level);
+  int32_t unk = -1;
+  if (const json* u = r.optional(model, "unk_token")) {
+    const std::string name = r.string(*u, "model.unk_token");
+    std::optional<std::string> bytes = byte_level ? gpt2_letters_to_bytes(name) : std::optional<std::string>(name);
+    unk = bytes ? vocab_only.find(*bytes) : -1;
+    // Hugging Face accepts an unk_token outside the vocabulary until an unknown character needs it.
+    if (unk < 0) unk = -1;
+  }
+  m.model = BpeModel(std::move(tokens), merges, symbols, unk, {}, o);
+  std::get<BpeModel>(m.model).set_ignore_merges(r.boolean(r.optional(model, "ignore_merges"), "model.ignore_merges", false));
+}
+
+void read_wordpiece(const json& model, const Reader& r, Tokenizer::Impl& m) {
+  m.kind = TokenizerKind::WordPiece;
+  std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, false, nullptr, &m.vocab_gaps);
+  const std::string unk_token = r.string(r.field(model, "model", "unk_token"), "model.unk_token");
+  int32_t unk = -1;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] == unk_token) unk = static_cast<int32_t>(i);
+  check(unk >= 0, "{}: model.unk_token {:?} is not in model.vocab", r.origin, unk_token);
+  std::string prefix = "##";
+  if (const json* p = r.optional(model, "continuing_subword_prefix")) prefix = r.string(*p, "model.continuing_subword_prefix");
+  int64_t max_chars = 100;
+  if (const json* p = r.optional(model, "max_input_chars_per_word")) max_chars = r.integer(*p, "model.max_input_chars_per_word");
+  check(max_chars > 0 && max_chars < INT32_MAX, "{}: model.max_input_chars_per_word is {}, expected a positive count",
+        r.origin, max_chars);
+  m.model = WordPieceModel(std::move(tokens), unk, prefix, static_cast<int32_t>(max_chars));
+}
+
+void read_unigram(const json& model, const Reader& r, Tokenizer::Impl& m) {
+  m.kind = TokenizerKind::Unigram;
+  const json& vocab = r.field(model, "model", "vocab");
+  check(vocab.is_array(), "{}: model.vocab is {}, expected an array of [piece, score]", r.origin, vocab.type_name());
+  const bool byte_fallback = r.boolean(r.optional(model, "byte_fallback"), "model.byte_fallback", false);
+  int64_t unk = -1;
+  if (const json* u = r.optional(model, "unk_id")) unk = r.integer(*u, "model.unk_id");
+  std::vector<UnigramPiece> pieces;
+  pieces.reserve(vocab.size());
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    const json& e = vocab[i];
+    check(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number(),
+          "{}: model.vocab[{}] is {}, expected [piece, score]", r.origin, i, e.dump());
+    UnigramPiece p{e[0].get<std::string>(), e[1].get<double>(), PieceType::Normal};
+    if (static_cast<int64_t>(i) == unk) p.type = PieceType::Unknown;
+    else if (byte_fallback && p.text.size() == 6 && p.text.starts_with("<0x")) p.type = PieceType::Byte;
+    pieces.push_back(std::move(p));
+  }
+  check(unk >= 0, "{}: model.unk_id is missing; a Unigram model needs an unknown piece", r.origin);
+  check(unk < static_cast<int64_t>(pieces.size()), "{}: model.unk_id {} is outside model.vocab ({} pieces)", r.origin, unk,
+        pieces.size());
+  m.model = UnigramModel(std::move(pieces), static_cast<int32_t>(unk), byte_fallback, /*every_piece=*/true);
+}
+
+// The model's id of a token as the file spells it (GPT-2's letters for byte-level BPE), or nothing.
+std::optional<int32_t> model_id_of(const Tokenizer::Impl& m, const std::string& text) {
+  if (m.kind == TokenizerKind::BPE && m.byte_level) {
+    for (const auto& [id, t] : m.unspellable)
+      if (t == text) return id;
+    const auto bytes = gpt2_letters_to_bytes(text);
+    return bytes && !bytes->empty() ? m.model_token_to_id(*bytes) : std::nullopt;
+  }
+  return text.empty() ? std::nullopt : m.model_token_to_id(text);
+}
+
+// Hugging Face's ids for added tokens (AddedVocabulary::add_tokens, in file order): the model's id when
+// the model has the token, the id of an earlier added token with the same content (whose options it then
+// replaces), else the next id after the model's vocabulary. The "id" written in the file is not used;
+// Attend says so when it differs, as Hugging Face warns.
+void assign_added_ids(const Reader& r, Tokenizer::Impl& m) {
+  auto next_id = static_cast<int32_t>(m.model_size() - static_cast<int32_t>(m.vocab_gaps.size()));
+  std::unordered_map<std::string, size_t> by_content;
+  std::vector<AddedToken> kept;
+  for (AddedToken& t : m.added) {
+    if (t.content.empty()) continue;  // Hugging Face ignores empty tokens
+    int32_t id;
+    if (auto it = by_content.find(t.content); it != by_content.end()) id = kept[it->second].id;
+    else if (auto model = model_id_of(m, t.content)) id = *model;
+    else id = next_id++;
+    if (id != t.id)
+      log::warn("{}: added token {:?} is written with id {} but gets id {}, as Hugging Face assigns it", r.origin,
+                t.content, t.id, id);
+    t.id = id;
+    if (auto it = by_content.find(t.content); it != by_content.end()) {
+      kept[it->second] = t;
+    } else {
+      by_content.emplace(t.content, kept.size());
+      kept.push_back(t);
     }
-    if (t == "Prepend") m.sp.add_dummy_prefix = true;
-    if (t == "Precompiled")
-      m.sp.set_charsmap(base64_decode(r.string(r.field(c, "normalizer", "precompiled_charsmap"), "precompiled_charsmap"),
-                                      fmt::format("{}: normalizer.precompiled_charsmap", r.origin)),
-                        r.origin);
-    if (t == "Replace" && c.contains("pattern") && c["pattern"].is_object() && c["pattern"].value("Regex", "") == " {2,}")
-      m.sp.remove_extra_whitespaces = true;
-  };
-  for_each_component(pre_tokenizer, prefix);
-  for_each_component(normalizer, prefix);
+  }
+  m.added = std::move(kept);
 }
 
 std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view origin) {
   const Reader r{origin};
   check(j.is_object(), "{}: the top level is {}, expected an object", origin, j.type_name());
   const json& model = r.field(j, "the top level", "model");
-  std::string type = model.is_object() ? model.value("type", "") : "";
+  check(model.is_object(), "{}: model is {}, expected an object", origin, model.type_name());
+  std::string type;
+  if (const json* t = r.optional(model, "type")) type = r.string(*t, "model.type");
   if (type.empty()) {  // older files leave the model type out
     if (model.contains("merges")) type = "BPE";
     else if (model.contains("vocab") && model["vocab"].is_array()) type = "Unigram";
@@ -153,118 +256,19 @@ std::unique_ptr<Tokenizer::Impl> impl_from_json(const json& j, std::string_view 
   }
   auto m = std::make_unique<Tokenizer::Impl>();
   read_added_tokens(j, r, *m);
-  const json* normalizer = r.optional(j, "normalizer");
-  const json* pre_tokenizer = r.optional(j, "pre_tokenizer");
-  const json* decoder = r.optional(j, "decoder");
-
-  if (type == "BPE") {
-    m->kind = TokenizerKind::BPE;
-    bool byte_level = false, byte_level_regex = true, split = false;
-    auto find_byte_level = [&](const json& c, const std::string& t) {
-      if (t == "ByteLevel") {
-        byte_level = true;
-        m->add_prefix_space = r.boolean(r.optional(c, "add_prefix_space"), "ByteLevel.add_prefix_space", false);
-        byte_level_regex = r.boolean(r.optional(c, "use_regex"), "ByteLevel.use_regex", true);
-      } else if (t == "Split") {
-        split = true;
-        const json& pattern = r.field(c, "pre_tokenizer Split", "pattern");
-        std::string regex;
-        if (pattern.contains("Regex")) {
-          regex = r.string(pattern["Regex"], "Split.pattern.Regex");
-        } else {  // a literal string: quoted for PCRE2
-          std::string literal = r.string(r.field(pattern, "Split.pattern", "String"), "Split.pattern.String");
-          for (size_t at = literal.find("\\E"); at != std::string::npos; at = literal.find("\\E", at + 7))
-            literal.replace(at, 2, "\\E\\\\E\\Q");
-          regex = "\\Q" + literal + "\\E";
-        }
-        const std::string behavior = c.contains("behavior") ? r.string(c["behavior"], "Split.behavior") : "Isolated";
-        check(behavior == "Isolated", "{}: pre_tokenizer Split has behavior {:?}; only Isolated is supported", origin,
-              behavior);
-        check(!r.boolean(r.optional(c, "invert"), "Split.invert", false),
-              "{}: pre_tokenizer Split has invert: true, which is not supported", origin);
-        if (regex != kGpt2Pattern) m->regex.emplace(regex);
-      }
-    };
-    for_each_component(pre_tokenizer, find_byte_level);
-    for_each_component(decoder, [&](const json&, const std::string& t) { byte_level |= t == "ByteLevel"; });
-    m->byte_level = byte_level;
-    m->pretokenize = split || byte_level_regex;
-    for (const char* unsupported : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (const json* v = r.optional(model, unsupported))
-        check(v->is_string() && v->get<std::string>().empty(), "{}: model.{} is {}; BPE with a {} is not supported",
-              origin, unsupported, v->dump(), unsupported);
-    std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, byte_level);
-    BpeModel vocab_only(tokens, {}, byte_level ? BpeModel::Symbols::Bytes : BpeModel::Symbols::Characters);
-    const auto merges = read_merges(r.field(model, "model", "merges"), r, vocab_only, byte_level);
-    int32_t unk = -1;
-    if (const json* u = r.optional(model, "unk_token")) {
-      unk = vocab_only.find(r.string(*u, "model.unk_token"));
-      check(unk >= 0, "{}: model.unk_token {} is not in model.vocab", origin, u->dump());
-    }
-    if (!byte_level) read_sp_pipeline(normalizer, pre_tokenizer, r, *m);
-    m->model = BpeModel(std::move(tokens), merges, byte_level ? BpeModel::Symbols::Bytes : BpeModel::Symbols::Characters, unk);
-    std::get<BpeModel>(m->model).set_ignore_merges(r.boolean(r.optional(model, "ignore_merges"), "model.ignore_merges", false));
-  } else if (type == "WordPiece") {
-    m->kind = TokenizerKind::WordPiece;
-    std::vector<std::string> tokens = dense_vocab(r.field(model, "model", "vocab"), r, false);
-    const std::string unk_token = r.string(r.field(model, "model", "unk_token"), "model.unk_token");
-    int32_t unk = -1;
-    for (size_t i = 0; i < tokens.size(); ++i)
-      if (tokens[i] == unk_token) unk = static_cast<int32_t>(i);
-    check(unk >= 0, "{}: model.unk_token {:?} is not in model.vocab", origin, unk_token);
-    std::string prefix = "##";
-    if (const json* p = r.optional(model, "continuing_subword_prefix")) prefix = r.string(*p, "model.continuing_subword_prefix");
-    int64_t max_chars = 100;
-    if (const json* p = r.optional(model, "max_input_chars_per_word")) max_chars = r.integer(*p, "model.max_input_chars_per_word");
-    for_each_component(normalizer, [&](const json& c, const std::string& t) {
-      if (t != "BertNormalizer") return;
-      m->bert.clean_text = r.boolean(r.optional(c, "clean_text"), "normalizer.clean_text", true);
-      m->bert.handle_chinese_chars = r.boolean(r.optional(c, "handle_chinese_chars"), "normalizer.handle_chinese_chars", true);
-      m->bert.lowercase = r.boolean(r.optional(c, "lowercase"), "normalizer.lowercase", true);
-      m->bert.strip_accents = r.boolean(r.optional(c, "strip_accents"), "normalizer.strip_accents", m->bert.lowercase);
-    });
-    if (!normalizer) m->bert = {false, false, false, false};
-    for_each_component(decoder, [&](const json& c, const std::string& t) {
-      if (t == "WordPiece") m->wordpiece_cleanup = r.boolean(r.optional(c, "cleanup"), "decoder.cleanup", true);
-    });
-    m->model = WordPieceModel(std::move(tokens), unk, prefix, static_cast<int32_t>(max_chars));
-  } else if (type == "Unigram") {
-    m->kind = TokenizerKind::Unigram;
-    const json& vocab = r.field(model, "model", "vocab");
-    check(vocab.is_array(), "{}: model.vocab is {}, expected an array of [piece, score]", origin, vocab.type_name());
-    const bool byte_fallback = r.boolean(r.optional(model, "byte_fallback"), "model.byte_fallback", false);
-    int64_t unk = -1;
-    if (const json* u = r.optional(model, "unk_id")) unk = r.integer(*u, "model.unk_id");
-    std::vector<UnigramPiece> pieces;
-    pieces.reserve(vocab.size());
-    for (size_t i = 0; i < vocab.size(); ++i) {
-      const json& e = vocab[i];
-      check(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number(),
-            "{}: model.vocab[{}] is {}, expected [piece, score]", origin, i, e.dump());
-      UnigramPiece p{e[0].get<std::string>(), e[1].get<float>(), PieceType::Normal};
-      if (static_cast<int64_t>(i) == unk) p.type = PieceType::Unknown;
-      else if (byte_fallback && p.text.size() == 6 && p.text.starts_with("<0x")) p.type = PieceType::Byte;
-      pieces.push_back(std::move(p));
-    }
-    for (const AddedToken& t : m->added)
-      if (t.special && t.id >= 0 && t.id < static_cast<int32_t>(pieces.size()) && pieces[static_cast<size_t>(t.id)].type == PieceType::Normal)
-        pieces[static_cast<size_t>(t.id)].type = PieceType::Control;
-    check(unk >= 0, "{}: model.unk_id is missing; a Unigram model needs an unknown piece", origin);
-    check(unk < static_cast<int64_t>(pieces.size()), "{}: model.unk_id {} is outside model.vocab ({} pieces)", origin, unk,
-          pieces.size());
-    read_sp_pipeline(normalizer, pre_tokenizer, r, *m);
-    m->model = UnigramModel(std::move(pieces), static_cast<int32_t>(unk), byte_fallback);
-  } else {
-    throw Error(fmt::format("{}: model.type is {:?}; expected BPE, WordPiece or Unigram", origin, type));
-  }
-  for (const AddedToken& t : m->added) {
-    // An added token inside the model's vocabulary must be the same token.
-    if (t.id < m->model_size() && m->kind != TokenizerKind::Unigram) {
-      const std::string in_model = m->model_id_to_token(t.id);
-      check(in_model == t.content, "{}: added token {:?} has id {}, which model.vocab gives to {:?}", origin, t.content,
-            t.id, in_model);
-    }
-  }
+  m->normalizer = read_normalizer(r.optional(j, "normalizer"), r, "normalizer");
+  m->pre_tokenizer = read_pre_tokenizer(r.optional(j, "pre_tokenizer"), r, "pre_tokenizer");
+  m->post_processor = read_post_processor(r.optional(j, "post_processor"), r, "post_processor");
+  m->decoder = read_decoder(r.optional(j, "decoder"), r, "decoder");
+  // ByteLevel writes every byte as one of GPT-2's letters, which the vocabulary uses; Attend keeps bytes.
+  m->byte_level = m->normalizer.byte_level() || m->pre_tokenizer.byte_level();
+  if (type == "BPE") read_bpe(model, r, *m);
+  else if (type == "WordPiece") read_wordpiece(model, r, *m);
+  else if (type == "Unigram") read_unigram(model, r, *m);
+  else throw Error(fmt::format("{}: model.type is {:?}; expected BPE, WordPiece or Unigram", origin, type));
+  check(m->kind == TokenizerKind::BPE || !m->byte_level,
+        "{}: a ByteLevel normalizer or pre-tokenizer needs a BPE model, found {}", origin, type);
+  assign_added_ids(r, *m);
   read_roles(j, r, *m);
   return m;
 }

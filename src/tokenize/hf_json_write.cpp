@@ -31,8 +31,8 @@ std::string Tokenizer::to_json() const {
   }
   json added = json::array();
   for (const AddedToken& t : m.added)
-    added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", t.special}});
+    added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", t.single_word}, {"lstrip", t.lstrip},
+                     {"rstrip", t.rstrip}, {"normalized", t.normalized}, {"special", t.special}});
   j["added_tokens"] = added;
   j["normalizer"] = nullptr;
   j["post_processor"] = nullptr;
@@ -51,15 +51,15 @@ std::string Tokenizer::to_json() const {
   };
   const json metaspace = {{"type", "Metaspace"},
                           {"replacement", std::string(kSpace)},
-                          {"prepend_scheme", !m.sp.add_dummy_prefix ? "never" : m.prefix_first_only ? "first" : "always"},
+                          {"prepend_scheme", !m.sp || !m.sp->add_dummy_prefix ? "never" : m.prefix_first_only ? "first" : "always"},
                           {"split", true}};
   // SentencePiece's pipeline: its character map and extra-whitespace rule as normalisers, "▁" by
   // Metaspace, and a decoder that undoes both (with <0xNN> bytes when `byte_fallback`).
   auto write_sp_pipeline = [&](bool byte_fallback) {
     json normalizers = json::array();
-    if (!m.sp.charsmap().empty())
-      normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(m.sp.charsmap())}});
-    if (m.sp.remove_extra_whitespaces)
+    if (!m.sp->charsmap().empty())
+      normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(m.sp->charsmap())}});
+    if (m.sp->remove_extra_whitespaces)
       normalizers.push_back({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}});
     if (!normalizers.empty()) j["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
     j["pre_tokenizer"] = metaspace;
@@ -71,49 +71,45 @@ std::string Tokenizer::to_json() const {
   if (const auto* bpe = std::get_if<BpeModel>(&m.model)) {
     json vocab = json::object();
     json merges = json::array();
-    auto spell = [&](const std::string& t) { return m.byte_level ? bytes_to_gpt2_letters(t) : t; };
-    for (int32_t id = 0; id < bpe->size(); ++id) vocab[spell(bpe->token(id))] = id;
-    for (const auto& merge : bpe->merges()) merges.push_back({spell(bpe->token(merge.left)), spell(bpe->token(merge.right))});
-    j["model"] = {{"type", "BPE"},         {"dropout", nullptr},         {"unk_token", nullptr},
-                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", !m.byte_level},
-                  {"byte_fallback", !m.byte_level}, {"ignore_merges", bpe->ignore_merges()}, {"vocab", vocab},
+    for (int32_t id = 0; id < bpe->size(); ++id)
+      if (!m.is_gap(id)) vocab[m.model_token_text(id)] = id;
+    for (const auto& merge : bpe->merges()) merges.push_back({m.model_token_text(merge.left), m.model_token_text(merge.right)});
+    const BpeModel::Options& o = bpe->options();
+    auto optional = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+    j["model"] = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"continuing_subword_prefix", optional(o.prefix)},
+                  {"end_of_word_suffix", optional(o.suffix)},
+                  {"fuse_unk", m.sp ? true : o.fuse_unk && !m.byte_level},
+                  {"byte_fallback", m.sp ? true : o.byte_fallback && !m.byte_level},
+                  {"ignore_merges", bpe->ignore_merges()},
+                  {"vocab", vocab},
                   {"merges", merges}};
-    if (bpe->unk() >= 0) j["model"]["unk_token"] = spell(bpe->token(bpe->unk()));
-    if (m.byte_level) {
-      const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", m.add_prefix_space}, {"trim_offsets", true},
-                               {"use_regex", m.pretokenize && !m.regex}};
-      if (m.regex) {
-        j["pre_tokenizer"] = {{"type", "Sequence"},
-                              {"pretokenizers",
-                               {{{"type", "Split"}, {"pattern", {{"Regex", m.regex->pattern()}}}, {"behavior", "Isolated"}, {"invert", false}},
-                                byte_level}}};
-      } else {
-        j["pre_tokenizer"] = byte_level;
-      }
-      j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
-    } else {
-      write_sp_pipeline(true);
-    }
+    if (bpe->unk() >= 0) j["model"]["unk_token"] = m.model_token_text(bpe->unk());
+    if (m.sp) write_sp_pipeline(true);
   } else if (const auto* wp = std::get_if<WordPieceModel>(&m.model)) {
     json vocab = json::object();
-    for (int32_t id = 0; id < wp->size(); ++id) vocab[wp->token(id)] = id;
-    j["normalizer"] = {{"type", "BertNormalizer"}, {"clean_text", m.bert.clean_text},
-                       {"handle_chinese_chars", m.bert.handle_chinese_chars}, {"strip_accents", m.bert.strip_accents},
-                       {"lowercase", m.bert.lowercase}};
-    j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
-    template_processing(SpecialRole::Cls, SpecialRole::Sep);
-    j["decoder"] = {{"type", "WordPiece"}, {"prefix", wp->prefix()}, {"cleanup", m.wordpiece_cleanup}};
+    for (int32_t id = 0; id < wp->size(); ++id)
+      if (!m.is_gap(id)) vocab[wp->token(id)] = id;
     j["model"] = {{"type", "WordPiece"}, {"unk_token", wp->token(wp->unk())}, {"continuing_subword_prefix", wp->prefix()},
                   {"max_input_chars_per_word", wp->max_chars()}, {"vocab", vocab}};
   } else {
     const auto& u = std::get<UnigramModel>(m.model);
     json vocab = json::array();
     for (const UnigramPiece& p : u.pieces()) vocab.push_back({p.text, p.score});
-    write_sp_pipeline(u.byte_fallback());
+    if (m.sp) write_sp_pipeline(u.byte_fallback());
     j["model"] = {{"type", "Unigram"}, {"unk_id", u.unk()}, {"vocab", vocab}, {"byte_fallback", u.byte_fallback()}};
   }
-  if (m.kind != TokenizerKind::WordPiece) template_processing(SpecialRole::Bos, SpecialRole::Eos);
-  if (m.kind == TokenizerKind::BPE && m.byte_level) j["post_processor"] = nullptr;  // GPT-2 adds nothing by default
+  if (m.sp) {
+    template_processing(SpecialRole::Bos, SpecialRole::Eos);
+  } else {
+    // The pipeline as read (or as Attend builds it for GPT-2's files and its trained tokenizers).
+    j["normalizer"] = write_normalizer(m.normalizer);
+    j["pre_tokenizer"] = write_pre_tokenizer(m.pre_tokenizer);
+    j["decoder"] = write_decoder(m.decoder);
+    if (!m.post_processor.empty()) j["post_processor"] = write_post_processor(m.post_processor);
+  }
   return j.dump(2);
 }
 

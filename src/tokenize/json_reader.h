@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -62,7 +63,12 @@ void for_each_component(const json* node, F&& fn) {
 
 // The model's vocabulary ({"token": id, ...}) as a dense id -> token table; byte_letters: tokens are written
 // in GPT-2's byte letters and become their bytes.
-std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool byte_letters);
+// `unspellable` (byte_letters only): tokens not written in the letters go there by id and stay empty in the
+// table; without it they are an error. `gaps`: ids no token has are allowed and listed there (empty in the
+// table); without it the ids must be dense.
+std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool byte_letters,
+                                     std::unordered_map<int32_t, std::string>* unspellable = nullptr,
+                                     std::vector<int32_t>* gaps = nullptr);
 // model.merges ("left right" strings or [left, right] pairs) as pairs of ids of vocab_only's tokens.
 std::vector<BpeModel::Merge> read_merges(const json& merges, const Reader& r, const BpeModel& vocab_only,
                                          bool byte_letters);

@@ -128,6 +128,10 @@ RegexSplitter::RegexSplitter(RegexSplitter&&) noexcept = default;
 RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
 
 void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
+  split(text, [&](std::string_view piece) { pieces.push_back(piece); });
+}
+
+void RegexSplitter::split(std::string_view text, const std::function<void(std::string_view)>& emit) const {
   pcre2_match_data* match = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
   check(match != nullptr, "out of memory for a regex match");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -142,16 +146,91 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
     const size_t begin = ovector[0], end = ovector[1];
-    if (end == begin) {  // an empty match: step one byte on and look again
-      start = begin + 1;
+    if (end == begin) {  // an empty match: step one character on and look again
+      if (begin >= text.size()) break;
+      start = begin + static_cast<size_t>(decode_utf8(text, begin).length);
       continue;
     }
-    if (begin > done) pieces.push_back(text.substr(done, begin - done));
-    pieces.push_back(text.substr(begin, end - begin));
+    try {
+      if (begin > done) emit(text.substr(done, begin - done));
+      emit(text.substr(begin, end - begin));
+    } catch (...) {
+      pcre2_match_data_free(match);
+      throw;
+    }
     done = start = end;
   }
   pcre2_match_data_free(match);
-  if (done < text.size()) pieces.push_back(text.substr(done));
+  if (done < text.size()) emit(text.substr(done));
+}
+
+void RegexSplitter::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {
+  pcre2_match_data* match = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
+  check(match != nullptr, "out of memory for a regex match");
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t start = 0, previous_end = std::string_view::npos;
+  while (start <= text.size()) {
+    const int rc = pcre2_match(compiled_->code, subject, text.size(), start, 0, match, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      pcre2_match_data_free(match);
+      throw Error(fmt::format("pre-tokeniser pattern '{}' failed with PCRE2 error {}", pattern_, rc));
+    }
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
+    const size_t begin = ovector[0], end = ovector[1];
+    if (begin == end) {
+      if (begin != previous_end) matches.emplace_back(begin, end);
+      if (begin >= text.size()) break;
+      start = begin + static_cast<size_t>(decode_utf8(text, begin).length);
+      previous_end = std::string_view::npos;
+      continue;
+    }
+    matches.emplace_back(begin, end);
+    start = previous_end = end;
+  }
+  pcre2_match_data_free(match);
+}
+
+namespace {
+
+constexpr std::string_view kWhiteSpaceClass = R"(\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+}  // namespace
+
+std::string onig_to_pcre2(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[i + 1];
+      if (e == 's') out += in_class ? std::string(kWhiteSpaceClass) : "[" + std::string(kWhiteSpaceClass) + "]";
+      else if (e == 'S' && !in_class) out += "[^" + std::string(kWhiteSpaceClass) + "]";
+      else out.append(pattern.substr(i, 2));
+      ++i;
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      // A ']' or '^]' right after the opening bracket is a literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+std::string quote_literal(std::string_view literal) {
+  std::string out;
+  for (char c : literal) {
+    if (std::string_view("\\^$.|?*+()[]{}-#&~ ").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
 }
 
 void split_bert(std::string_view text, std::vector<std::string_view>& pieces) {

@@ -6,6 +6,7 @@
 // PCRE2 in the tests. Any other pattern (a tokenizer.json's Split, say LLaMA-3's) runs on PCRE2's JIT.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,12 +37,24 @@ class RegexSplitter {
 
   const std::string& pattern() const { return pattern_; }
   void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+  // The same pieces handed to `emit` one by one, without a list as long as the text.
+  void split(std::string_view text, const std::function<void(std::string_view)>& emit) const;
+  // Every match as (begin, end), empty ones included, as Oniguruma's find_iter yields them (Hugging Face's
+  // regexes): after an empty match the search moves on one character; an empty match right where the
+  // previous match ended is skipped.
+  void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;
 
  private:
   struct Compiled;
   std::string pattern_;
   std::unique_ptr<Compiled> compiled_;
 };
+
+// A pattern of Hugging Face's tokenizer.json (Oniguruma syntax) for PCRE2: \s and \S become Unicode's
+// White_Space, which Oniguruma's \s is (PCRE2's differs on U+0085 and U+180E).
+std::string onig_to_pcre2(std::string_view pattern);
+// A PCRE2 pattern matching `literal` exactly.
+std::string quote_literal(std::string_view literal);
 
 // BERT's basic pre-tokeniser: splits on whitespace (dropped) and makes every punctuation character
 // its own piece.

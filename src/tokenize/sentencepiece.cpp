@@ -173,6 +173,7 @@ std::unique_ptr<Tokenizer::Impl> impl_from_sentencepiece(std::string_view bytes,
   SentencePieceModel sp = parse_sentencepiece(bytes, origin);
   auto m = std::make_unique<Tokenizer::Impl>();
   m->sp = sp.normalizer;
+  m->byte_level = false;
   int32_t unk = -1;
   for (size_t id = 0; id < sp.pieces.size(); ++id) {
     const UnigramPiece& p = sp.pieces[id];

@@ -72,6 +72,34 @@ std::pair<std::string_view, size_t> SpNormalizer::normalize_prefix(std::string_v
   return {text.substr(0, static_cast<size_t>(cp.length)), static_cast<size_t>(cp.length)};
 }
 
+std::optional<std::string_view> SpNormalizer::first_match(std::string_view chunk) const {
+  if (n_units_ == 0) return std::nullopt;
+  auto unit_at = [&](size_t i) {
+    uint32_t u;
+    std::memcpy(&u, blob_.data() + 4 + 4 * i, 4);
+    return u;
+  };
+  const std::string_view replacements = std::string_view(blob_).substr(replacements_begin_);
+  size_t pos = offset(unit_at(0));
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const auto c = static_cast<unsigned char>(chunk[i]);
+    if (c == 0) break;
+    pos ^= c;
+    if (pos >= n_units_) break;
+    const uint32_t unit = unit_at(pos);
+    if (label(unit) != c) break;
+    pos ^= offset(unit);
+    if (pos >= n_units_) break;
+    if (has_leaf(unit)) {
+      const uint32_t value = leaf_value(unit_at(pos));
+      if (value >= replacements.size()) return std::nullopt;
+      const std::string_view rest = replacements.substr(value);
+      return rest.substr(0, std::min(rest.find('\0'), rest.size()));
+    }
+  }
+  return std::nullopt;
+}
+
 std::string SpNormalizer::normalize(std::string_view text, bool dummy_prefix) const {
   std::string out;
   out.reserve(text.size() + 8);

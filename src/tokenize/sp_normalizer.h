@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,10 @@ class SpNormalizer {
   // strings ('\0'-terminated). Empty: no character mapping. Malformed blobs are an error naming `origin`.
   void set_charsmap(std::string blob, std::string_view origin);
   const std::string& charsmap() const { return blob_; }
+
+  // Hugging Face's reading of the map (spm_precompiled's transform): the replacement of the shortest key
+  // that begins `chunk`, or nothing.
+  std::optional<std::string_view> first_match(std::string_view chunk) const;
 
   std::string normalize(std::string_view text) const { return normalize(text, add_dummy_prefix); }
   // With the dummy prefix decided by the caller (Hugging Face's Metaspace prepend_scheme "first" adds it

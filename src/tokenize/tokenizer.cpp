@@ -1,8 +1,6 @@
-// attend::Tokenizer: special tokens, the encode and decode pipelines, batching.
+// attend::Tokenizer: the vocabulary, special tokens and their roles, decoding, padding.
 #include "tokenize/tokenizer_impl.h"
 #include "tokenize/unicode.h"
-
-#include "kernels/parallel.h"
 
 #include <attend/error.h>
 
@@ -43,15 +41,60 @@ std::string Tokenizer::Impl::model_id_to_token(int32_t id) const {
 }
 
 const AddedToken* Tokenizer::Impl::added_by_id(int32_t id) const {
-  for (const AddedToken& t : added)
-    if (t.id == id) return &t;
-  return nullptr;
+  auto it = added_index.find(id);
+  return it == added_index.end() ? nullptr : &added[it->second];
+}
+
+std::string Tokenizer::Impl::model_token_text(int32_t id) const {
+  if (const auto* bpe = std::get_if<tokenize::BpeModel>(&model)) {
+    if (!byte_level) return bpe->token(id);
+    if (auto it = unspellable.find(id); it != unspellable.end()) return it->second;
+    return tokenize::bytes_to_gpt2_letters(bpe->token(id));
+  }
+  return model_id_to_token(id);
+}
+
+void Tokenizer::Impl::set_gpt2_pipeline() {
+  byte_level = true;
+  normalizer = {};
+  pre_tokenizer = {};
+  tokenize::PreTokenizerStep p;
+  p.kind = tokenize::PreTokenizerStep::Kind::ByteLevel;
+  p.add_prefix_space = false;
+  pre_tokenizer.steps.push_back(p);
+  decoder = {};
+  decoder.steps.push_back({});  // ByteLevel
+}
+
+void Tokenizer::Impl::set_bert_pipeline(const BertNormalization& bert, bool cleanup) {
+  byte_level = false;
+  normalizer = {};
+  tokenize::NormalizerStep n;
+  n.kind = tokenize::NormalizerStep::Kind::Bert;
+  n.bert = bert;
+  normalizer.steps.push_back(n);
+  pre_tokenizer = {};
+  tokenize::PreTokenizerStep p;
+  p.kind = tokenize::PreTokenizerStep::Kind::Bert;
+  pre_tokenizer.steps.push_back(p);
+  decoder = {};
+  tokenize::DecoderStep d;
+  d.kind = tokenize::DecoderStep::Kind::WordPiece;
+  d.text = std::get<tokenize::WordPieceModel>(model).prefix();
+  d.cleanup = cleanup;
+  decoder.steps.push_back(d);
+}
+
+std::string Tokenizer::Impl::decoder_token(int32_t id) const {
+  if (auto it = added_index.find(id); it != added_index.end()) return added_decoded[it->second];
+  return model_token_text(id);
 }
 
 void Tokenizer::Impl::index_added() {
   vocab_size = model_size();
-  added_first_byte.fill(false);
-  added_by_length.clear();
+  added_index.clear();
+  added_decoded.assign(added.size(), std::string());
+  std::vector<tokenize::AddedMatcher::Entry> raw, normalized;
   for (size_t i = 0; i < added.size(); ++i) {
     const AddedToken& t = added[i];
     check(!t.content.empty(), "special token {} is empty", t.id);
@@ -61,10 +104,20 @@ void Tokenizer::Impl::index_added() {
     check(t.id >= 0 && t.id < limit, "special token '{}' has id {}, expected 0 to {} (the model's {} tokens and {} added)",
           t.content, t.id, limit - 1, model_size(), added.size());
     vocab_size = std::max(vocab_size, t.id + 1);
-    if (!t.in_text) continue;
-    added_first_byte[static_cast<unsigned char>(t.content[0])] = true;
-    added_by_length.push_back(i);
+    added_index[t.id] = i;  // a later entry for the same id wins, as in Hugging Face's map
+    // Hugging Face matches a normalized token by its normalised form, and decodes it as that form too.
+    std::string form = t.content;
+    if (t.normalized && !sp && !normalizer.empty()) {
+      bool first_kept = true;
+      form = normalizer.apply(t.content, first_kept);
+    }
+    added_decoded[i] = form;
+    if (!t.in_text || form.empty()) continue;
+    auto& target = t.normalized && !sp ? normalized : raw;
+    target.push_back({form, t.id, t.special, t.lstrip, t.rstrip, t.single_word});
   }
+  raw_matcher = tokenize::AddedMatcher(std::move(raw));
+  normalized_matcher = tokenize::AddedMatcher(std::move(normalized));
   // Every id past the model's own must be an added token's: a gap would be an id with no token at all.
   const int32_t model_tokens = static_cast<int32_t>(model_size());
   std::vector<char> named(static_cast<size_t>(vocab_size - model_tokens), 0);
@@ -73,8 +126,19 @@ void Tokenizer::Impl::index_added() {
   for (size_t k = 0; k < named.size(); ++k)
     check(named[k], "token id {} is neither one of the model's {} tokens nor an added token, but added tokens go up to id {}",
           model_tokens + static_cast<int32_t>(k), model_tokens, vocab_size - 1);
-  std::stable_sort(added_by_length.begin(), added_by_length.end(),
-                   [&](size_t a, size_t b) { return added[a].content.size() > added[b].content.size(); });
+  // The post-processor's ids go into every encoding: each must be a token (Hugging Face does not check).
+  for (const tokenize::PostStep& s : post_processor.steps) {
+    std::vector<std::pair<std::string, int32_t>> ids;
+    for (const auto& sp : s.specials)
+      for (int32_t id : sp.ids) ids.emplace_back(sp.key, id);
+    if (s.kind == tokenize::PostStep::Kind::Bert || s.kind == tokenize::PostStep::Kind::Roberta) {
+      ids.emplace_back(s.cls, s.cls_id);
+      ids.emplace_back(s.sep, s.sep_id);
+    }
+    for (const auto& [name, id] : ids)
+      check(id >= 0 && id < vocab_size, "post_processor: special token {:?} has id {}, outside the vocabulary (0 to {})",
+            name, id, vocab_size - 1);
+  }
 }
 
 // Binds the roles of conventionally named special tokens that have no role yet.
@@ -111,173 +175,31 @@ void Tokenizer::Impl::infer_roles() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Encoding.
+// The bytes of one id; padding.
 
-// BERT's normaliser (Hugging Face BertNormalizer): clean, space out CJK, strip accents, lower-case.
-std::string bert_normalize(std::string_view text, const BertNormalization& b) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const auto cp = decode_utf8(text, i);
-    const std::string_view ch = text.substr(i, static_cast<size_t>(cp.length));
-    i += static_cast<size_t>(cp.length);
-    if (b.clean_text) {
-      if (cp.value == 0 || cp.value == 0xFFFD || cp.value == tokenize::kInvalid || tokenize::is_control(cp.value)) continue;
-      if (tokenize::is_whitespace(cp.value)) {
-        out += ' ';
-        continue;
-      }
-    }
-    if (b.handle_chinese_chars && tokenize::is_cjk(cp.value)) {
-      out += ' ';
-      out += ch;
-      out += ' ';
-      continue;
-    }
-    out += ch;
-  }
-  if (b.strip_accents) out = tokenize::strip_accents(out);
-  if (b.lowercase) out = tokenize::to_lower(out);
-  return out;
-}
-
-void Tokenizer::Impl::encode_pieces(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
-  std::vector<std::string_view> pieces;
-  if (const auto* bpe = std::get_if<tokenize::BpeModel>(&model)) {
-    if (!byte_level) {
-      // SentencePiece-style BPE merges over the whole normalised text; user-defined pieces are cut out
-      // first and never merged, as SentencePiece freezes them.
-      const std::string normalized = sp.normalize(text, sp.add_dummy_prefix && (at_start || !prefix_first_only));
-      const std::string_view n = normalized;
-      size_t plain = 0;
-      for (size_t i = 0; i < n.size() && !sp.user_defined.empty(); ++i)
-        for (const std::string& u : sp.user_defined)
-          if (!u.empty() && n.substr(i).starts_with(u)) {
-            bpe->encode(n.substr(plain, i - plain), ids);
-            ids.push_back(bpe->find(u));
-            i += u.size() - 1;
-            plain = i + 1;
-            break;
-          }
-      bpe->encode(n.substr(plain), ids);
-      return;
-    }
-    std::string prefixed;
-    if (add_prefix_space && !text.empty() && text[0] != ' ') {
-      prefixed = " " + std::string(text);
-      text = prefixed;
-    }
-    if (!pretokenize) {
-      bpe->encode(text, ids);
-    } else if (regex) {
-      regex->split(text, pieces);
-      for (std::string_view p : pieces) bpe->encode(p, ids);
-    } else {
-      // Pre-tokenise 64 KiB at a time (cut where pieces must start), so the pieces stay in cache
-      // instead of filling a vector as long as the text.
-      constexpr size_t kBlock = size_t{1} << 16;
-      for (size_t begin = 0; begin < text.size();) {
-        size_t end = std::min(text.size(), begin + kBlock);
-        while (end < text.size() && !tokenize::is_gpt2_cut_point(text, end)) ++end;
-        pieces.clear();
-        tokenize::split_gpt2(text.substr(begin, end - begin), pieces);
-        for (std::string_view p : pieces) bpe->encode(p, ids);
-        begin = end;
-      }
-    }
-    return;
-  }
-  if (const auto* wp = std::get_if<tokenize::WordPieceModel>(&model)) {
-    // A line at a time: newlines are whitespace to BERT, and the normaliser works on bounded text.
-    for (size_t start = 0; start < text.size();) {
-      size_t end = text.find('\n', start);
-      if (end == std::string_view::npos) end = text.size();
-      const std::string normalized = bert_normalize(text.substr(start, end - start), bert);
-      pieces.clear();
-      tokenize::split_bert(normalized, pieces);
-      for (std::string_view p : pieces) wp->encode(p, ids);
-      start = end + 1;
-    }
-    return;
-  }
-  std::get<tokenize::UnigramModel>(model).encode(
-      sp.normalize(text, sp.add_dummy_prefix && (at_start || !prefix_first_only)), ids);
-}
-
-// Large byte-level inputs are cut at piece boundaries and encoded by several threads.
-void Tokenizer::Impl::encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
-  constexpr size_t kChunk = size_t{1} << 20;
-  const int threads = kernels::num_threads();
-  const bool splittable = kind == TokenizerKind::BPE && byte_level && pretokenize && !regex && !add_prefix_space;
-  if (!splittable || threads <= 1 || text.size() < 2 * kChunk) {
-    encode_pieces(text, at_start, ids);
-    return;
-  }
-  std::vector<size_t> cuts{0};
-  for (size_t target = kChunk; target < text.size(); target += kChunk) {
-    size_t i = std::max(target, cuts.back() + 1);
-    while (i < text.size() && !tokenize::is_gpt2_cut_point(text, i)) ++i;
-    if (i < text.size()) cuts.push_back(i);
-  }
-  cuts.push_back(text.size());
-  const auto chunks = static_cast<int64_t>(cuts.size() - 1);
-  std::vector<std::vector<int32_t>> parts(static_cast<size_t>(chunks));
-  kernels::parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      const auto k = static_cast<size_t>(c);
-      parts[k].reserve((cuts[k + 1] - cuts[k]) / 3);
-      encode_pieces(text.substr(cuts[k], cuts[k + 1] - cuts[k]), at_start && k == 0, parts[k]);
-    }
-  });
-  for (const auto& part : parts) ids.insert(ids.end(), part.begin(), part.end());
-}
-
-std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
+std::string Tokenizer::id_to_bytes(int32_t id) const {
   const Impl& m = *impl_;
-  std::vector<int32_t> ids;
-  ids.reserve(text.size() / 4 + 2);
-  auto role = [&](SpecialRole primary, SpecialRole fallback, std::string_view what) {
-    auto id = m.roles[static_cast<size_t>(primary)];
-    if (!id) id = m.roles[static_cast<size_t>(fallback)];
-    check(id.has_value(), "cannot add {}: this tokenizer has no {} or {} token (bind one with set_special)", what,
-          role_name(primary), role_name(fallback));
-    return *id;
-  };
-  const bool wordpiece = m.kind == TokenizerKind::WordPiece;
-  if (options.add_bos)
-    ids.push_back(wordpiece ? role(SpecialRole::Cls, SpecialRole::Bos, "a start token")
-                            : role(SpecialRole::Bos, SpecialRole::Cls, "a start token"));
-  // Cut the special tokens out of the text; encode the text between them.
-  size_t plain = 0;
-  if (options.parse_special && !m.added_by_length.empty()) {
-    for (size_t i = 0; i < text.size(); ++i) {
-      if (!m.added_first_byte[static_cast<unsigned char>(text[i])]) continue;
-      for (size_t a : m.added_by_length) {
-        const AddedToken& t = m.added[a];
-        if (text.compare(i, t.content.size(), t.content) != 0) continue;
-        m.encode_plain(text.substr(plain, i - plain), plain == 0, ids);
-        ids.push_back(t.id);
-        i += t.content.size() - 1;
-        plain = i + 1;
-        break;
-      }
-    }
+  check(id >= 0 && id < m.vocab_size, "token id {} is outside the vocabulary (0 to {})", id, m.vocab_size - 1);
+  const AddedToken* added = m.added_by_id(id);
+  if (added && added->in_text) return added->content;
+  check(id < m.model_size(), "token id {} is in no model vocabulary and is not a special token", id);
+  // SentencePiece writes control pieces as nothing and UNK as " ⁇ ".
+  constexpr std::string_view kUnkSurface = " \xE2\x81\x87 ";
+  if (const auto* bpe = std::get_if<tokenize::BpeModel>(&m.model)) {
+    const std::string& t = bpe->token(id);
+    if (m.byte_level) return m.unspellable.count(id) ? m.unspellable.at(id) : t;
+    if (added) return id == bpe->unk() ? std::string(kUnkSurface) : std::string();
+    if (const auto byte = tokenize::parse_byte_piece(t)) return std::string(1, static_cast<char>(*byte));
+    return t;
   }
-  m.encode_plain(text.substr(plain), plain == 0, ids);
-  if (options.add_eos)
-    ids.push_back(wordpiece ? role(SpecialRole::Sep, SpecialRole::Eos, "an end token")
-                            : role(SpecialRole::Eos, SpecialRole::Sep, "an end token"));
-  return ids;
-}
-
-std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::string> texts,
-                                                          const EncodeOptions& options) const {
-  std::vector<std::vector<int32_t>> out(texts.size());
-  // Errors on worker threads are rethrown here by parallel_for.
-  kernels::parallel_for(static_cast<int64_t>(texts.size()), 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[static_cast<size_t>(i)] = encode(texts[static_cast<size_t>(i)], options);
-  });
-  return out;
+  if (const auto* wp = std::get_if<tokenize::WordPieceModel>(&m.model)) return wp->token(id);
+  const tokenize::UnigramPiece& p = std::get<tokenize::UnigramModel>(m.model).piece(id);
+  switch (p.type) {
+    case tokenize::PieceType::Byte: return std::string(1, static_cast<char>(*tokenize::parse_byte_piece(p.text)));
+    case tokenize::PieceType::Unknown: return std::string(kUnkSurface);
+    case tokenize::PieceType::Control: return "";
+    default: return p.text;
+  }
 }
 
 PaddedBatch Tokenizer::pad(std::span<const std::vector<int32_t>> sequences, int64_t length, bool truncate) const {
@@ -304,83 +226,74 @@ PaddedBatch Tokenizer::pad(std::span<const std::vector<int32_t>> sequences, int6
 // ---------------------------------------------------------------------------------------------------
 // Decoding.
 
-std::string Tokenizer::id_to_bytes(int32_t id) const {
-  const Impl& m = *impl_;
-  check(id >= 0 && id < m.vocab_size, "token id {} is outside the vocabulary (0 to {})", id, m.vocab_size - 1);
-  const AddedToken* added = m.added_by_id(id);
-  if (added && added->in_text) return added->content;
-  check(id < m.model_size(), "token id {} is in no model vocabulary and is not a special token", id);
-  // SentencePiece writes control pieces as nothing and UNK as " ⁇ ".
-  constexpr std::string_view kUnkSurface = " \xE2\x81\x87 ";
-  if (const auto* bpe = std::get_if<tokenize::BpeModel>(&m.model)) {
-    const std::string& t = bpe->token(id);
-    if (m.byte_level) return t;
-    if (added) return id == bpe->unk() ? std::string(kUnkSurface) : std::string();
-    if (const auto byte = tokenize::parse_byte_piece(t)) return std::string(1, static_cast<char>(*byte));
-    return t;
+// SentencePiece's decoding (.model files): pieces joined, "▁" is a space, and the space the normaliser put in
+// front (or behind, for treat_whitespace_as_suffix) is removed; spaces spelled as byte pieces are text and stay.
+std::string sentencepiece_decode(const Tokenizer& tok, const tokenize::SpNormalizer& sp, std::span<const int32_t> ids,
+                                  bool skip_special) {
+  std::string out;
+  for (int32_t id : ids) {
+    if (skip_special && tok.is_special(id)) continue;
+    out += tok.id_to_bytes(id);
   }
-  if (const auto* wp = std::get_if<tokenize::WordPieceModel>(&m.model)) return wp->token(id);
-  const tokenize::UnigramPiece& p = std::get<tokenize::UnigramModel>(m.model).piece(id);
-  switch (p.type) {
-    case tokenize::PieceType::Byte: return std::string(1, static_cast<char>(*tokenize::parse_byte_piece(p.text)));
-    case tokenize::PieceType::Unknown: return std::string(kUnkSurface);
-    case tokenize::PieceType::Control: return "";
-    default: return p.text;
+  const std::string_view space = tokenize::kSpace;
+  if (sp.add_dummy_prefix) {
+    if (!sp.treat_whitespace_as_suffix && std::string_view(out).starts_with(space)) out.erase(0, space.size());
+    if (sp.treat_whitespace_as_suffix && std::string_view(out).ends_with(space)) out.resize(out.size() - space.size());
   }
+  std::string spaced;
+  spaced.reserve(out.size());
+  for (size_t i = 0; i < out.size();) {
+    if (std::string_view(out).substr(i).starts_with(space)) {
+      spaced += ' ';
+      i += space.size();
+    } else {
+      spaced += out[i++];
+    }
+  }
+  return spaced;
 }
 
+// Hugging Face's decode: each id's token (added tokens as their content), those whose text is a special
+// token's left out when skip_special, then the decoder.
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   const Impl& m = *impl_;
-  std::string out;
-  if (m.kind == TokenizerKind::WordPiece) {
-    // Hugging Face's WordPiece decoder: tokens joined by spaces, "##" pieces glued to the previous one
-    // (the first token is written as it is).
-    const auto& wp = std::get<tokenize::WordPieceModel>(m.model);
-    bool first = true;
+  for (int32_t id : ids) check(id >= 0 && id < m.vocab_size, "token id {} is outside the vocabulary (0 to {})", id, m.vocab_size - 1);
+  if (m.sp) return sentencepiece_decode(*this, *m.sp, ids, skip_special);
+  std::vector<int32_t> kept;
+  if (!m.vocab_gaps.empty()) {  // ids without a token are skipped, as Hugging Face does
+    for (int32_t id : ids)
+      if (m.added_by_id(id) || !m.is_gap(id)) kept.push_back(id);
+    ids = kept;
+  }
+  auto skipped = [&](std::string_view token) {
+    if (!skip_special) return false;
+    for (const AddedToken& t : m.added)
+      if (t.special && t.content == token) return true;
+    return false;
+  };
+  if (m.byte_level && m.decoder.is_byte_level() && std::holds_alternative<tokenize::BpeModel>(m.model)) {
+    // The ByteLevel decoder on byte-level BPE: model tokens are their bytes already.
+    const auto& bpe = std::get<tokenize::BpeModel>(m.model);
+    std::string bytes;
     for (int32_t id : ids) {
-      if (skip_special && is_special(id)) continue;
-      const std::string token = id_to_bytes(id);
-      if (!first && token.starts_with(wp.prefix()) && !m.added_by_id(id)) {
-        out += token.substr(wp.prefix().size());
+      if (m.added_by_id(id) || m.unspellable.count(id)) {
+        const std::string token = m.decoder_token(id);
+        if (skipped(token)) continue;
+        if (auto b = tokenize::gpt2_letters_to_bytes(token)) bytes += *b;
+        else bytes += token;
       } else {
-        if (!first) out += ' ';
-        out += token;
+        bytes += bpe.token(id);
       }
-      first = false;
     }
-    if (m.wordpiece_cleanup) {  // no space before punctuation and English clitics
-      for (std::string_view from : {" .", " ?", " !", " ,", " n't", " 'm", " 's", " 've", " 're"}) {
-        for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at)) out.erase(at, 1);
-      }
-      for (size_t at = out.find(" ' "); at != std::string::npos; at = out.find(" ' ", at)) out.replace(at, 3, "'");
-    }
-    return out;
+    return tokenize::utf8_lossy(bytes);
   }
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (skip_special && is_special(id)) continue;
-    out += id_to_bytes(id);
+    std::string token = m.decoder_token(id);
+    if (!skipped(token)) tokens.push_back(std::move(token));
   }
-  if (m.kind == TokenizerKind::Unigram || !m.byte_level) {
-    // SentencePiece: "▁" is a space, and the space the normaliser put in front (or behind, for
-    // treat_whitespace_as_suffix) is removed; spaces spelled as byte pieces are text and stay.
-    const std::string_view space = tokenize::kSpace;
-    if (m.sp.add_dummy_prefix) {
-      if (!m.sp.treat_whitespace_as_suffix && std::string_view(out).starts_with(space)) out.erase(0, space.size());
-      if (m.sp.treat_whitespace_as_suffix && std::string_view(out).ends_with(space)) out.resize(out.size() - space.size());
-    }
-    std::string spaced;
-    spaced.reserve(out.size());
-    for (size_t i = 0; i < out.size();) {
-      if (std::string_view(out).substr(i).starts_with(space)) {
-        spaced += ' ';
-        i += space.size();
-      } else {
-        spaced += out[i++];
-      }
-    }
-    out = std::move(spaced);
-  }
-  return out;
+  return m.decoder.decode(std::move(tokens));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -402,6 +315,8 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
     if (t.content == token) return t.id;
   if (impl_->kind == TokenizerKind::BPE && impl_->byte_level) {
     // The vocabulary file writes bytes with GPT-2's byte-to-unicode letters.
+    for (const auto& [id, text] : impl_->unspellable)
+      if (text == token) return id;
     const auto bytes = tokenize::gpt2_letters_to_bytes(token);
     if (!bytes) return std::nullopt;
     return impl_->model_token_to_id(*bytes);
@@ -412,9 +327,8 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 std::string Tokenizer::id_to_token(int32_t id) const {
   check(id >= 0 && id < impl_->vocab_size, "token id {} is outside the vocabulary (0 to {})", id, impl_->vocab_size - 1);
   if (const AddedToken* t = impl_->added_by_id(id)) return t->content;
-  if (impl_->kind == TokenizerKind::BPE && impl_->byte_level)
-    return tokenize::bytes_to_gpt2_letters(impl_->model_id_to_token(id));
-  return impl_->model_id_to_token(id);
+  check(!impl_->is_gap(id), "token id {} has no token (tokenizer.json's vocabulary skips it)", id);
+  return impl_->model_token_text(id);
 }
 
 int64_t Tokenizer::text_bytes(int32_t id) const {
@@ -446,7 +360,7 @@ int32_t Tokenizer::add_special_token(std::string_view content) {
   check(!content.empty(), "a special token cannot be empty");
   for (const AddedToken& t : impl_->added)
     if (t.content == content) return t.id;
-  AddedToken t{std::string(content), impl_->vocab_size, true, true};
+  AddedToken t{std::string(content), impl_->vocab_size, true, true};  // normalized=false: matched in the raw text
   if (auto id = impl_->model_token_to_id(content)) t.id = *id;
   impl_->added.push_back(t);
   impl_->index_added();

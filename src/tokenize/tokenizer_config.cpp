@@ -1,65 +1,100 @@
-// tokenizer_config.json's chat template and BOS/EOS strings (see tokenizer_config.h).
-#include "tokenize/tokenizer_config.h"
+// tokenizer_config.json (transformers' settings beside tokenizer.json): what of it changes encoding.
+//   bos_token, eos_token, pad_token, unk_token, cls_token, sep_token, mask_token
+//                      a string or an AddedToken object ({"content": ...}); binds the role
+//   added_tokens_decoder  {"id": {"content", "special", "lstrip", "rstrip", "single_word", "normalized"}}:
+//                      tokens tokenizer.json lacks are added
+//   add_bos_token, add_eos_token
+//                      when either is given, the post-processor becomes "BOS? $A EOS?", as transformers'
+//                      LlamaTokenizerFast and GemmaTokenizerFast build it (update_post_processor)
+// Everything else (chat templates, model_max_length, tokenizer_class, ...) does not change ids and is ignored.
+#include "tokenize/json_reader.h"
+#include "tokenize/tokenizer_impl.h"
 
 #include "core/json_fields.h"
 
 #include <attend/error.h>
 
-namespace attend::tokenize {
+namespace attend {
 
-std::string special_token_text(const nlohmann::json& v, std::string_view origin, std::string_view field) {
-  if (v.is_null()) return "";
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object()) {
-    auto it = v.find("content");
-    check(it != v.end() && it->is_string(), "{}: {} is an object without a string 'content'", origin, field);
-    return it->get<std::string>();
-  }
-  throw Error(fmt::format("{}: {} is {}, expected a string or an object with 'content'", origin, field, v.type_name()));
+using namespace tokenize;
+
+namespace {
+
+// The content of a token setting: "<s>", {"content": "<s>", ...} or null (none).
+std::optional<std::string> token_setting(const json& config, const Reader& r, const char* field) {
+  const json* v = r.optional(config, field);
+  if (!v) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  check(v->is_object(), "{}: {} is {}, expected a token (a string or an object with \"content\")", r.origin, field,
+        v->type_name());
+  return r.string(r.field(*v, field, "content"), std::string(field) + ".content");
 }
 
-ChatTemplateConfig read_chat_template_config(std::string_view json, std::string_view origin, std::string_view name) {
-  const nlohmann::json config = parse_json(json, origin);
-  check(config.is_object(), "{}: expected a JSON object, found {}", origin, config.type_name());
-  ChatTemplateConfig out;
-  if (auto it = config.find("bos_token"); it != config.end()) out.bos_token = special_token_text(*it, origin, "bos_token");
-  if (auto it = config.find("eos_token"); it != config.end()) out.eos_token = special_token_text(*it, origin, "eos_token");
-  auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) {
-    check(name.empty(), "{}: has no chat_template, so none named '{}'", origin, name);
-    return out;
-  }
-  if (it->is_string()) {
-    check(name.empty() || name == "default", "{}: chat_template is a single template, not a list with one named '{}'", origin, name);
-    out.chat_template = it->get<std::string>();
-    return out;
-  }
-  check(it->is_array(), "{}: chat_template is {}, expected a string or a list of {{\"name\", \"template\"}}", origin, it->type_name());
-  std::vector<std::string> sources;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const nlohmann::json& entry = (*it)[i];
-    check(entry.is_object(), "{}: chat_template[{}] is {}, expected an object with 'name' and 'template'", origin, i, entry.type_name());
-    auto n = entry.find("name");
-    auto t = entry.find("template");
-    check(n != entry.end() && n->is_string(), "{}: chat_template[{}] has no string 'name'", origin, i);
-    check(t != entry.end() && t->is_string(), "{}: chat_template[{}] has no string 'template'", origin, i);
-    out.names.push_back(n->get<std::string>());
-    sources.push_back(t->get<std::string>());
-  }
-  check(!sources.empty(), "{}: chat_template is an empty list", origin);
-  const std::string wanted = name.empty() ? "default" : std::string(name);
-  for (size_t i = 0; i < sources.size(); ++i)
-    if (out.names[i] == wanted) {
-      out.chat_template = sources[i];
-      return out;
+}  // namespace
+
+void Tokenizer::apply_config(std::string_view text, std::string_view origin) {
+  naming_origin(origin, [&] {
+    const json config = parse_json(text, origin);
+    const Reader r{origin};
+    check(config.is_object(), "{}: the top level is {}, expected an object", origin, config.type_name());
+    Impl& m = *impl_;
+    if (const json* decoder = r.optional(config, "added_tokens_decoder")) {
+      check(decoder->is_object(), "{}: added_tokens_decoder is {}, expected an object of id: token", origin,
+            decoder->type_name());
+      bool changed = false;
+      for (const auto& [key, t] : decoder->items()) {
+        const std::string path = fmt::format("added_tokens_decoder[{:?}]", key);
+        int64_t id = -1;
+        try {
+          size_t used = 0;
+          id = std::stoll(key, &used);
+          if (used != key.size()) id = -1;
+        } catch (const std::exception&) {
+        }
+        check(id >= 0 && id < INT32_MAX, "{}: {} is not a token id", origin, path);
+        if (m.added_by_id(static_cast<int32_t>(id))) continue;
+        AddedToken a;
+        a.id = static_cast<int32_t>(id);
+        a.content = r.string(r.field(t, path, "content"), path + ".content");
+        a.special = r.boolean(r.optional(t, "special"), path + ".special", false);
+        a.lstrip = r.boolean(r.optional(t, "lstrip"), path + ".lstrip", false);
+        a.rstrip = r.boolean(r.optional(t, "rstrip"), path + ".rstrip", false);
+        a.single_word = r.boolean(r.optional(t, "single_word"), path + ".single_word", false);
+        a.normalized = r.boolean(r.optional(t, "normalized"), path + ".normalized", !a.special);
+        m.added.push_back(std::move(a));
+        changed = true;
+      }
+      if (changed) m.index_added();
     }
-  if (name.empty()) {
-    out.chat_template = sources[0];
-    return out;
-  }
-  std::string names;
-  for (const std::string& n : out.names) names += (names.empty() ? "" : ", ") + n;
-  throw Error(fmt::format("{}: no chat template named '{}' (the config has {})", origin, name, names));
+    struct Setting {
+      const char* field;
+      SpecialRole role;
+    };
+    std::optional<std::string> bos, eos;
+    for (const Setting& s : {Setting{"bos_token", SpecialRole::Bos}, Setting{"eos_token", SpecialRole::Eos},
+                             Setting{"pad_token", SpecialRole::Pad}, Setting{"unk_token", SpecialRole::Unk},
+                             Setting{"cls_token", SpecialRole::Cls}, Setting{"sep_token", SpecialRole::Sep},
+                             Setting{"mask_token", SpecialRole::Mask}}) {
+      const std::optional<std::string> token = token_setting(config, r, s.field);
+      if (!token) continue;
+      const auto id = token_to_id(*token);
+      check(id.has_value(), "{}: {} is {:?}, which is not in the vocabulary", origin, s.field, *token);
+      m.roles[static_cast<size_t>(s.role)] = *id;
+      if (s.role == SpecialRole::Bos) bos = token;
+      if (s.role == SpecialRole::Eos) eos = token;
+    }
+    const json* add_bos = r.optional(config, "add_bos_token");
+    const json* add_eos = r.optional(config, "add_eos_token");
+    if (add_bos || add_eos) {
+      const bool with_bos = r.boolean(add_bos, "add_bos_token", false);
+      const bool with_eos = r.boolean(add_eos, "add_eos_token", false);
+      check(!with_bos || bos, "{}: add_bos_token is true but bos_token is not set", origin);
+      check(!with_eos || eos, "{}: add_eos_token is true but eos_token is not set", origin);
+      m.post_processor = bos_eos_template(with_bos ? &*bos : nullptr, with_bos ? *token_to_id(*bos) : -1,
+                                          with_eos ? &*eos : nullptr, with_eos ? *token_to_id(*eos) : -1);
+    }
+    return 0;
+  });
 }
 
-}  // namespace attend::tokenize
+}  // namespace attend

@@ -27,7 +27,12 @@ Tokenizer Tokenizer::load(const fs::path& path) {
   check(fs::exists(path), "{}: no such file or directory (expected tokenizer.json, a SentencePiece .model, or a "
         "directory holding one of them or encoder.json + vocab.bpe)", path.string());
   if (fs::is_directory(path)) {
-    if (fs::exists(path / "tokenizer.json")) return load(path / "tokenizer.json");
+    if (fs::exists(path / "tokenizer.json")) {
+      Tokenizer tok = load(path / "tokenizer.json");
+      if (const fs::path config = path / "tokenizer_config.json"; fs::exists(config))
+        tok.apply_config(read_file(config), config.string());
+      return tok;
+    }
     if (fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe"))
       return from_gpt2_files(path / "encoder.json", path / "vocab.bpe");
     // Hugging Face's names for the same two files (GPT2Tokenizer's vocab_file and merges_file).

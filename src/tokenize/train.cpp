@@ -126,12 +126,14 @@ Tokenizer finish(PieceCounts& counts, const TokenizerTrainOptions& o, const Coun
   m->kind = o.kind;
   if (o.kind == TokenizerKind::BPE) {
     m->model = train_bpe(counts, {o.vocab_size, o.min_frequency, specials, stage("merges")});
+    m->set_gpt2_pipeline();
   } else if (o.kind == TokenizerKind::WordPiece) {
-    m->bert = counter.bert;
     const std::string unk = unk_token(specials, "[UNK]");
     m->model = train_wordpiece(counts, {o.vocab_size, o.min_frequency, specials, unk, stage("merges")});
+    m->set_bert_pipeline(counter.bert);
   } else {
     m->sp = counter.sp;
+    m->byte_level = false;
     const std::string unk = unk_token(specials, "<unk>");
     UnigramTrainOptions u;
     u.vocab_size = o.vocab_size;
@@ -146,6 +148,23 @@ Tokenizer finish(PieceCounts& counts, const TokenizerTrainOptions& o, const Coun
     const int32_t id = std::visit([&](const auto& model) { return model.find(s); }, m->model);
     check(id >= 0, "tokenizer training: special token '{}' did not get an id", s);
     m->added.push_back({s, id, true, true});
+  }
+  if (o.kind == TokenizerKind::WordPiece) {
+    // BERT's "[CLS] $A [SEP]", as the tokenizer.json it is saved as says.
+    m->index_added();
+    m->infer_roles();
+    const auto cls = m->roles[static_cast<size_t>(SpecialRole::Cls)], sep = m->roles[static_cast<size_t>(SpecialRole::Sep)];
+    if (cls && sep) {
+      auto name = [&](int32_t id) {
+        const AddedToken* t = m->added_by_id(id);
+        return t ? t->content : m->model_token_text(id);
+      };
+      PostStep bert;
+      bert.single = {{true, name(*cls), 0}, {false, "A", 0}, {true, name(*sep), 0}};
+      bert.pair = {{true, name(*cls), 0}, {false, "A", 0}, {true, name(*sep), 0}, {false, "B", 1}, {true, name(*sep), 1}};
+      bert.specials = {{name(*cls), {*cls}, {name(*cls)}}, {name(*sep), {*sep}, {name(*sep)}}};
+      m->post_processor.steps = {bert};
+    }
   }
   return Tokenizer(std::move(m));
 }

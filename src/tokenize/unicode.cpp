@@ -125,13 +125,90 @@ bool is_punctuation(char32_t c) {
 
 bool is_control(char32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
-  return c < 0x110000 && (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_C_MASK) != 0;
+  // Hugging Face's (the unicode_categories crate's is_other): Cc, Cf, Cs, Co; unassigned code points (Cn)
+  // are kept.
+  constexpr uint32_t mask = U_GC_CC_MASK | U_GC_CF_MASK | U_GC_CS_MASK | U_GC_CO_MASK;
+  return c < 0x110000 && (U_GET_GC_MASK(static_cast<UChar32>(c)) & mask) != 0;
 }
 
 bool is_cjk(char32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
          (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+bool is_numeric(char32_t c) { return c < 0x110000 && (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_N_MASK) != 0; }
+
+bool is_word_char(char32_t c) {
+  if (c >= 0x110000) return false;
+  const auto u = static_cast<UChar32>(c);
+  const uint32_t mask = U_GET_GC_MASK(u);
+  return u_hasBinaryProperty(u, UCHAR_ALPHABETIC) || (mask & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0 ||
+         u_hasBinaryProperty(u, UCHAR_JOIN_CONTROL);
+}
+
+bool is_combining_mark(char32_t c) { return c < 0x110000 && (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_M_MASK) != 0; }
+
+bool is_other(char32_t c) { return c < 0x110000 && (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_C_MASK) != 0; }
+
+std::string nfc(std::string_view text) { return to_utf8(normalize(instance(unorm2_getNFCInstance), to_utf16(text))); }
+
+std::string nfkd(std::string_view text) { return to_utf8(normalize(instance(unorm2_getNFKDInstance), to_utf16(text))); }
+
+std::string to_lower_chars(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const CodePoint cp = decode_utf8(text, i);
+    const auto length = static_cast<size_t>(cp.length);
+    if (cp.value < 0x80) {
+      out += static_cast<char>(cp.value >= 'A' && cp.value <= 'Z' ? cp.value + 32 : cp.value);
+    } else if (cp.value == kInvalid) {
+      out += "\xEF\xBF\xBD";
+    } else {
+      out += to_lower(text.substr(i, length));  // one character: no context, as Rust's char::to_lowercase
+    }
+    i += length;
+  }
+  return out;
+}
+
+std::string utf8_lossy(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  for (size_t i = 0; i < n;) {
+    const CodePoint cp = decode_utf8(s, i, n);
+    if (cp.value != kInvalid) {
+      out.append(bytes.substr(i, static_cast<size_t>(cp.length)));
+      i += static_cast<size_t>(cp.length);
+      continue;
+    }
+    // The maximal subpart: the longest prefix of a well-formed sequence starting at i (Unicode 3.9, D93b),
+    // at least one byte.
+    const unsigned c = s[i];
+    size_t need = 0;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+      need = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      need = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    }
+    size_t k = 1;
+    for (; k <= need && i + k < n; ++k) {
+      const unsigned b = s[i + k];
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
+    }
+    out += "\xEF\xBF\xBD";
+    i += k;
+  }
+  return out;
 }
 
 std::string nfd(std::string_view text) { return to_utf8(normalize(instance(unorm2_getNFDInstance), to_utf16(text))); }

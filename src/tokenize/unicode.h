@@ -54,13 +54,26 @@ CharClass char_class(char32_t c);
 
 bool is_whitespace(char32_t c);   // Unicode White_Space
 bool is_punctuation(char32_t c);  // as BERT splits: ASCII symbols and Unicode P* categories
-bool is_control(char32_t c);      // as BERT drops: C* categories except \t \n \r
+bool is_control(char32_t c);      // as BERT drops: Cc, Cf, Cs, Co except \t \n \r
 bool is_cjk(char32_t c);          // the CJK ideograph blocks BERT surrounds with spaces
+
+// Hugging Face's character predicates (Rust's char methods and the regex crate's classes):
+bool is_numeric(char32_t c);         // char::is_numeric: \p{N}
+bool is_word_char(char32_t c);       // regex \w: alphabetic, marks, decimal digits, connector punctuation, joiners
+bool is_combining_mark(char32_t c);  // general category M (Mn, Mc, Me)
+bool is_other(char32_t c);           // general category C (Cc, Cf, Cs, Co, Cn)
 
 // Unicode normalisation forms and case mapping (ICU). Invalid UTF-8 bytes become U+FFFD first.
 std::string nfd(std::string_view text);
 std::string nfkc(std::string_view text);
+std::string nfc(std::string_view text);
+std::string nfkd(std::string_view text);
 std::string to_lower(std::string_view text);
+// Lower-cases character by character, each by its full mapping without context (Rust's char::to_lowercase,
+// which Hugging Face's Lowercase uses: a final sigma stays σ, İ becomes i + U+0307).
+std::string to_lower_chars(std::string_view text);
+// Rust's String::from_utf8_lossy: each maximal invalid subsequence becomes one U+FFFD.
+std::string utf8_lossy(std::string_view bytes);
 // NFD, then drops combining marks (category Mn): "Café" -> "Cafe".
 std::string strip_accents(std::string_view text);
 

@@ -18,8 +18,8 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 }  // namespace
 
-UnigramModel::UnigramModel(std::vector<UnigramPiece> pieces, int32_t unk, bool byte_fallback)
-    : pieces_(std::move(pieces)), unk_(unk), byte_fallback_(byte_fallback) {
+UnigramModel::UnigramModel(std::vector<UnigramPiece> pieces, int32_t unk, bool byte_fallback, bool every_piece)
+    : pieces_(std::move(pieces)), unk_(unk), byte_fallback_(byte_fallback), every_piece_(every_piece) {
   check(unk_ >= 0 && unk_ < size(), "Unigram: the unknown piece id {} is not in the vocabulary of {}", unk_, size());
   texts_.reserve(pieces_.size());
   for (const UnigramPiece& p : pieces_) texts_.push_back(p.text);
@@ -31,20 +31,20 @@ UnigramModel::UnigramModel(std::vector<UnigramPiece> pieces, int32_t unk, bool b
   matchable_.resize(pieces_.size());
   // As SentencePiece: the maximum starts at FLT_MIN (the smallest positive float), so with the usual
   // negative log-probabilities the user-defined bonus below is about -0.1.
-  min_score_ = std::numeric_limits<float>::max();
+  min_score_ = std::numeric_limits<double>::max();
   max_score_ = std::numeric_limits<float>::min();
   for (size_t id = 0; id < pieces_.size(); ++id) {
     const UnigramPiece& p = pieces_[id];
     check(std::isfinite(p.score), "Unigram vocabulary: piece {} ({:?}) has a score of {}, expected a finite number", id,
           p.text, p.score);
-    matchable_[id] = (p.type == PieceType::Normal || p.type == PieceType::UserDefined) && !p.text.empty();
+    matchable_[id] = (every_piece || p.type == PieceType::Normal || p.type == PieceType::UserDefined) && !p.text.empty();
     if (matchable_[id]) longest_ = std::max(longest_, p.text.size());
-    if (p.type == PieceType::Normal) {
+    if (p.type == PieceType::Normal || every_piece) {
       min_score_ = std::min(min_score_, p.score);
       max_score_ = std::max(max_score_, p.score);
     }
   }
-  if (min_score_ == std::numeric_limits<float>::max()) min_score_ = 0;  // no normal pieces
+  if (min_score_ == std::numeric_limits<double>::max()) min_score_ = 0;  // no normal pieces
   byte_pieces_.fill(-1);
   for (size_t id = 0; id < pieces_.size(); ++id) {
     if (pieces_[id].type != PieceType::Byte) continue;
@@ -65,7 +65,9 @@ void UnigramModel::encode(std::string_view text, std::vector<int32_t>& ids) cons
   std::vector<int32_t> best_id(n + 1, -1);
   std::vector<uint32_t> best_from(n + 1, 0);
   best[0] = 0;
-  const float unk_score = min_score_ - kUnkPenalty;
+  // SentencePiece subtracts in float, Hugging Face in double.
+  const double unk_score = every_piece_ ? min_score_ - static_cast<double>(kUnkPenalty)
+                                        : static_cast<double>(static_cast<float>(min_score_) - kUnkPenalty);
   for (size_t i = 0; i < n; ++i) {
     if (best[i] == kNegInf) continue;
     bool has_single = false;
@@ -73,7 +75,7 @@ void UnigramModel::encode(std::string_view text, std::vector<int32_t>& ids) cons
       const int32_t id = find(text.substr(bounds[i], bounds[j] - bounds[i]));
       if (id < 0 || !matchable_[static_cast<size_t>(id)]) continue;
       // SentencePiece's bonus that makes user-defined pieces win: length (in bytes) times the best score.
-      const double score = pieces_[static_cast<size_t>(id)].type == PieceType::UserDefined
+      const double score = pieces_[static_cast<size_t>(id)].type == PieceType::UserDefined && !every_piece_
                                ? static_cast<double>(bounds[j] - bounds[i]) * max_score_ - 0.1
                                : pieces_[static_cast<size_t>(id)].score;
       if (best[i] + score > best[j]) {

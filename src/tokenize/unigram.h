@@ -22,14 +22,17 @@ enum class PieceType : uint8_t { Normal = 1, Unknown = 2, Control = 3, UserDefin
 
 struct UnigramPiece {
   std::string text;  // UTF-8, with U+2581 "▁" for a space; byte pieces are written <0xNN>
-  float score = 0;   // log-probability
+  double score = 0;  // log-probability (SentencePiece stores floats, tokenizer.json doubles)
   PieceType type = PieceType::Normal;
 };
 
 class UnigramModel {
  public:
   UnigramModel() = default;
-  UnigramModel(std::vector<UnigramPiece> pieces, int32_t unk, bool byte_fallback);
+  // `every_piece`: Hugging Face's lattice, in which every piece of the vocabulary can be matched (byte,
+  // unknown and control pieces too), by its own score, and the unknown score sits below the lowest of all
+  // pieces; otherwise SentencePiece's (normal and user-defined pieces only, user-defined ones favoured).
+  UnigramModel(std::vector<UnigramPiece> pieces, int32_t unk, bool byte_fallback, bool every_piece = false);
 
   int32_t size() const { return static_cast<int32_t>(pieces_.size()); }
   const UnigramPiece& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
@@ -37,6 +40,7 @@ class UnigramModel {
   int32_t find(std::string_view text) const { return index_.find(texts_, text); }
   int32_t unk() const { return unk_; }
   bool byte_fallback() const { return byte_fallback_; }
+  bool every_piece() const { return every_piece_; }
   // The id of the byte piece <0xNN>, or -1.
   int32_t byte_piece(unsigned char b) const { return byte_pieces_[b]; }
 
@@ -51,9 +55,10 @@ class UnigramModel {
   std::vector<bool> matchable_;     // pieces the lattice may use: normal and user-defined
   std::array<int32_t, 256> byte_pieces_{};
   size_t longest_ = 0;              // bytes
-  float min_score_ = 0, max_score_ = 0;
+  double min_score_ = 0, max_score_ = 0;
   int32_t unk_ = -1;
   bool byte_fallback_ = false;
+  bool every_piece_ = false;
 };
 
 struct UnigramTrainOptions {
