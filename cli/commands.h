@@ -43,5 +43,7 @@ void add_generate_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 // Adds `attend chat-template`.
 void add_chat_template_command(CLI::App& app);
+// Adds `attend chat`.
+void add_chat_command(CLI::App& app);
 
 }  // namespace attend::cli

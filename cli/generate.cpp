@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 namespace attend::cli {
@@ -115,7 +116,13 @@ void add_generate_command(CLI::App& app) {
       return out;
     };
     std::vector<std::vector<int32_t>> inputs;
-    for (const std::string& p : prompt) inputs.push_back(tok->encode(p));
+    // A Hugging Face checkpoint's prompt (its directory has transformers' tokenizer_config.json) gets what the
+    // tokenizer adds to a text, as transformers' tokenizer(prompt) does: Llama's and Gemma's BOS, per tokenizer.json's
+    // post-processor and tokenizer_config.json. Attend's own models get their text encoded as their training data
+    // was.
+    const bool hf_prompt = model.config().architecture == Architecture::Decoder &&
+                           std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer_config.json");
+    for (const std::string& p : prompt) inputs.push_back(hf_prompt ? tok->encode_prompt(p) : tok->encode(p));
     for (const std::string& p : prompt_ids) inputs.push_back(parse_ids(p, "--prompt-ids"));
     for (const auto& input : inputs)
       for (int32_t id : input)

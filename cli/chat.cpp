@@ -1,0 +1,191 @@
+// `attend chat`: an interactive conversation with a chat model in the terminal. Each turn is the whole
+// conversation rendered by the model's chat template (tokenizer_config.json, chat_template.jinja), of which only
+// the tokens the session has not yet run go through the model: the KV cache carries the history. Replies stream
+// as they are made and stop at the model's end-of-turn tokens.
+#include "commands.h"
+
+#include <attend/chat_template.h>
+#include <attend/error.h>
+#include <attend/io.h>
+#include <attend/generate.h>
+#include <attend/model.h>
+#include <attend/model_dir.h>
+#include <attend/rng.h>
+#include <attend/session.h>
+#include <attend/tokenizer.h>
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+
+namespace attend::cli {
+
+namespace {
+
+struct ChatSettings {
+  std::string model_dir, tokenizer_path, template_path, template_name, system;
+  int64_t max_new_tokens = 512;
+  int64_t context = 4096;
+  SamplingOptions sampling{.temperature = 0.7, .top_p = 0.9};
+  std::string weights = "bf16", kv_cache = "f16", eos_ids;
+};
+
+// The tokens that end a reply: the model directory's (generation_config.json, config.json), the template's
+// eos_token, and the tokenizer's EOS; or those of --eos.
+std::vector<int32_t> end_tokens(const ChatSettings& s, const Tokenizer& tok, const ChatTemplate& tmpl) {
+  if (!s.eos_ids.empty()) return parse_ids(s.eos_ids, "--eos");
+  std::vector<int32_t> ids = read_generation_defaults(s.model_dir).eos;
+  if (!tmpl.eos_token().empty())
+    if (const auto id = tok.token_to_id(tmpl.eos_token())) ids.push_back(*id);
+  if (const auto id = tok.special_id(SpecialRole::Eos)) ids.push_back(*id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+class Chat {
+ public:
+  Chat(const ChatSettings& s, const Model& model, const Tokenizer& tok, ChatTemplate tmpl)
+      : s_(s), model_(model), tok_(tok), tmpl_(std::move(tmpl)), eos_(end_tokens(s, tok, tmpl_)),
+        rng_(s.sampling.seed) {
+    reset();
+  }
+
+  void reset() {
+    messages_.clear();
+    if (!s_.system.empty()) messages_.push_back({"system", s_.system});
+    session_.reset();
+    fed_.clear();
+  }
+
+  // One user turn: the reply is streamed to stdout and kept in the history.
+  void turn(const std::string& user) {
+    messages_.push_back({"user", user});
+    const std::string prompt = tmpl_.render(messages_, {.add_generation_prompt = true});
+    // The template writes BOS and the turns' markers itself: encode as transformers' apply_chat_template does,
+    // special tokens parsed and none added.
+    const std::vector<int32_t> ids = tok_.encode(prompt, {.parse_special = true});
+    const int64_t context = std::min<int64_t>(s_.context, model_.config().max_seq_len);
+    if (static_cast<int64_t>(ids.size()) + 1 > context) {
+      messages_.pop_back();
+      throw Error(fmt::format("the conversation ({} tokens) no longer fits the context of {}: /reset", ids.size(),
+                              context));
+    }
+    // Run only what the cache does not hold: the new tokens after the history it ran (all of them when the
+    // rendering changed what came before).
+    size_t same = 0;
+    while (session_ && same < fed_.size() && same < ids.size() && fed_[same] == ids[same]) ++same;
+    if (!session_ || same < fed_.size() || same == ids.size()) {
+      session_.emplace(model_, SessionOptions{.max_T = context, .cache = parse_cache_type(s_.kv_cache)});
+      fed_.clear();
+      same = 0;
+    }
+    std::span<const float> logits = session_->step(std::span(ids).subspan(same));
+    fed_ = ids;
+    std::vector<int32_t> reply;
+    std::string printed;
+    // A model's vocabulary can be padded past its tokenizer's (Qwen's 151,936 for 151,665 tokens): ids without a
+    // token are never sampled.
+    const int64_t V = std::min<int64_t>(model_.config().vocab_size, tok_.vocab_size());
+    const int64_t budget = std::min<int64_t>(s_.max_new_tokens, context - static_cast<int64_t>(fed_.size()));
+    for (int64_t i = 0; i < budget; ++i) {
+      const int32_t token = sample_token(logits.data(), V, s_.sampling, rng_.uniform_double());
+      if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) break;
+      reply.push_back(token);
+      const std::string text = tok_.decode(reply, /*skip_special=*/true);
+      if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0 &&
+          text.find("\xEF\xBF\xBD", printed.size()) == std::string::npos) {  // hold back a half-made character
+        fmt::print("{}", text.substr(printed.size()));
+        std::fflush(stdout);
+        printed = text;
+      }
+      if (i + 1 < budget) {
+        logits = session_->step(std::span(&token, 1));
+        fed_.push_back(token);
+      }
+    }
+    const std::string text = tok_.decode(reply, /*skip_special=*/true);
+    if (text.size() > printed.size()) fmt::print("{}", text.substr(printed.size()));
+    fmt::print("\n");
+    std::fflush(stdout);
+    messages_.push_back({"assistant", text});
+  }
+
+ private:
+  const ChatSettings& s_;
+  const Model& model_;
+  const Tokenizer& tok_;
+  ChatTemplate tmpl_;
+  std::vector<int32_t> eos_;
+  Rng rng_;
+  std::vector<ChatMessage> messages_;
+  std::optional<Session> session_;
+  std::vector<int32_t> fed_;  // the tokens the session has run, in order
+};
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("chat", "Talk with a chat model in the terminal: the model's chat template, streamed "
+                                         "replies, the history kept (/reset clears it, /exit or end of input leaves)");
+  static ChatSettings s;
+  cmd->add_option("--model", s.model_dir, "A model directory with a tokenizer and a chat template (e.g. a Hugging Face "
+                                          "instruct checkpoint)")->required();
+  cmd->add_option("--tokenizer", s.tokenizer_path, "The tokenizer, if not in the model directory");
+  cmd->add_option("--template", s.template_path, "A chat template (a .jinja file, or a tokenizer_config.json), if not "
+                                                 "the model directory's");
+  cmd->add_option("--template-name", s.template_name, "Which of a config's named templates (e.g. tool_use)");
+  cmd->add_option("--system", s.system, "A system message that starts the conversation");
+  cmd->add_option("--max-new-tokens", s.max_new_tokens, "Tokens a reply may have at most")->capture_default_str();
+  cmd->add_option("--context", s.context, "Tokens the conversation may hold (at most the model's)")->capture_default_str();
+  auto* greedy = cmd->add_flag("--greedy", s.sampling.greedy, "Always take the most likely token");
+  cmd->add_option("--temperature", s.sampling.temperature, "Softmax temperature")->capture_default_str()->excludes(greedy);
+  cmd->add_option("--top-k", s.sampling.top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
+  cmd->add_option("--top-p", s.sampling.top_p, "Sample from the smallest set of probability ≥ p")->capture_default_str();
+  cmd->add_option("--seed", s.sampling.seed, "Seed of the sampling")->capture_default_str();
+  cmd->add_option("--weights", s.weights, "f32, bf16 or f16: how the weights are kept for running")->capture_default_str();
+  cmd->add_option("--kv-cache", s.kv_cache, "f32, f16 or int8: the KV cache's storage")->capture_default_str();
+  cmd->add_option("--eos", s.eos_ids, "End a reply at these token ids (default: the model's end-of-turn tokens)");
+  cmd->callback([] {
+    check(s.weights == "f32" || s.weights == "bf16" || s.weights == "f16", "--weights '{}': expected f32, bf16 or f16",
+          s.weights);
+    Model model = load_model(s.model_dir);
+    check(model.config().architecture == Architecture::Decoder, "chat: {} is an {} model; chat needs a decoder",
+          s.model_dir, architecture_name(model.config().architecture));
+    model.set_storage(s.weights == "bf16" ? WeightType::BF16 : s.weights == "f16" ? WeightType::F16 : WeightType::F32);
+    const Tokenizer tok = Tokenizer::load(s.tokenizer_path.empty() ? s.model_dir : s.tokenizer_path);
+    ChatTemplate tmpl = s.template_path.empty()                    ? ChatTemplate::from_model_dir(s.model_dir, s.template_name)
+                        : s.template_path.ends_with(".json")       ? ChatTemplate::from_tokenizer_config(read_file(s.template_path), s.template_path, s.template_name)
+                                                                   : ChatTemplate::from_string(read_file(s.template_path), s.template_path);
+    Chat chat(s, model, tok, std::move(tmpl));
+    const bool interactive = ::isatty(STDIN_FILENO) != 0;
+    if (interactive)
+      fmt::print(stderr, "{}: chat (/reset clears the history, /exit or Ctrl-D leaves)\n", s.model_dir);
+    std::string line;
+    while (true) {
+      if (interactive) fmt::print("> "), std::fflush(stdout);
+      if (!std::getline(std::cin, line)) break;
+      if (line == "/exit" || line == "/quit") break;
+      if (line == "/reset") {
+        chat.reset();
+        fmt::print(stderr, "(history cleared)\n");
+        continue;
+      }
+      if (line.empty()) continue;
+      try {
+        chat.turn(line);
+      } catch (const Error& e) {  // a template that refuses the conversation, a full context: say so, go on
+        fmt::print(stderr, "attend: {}\n", e.what());
+      }
+    }
+    if (interactive) fmt::print("\n");
+  });
+}
+
+}  // namespace attend::cli
