@@ -1,7 +1,8 @@
-// Inference speed of a GPT-2-124M-shaped model (random weights), batch 1:
+// Inference speed of a GPT-2-124M-shaped model (or, with --shape llama-1b, a Llama-3.2-1B-shaped one: 16 layers of
+// 2048 with 32 query and 8 key/value heads, SwiGLU of 8192, a tied vocabulary of 128,256), random weights, batch 1:
 //
-//   build/bench/attend_generate_bench [--prompt 512 --new 128 --threads 2 --weights f32|bf16 --kv-cache f32|f16|int8
-//                                      --passes 8]
+//   build/bench/attend_generate_bench [--shape gpt2|llama-1b --prompt 512 --new 128 --threads 2 --weights f32|bf16
+//                                      --kv-cache f32|f16|int8 --passes 8]
 //
 // Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token) and
 // generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
@@ -62,7 +63,7 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2, passes = 8;
-  std::string weights = "f32", kv_cache = "f32";
+  std::string weights = "f32", kv_cache = "f32", shape = "gpt2";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
@@ -71,17 +72,20 @@ int main(int argc, char** argv) {
     else if (flag == "--weights") weights = value;
     else if (flag == "--passes") passes = std::atoi(value.c_str());
     else if (flag == "--kv-cache") kv_cache = value;
+    else if (flag == "--shape") shape = value;
     else {
       std::fprintf(flag == "--help" ? stdout : stderr,
-                   "usage: attend_generate_bench [--prompt 512] [--new 128] [--threads 2] [--weights f32|bf16] [--kv-cache f32|f16|int8]\n"
-                   "       [--passes 8]\n"
-                   "GPT-2-124M shape, random weights: prompt and generation rates, per-token latency, the\n"
+                   "usage: attend_generate_bench [--shape gpt2|llama-1b] [--prompt 512] [--new 128] [--threads 2] [--weights f32|bf16]\n"
+                   "       [--kv-cache f32|f16|int8] [--passes 8]\n"
+                   "GPT-2-124M (or Llama-3.2-1B) shape, random weights: prompt and generation rates, per-token latency, the\n"
                    "share of the memory-bandwidth bound; one JSON line.\n");
       return flag == "--help" ? 0 : 2;
     }
   }
-  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16")) {
-    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or bf16\n");
+  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16") ||
+      (shape != "gpt2" && shape != "llama-1b")) {
+    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or "
+                         "bf16, --shape gpt2 or llama-1b\n");
     return 2;
   }
   attend::CacheType cache_type;
@@ -95,14 +99,21 @@ int main(int argc, char** argv) {
   const std::vector<float> probe(int64_t{1} << 26, 1.0f);  // 256 MiB
   constexpr int64_t kProbeEvery = 8;                        // generated tokens between probes
   attend::ModelConfig c;
-  c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
-  c.activation = attend::FfnKind::GELUTanh;
+  if (shape == "gpt2") {
+    c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
+    c.activation = attend::FfnKind::GELUTanh;
+  } else {
+    c.vocab_size = 128256, c.d_model = 2048, c.n_layers = 16, c.n_heads = 32, c.n_kv_heads = 8, c.d_ff = 8192;
+    c.max_seq_len = 2048, c.activation = attend::FfnKind::SwiGLU, c.norm = attend::NormKind::RMSNorm;
+    c.position = attend::PositionKind::RoPE, c.rope_base = 500000.0, c.bias = false;
+  }
   attend::Model model(c);
   const bool bf16 = weights == "bf16";
   if (bf16) model.set_storage(attend::WeightType::BF16);
   // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
   // position table, not all of it), fp32.
-  const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - (c.max_seq_len - 1) * c.d_model);
+  const int64_t table = c.position == attend::PositionKind::Learned ? (c.max_seq_len - 1) * c.d_model : 0;
+  const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - table);
   // Keys and values of every layer at the mean position of the generated tokens.
   const double kv_bytes_per_position = double(attend::nn::KVCache::memory_bytes(
       {.n_layers = c.n_layers, .batch = 1, .max_T = 1, .n_kv_heads = c.kv_heads(), .d_head = c.d_head(), .storage = cache_type}));
@@ -145,11 +156,11 @@ int main(int argc, char** argv) {
   }
   const double ttft = percentile(prompt_s, 0.5), rate = percentile(generate_rate, 0.5);
   const double read_gbs = percentile(bandwidth, 0.5);
-  fmt::print("{{\"impl\": \"attend\", \"weights\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
+  fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"weights\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
              "\"ttft_ms\": {:.1f}, \"generate_tokens_per_s\": {:.1f}, \"token_ms_p50\": {:.2f}, \"token_ms_p90\": {:.2f}, "
              "\"token_ms_p99\": {:.2f}, \"read_gbs\": {:.1f}, \"weight_mb_per_token\": {:.0f}, \"kv_mb_per_token\": {:.0f}, \"bound_tokens_per_s\": {:.1f}, "
              "\"share_of_bound\": {:.2f}}}\n",
-             weights, kv_cache, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, rate,
+             shape, weights, kv_cache, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, rate,
              1e3 * percentile(token_s, 0.5), 1e3 * percentile(token_s, 0.9), 1e3 * percentile(token_s, 0.99), read_gbs,
              weight_bytes / 1e6, kv_bytes / 1e6, read_gbs * 1e9 / weight_bytes, percentile(share, 0.5));
 }

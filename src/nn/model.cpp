@@ -308,7 +308,7 @@ void Model::set_storage(WeightType storage) {
       kernels::half_to_float(p->value.data(), bits.data(), p->numel());
     }
     const bool multiplied = (is_projection(p->role) && p->role != Role::Router) ||
-                            (p->role == Role::TokenEmbedding && impl_->config.tie_embeddings);  // the LM head
+                            (p == &impl_->tokens && impl_->config.tie_embeddings);  // the LM head
     if (multiplied) p->storage = storage, p->packed = std::move(bits);
   }
 }
