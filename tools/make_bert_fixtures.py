@@ -20,7 +20,6 @@ Variants (each a directory with config.json, model.safetensors, golden.json):
 
     /usr/bin/python3 tools/make_bert_fixtures.py
 """
-import json
 import math
 import os
 import sys
@@ -162,20 +161,10 @@ def make(name, v):
         pooled = torch.tanh(h[0] @ w["pooler.dense.weight"].T + w["pooler.dense.bias"])
         golden = {"ids": ids, "hidden": h.flatten().tolist(), "pooled": pooled.tolist()}
 
-    d = os.path.join(OUT, name)
-    os.makedirs(d, exist_ok=True)
-    for f in os.listdir(d):
-        os.remove(os.path.join(d, f))
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
     tensors = dict(w)
     if name == "base":  # the position_ids buffer older exports carry (a parameter-free int64 table in real files)
         tensors["embeddings.position_ids"] = torch.arange(P, dtype=torch.float64)[None, :]
-    safetensors_py.write(os.path.join(d, "model.safetensors"), tensors, v["dtype"])
-    with open(os.path.join(d, "golden.json"), "w") as f:
-        json.dump(golden, f)
-        f.write("\n")
+    safetensors_py.write_checkpoint(os.path.join(OUT, name), config, tensors, v["dtype"], golden)
     print(f"{name}: " + (f"loss {golden['loss']:.6f}" if "loss" in golden else f"hidden std {h.std().item():.3f}"))
 
 

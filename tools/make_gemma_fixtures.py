@@ -24,7 +24,6 @@ Variants (each a directory with config.json, model.safetensors, golden.json):
 
     /usr/bin/python3 tools/make_gemma_fixtures.py
 """
-import json
 import math
 import os
 import sys
@@ -33,7 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_py  # noqa: E402
-from make_llama_fixtures import rope  # noqa: E402  (rotate_half RoPE, shared with the Llama fixtures)
+from make_llama_fixtures import reference_outputs, rope  # noqa: E402  (shared with the Llama fixtures)
 
 torch.set_default_dtype(torch.float64)
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf-gemma3")
@@ -155,27 +154,11 @@ def make(name, seed, v):
     w = {k: safetensors_py.rounded(t, v["dtype"]) for k, t in make_weights(seed).items()}
     prompt = torch.randint(3, V, (v["prompt"],), generator=torch.Generator().manual_seed(seed + 1)).tolist()
 
-    logits = forward(config, w, prompt, [None] * L)  # the whole prompt in one call
-    loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(prompt[1:]))
-    cache = [None] * L
-    step = forward(config, w, prompt, cache)[-1]
-    greedy = []
-    for _ in range(N_GREEDY):
-        greedy.append(int(step.argmax()))
-        step = forward(config, w, [greedy[-1]], cache)[-1]
+    logits, loss, greedy = reference_outputs(forward, config, w, prompt, L)
 
-    d = os.path.join(OUT, name)
-    os.makedirs(d, exist_ok=True)
-    for f in os.listdir(d):
-        os.remove(os.path.join(d, f))
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
-    safetensors_py.write(os.path.join(d, "model.safetensors"), w, v["dtype"])
-    with open(os.path.join(d, "golden.json"), "w") as f:
-        json.dump({"prompt_ids": prompt, "logits_shape": list(logits.shape), "logits": logits.flatten().tolist(),
-                   "loss": loss.item(), "greedy_ids": greedy}, f)
-        f.write("\n")
+    safetensors_py.write_checkpoint(os.path.join(OUT, name), config, w, v["dtype"], {
+        "prompt_ids": prompt, "logits_shape": list(logits.shape), "logits": logits.flatten().tolist(),
+        "loss": loss.item(), "greedy_ids": greedy})
     print(f"{name}: loss {loss.item():.6f} (ln V = {math.log(V):.4f}), logit std {logits.std().item():.3f}, "
           f"greedy {greedy}")
 

@@ -175,6 +175,21 @@ def forward(config, w, ids, cache):
     return x @ head.T
 
 
+def reference_outputs(forward, config, w, prompt, layers, n_greedy=N_GREEDY):
+    """A decoder's goldens: the logits of the whole prompt in one call, its next-token loss, and a greedy
+    continuation through the KV cache. forward(config, w, ids, cache) gives the logits of ids after the cache
+    (a list of one entry per layer, None when empty) and extends the cache."""
+    logits = forward(config, w, prompt, [None] * layers)
+    loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(prompt[1:]))
+    cache = [None] * layers
+    step = forward(config, w, prompt, cache)[-1]
+    greedy = []
+    for _ in range(n_greedy):
+        greedy.append(int(step.argmax()))
+        step = forward(config, w, [greedy[-1]], cache)[-1]
+    return logits, loss, greedy
+
+
 def make(name, seed, v):
     family = v.get("family", "llama")
     config = dict(BASE_CONFIG, tie_word_embeddings=v["tie"], rope_scaling=v["rope_scaling"], model_type=family,
@@ -186,14 +201,7 @@ def make(name, seed, v):
     w = {k: safetensors_py.rounded(t, v["dtype"]) for k, t in make_weights(seed, config).items()}
     prompt = torch.randint(2, V, (v["prompt"],), generator=torch.Generator().manual_seed(seed + 1)).tolist()
 
-    logits = forward(config, w, prompt, [None] * L)  # the whole prompt in one call
-    loss = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(prompt[1:]))
-    cache = [None] * L
-    step = forward(config, w, prompt, cache)[-1]
-    greedy = []
-    for _ in range(N_GREEDY):
-        greedy.append(int(step.argmax()))
-        step = forward(config, w, [greedy[-1]], cache)[-1]
+    logits, loss, greedy = reference_outputs(forward, config, w, prompt, L)
 
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)

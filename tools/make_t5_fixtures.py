@@ -25,7 +25,6 @@ Variants (each a directory with config.json, model.safetensors, golden.json):
 
     /usr/bin/python3 tools/make_t5_fixtures.py
 """
-import json
 import math
 import os
 import sys
@@ -208,22 +207,12 @@ def make(name, v):
         greedy.append(int(step.argmax()))
         step = decode(config, v, w, enc, [greedy[-1]], cache)[-1]
 
-    d = os.path.join(OUT, name)
-    os.makedirs(d, exist_ok=True)
-    for f in os.listdir(d):
-        os.remove(os.path.join(d, f))
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
     tensors = dict(w)
     if v["tie"]:  # as save_pretrained writes a tied T5: the stacks' embed_tokens beside shared
         tensors["encoder.embed_tokens.weight"] = w["shared.weight"]
         tensors["decoder.embed_tokens.weight"] = w["shared.weight"]
-    safetensors_py.write(os.path.join(d, "model.safetensors"), tensors, v["dtype"])
-    with open(os.path.join(d, "golden.json"), "w") as f:
-        json.dump({"src_ids": src, "decoder_ids": decoder_ids, "labels": labels, "logits_shape": list(logits.shape),
-                   "logits": logits.flatten().tolist(), "loss": loss.item(), "greedy_ids": greedy}, f)
-        f.write("\n")
+    safetensors_py.write_checkpoint(os.path.join(OUT, name), config, tensors, v["dtype"], {"src_ids": src, "decoder_ids": decoder_ids, "labels": labels, "logits_shape": list(logits.shape),
+                   "logits": logits.flatten().tolist(), "loss": loss.item(), "greedy_ids": greedy})
     print(f"{name}: loss {loss.item():.6f} (ln V = {math.log(V):.4f}), logit std {logits.std().item():.3f}, "
           f"greedy {greedy}")
 

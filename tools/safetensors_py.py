@@ -58,3 +58,19 @@ def read(path):
             raise ValueError(f"{path}: {name} has dtype {e['dtype']}")
         out[name] = flat.double().view(e["shape"]) if e["shape"] else flat.double().view(())
     return out
+
+
+def write_checkpoint(directory, config, tensors, dtype, golden):
+    """A Hugging Face-style fixture directory, emptied first: config.json, model.safetensors (tensors in `dtype`)
+    and golden.json (the reference's outputs)."""
+    import os
+    os.makedirs(directory, exist_ok=True)
+    for f in os.listdir(directory):
+        os.remove(os.path.join(directory, f))
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    write(os.path.join(directory, "model.safetensors"), tensors, dtype)
+    with open(os.path.join(directory, "golden.json"), "w") as f:
+        json.dump(golden, f)
+        f.write("\n")

@@ -154,32 +154,15 @@ void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, cons
   nlohmann::ordered_json layer_types = nlohmann::ordered_json::array();
   for (int64_t i = 0; i < c.n_layers; ++i)
     layer_types.push_back(c.is_local_block(i) ? "sliding_attention" : "full_attention");
-  nlohmann::ordered_json config = {
-      {"architectures", {"Gemma3ForCausalLM"}},
-      {"model_type", "gemma3_text"},
-      {"vocab_size", c.vocab_size},
-      {"hidden_size", c.d_model},
-      {"intermediate_size", c.ffn_hidden()},
-      {"num_hidden_layers", c.n_layers},
-      {"num_attention_heads", c.n_heads},
-      {"num_key_value_heads", c.kv_heads()},
-      {"head_dim", c.d_head()},
-      {"hidden_activation", "gelu_pytorch_tanh"},
-      {"max_position_embeddings", c.max_seq_len},
-      {"rms_norm_eps", c.norm_eps},
-      {"rope_theta", c.rope_base},
-      {"rope_local_base_freq", c.rope_local_base > 0.0 ? c.rope_local_base : c.rope_base},
-      {"rope_scaling", nullptr},
-      {"query_pre_attn_scalar", std::abs(query_scalar - std::round(query_scalar)) < 1e-9 ? std::round(query_scalar)
-                                                                                        : query_scalar},
-      {"sliding_window", c.sliding_window > 0 ? c.sliding_window : c.max_seq_len},
-      {"layer_types", layer_types},
-      {"final_logit_softcapping", nullptr},
-      {"attn_logit_softcapping", nullptr},
-      {"attention_bias", false},
-      {"tie_word_embeddings", c.tie_embeddings},
-      {"initializer_range", c.init_std},
-      {"torch_dtype", "float32"}};
+  nlohmann::ordered_json config = formats::decoder_config_json(c, "Gemma3ForCausalLM", "gemma3_text");
+  config["hidden_activation"] = "gelu_pytorch_tanh";
+  config["rope_local_base_freq"] = c.rope_local_base > 0.0 ? c.rope_local_base : c.rope_base;
+  config["query_pre_attn_scalar"] =
+      std::abs(query_scalar - std::round(query_scalar)) < 1e-9 ? std::round(query_scalar) : query_scalar;
+  config["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.max_seq_len;
+  config["layer_types"] = layer_types;
+  config["final_logit_softcapping"] = nullptr;
+  config["attn_logit_softcapping"] = nullptr;
   if (c.sliding_window > 0 && c.sliding_window_pattern > 0) config["sliding_window_pattern"] = c.sliding_window_pattern;
   formats::write_rope_scaling(c, config);
   formats::write_hf_extras(tokenizer, dir, config);

@@ -156,6 +156,26 @@ void check_rope_scaling_exports(const ModelConfig& c, const ExportChecks& checks
                  "rope_position_scale", "combined with another scaling", "one scaling");
 }
 
+nlohmann::ordered_json decoder_config_json(const ModelConfig& c, const char* architecture, const char* model_type) {
+  return {{"architectures", {architecture}},
+          {"model_type", model_type},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.d_model},
+          {"intermediate_size", c.ffn_hidden()},
+          {"num_hidden_layers", c.n_layers},
+          {"num_attention_heads", c.n_heads},
+          {"num_key_value_heads", c.kv_heads()},
+          {"head_dim", c.d_head()},
+          {"max_position_embeddings", c.max_seq_len},
+          {"rms_norm_eps", c.norm_eps},
+          {"rope_theta", c.rope_base},
+          {"rope_scaling", nullptr},
+          {"attention_bias", false},
+          {"tie_word_embeddings", c.tie_embeddings},
+          {"initializer_range", c.init_std},
+          {"torch_dtype", "float32"}};
+}
+
 bool is_hf_llama_config(const json& config) { return !family_of(config).empty(); }
 
 ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
@@ -324,27 +344,11 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
                              : c.qkv_bias ? "Qwen2ForCausalLM"
                              : mistral    ? "MistralForCausalLM"
                                           : "LlamaForCausalLM";
-  nlohmann::ordered_json config = {{"architectures", {architecture}},
-                                   {"model_type", family},
-                                   {"vocab_size", c.vocab_size},
-                                   {"hidden_size", c.d_model},
-                                   {"intermediate_size", c.ffn_hidden()},
-                                   {"num_hidden_layers", c.n_layers},
-                                   {"num_attention_heads", c.n_heads},
-                                   {"num_key_value_heads", c.kv_heads()},
-                                   {"head_dim", c.d_head()},
-                                   {"hidden_act", "silu"},
-                                   {"max_position_embeddings", c.max_seq_len},
-                                   {"rms_norm_eps", c.norm_eps},
-                                   {"rope_theta", c.rope_base},
-                                   {"rope_scaling", nullptr},
-                                   {"attention_bias", false},
-                                   {"mlp_bias", false},
-                                   {"sliding_window", mistral ? nlohmann::ordered_json(c.sliding_window) : nullptr},
-                                   {"use_sliding_window", false},
-                                   {"tie_word_embeddings", c.tie_embeddings},
-                                   {"initializer_range", c.init_std},
-                                   {"torch_dtype", "float32"}};
+  nlohmann::ordered_json config = formats::decoder_config_json(c, architecture, family);
+  config["hidden_act"] = "silu";
+  config["mlp_bias"] = false;
+  config["sliding_window"] = mistral ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+  config["use_sliding_window"] = false;
   formats::write_rope_scaling(c, config);
   formats::write_hf_extras(tokenizer, dir, config);
   write_file_atomic(dir / "config.json", config.dump(2) + "\n");

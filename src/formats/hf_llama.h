@@ -42,6 +42,9 @@ Model load_decoder_tensors(const std::filesystem::path& dir, const ModelConfig& 
 // Writes DIR/model.safetensors of such a model under Hugging Face's names, q/k rows unpermuted.
 void write_decoder_tensors(const Model& model, const std::filesystem::path& dir);
 
+// The config.json keys the Llama layout's families share (sizes, heads, RMSNorm's ε, RoPE's θ, no biases, the
+// tied head), for an export; each family adds its own.
+nlohmann::ordered_json decoder_config_json(const ModelConfig& c, const char* architecture, const char* model_type);
 // Whether config.json's "architectures" names one of `names`.
 bool names_architecture(const nlohmann::json& config, std::initializer_list<const char*> names);
 // config.json's rope_scaling (rope_type llama3, linear, dynamic or default; null or absent: none) into `c`.

@@ -262,11 +262,7 @@ Decoder read_decoder(const json* node, const Reader& r, const std::string& path)
 }
 
 json write_decoder(const Decoder& d) {
-  if (d.steps.empty() && !d.sequence) return nullptr;
-  if (d.steps.size() == 1 && !d.sequence) return write_step(d.steps[0]);
-  json list = json::array();
-  for (const DecoderStep& s : d.steps) list.push_back(write_step(s));
-  return {{"type", "Sequence"}, {"decoders", list}};
+  return write_stage(d, "decoders", [](const DecoderStep& s) { return write_step(s); });
 }
 
 }  // namespace attend::tokenize

@@ -73,6 +73,18 @@ std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool by
 std::vector<BpeModel::Merge> read_merges(const json& merges, const Reader& r, const BpeModel& vocab_only,
                                          bool byte_letters);
 
+// A pipeline stage as tokenizer.json writes it: null when it has no steps, the one step itself, or a Sequence listing
+// them under `list_key` ("normalizers", "pretokenizers", "decoders", "processors"). A stage read from a Sequence
+// (`sequence`) is written back as one.
+template <typename Stage, typename WriteStep>
+json write_stage(const Stage& stage, const char* list_key, WriteStep&& write_step) {
+  if (stage.steps.empty() && !stage.sequence) return nullptr;
+  if (stage.steps.size() == 1 && !stage.sequence) return write_step(stage.steps[0]);
+  json list = json::array();
+  for (const auto& s : stage.steps) list.push_back(write_step(s));
+  return {{"type", "Sequence"}, {list_key, list}};
+}
+
 // Errors from deep inside (a model's constructor, a JSON value of the wrong type) get the file's name.
 template <typename F>
 auto naming_origin(std::string_view origin, F&& fn) {

@@ -299,11 +299,7 @@ Normalizer read_normalizer(const json* node, const Reader& r, const std::string&
 }
 
 json write_normalizer(const Normalizer& n) {
-  if (n.steps.empty() && !n.sequence) return nullptr;
-  if (n.steps.size() == 1 && !n.sequence) return write_step(n.steps[0]);
-  json list = json::array();
-  for (const NormalizerStep& s : n.steps) list.push_back(write_step(s));
-  return {{"type", "Sequence"}, {"normalizers", list}};
+  return write_stage(n, "normalizers", [](const NormalizerStep& s) { return write_step(s); });
 }
 
 }  // namespace attend::tokenize

@@ -172,11 +172,7 @@ PostProcessor read_post_processor(const json* node, const Reader& r, const std::
 }
 
 json write_post_processor(const PostProcessor& p) {
-  if (p.steps.empty() && !p.sequence) return nullptr;
-  if (p.steps.size() == 1 && !p.sequence) return write_step(p.steps[0]);
-  json list = json::array();
-  for (const PostStep& s : p.steps) list.push_back(write_step(s));
-  return {{"type", "Sequence"}, {"processors", list}};
+  return write_stage(p, "processors", [](const PostStep& s) { return write_step(s); });
 }
 
 PostProcessor bos_eos_template(const std::string* bos, int32_t bos_id, const std::string* eos, int32_t eos_id) {

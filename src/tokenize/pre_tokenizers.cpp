@@ -401,11 +401,7 @@ PreTokenizer read_pre_tokenizer(const json* node, const Reader& r, const std::st
 }
 
 json write_pre_tokenizer(const PreTokenizer& p) {
-  if (p.steps.empty() && !p.sequence) return nullptr;
-  if (p.steps.size() == 1 && !p.sequence) return write_step(p.steps[0]);
-  json list = json::array();
-  for (const PreTokenizerStep& s : p.steps) list.push_back(write_step(s));
-  return {{"type", "Sequence"}, {"pretokenizers", list}};
+  return write_stage(p, "pretokenizers", [](const PreTokenizerStep& s) { return write_step(s); });
 }
 
 }  // namespace attend::tokenize
