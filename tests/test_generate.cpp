@@ -3,6 +3,7 @@
 // strategies draw from the distributions they promise.
 #include "fixtures.h"
 #include "formats/hf_gpt2.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "testing.h"
 
@@ -429,6 +430,13 @@ TEST(Decoding, SixteenBitStorageEqualsTheCheckpointOfThatType) {
     // The same rounded weights in fp32 differ only where the prompt's matmuls rounded their inputs.
     EXPECT_GT(from_rounding_inputs, 1e-6) << name;
     EXPECT_LT(from_rounding_inputs, from_inputs) << name;
+    // Without bf16 dot products (an AVX2 CPU, or the kernel turned off) the prompt's GEMMs run sgemm on the
+    // weights' fp32 values and the rounded inputs: the same products of the same numbers, summed in another order
+    // (a few ulps of sums over 16-32 terms, ~1e-6 of logits of size ~1).
+    kernels::set_bf16_kernel_enabled(false);
+    const std::vector<float> widened = decode_all(model);
+    kernels::set_bf16_kernel_enabled(true);
+    testing::expect_all_close(widened, stored, 1e-5, std::string(name) + ": sgemm on the 16-bit values");
   }
 }
 

@@ -176,6 +176,8 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 
 void set_bf16_kernel_enabled(bool enabled) { bf16_kernel_enabled = enabled; }
 
+bool bf16_kernel_in_use() { return bf16_kernel_enabled.load(std::memory_order_relaxed) && bf16_kernel_available(); }
+
 bool bf16_kernel_available() {
   static const bool available = [] {
     try {

@@ -36,6 +36,8 @@ bool bf16_kernel_available();
 
 // Tests turn oneDNN's bf16 matmul off (and back on) to check the widening path that other CPUs take.
 void set_bf16_kernel_enabled(bool enabled);
+// Whether bf16 GEMMs run oneDNN's bf16 matmul now (available and not turned off).
+bool bf16_kernel_in_use();
 
 // The bf16 matmul primitives kept (one per shape; past the capacity the least recently used goes), and how
 // many were made since the program started (a shape made again after its eviction counts twice).

@@ -47,6 +47,18 @@ uint16_t* rounded(int slot, Precision p, const float* x, int64_t n) {
   return b.data();
 }
 
+// x rounded to bf16 or fp16 and widened back to fp32: what a 16-bit GEMM multiplies, as floats.
+const float* rounded_floats(Precision p, const float* x, int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  const uint16_t* bits = rounded(1, p, x, n);
+  if (p == Precision::BF16)
+    kernels::bf16_to_float(buffer.data(), bits, n);
+  else
+    kernels::half_to_float(buffer.data(), bits, n);
+  return buffer.data();
+}
+
 }  // namespace
 
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
@@ -65,12 +77,19 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
     case WeightType::BF16:
       if (N <= kernels::kGemvRows) return kernels::matmul_forward_bf16(out, inp, weight.packed.data(), bias, N, C, OC);
       // A prompt: bf16 products at up to twice sgemm's rate, inputs rounded as in bf16 training.
-      return kernels::matmul_forward_half(kernels::Half::BF16, out, rounded(0, Precision::BF16, inp, N * C),
-                                          weight.packed.data(), bias, N, C, OC);
+      if (kernels::bf16_kernel_in_use())
+        return kernels::matmul_forward_half(kernels::Half::BF16, out, rounded(0, Precision::BF16, inp, N * C),
+                                            weight.packed.data(), bias, N, C, OC);
+      [[fallthrough]];  // no bf16 dot products on this CPU (AVX2): the same numbers through sgemm, below
     case WeightType::F16:
-      if (N <= kernels::kGemvRows) return kernels::matmul_forward_f16(out, inp, weight.packed.data(), bias, N, C, OC);
-      return kernels::matmul_forward_half(kernels::Half::F16, out, rounded(0, Precision::F16, inp, N * C),
-                                          weight.packed.data(), bias, N, C, OC);
+      if (weight.storage == WeightType::F16 && N <= kernels::kGemvRows)
+        return kernels::matmul_forward_f16(out, inp, weight.packed.data(), bias, N, C, OC);
+      // sgemm on the weight's fp32 values, which are its packed 16-bit values exactly, and the input rounded as a
+      // 16-bit GEMM rounds it: the 16-bit GEMM's numbers without widening the weight at every call (which made
+      // bf16 prompts slower than fp32 ones on CPUs without AVX-512 BF16).
+      return kernels::matmul_forward(out, rounded_floats(weight.storage == WeightType::BF16 ? Precision::BF16 : Precision::F16,
+                                                         inp, N * C),
+                                     weight.value.data(), bias, N, C, OC);
   }
 }
 
