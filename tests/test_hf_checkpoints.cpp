@@ -261,6 +261,20 @@ TEST(HfGemma3, ConfigKeysMapToAttendsOptions) {
   EXPECT_EQ(c.rope_local_base, 1e4);
   EXPECT_EQ(std::vector<bool>({c.is_local_block(0), c.is_local_block(1), c.is_local_block(2), c.is_local_block(3)}),
             std::vector<bool>({true, true, false, true}));
+  // A config as the 4B model's text_config has it, most keys left to Gemma3TextConfig's defaults (found by
+  // fuzz/fuzz_model_config: formatting an error message read an absent key, an assertion in nlohmann).
+  const ModelConfig d = formats::config_from_hf_gemma3(
+      nlohmann::json::parse(R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+          "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+          "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}})"),
+      "config.json");
+  EXPECT_EQ(d.vocab_size, 262208);
+  EXPECT_EQ(d.n_heads, 8);
+  EXPECT_EQ(d.kv_heads(), 4);
+  EXPECT_EQ(d.d_head(), 256);
+  EXPECT_EQ(d.attention_scale, 0.0);  // query_pre_attn_scalar 256 = head_dim
+  EXPECT_EQ(d.sliding_window_pattern, 6);
+  EXPECT_EQ(d.rope_position_scale, 1.0 / 8.0);
   const ModelConfig t = load_model(kGemma / "layer-types").config();
   EXPECT_EQ(t.sliding_window_pattern, 2);  // sliding, full, sliding, full
   EXPECT_EQ(t.rope_position_scale, 1.0 / 8.0);

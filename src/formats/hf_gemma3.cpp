@@ -88,9 +88,10 @@ ModelConfig config_from_hf_gemma3(const json& config, const std::string& origin)
   check(!k.optional("attention_bias", false), "{}: attention_bias true: Attend's Gemma has no biases", origin);
   check(!k.optional("use_bidirectional_attention", false),
         "{}: use_bidirectional_attention true (an embedding model): Attend runs Gemma 3 as a causal decoder", origin);
-  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
-    check(!k.has(cap), "{}: {} is {}: soft-capping (Gemma 2) is not supported, Gemma 3 has null", origin, cap,
-          j[cap].dump());
+  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})  // (the value read only when present)
+    if (k.has(cap))
+      throw Error(fmt::format("{}: {} is {}: soft-capping (Gemma 2) is not supported, Gemma 3 has null", origin, cap,
+                              j.at(cap).dump()));
   const double query_scalar = k.optional("query_pre_attn_scalar", 256.0);
   check(query_scalar > 0.0, "{}: query_pre_attn_scalar must be positive, got {}", origin, query_scalar);
   if (query_scalar != static_cast<double>(c.d_head())) c.attention_scale = 1.0 / std::sqrt(query_scalar);
