@@ -8,12 +8,15 @@
 # ../shared/peers/README.md describes); GGUF_DIR holds gpt2-f32.gguf and gpt2-F16.gguf made from Attend's
 # export of the same model (and, if present, gpt2-Q8_0.gguf, gpt2-Q4_0.gguf, gpt2-Q4_K_M.gguf, measured
 # for the record). Prints one JSON line per measurement, tagged with the round and the engine.
+#
+# An AVX2 machine on an AVX-512 one: ATTEND_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 for Attend's kernels and oneDNN's, and a
+# llama.cpp built with -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llama=${1:?usage: bench/beside_llama.sh LLAMA_BIN_DIR GGUF_DIR [ROUNDS]}
 gguf=${2:?usage: bench/beside_llama.sh LLAMA_BIN_DIR GGUF_DIR [ROUNDS]}
 rounds=${3:-3}
-bench=build/bench/attend_generate_bench
+bench="build/bench/attend_generate_bench --isa ${ATTEND_ISA:-auto}"
 # llama-bench's JSON lines, each cut to the test and its rate. Both flash-attention settings are measured
 # (its default is off); the better one is llama.cpp's figure.
 brief() {
@@ -29,8 +32,8 @@ for round in $(seq 1 "$rounds"); do
     echo "{\"round\": $round, \"engine\": \"llama.cpp\", \"file\": \"$2\"}"
     "$llama/llama-bench" -m "$gguf/$2.gguf" -p 512 -n 128 -pg 512,128 -fa 0,1 -r 3 -t 2 -o jsonl | brief
     echo "{\"round\": $round, \"engine\": \"attend\", \"weights\": \"$1\"}"
-    "$bench" --prompt 512 --new 128 --passes 3 --weights "$1" --kv-cache f16
-    "$bench" --prompt 1 --new 128 --passes 3 --weights "$1" --kv-cache f16
+    $bench --prompt 512 --new 128 --passes 3 --weights "$1" --kv-cache f16
+    $bench --prompt 1 --new 128 --passes 3 --weights "$1" --kv-cache f16
   done
 done
 for q in Q8_0 Q4_0 Q4_K_M; do

@@ -2,7 +2,7 @@
 // 2048 with 32 query and 8 key/value heads, SwiGLU of 8192, a tied vocabulary of 128,256), random weights, batch 1:
 //
 //   build/bench/attend_generate_bench [--shape gpt2|llama-1b --prompt 512 --new 128 --threads 2 --weights f32|bf16
-//                                      --kv-cache f32|f16|int8 --passes 8]
+//                                      --kv-cache f32|f16|int8 --passes 8 --isa auto|generic|avx2|avx512]
 //
 // Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token) and
 // generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
@@ -63,7 +63,7 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2, passes = 8;
-  std::string weights = "f32", kv_cache = "f32", shape = "gpt2";
+  std::string weights = "f32", kv_cache = "f32", shape = "gpt2", isa = "auto";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
@@ -73,10 +73,11 @@ int main(int argc, char** argv) {
     else if (flag == "--passes") passes = std::atoi(value.c_str());
     else if (flag == "--kv-cache") kv_cache = value;
     else if (flag == "--shape") shape = value;
+    else if (flag == "--isa") isa = value;
     else {
       std::fprintf(flag == "--help" ? stdout : stderr,
                    "usage: attend_generate_bench [--shape gpt2|llama-1b] [--prompt 512] [--new 128] [--threads 2] [--weights f32|bf16]\n"
-                   "       [--kv-cache f32|f16|int8] [--passes 8]\n"
+                   "       [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512]\n"
                    "GPT-2-124M (or Llama-3.2-1B) shape, random weights: prompt and generation rates, per-token latency, the\n"
                    "share of the memory-bandwidth bound; one JSON line.\n");
       return flag == "--help" ? 0 : 2;
@@ -96,6 +97,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   attend::set_num_threads(threads);
+  try {
+    attend::set_kernel_isa(isa);  // a narrower set of Attend's kernels (oneDNN's: ONEDNN_MAX_CPU_ISA)
+  } catch (const attend::Error& e) {
+    std::fprintf(stderr, "attend_generate_bench: --isa: %s\n", e.what());
+    return 2;
+  }
   const std::vector<float> probe(int64_t{1} << 26, 1.0f);  // 256 MiB
   constexpr int64_t kProbeEvery = 8;                        // generated tokens between probes
   attend::ModelConfig c;

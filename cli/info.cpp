@@ -17,7 +17,8 @@ void add_info_command(CLI::App& app) {
     fmt::print("kernels       {} (the decode matmuls and attention, conversions, optimizer updates; widest here: {})\n",
                info.kernel_isa, info.widest_kernel_isa);
     fmt::print("bf16 matmul   {}\n", info.bf16_matmul ? "oneDNN bf16 (AVX-512 BF16)"
-                                                     : "none on this CPU: bf16 GEMMs widen to fp32 (slower than fp32)");
+                                                     : "none on this CPU: 16-bit weights' prompts run sgemm on their fp32 "
+                                                       "values (fp32's speed); generation reads the 16-bit weights");
   });
 }
 
