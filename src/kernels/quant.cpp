@@ -1,0 +1,431 @@
+#include "kernels/quant.h"
+
+#include "kernels/convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace attend::kernels {
+namespace {
+
+constexpr QuantFormat kFormats[] = {
+    {"q8_0", 32, 34}, {"q4_0", 32, 18}, {"q4_1", 32, 20}, {"q5_0", 32, 22}, {"q5_1", 32, 24},
+    {"q4_k", 256, 144}, {"q5_k", 256, 176}, {"q6_k", 256, 210}, {"q8_k", 256, 292},
+};
+
+float from_half(uint16_t h) {
+  float f;
+  half_to_float(&f, &h, 1);
+  return f;
+}
+uint16_t to_half(float f) {
+  uint16_t h;
+  float_to_half(&h, &f, 1);
+  return h;
+}
+uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+void store_u16(uint8_t* p, uint16_t v) { p[0] = static_cast<uint8_t>(v), p[1] = static_cast<uint8_t>(v >> 8); }
+
+// ---- fitting one group of values ------------------------------------------------------------------
+//
+// Both fits try a fan of candidate scales around the one that maps the extreme value to the extreme level, round
+// every value at each, and keep the candidate whose least-squares scale (and offset) leaves the smallest weighted
+// error. The rounding decides the error far more than the scale, so a few dozen candidates find better blocks
+// than the single scale of max / levels.
+
+// x ≈ d·q with q ∈ [lo, hi] (lo = −hi − 1: the extreme value goes to the side with the extra level). Returns d.
+float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int nsteps, int8_t* q) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+  if (amax == 0) {
+    std::fill(q, q + n, int8_t{0});
+    return 0;
+  }
+  // The extreme value at the extreme level: the answer when the weights leave nothing to fit.
+  float best_d = max / static_cast<float>(lo), best_score = 0;
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[i] / best_d)), lo, hi));
+  int8_t trial[256];
+  for (int k = -nsteps; k <= nsteps; ++k) {
+    const float iscale = (static_cast<float>(lo) + 0.1f * static_cast<float>(k)) / max;
+    double sxq = 0, sqq = 0;
+    for (int i = 0; i < n; ++i) {
+      const int v = std::clamp(static_cast<int>(std::nearbyint(iscale * x[i])), lo, hi);
+      trial[i] = static_cast<int8_t>(v);
+      sxq += static_cast<double>(w[i]) * x[i] * v;
+      sqq += static_cast<double>(w[i]) * v * v;
+    }
+    if (sqq <= 0) continue;
+    const double score = sxq * sxq / sqq;  // the error is Σw·x² − score
+    if (score > best_score) {
+      best_score = score, best_d = static_cast<float>(sxq / sqq);
+      std::memcpy(q, trial, static_cast<size_t>(n));
+    }
+  }
+  return best_d;
+}
+
+// x ≈ d·q + m with q ∈ [0, nmax]; with nonpositive_min, m ≤ 0 (the K types store −m / dmin unsigned).
+void fit_asymmetric(const float* x, const float* w, int n, int nmax, bool nonpositive_min, int nsteps, float* d_out,
+                    float* m_out, uint8_t* q) {
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+  if (nonpositive_min) lo = std::min(lo, 0.0f);
+  if (hi == lo) {
+    std::fill(q, q + n, uint8_t{0});
+    *d_out = 0, *m_out = lo;
+    return;
+  }
+  double best_err = INFINITY;
+  *d_out = (hi - lo) / static_cast<float>(nmax), *m_out = lo;  // the answer when the weights leave nothing to fit
+  for (int i = 0; i < n; ++i)
+    q[i] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::nearbyint((x[i] - lo) / *d_out)), 0, nmax));
+  uint8_t trial[256];
+  for (int k = -nsteps; k <= nsteps; ++k) {
+    const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (hi - lo);
+    double sw = 0, sq = 0, sqq = 0, sx = 0, sxq = 0;
+    for (int i = 0; i < n; ++i) {
+      const int v = std::clamp(static_cast<int>(std::nearbyint(iscale * (x[i] - lo))), 0, nmax);
+      trial[i] = static_cast<uint8_t>(v);
+      sw += w[i], sq += w[i] * v, sqq += static_cast<double>(w[i]) * v * v;
+      sx += w[i] * x[i], sxq += static_cast<double>(w[i]) * x[i] * v;
+    }
+    const double det = sw * sqq - sq * sq;
+    if (det <= 0) continue;
+    double d = (sw * sxq - sx * sq) / det, m = (sqq * sx - sq * sxq) / det;
+    if (nonpositive_min && m > 0) m = 0, d = sxq / sqq;
+    double err = 0;
+    for (int i = 0; i < n; ++i) {
+      const double e = d * trial[i] + m - x[i];
+      err += w[i] * e * e;
+    }
+    if (err < best_err) {
+      best_err = err, *d_out = static_cast<float>(d), *m_out = static_cast<float>(m);
+      std::memcpy(q, trial, static_cast<size_t>(n));
+    }
+  }
+}
+
+// The weights of a group's values: importance·√(σ² + x²) with an importance, else `flat` ? 1 : σ + |x|.
+void value_weights(float* w, const float* x, int n, const float* importance, float sigma2, bool flat) {
+  for (int i = 0; i < n; ++i) {
+    if (importance != nullptr)
+      w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+    else
+      w[i] = flat ? 1.0f : std::sqrt(sigma2) + std::fabs(x[i]);
+  }
+}
+float mean_square(const float* x, int n) {
+  double s = 0;
+  for (int i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(s / n);
+}
+int round_clamp(float v, int lo, int hi) { return std::clamp(static_cast<int>(std::nearbyint(v)), lo, hi); }
+
+// ---- the 32-value types ---------------------------------------------------------------------------
+
+void quantize_q8_0(uint8_t* b, const float* x) {
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+  store_u16(b, to_half(d));
+  for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(x[i] * id)));
+}
+
+// Q4_0 (bits 4) and Q5_0 (bits 5): d·(q − 2^(bits−1)).
+void quantize_symmetric_32(uint8_t* b, const float* x, const float* importance, int bits) {
+  const int half = 1 << (bits - 1);
+  float w[32];
+  value_weights(w, x, 32, importance, mean_square(x, 32), true);
+  int8_t q[32];
+  const float d = fit_symmetric(x, w, 32, -half, half - 1, 10, q);
+  store_u16(b, to_half(d));
+  uint8_t* qs = b + 2;
+  if (bits == 5) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(((q[j] + half) >> 4) & 1) << j;
+    for (int k = 0; k < 4; ++k) qs[k] = static_cast<uint8_t>(qh >> (8 * k));
+    qs += 4;
+  }
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(((q[j] + half) & 15) | ((q[j + 16] + half) & 15) << 4);
+}
+
+// Q4_1 (bits 4) and Q5_1 (bits 5): d·q + m.
+void quantize_asymmetric_32(uint8_t* b, const float* x, const float* importance, int bits) {
+  float w[32];
+  value_weights(w, x, 32, importance, mean_square(x, 32), true);
+  uint8_t q[32];
+  float d, m;
+  fit_asymmetric(x, w, 32, (1 << bits) - 1, false, 10, &d, &m, q);
+  store_u16(b, to_half(d));
+  store_u16(b + 2, to_half(m));
+  uint8_t* qs = b + 4;
+  if (bits == 5) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(q[j] >> 4 & 1) << j;
+    for (int k = 0; k < 4; ++k) qs[k] = static_cast<uint8_t>(qh >> (8 * k));
+    qs += 4;
+  }
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+}
+
+void dequantize_32(QuantType type, float* y, const uint8_t* b) {
+  const float d = from_half(load_u16(b));
+  switch (type) {
+    case QuantType::Q8_0:
+      for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(static_cast<int8_t>(b[2 + i])) * d;
+      return;
+    case QuantType::Q4_0:
+      for (int j = 0; j < 16; ++j) {
+        y[j] = static_cast<float>((b[2 + j] & 15) - 8) * d;
+        y[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+      }
+      return;
+    case QuantType::Q4_1: {
+      const float m = from_half(load_u16(b + 2));
+      for (int j = 0; j < 16; ++j) {
+        y[j] = static_cast<float>(b[4 + j] & 15) * d + m;
+        y[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
+      }
+      return;
+    }
+    case QuantType::Q5_0: case QuantType::Q5_1: {
+      const bool offset = type == QuantType::Q5_1;
+      const float m = offset ? from_half(load_u16(b + 2)) : 0.0f;
+      const uint8_t* h = b + (offset ? 4 : 2);
+      const uint32_t qh = h[0] | h[1] << 8 | h[2] << 16 | static_cast<uint32_t>(h[3]) << 24;
+      const uint8_t* qs = h + 4;
+      for (int j = 0; j < 16; ++j) {
+        const int q0 = (qs[j] & 15) | ((qh >> j) & 1) << 4, q1 = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+        if (offset) {
+          y[j] = static_cast<float>(q0) * d + m, y[j + 16] = static_cast<float>(q1) * d + m;
+        } else {
+          y[j] = static_cast<float>(q0 - 16) * d, y[j + 16] = static_cast<float>(q1 - 16) * d;
+        }
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+// ---- the K types (256 values) ----------------------------------------------------------------------
+
+void scale_min_k4(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63, *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+  }
+}
+void pack_scale_min_k4(uint8_t* s, const int* sc, const int* m) {
+  std::memset(s, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      s[j] |= static_cast<uint8_t>(sc[j]), s[j + 4] |= static_cast<uint8_t>(m[j]);
+    } else {
+      s[j + 4] = static_cast<uint8_t>((sc[j] & 15) | (m[j] & 15) << 4);
+      s[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
+      s[j] |= static_cast<uint8_t>((m[j] >> 4) << 6);
+    }
+  }
+}
+
+// Q4_K (bits 4) and Q5_K (bits 5): eight sub-blocks of 32, each x ≈ (d·sc)·q − dmin·m.
+void quantize_k(uint8_t* b, const float* x, const float* importance, int bits) {
+  const int nmax = (1 << bits) - 1;
+  const float sigma2 = mean_square(x, 256);
+  float scales[8], mins[8], w[32];
+  uint8_t q[256];
+  for (int j = 0; j < 8; ++j) {
+    value_weights(w, x + 32 * j, 32, importance ? importance + 32 * j : nullptr, sigma2, false);
+    float d, m;
+    fit_asymmetric(x + 32 * j, w, 32, nmax, true, 10, &d, &m, q + 32 * j);
+    scales[j] = std::max(d, 0.0f), mins[j] = -m;  // m ≤ 0
+  }
+  const float max_scale = *std::max_element(scales, scales + 8), max_min = *std::max_element(mins, mins + 8);
+  const uint16_t d16 = to_half(max_scale / 63), dmin16 = to_half(max_min / 63);
+  const float d = from_half(d16), dmin = from_half(dmin16);
+  int sc[8], mi[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = d > 0 ? round_clamp(scales[j] / d, 0, 63) : 0;
+    mi[j] = dmin > 0 ? round_clamp(mins[j] / dmin, 0, 63) : 0;
+  }
+  store_u16(b, d16);
+  store_u16(b + 2, dmin16);
+  pack_scale_min_k4(b + 4, sc, mi);
+  // Every value again with the scales as stored.
+  for (int j = 0; j < 8; ++j) {
+    const float dj = d * static_cast<float>(sc[j]), mj = dmin * static_cast<float>(mi[j]);
+    for (int i = 0; i < 32; ++i)
+      q[32 * j + i] = static_cast<uint8_t>(dj > 0 ? round_clamp((x[32 * j + i] + mj) / dj, 0, nmax) : 0);
+  }
+  uint8_t* qh = b + 16;
+  uint8_t* qs = bits == 5 ? b + 48 : b + 16;
+  if (bits == 5) std::memset(qh, 0, 32);
+  for (int i = 0; i < 4; ++i)
+    for (int l = 0; l < 32; ++l) {
+      const int lo = q[64 * i + l], hi = q[64 * i + 32 + l];
+      qs[32 * i + l] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+      if (bits == 5) qh[l] |= static_cast<uint8_t>((lo >> 4) << (2 * i) | (hi >> 4) << (2 * i + 1));
+    }
+}
+
+void dequantize_k(float* y, const uint8_t* b, int bits) {
+  const float d = from_half(load_u16(b)), dmin = from_half(load_u16(b + 2));
+  const uint8_t* s = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = bits == 5 ? b + 48 : b + 16;
+  for (int i = 0; i < 4; ++i) {
+    int sc, m;
+    scale_min_k4(s, 2 * i, &sc, &m);
+    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+    scale_min_k4(s, 2 * i + 1, &sc, &m);
+    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+    for (int l = 0; l < 32; ++l) {
+      int lo = qs[32 * i + l] & 15, hi = qs[32 * i + l] >> 4;
+      if (bits == 5) lo += (qh[l] >> (2 * i) & 1) << 4, hi += (qh[l] >> (2 * i + 1) & 1) << 4;
+      y[64 * i + l] = d1 * static_cast<float>(lo) - m1;
+      y[64 * i + 32 + l] = d2 * static_cast<float>(hi) - m2;
+    }
+  }
+}
+
+// Q6_K: sixteen sub-blocks of 16, x ≈ (d·sc)·(q − 32), sc int8.
+void quantize_q6_k(uint8_t* b, const float* x, const float* importance) {
+  const float sigma2 = mean_square(x, 256);
+  float scales[16], w[16];
+  int8_t q[256];
+  float max_scale = 0, amax_scale = 0;
+  for (int j = 0; j < 16; ++j) {
+    value_weights(w, x + 16 * j, 16, importance ? importance + 16 * j : nullptr, sigma2, false);
+    scales[j] = fit_symmetric(x + 16 * j, w, 16, -32, 31, 9, q + 16 * j);
+    if (std::fabs(scales[j]) > amax_scale) amax_scale = std::fabs(scales[j]), max_scale = scales[j];
+  }
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  auto* sc = reinterpret_cast<int8_t*>(b + 192);
+  if (amax_scale == 0) {
+    std::memset(b, 0, 210);
+    for (int l = 0; l < 64; ++l) qh[l] = 0xAA;  // every q = 32 (low nibbles 0, top bits 2): zero
+    return;
+  }
+  const float iscale = -128 / max_scale;
+  const uint16_t d16 = to_half(1 / iscale);
+  const float d = from_half(d16);
+  for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(round_clamp(iscale * scales[j], -128, 127));
+  store_u16(b + 208, d16);
+  uint8_t u[256];  // q + 32 with the stored scales
+  for (int j = 0; j < 16; ++j) {
+    const float dj = d * static_cast<float>(sc[j]);
+    for (int i = 0; i < 16; ++i)
+      u[16 * j + i] = static_cast<uint8_t>((dj != 0 ? round_clamp(x[16 * j + i] / dj, -32, 31) : 0) + 32);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* v = u + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      ql[64 * h + l] = static_cast<uint8_t>((v[l] & 15) | (v[l + 64] & 15) << 4);
+      ql[64 * h + 32 + l] = static_cast<uint8_t>((v[l + 32] & 15) | (v[l + 96] & 15) << 4);
+      qh[32 * h + l] = static_cast<uint8_t>(v[l] >> 4 | (v[l + 32] >> 4) << 2 | (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
+    }
+  }
+}
+
+void dequantize_q6_k(float* y, const uint8_t* b) {
+  const float d = from_half(load_u16(b + 208));
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b + 64 * h;
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int8_t* s = sc + 8 * h;
+    float* out = y + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 15) | (qh[l] & 3) << 4) - 32, q2 = ((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4) - 32;
+      const int q3 = ((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) - 32, q4 = ((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4) - 32;
+      out[l] = d * static_cast<float>(s[is]) * static_cast<float>(q1);
+      out[l + 32] = d * static_cast<float>(s[is + 2]) * static_cast<float>(q2);
+      out[l + 64] = d * static_cast<float>(s[is + 4]) * static_cast<float>(q3);
+      out[l + 96] = d * static_cast<float>(s[is + 6]) * static_cast<float>(q4);
+    }
+  }
+}
+
+// Q8_K: d (fp32) then 256 int8 then 16 int16 sums.
+void quantize_q8_k(uint8_t* b, const float* x) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < 256; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+  auto* q = reinterpret_cast<int8_t*>(b + 4);
+  int16_t sums[16] = {};
+  float d = 0;
+  if (amax != 0) {
+    const float iscale = -127 / max;
+    for (int i = 0; i < 256; ++i) q[i] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * x[i]))));
+    for (int i = 0; i < 256; ++i) sums[i / 16] = static_cast<int16_t>(sums[i / 16] + q[i]);
+    d = 1 / iscale;
+  } else {
+    std::memset(q, 0, 256);
+  }
+  std::memcpy(b, &d, 4);
+  std::memcpy(b + 260, sums, 32);
+}
+
+void dequantize_q8_k(float* y, const uint8_t* b) {
+  float d;
+  std::memcpy(&d, b, 4);
+  for (int i = 0; i < 256; ++i) y[i] = d * static_cast<float>(static_cast<int8_t>(b[4 + i]));
+}
+
+}  // namespace
+
+const QuantFormat& quant_format(QuantType type) { return kFormats[static_cast<int>(type)]; }
+
+void quantize_row(QuantType type, void* blocks, const float* x, int64_t n, const float* importance) {
+  const QuantFormat& f = quant_format(type);
+  auto* b = static_cast<uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / f.block; ++i, b += f.bytes, x += f.block) {
+    const float* imp = importance ? importance + i * f.block : nullptr;
+    switch (type) {
+      case QuantType::Q8_0: quantize_q8_0(b, x); break;
+      case QuantType::Q4_0: quantize_symmetric_32(b, x, imp, 4); break;
+      case QuantType::Q5_0: quantize_symmetric_32(b, x, imp, 5); break;
+      case QuantType::Q4_1: quantize_asymmetric_32(b, x, imp, 4); break;
+      case QuantType::Q5_1: quantize_asymmetric_32(b, x, imp, 5); break;
+      case QuantType::Q4_K: quantize_k(b, x, imp, 4); break;
+      case QuantType::Q5_K: quantize_k(b, x, imp, 5); break;
+      case QuantType::Q6_K: quantize_q6_k(b, x, imp); break;
+      case QuantType::Q8_K: quantize_q8_k(b, x); break;
+    }
+  }
+}
+
+void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n) {
+  const QuantFormat& f = quant_format(type);
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / f.block; ++i, b += f.bytes, out += f.block) {
+    switch (type) {
+      case QuantType::Q4_K: dequantize_k(out, b, 4); break;
+      case QuantType::Q5_K: dequantize_k(out, b, 5); break;
+      case QuantType::Q6_K: dequantize_q6_k(out, b); break;
+      case QuantType::Q8_K: dequantize_q8_k(out, b); break;
+      default: dequantize_32(type, out, b); break;
+    }
+  }
+}
+
+double quant_dot_reference(QuantType type, const void* blocks, const float* x, int64_t n) {
+  const QuantFormat& f = quant_format(type);
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  float y[256];
+  double sum = 0;
+  for (int64_t i = 0; i < n / f.block; ++i, b += f.bytes) {
+    dequantize_row(type, y, b, f.block);
+    for (int64_t j = 0; j < f.block; ++j) sum += static_cast<double>(y[j]) * x[i * f.block + j];
+  }
+  return sum;
+}
+
+}  // namespace attend::kernels
