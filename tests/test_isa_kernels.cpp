@@ -6,6 +6,7 @@
 #include "kernels/cpu.h"
 #include "kernels/kernel_table.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 #include "testing.h"
 
 #include <attend/runtime.h>
@@ -218,6 +219,62 @@ TEST_P(IsaKernels, DecodeAttentionMatchesTheReference) {
       attention_reference_forward(want.data(), probs.data(), qf.data(), kf.data(), vf.data(), p);
       testing::expect_all_close(got, want, testing::kFloatTolerance,
                                 fmt::format("d_head {}, window {}", D, window));
+    }
+  }
+}
+
+// The quantized gemv: each input block is rounded to int8 at scale amax/127 (error at most half that step per
+// value), then the integer products are exact and the block sums are scaled and added in fp32. So against the
+// fp64 product of the dequantized weights and the float input, the error is at most Σ_blocks step/2·Σ|w| plus
+// fp32's sums bound. A wrong nibble, bit or scale is off by far more.
+TEST_P(IsaKernels, GemvQuantWithinTheActivationRoundingBound) {
+  const QuantType types[] = {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0,
+                             QuantType::Q5_1, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K};
+  const int64_t C = 768, OC = 600;
+  for (QuantType type : types) {
+    const int64_t act_block = quant_format(type).block == 256 ? 256 : 32;
+    for (int64_t N : {int64_t{1}, kGemvRows}) {
+      const auto x = random_vector(N * C, 31, -2, 2), w = random_vector(OC * C, 32), b = random_vector(OC, 33);
+      std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end());
+      const int64_t row_bytes = quant_row_bytes(type, C);
+      std::vector<uint8_t> blocks(OC * row_bytes);
+      for (int64_t o = 0; o < OC; ++o) quantize_row(type, blocks.data() + o * row_bytes, wf.data() + o * C, C);
+      std::vector<float> wq(OC * C);
+      for (int64_t o = 0; o < OC; ++o) dequantize_row(type, wq.data() + o * C, blocks.data() + o * row_bytes, C);
+      std::vector<float> out(N * OC);
+      table().gemv_quant(type, out.data(), xf.data(), blocks.data(), bf.data(), N, C, OC);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) {
+          double exact = 0, magnitude = 0, rounding = 0;
+          for (int64_t k0 = 0; k0 < C; k0 += act_block) {
+            double amax = 0, wsum = 0;
+            for (int64_t k = k0; k < k0 + act_block; ++k) {
+              const double product = double(xf[n * C + k]) * wq[o * C + k];
+              exact += product, magnitude += std::fabs(product);
+              amax = std::max(amax, std::fabs(double(xf[n * C + k])));
+              wsum += std::fabs(double(wq[o * C + k]));
+            }
+            rounding += amax / 127 / 2 * wsum;
+          }
+          const double bound = rounding * (1 + 1e-3) + 2 * gamma(C) * (magnitude + rounding) + kUnit * std::fabs(bf[o]);
+          ASSERT_NEAR(out[n * OC + o], exact + bf[o], bound)
+              << quant_format(type).name << " N=" << N << " row " << n << " channel " << o;
+          // Tighter: against the product with the input rounded as the kernel rounds it (amax/127 per block,
+          // to nearest), where only fp32's scaling and sums differ. The offset types subtract offset·Σx from
+          // sums up to twice the result's terms, hence the factor on the usual bound.
+          double rounded = 0, rounded_magnitude = 0;
+          for (int64_t k0 = 0; k0 < C; k0 += act_block) {
+            float amax = 0;
+            for (int64_t k = k0; k < k0 + act_block; ++k) amax = std::max(amax, std::fabs(xf[n * C + k]));
+            const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+            for (int64_t k = k0; k < k0 + act_block; ++k) {
+              const double product = std::nearbyint(xf[n * C + k] * id) * double(d) * wq[o * C + k];
+              rounded += product, rounded_magnitude += std::fabs(product);
+            }
+          }
+          ASSERT_NEAR(out[n * OC + o], rounded + bf[o], 4 * gamma(C / 32 + 16) * rounded_magnitude + kUnit * std::fabs(bf[o]))
+              << quant_format(type).name << " N=" << N << " row " << n << " channel " << o << " (input rounded as the kernel)";
+        }
     }
   }
 }

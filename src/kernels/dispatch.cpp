@@ -8,8 +8,11 @@
 #include "kernels/kernel_table.h"
 #include "kernels/matmul.h"
 #include "kernels/optimizer.h"
+#include "kernels/parallel.h"
+#include "kernels/quant.h"
 
 #include <type_traits>
+#include <vector>
 
 namespace attend::kernels {
 
@@ -32,6 +35,21 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, c
 void matmul_forward_f16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
                         int64_t OC) {
   active_kernels().gemv_f16(out, inp, weight, bias, N, C, OC);
+}
+
+void matmul_forward_quant(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N,
+                          int64_t C, int64_t OC) {
+  if (N <= kGemvRows) return active_kernels().gemv_quant(type, out, inp, weight, bias, N, C, OC);
+  // A prompt: the weight dequantized to fp32 (as ggml computes it) and sgemm, which at many rows costs little
+  // beside the products; the input is not quantized.
+  thread_local std::vector<float> dense;
+  dense.resize(static_cast<size_t>(OC * C));
+  const int64_t row_bytes = quant_row_bytes(type, C);
+  const auto* rows = static_cast<const uint8_t*>(weight);
+  parallel_for(OC, row_grain(C), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) dequantize_row(type, dense.data() + o * C, rows + o * row_bytes, C);
+  });
+  matmul_forward(out, inp, dense.data(), bias, N, C, OC);
 }
 
 int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int threads) {

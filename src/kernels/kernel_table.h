@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "kernels/cpu.h"
 #include "kernels/optimizer.h"
+#include "kernels/quant.h"
 
 #include <cstdint>
 
@@ -15,6 +16,9 @@ namespace attend::kernels {
 template <typename W>
 using GemvFn = void(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC);
+// The same with the weight's rows as `type` blocks (kernels/quant.h), the input quantized to int8 blocks.
+using GemvQuantFn = void(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N,
+                         int64_t C, int64_t OC);
 template <typename KV>
 using DecodeAttentionFn = void(float* out, const float* q, const KV* k, const KV* v, const float* k_scales,
                                const float* v_scales, const AttentionParams<float>& p, float* workspace);
@@ -33,6 +37,7 @@ struct KernelTable {
   GemvFn<float>* gemv_f32;
   GemvFn<uint16_t>* gemv_bf16;
   GemvFn<uint16_t>* gemv_f16;
+  GemvQuantFn* gemv_quant;
   DecodeAttentionFn<float>* decode_attention_f32;
   DecodeAttentionFn<uint16_t>* decode_attention_f16;
   DecodeAttentionFn<int8_t>* decode_attention_i8;

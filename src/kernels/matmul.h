@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/gemm.h"
+#include "kernels/quant.h"
 
 #include <cstdint>
 
@@ -29,6 +30,12 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, c
 // The same with the weight stored as IEEE fp16 (GGUF's F16 tensors), widened exactly.
 void matmul_forward_f16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
                         int64_t OC);
+
+// out = inp · weightᵀ + bias with the weight's rows stored as `type` blocks (kernels/quant.h). A few rows (decoding)
+// quantize the input to int8 blocks and take integer dot products, as llama.cpp does; more rows (a prompt)
+// dequantize the weight and run sgemm on the fp32 input.
+void matmul_forward_quant(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N,
+                          int64_t C, int64_t OC);
 
 // Mixed precision (003 §13.2): the same products with 16-bit operands (gemm_half), fp32 sums and outputs.
 // out = inp · weightᵀ + bias, with inp and weight rounded to `type` by the caller.

@@ -383,6 +383,11 @@ void dequantize_q8_k(float* y, const uint8_t* b) {
 
 const QuantFormat& quant_format(QuantType type) { return kFormats[static_cast<int>(type)]; }
 
+int64_t quant_row_bytes(QuantType type, int64_t n) {
+  const QuantFormat& f = quant_format(type);
+  return n / f.block * f.bytes;
+}
+
 void quantize_row(QuantType type, void* blocks, const float* x, int64_t n, const float* importance) {
   const QuantFormat& f = quant_format(type);
   auto* b = static_cast<uint8_t*>(blocks);

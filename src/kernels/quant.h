@@ -38,10 +38,7 @@ struct QuantFormat {
 };
 const QuantFormat& quant_format(QuantType type);
 // The bytes of a row of n values (n a multiple of the block).
-inline int64_t quant_row_bytes(QuantType type, int64_t n) {
-  const QuantFormat& f = quant_format(type);
-  return n / f.block * f.bytes;
-}
+int64_t quant_row_bytes(QuantType type, int64_t n);
 
 // n values (a multiple of the type's block) to their blocks, choosing each block's scales (and minimums) to
 // minimise Σ w_i·(x_i − x̂_i)² over a search of candidate scales. `importance` (n values, or nullptr) weighs

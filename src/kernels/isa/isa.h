@@ -18,6 +18,7 @@ namespace attend::kernels::ATTEND_ISA {
 GemvFn<float> gemv_f32;
 GemvFn<uint16_t> gemv_bf16;
 GemvFn<uint16_t> gemv_f16;
+GemvQuantFn gemv_quant;
 DecodeAttentionFn<float> decode_attention_f32;
 DecodeAttentionFn<uint16_t> decode_attention_f16;
 DecodeAttentionFn<int8_t> decode_attention_i8;

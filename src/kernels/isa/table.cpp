@@ -9,6 +9,7 @@ const KernelTable& kernel_table() {
       .gemv_f32 = gemv_f32,
       .gemv_bf16 = gemv_bf16,
       .gemv_f16 = gemv_f16,
+      .gemv_quant = gemv_quant,
       .decode_attention_f32 = decode_attention_f32,
       .decode_attention_f16 = decode_attention_f16,
       .decode_attention_i8 = decode_attention_i8,

@@ -1,0 +1,372 @@
+// Decoding's matmul with block-quantized weights (kernels/quant.h): each input row is quantized to int8 blocks
+// once (one scale per 32 values for the 32-value types, per 256 with sums per 16 for the K types, as llama.cpp
+// does), and every weight block's integer dot product with it is scaled by both blocks' scales. The weights
+// stream through once; their small integers are multiplied as bytes (AVX2's vpmaddubsw: unsigned weight levels
+// times signed activations into 16-bit pairs, vpmaddwd into 32-bit sums), and a type whose levels are offset
+// (Q4_0's q − 8, Q6_K's q − 32, the K types' minimums) subtracts offset · Σx per block from the activation sums.
+#include "kernels/isa/isa.h"
+#include "kernels/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace attend::kernels::ATTEND_ISA {
+namespace {
+
+float half_value(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  float f;
+  if (exponent == 0) {
+    f = std::ldexp(static_cast<float>(mantissa), -24);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bits |= sign;
+    std::memcpy(&f, &bits, 4);
+  } else {
+    const uint32_t bits = sign | (exponent == 31 ? 0x7F800000u | mantissa << 13 : (exponent + 112) << 23 | mantissa << 13);
+    std::memcpy(&f, &bits, 4);
+  }
+  return f;
+#endif
+}
+
+// An input row's 32 values as int8 with their scale and sum (the 32-value types' activations).
+struct Act32 {
+  float d;
+  int32_t sum;
+  int8_t q[32];
+};
+// 256 values with their sums per 16 (the K types' activations).
+struct Act256 {
+  float d;
+  int16_t sums[16];
+  int8_t q[256];
+};
+
+void quantize_act32(Act32* out, const float* x, int64_t C) {
+  for (int64_t b = 0; b < C / 32; ++b, x += 32) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      out[b].q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+      sum += out[b].q[i];
+    }
+    out[b].d = d, out[b].sum = sum;
+  }
+}
+
+void quantize_act256(Act256* out, const float* x, int64_t C) {
+  for (int64_t b = 0; b < C / 256; ++b, x += 256) {
+    float amax = 0;
+    for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) {
+        const int8_t q = static_cast<int8_t>(std::nearbyint(x[16 * g + i] * id));
+        out[b].q[16 * g + i] = q;
+        sum += q;
+      }
+      out[b].sums[g] = static_cast<int16_t>(sum);
+    }
+    out[b].d = d;
+  }
+}
+
+// ---- 32 products of unsigned levels (< 128) and signed activations -----------------------------------
+
+#if defined(__AVX2__)
+using Acc = __m256;
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+// 16-bit pair sums of u·x (u < 128, so no pair saturates: 2·127·127 < 2¹⁵).
+inline __m256i pairs(__m256i u, __m256i x) { return _mm256_maddubs_epi16(u, x); }
+inline __m256i sum32(__m256i u, __m256i x) { return _mm256_madd_epi16(pairs(u, x), _mm256_set1_epi16(1)); }
+inline __m256 accumulate(__m256 acc, __m256i sums, float scale) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(scale), acc);
+}
+inline float total(__m256 acc) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+// The 32 nibbles of 16 bytes in the 32-value types' order: low nibbles (values 0-15), then high (16-31).
+inline __m256i nibbles16(const uint8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i mask = _mm_set1_epi8(15);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), mask), _mm_and_si128(b, mask));
+}
+#else
+using Acc = float;
+inline float total(float acc) { return acc; }
+#endif
+
+// Σ over the row's blocks of w·x, each block's integer sum scaled by the weight's and the activation's scales.
+float dot_q8_0(const uint8_t* w, const Act32* a, int64_t blocks) {
+  Acc acc{};
+  for (int64_t b = 0; b < blocks; ++b, w += 34) {
+    const float scale = half_value(w) * a[b].d;
+#if defined(__AVX2__)
+    const __m256i q = load32(w + 2), x = load32(a[b].q);
+    // Signed × signed through vpmaddubsw: |q| times x with q's sign.
+    acc = accumulate(acc, sum32(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q)), scale);
+#else
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(w[2 + i]) * a[b].q[i];
+    acc += static_cast<float>(s) * scale;
+#endif
+  }
+  return total(acc);
+}
+
+// Q4_0 (offset 8, no minimum) and Q4_1 (a minimum m: Σ (d·q + m)·x = d·Σq·x + m·Σx).
+template <bool kMin>
+float dot_q4(const uint8_t* w, const Act32* a, int64_t blocks) {
+  constexpr int64_t kBytes = kMin ? 20 : 18;
+  Acc acc{};
+  float correction = 0;
+  for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
+    const float d = half_value(w), dx = a[b].d;
+    const uint8_t* qs = w + (kMin ? 4 : 2);
+    if constexpr (kMin)
+      correction += half_value(w + 2) * dx * static_cast<float>(a[b].sum);
+    else
+      correction -= 8 * d * dx * static_cast<float>(a[b].sum);
+#if defined(__AVX2__)
+    acc = accumulate(acc, sum32(nibbles16(qs), load32(a[b].q)), d * dx);
+#else
+    int32_t s = 0;
+    for (int j = 0; j < 16; ++j) s += (qs[j] & 15) * a[b].q[j] + (qs[j] >> 4) * a[b].q[j + 16];
+    acc += static_cast<float>(s) * d * dx;
+#endif
+  }
+  return total(acc) + correction;
+}
+
+// Q5_0 and Q5_1: the fifth bits joined to the nibbles in a small buffer, then as Q4.
+template <bool kMin>
+float dot_q5(const uint8_t* w, const Act32* a, int64_t blocks) {
+  constexpr int64_t kBytes = kMin ? 24 : 22;
+  Acc acc{};
+  float correction = 0;
+  for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
+    const float d = half_value(w), dx = a[b].d;
+    const uint8_t* h = w + (kMin ? 4 : 2);
+    const uint32_t qh = h[0] | h[1] << 8 | h[2] << 16 | static_cast<uint32_t>(h[3]) << 24;
+    const uint8_t* qs = h + 4;
+    alignas(32) uint8_t u[32];
+    for (int j = 0; j < 16; ++j) {
+      u[j] = static_cast<uint8_t>((qs[j] & 15) | ((qh >> j) & 1) << 4);
+      u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+    }
+    if constexpr (kMin)
+      correction += half_value(w + 2) * dx * static_cast<float>(a[b].sum);
+    else
+      correction -= 16 * d * dx * static_cast<float>(a[b].sum);
+#if defined(__AVX2__)
+    acc = accumulate(acc, sum32(load32(u), load32(a[b].q)), d * dx);
+#else
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += u[j] * a[b].q[j];
+    acc += static_cast<float>(s) * d * dx;
+#endif
+  }
+  return total(acc) + correction;
+}
+
+void scale_min_k4(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63, *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+  }
+}
+
+// Q4_K and Q5_K: Σ_j (d·sc_j)·Σ q·x − (dmin·m_j)·Σx over the eight sub-blocks of 32.
+template <int kBits>
+float dot_k(const uint8_t* w, const Act256* a, int64_t blocks) {
+  constexpr int64_t kBytes = kBits == 5 ? 176 : 144;
+  Acc acc{};
+  float correction = 0;
+  for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
+    const float d = half_value(w) * a[b].d, dmin = half_value(w + 2) * a[b].d;
+    const uint8_t* scales = w + 4;
+    const uint8_t* qh = w + 16;
+    const uint8_t* qs = kBits == 5 ? w + 48 : w + 16;
+    int sc[8], m[8];
+    int32_t mins = 0;
+    for (int j = 0; j < 8; ++j) {
+      scale_min_k4(scales, j, &sc[j], &m[j]);
+      mins += m[j] * (a[b].sums[2 * j] + a[b].sums[2 * j + 1]);
+    }
+    correction -= dmin * static_cast<float>(mins);
+#if defined(__AVX2__)
+    __m256i isum = _mm256_setzero_si256();
+    const __m256i mask = _mm256_set1_epi8(15);
+    const __m256i high = kBits == 5 ? load32(qh) : _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      const __m256i bytes = load32(qs + 32 * i);
+      __m256i lo = _mm256_and_si256(bytes, mask), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+      if constexpr (kBits == 5) {
+        // Bit 2i of qh[l] for the low sub-block, 2i + 1 for the high: moved to bit 4 of each byte.
+        const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * i))), bit_hi = _mm256_set1_epi8(static_cast<char>(2 << (2 * i)));
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(high, bit_lo), bit_lo), _mm256_set1_epi8(16)));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(high, bit_hi), bit_hi), _mm256_set1_epi8(16)));
+      }
+      const __m256i p_lo = pairs(lo, load32(a[b].q + 64 * i)), p_hi = pairs(hi, load32(a[b].q + 64 * i + 32));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p_lo, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * i]))));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p_hi, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * i + 1]))));
+    }
+    acc = accumulate(acc, isum, d);
+#else
+    int32_t s = 0;
+    for (int i = 0; i < 4; ++i)
+      for (int l = 0; l < 32; ++l) {
+        int lo = qs[32 * i + l] & 15, hi = qs[32 * i + l] >> 4;
+        if (kBits == 5) lo += (qh[l] >> (2 * i) & 1) << 4, hi += (qh[l] >> (2 * i + 1) & 1) << 4;
+        s += sc[2 * i] * lo * a[b].q[64 * i + l] + sc[2 * i + 1] * hi * a[b].q[64 * i + 32 + l];
+      }
+    acc += d * static_cast<float>(s);
+#endif
+  }
+  return total(acc) + correction;
+}
+
+// Q6_K: Σ_j (d·sc_j)·(Σ q·x − 32·Σx) over sixteen sub-blocks of 16.
+float dot_q6_k(const uint8_t* w, const Act256* a, int64_t blocks) {
+  Acc acc{};
+  float correction = 0;
+  for (int64_t b = 0; b < blocks; ++b, w += 210) {
+    const float d = half_value(w + 208) * a[b].d;
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    int32_t offset = 0;
+    for (int j = 0; j < 16; ++j) offset += sc[j] * a[b].sums[j];
+    correction -= 32 * d * static_cast<float>(offset);
+#if defined(__AVX2__)
+    __m256i isum = _mm256_setzero_si256();
+    const __m256i mask = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = w + 64 * h;
+      const __m256i bits = load32(w + 128 + 32 * h);
+      const __m256i l0 = load32(ql), l32 = load32(ql + 32);
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, mask), _mm256_slli_epi16(_mm256_and_si256(bits, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(l32, mask), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 2), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), mask), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l32, 4), mask), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 6), two), 4)),
+      };
+      for (int g = 0; g < 4; ++g) {
+        // Values 32g .. 32g + 31 of the half: sub-blocks 8h + 2g (first 16) and 8h + 2g + 1.
+        const __m256i p = pairs(u[g], load32(a[b].q + 128 * h + 32 * g));
+        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * g + 1]), _mm_set1_epi16(sc[8 * h + 2 * g]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
+      }
+    }
+    acc = accumulate(acc, isum, d);
+#else
+    int32_t s = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = w + 64 * h;
+      const uint8_t* qh = w + 128 + 32 * h;
+      const int8_t* x = a[b].q + 128 * h;
+      const int8_t* scale = sc + 8 * h;
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        s += scale[is] * ((ql[l] & 15) | (qh[l] & 3) << 4) * x[l];
+        s += scale[is + 2] * ((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4) * x[l + 32];
+        s += scale[is + 4] * ((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) * x[l + 64];
+        s += scale[is + 6] * ((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4) * x[l + 96];
+      }
+    }
+    acc += d * static_cast<float>(s);
+#endif
+  }
+  return total(acc) + correction;
+}
+
+struct TypeInfo {
+  int64_t block, bytes;
+  bool k;  // activations in 256-value blocks
+};
+TypeInfo type_info(QuantType type) {
+  switch (type) {
+    case QuantType::Q8_0: return {32, 34, false};
+    case QuantType::Q4_0: return {32, 18, false};
+    case QuantType::Q4_1: return {32, 20, false};
+    case QuantType::Q5_0: return {32, 22, false};
+    case QuantType::Q5_1: return {32, 24, false};
+    case QuantType::Q4_K: return {256, 144, true};
+    case QuantType::Q5_K: return {256, 176, true};
+    case QuantType::Q6_K: return {256, 210, true};
+    case QuantType::Q8_K: return {256, 292, true};
+  }
+  return {32, 34, false};
+}
+
+float dot(QuantType type, const uint8_t* w, const void* act, int64_t blocks) {
+  const auto* a32 = static_cast<const Act32*>(act);
+  const auto* a256 = static_cast<const Act256*>(act);
+  switch (type) {
+    case QuantType::Q8_0: return dot_q8_0(w, a32, blocks);
+    case QuantType::Q4_0: return dot_q4<false>(w, a32, blocks);
+    case QuantType::Q4_1: return dot_q4<true>(w, a32, blocks);
+    case QuantType::Q5_0: return dot_q5<false>(w, a32, blocks);
+    case QuantType::Q5_1: return dot_q5<true>(w, a32, blocks);
+    case QuantType::Q4_K: return dot_k<4>(w, a256, blocks);
+    case QuantType::Q5_K: return dot_k<5>(w, a256, blocks);
+    case QuantType::Q6_K: return dot_q6_k(w, a256, blocks);
+    case QuantType::Q8_K: break;  // an activation format, never a weight
+  }
+  return 0;
+}
+
+}  // namespace
+
+void gemv_quant(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N, int64_t C,
+                int64_t OC) {
+  const TypeInfo t = type_info(type);
+  const int64_t blocks = C / t.block, row_bytes = blocks * t.bytes;
+  // Every input row's activation blocks, made once and read for every output channel.
+  thread_local std::vector<uint8_t> act;
+  const size_t act_row = static_cast<size_t>(t.k ? blocks * sizeof(Act256) : blocks * sizeof(Act32));
+  act.resize(act_row * static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    if (t.k)
+      quantize_act256(reinterpret_cast<Act256*>(act.data() + n * act_row), inp + n * C, C);
+    else
+      quantize_act32(reinterpret_cast<Act32*>(act.data() + n * act_row), inp + n * C, C);
+  }
+  const auto* rows = static_cast<const uint8_t*>(weight);
+  const uint8_t* acts = act.data();
+  auto channels = [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t n = 0; n < N; ++n)
+        out[n * OC + o] = dot(type, rows + o * row_bytes, acts + n * act_row, blocks) + (bias != nullptr ? bias[o] : 0.0f);
+  };
+  // As the float gemv splits its channels (gemv.cpp): a contiguous share each, the last eighth in chunks.
+  const int threads = OC >= 512 ? num_threads() : 1;
+  const int64_t own = OC * 7 / 8 / threads;
+  constexpr int64_t kChunk = 32;
+  std::atomic<int64_t> next{own * threads};
+  parallel_for(threads, 1, [&](int64_t th, int64_t) {
+    channels(th * own, (th + 1) * own);
+    for (int64_t o; (o = next.fetch_add(kChunk, std::memory_order_relaxed)) < OC;) channels(o, std::min(OC, o + kChunk));
+  });
+}
+
+}  // namespace attend::kernels::ATTEND_ISA
