@@ -149,16 +149,14 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--top-k", s.sampling.top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", s.sampling.top_p, "Sample from the smallest set of probability ≥ p")->capture_default_str();
   cmd->add_option("--seed", s.sampling.seed, "Seed of the sampling")->capture_default_str();
-  cmd->add_option("--weights", s.weights, "f32, bf16 or f16: how the weights are kept for running")->capture_default_str();
+  cmd->add_option("--weights", s.weights, kWeightsHelp)->capture_default_str();
   cmd->add_option("--kv-cache", s.kv_cache, "f32, f16 or int8: the KV cache's storage")->capture_default_str();
   cmd->add_option("--eos", s.eos_ids, "End a reply at these token ids (default: the model's end-of-turn tokens)");
   cmd->callback([] {
-    check(s.weights == "f32" || s.weights == "bf16" || s.weights == "f16", "--weights '{}': expected f32, bf16 or f16",
-          s.weights);
     Model model = load_model(s.model_dir);
     check(model.config().architecture == Architecture::Decoder, "chat: {} is an {} model; chat needs a decoder",
           s.model_dir, architecture_name(model.config().architecture));
-    model.set_storage(s.weights == "bf16" ? WeightType::BF16 : s.weights == "f16" ? WeightType::F16 : WeightType::F32);
+    set_weights(model, s.weights);
     const Tokenizer tok = Tokenizer::load(s.tokenizer_path.empty() ? s.model_dir : s.tokenizer_path);
     ChatTemplate tmpl = s.template_path.empty()                    ? ChatTemplate::from_model_dir(s.model_dir, s.template_name)
                         : s.template_path.ends_with(".json")       ? ChatTemplate::from_tokenizer_config(read_file(s.template_path), s.template_path, s.template_name)

@@ -26,6 +26,13 @@ void set_special_tokens(const Tokenizer* tokenizer, const GenerationDefaults& de
 // and the bad entry.
 std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin);
 
+// --weights: how a model's matrices are kept for running. Rounds and packs them (Model::set_storage); an error
+// naming the accepted types for any other name.
+inline constexpr const char* kWeightsHelp =
+    "how the matrices are kept for running: f32, bf16, f16 (rounded and packed: half the bytes), or quantized to "
+    "ggml's blocks: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (8.5 to 4.5 bits a weight)";
+void set_weights(Model& model, const std::string& weights);
+
 // "loss L nats (B bits), perplexity P" for a loss per byte of text in nats (`attend train`, `attend eval`).
 std::string per_byte_summary(double loss_per_byte);
 

@@ -16,6 +16,13 @@
 
 namespace attend::cli {
 
+void set_weights(Model& model, const std::string& weights) {
+  WeightType type;
+  check(parse_weight_type(weights, type),
+        "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
+  model.set_storage(type);
+}
+
 void set_special_tokens(const Tokenizer* tokenizer, const GenerationDefaults& defaults, const Model& model,
                         GenerateOptions& options) {
   // The model directory's own list (generation_config.json, config.json) first, as Hugging Face's generate reads it;
@@ -80,7 +87,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
   static std::string weights = "f32";
-  cmd->add_option("--weights", weights, "f32, bf16 or f16: weights rounded to that type and kept packed; decoding reads half the bytes and prompts run 16-bit matmuls")
+  cmd->add_option("--weights", weights, kWeightsHelp)
       ->capture_default_str();
   static std::string kv_cache = "f32";
   cmd->add_option("--kv-cache", kv_cache, "f32, f16 or int8: how the KV cache stores keys and values (f16 halves its memory and reads)")
@@ -92,9 +99,7 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = load_model(model_dir);
-    check(weights == "f32" || weights == "bf16" || weights == "f16", "--weights '{}': expected f32, bf16 or f16",
-          weights);
-    model.set_storage(weights == "bf16" ? WeightType::BF16 : weights == "f16" ? WeightType::F16 : WeightType::F32);
+    set_weights(model, weights);
     options.cache = parse_cache_type(kv_cache);
     // Without a tokenizer the model still runs on ids: --prompt-ids in, ids out.
     std::optional<Tokenizer> tokenizer;

@@ -440,6 +440,69 @@ TEST(Decoding, SixteenBitStorageEqualsTheCheckpointOfThatType) {
   }
 }
 
+// Quantized storage: the multiplied matrices become ggml blocks and every value the blocks' values, so the model
+// is the fp32 model of those values but for the int8 rounding of the inputs of the few-row matmuls (each decoded
+// token, and a prompt's last position through the LM head); a prompt's other matmuls dequantize the weight and run
+// sgemm (Quant.PromptMatmulIsSgemmOnTheDequantizedWeight). A width that is not whole blocks of a K type takes the
+// nearest type that fits, as llama.cpp does.
+TEST(Decoding, QuantizedStorageIsTheDequantizedModel) {
+  ModelConfig c;
+  c.architecture = Architecture::Decoder, c.vocab_size = 64, c.d_model = 256, c.n_layers = 2, c.n_heads = 4;
+  c.n_kv_heads = 2, c.activation = FfnKind::SwiGLU, c.d_ff = 320, c.position = PositionKind::RoPE;
+  c.norm = NormKind::RMSNorm, c.max_seq_len = 16, c.bias = false;
+  const std::vector<int32_t> prompt = {5, 2, 1, 7, 3};
+  ASSERT_GT(static_cast<int64_t>(prompt.size()), kernels::kGemvRows);
+  auto decode_all = [&](const Model& m, std::vector<float>* prompt_logits) {
+    Session session(m, {.max_T = 8});
+    *prompt_logits = copy(session.step(prompt));
+    std::vector<float> out;
+    for (int32_t next : {4, 9, 1}) {
+      const int32_t one[] = {next};
+      const std::span<const float> logits = session.step(one);
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  };
+  for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1, WeightType::Q5_0, WeightType::Q5_1,
+                                WeightType::Q4_K, WeightType::Q5_K, WeightType::Q6_K}) {
+    Model model(c);
+    model.initialize(7);
+    std::vector<float> original_prompt;
+    decode_all(model, &original_prompt);
+    model.set_storage(type);
+    for (const Parameter* p : model.parameters()) {
+      const bool multiplied = is_projection(p->role) || (p->role == Role::TokenEmbedding && c.tie_embeddings);
+      if (!multiplied) {
+        EXPECT_EQ(p->storage, WeightType::F32) << p->name;
+        continue;
+      }
+      // FFN down's rows are 320 values: whole blocks of 32, not of 256.
+      const bool k_type = type == WeightType::Q4_K || type == WeightType::Q5_K || type == WeightType::Q6_K;
+      const WeightType fallback = type == WeightType::Q4_K ? WeightType::Q5_0 : type == WeightType::Q5_K ? WeightType::Q5_1 : WeightType::Q8_0;
+      EXPECT_EQ(p->storage, k_type && p->value.size(-1) % 256 != 0 ? fallback : type)
+          << weight_type_name(type) << " " << p->name;
+    }
+    std::vector<float> quant_prompt, dense_prompt;
+    const std::vector<float> quantized = decode_all(model, &quant_prompt);
+    Model dense(c);  // the same values in fp32: quantized, then the blocks dropped
+    dense.initialize(7);
+    dense.set_storage(type);
+    dense.set_storage(WeightType::F32);
+    const std::vector<float> reference = decode_all(dense, &dense_prompt);
+    double largest = 0, scale = 0, moved = 0;
+    for (size_t i = 0; i < quant_prompt.size(); ++i) largest = std::max(largest, double(std::abs(quant_prompt[i] - dense_prompt[i])));
+    for (size_t i = 0; i < reference.size(); ++i) {
+      largest = std::max(largest, double(std::abs(quantized[i] - reference[i])));
+      scale = std::max(scale, double(std::abs(reference[i])));
+    }
+    for (size_t i = 0; i < original_prompt.size(); ++i) moved = std::max(moved, double(std::abs(quant_prompt[i] - original_prompt[i])));
+    // int8 inputs (half a step of max/127 each) against the weights' own 4-8 bits: a few percent at most.
+    EXPECT_GT(largest, 0.0) << weight_type_name(type) << ": the decoded tokens should take the int8 path";
+    EXPECT_LT(largest, 0.03 * scale) << weight_type_name(type);
+    EXPECT_GT(moved, 0.0) << weight_type_name(type) << ": quantizing changes the weights";
+  }
+}
+
 // ---- Hugging Face GPT-2 checkpoints ---------------------------------------------------------------
 
 // tests/data/hf-gpt2 (tools/make_gpt2_fixtures.py): a tiny GPT-2 in the published layout (Conv1D [in, out],

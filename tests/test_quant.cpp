@@ -1,6 +1,7 @@
 // ggml's block formats (kernels/quant.h): hand-worked blocks pin every layout (scales, minimums, nibble and
 // bit order), and quantization is checked against the error it can guarantee and against the plain rule.
 #include "kernels/convert.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "testing.h"
 
@@ -331,6 +332,26 @@ TEST(Quant, DotReferenceIsTheDequantizedDot) {
     double want = 0;
     for (size_t i = 0; i < y.size(); ++i) want += static_cast<double>(y[i]) * x[i];
     EXPECT_DOUBLE_EQ(quant_dot_reference(type, b.data(), x.data(), 512), want) << quant_format(type).name;
+  }
+}
+
+// A prompt's matmul (more rows than kGemvRows) dequantizes the weight and runs sgemm: the fp32 matmul of the
+// dequantized weight, bit for bit, the input not rounded.
+TEST(Quant, PromptMatmulIsSgemmOnTheDequantizedWeight) {
+  const int64_t N = kGemvRows + 3, C = 512, OC = 96;
+  const auto x = gaussian(N * C, 18, 1.0f), w = gaussian(OC * C, 19, 0.1f), bias = gaussian(OC, 20, 1.0f);
+  for (QuantType type : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K}) {
+    const int64_t row_bytes = quant_row_bytes(type, C);
+    std::vector<uint8_t> blocks(OC * row_bytes);
+    std::vector<float> values(OC * C);
+    for (int64_t o = 0; o < OC; ++o) {
+      quantize_row(type, blocks.data() + o * row_bytes, w.data() + o * C, C);
+      dequantize_row(type, values.data() + o * C, blocks.data() + o * row_bytes, C);
+    }
+    std::vector<float> got(N * OC), want(N * OC);
+    matmul_forward_quant(type, got.data(), x.data(), blocks.data(), bias.data(), N, C, OC);
+    matmul_forward(want.data(), x.data(), values.data(), bias.data(), N, C, OC);
+    EXPECT_EQ(got, want) << quant_format(type).name;
   }
 }
 

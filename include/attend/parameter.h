@@ -17,8 +17,21 @@ namespace attend {
 // master weights, gradients and optimiser state).
 enum class Precision { F32, BF16, F16 };
 
-// How a weight is stored for running: fp32, or a 16-bit type (a checkpoint's dtype, Model::set_storage).
-enum class WeightType { F32, BF16, F16 };
+// How a weight is stored for running: fp32, a 16-bit type (a checkpoint's dtype, Model::set_storage), or ggml's
+// block-quantized types (GGUF files, attend quantize): 8.5 (Q8_0) down to 4.5 (Q4_0, Q4_K) bits a weight.
+enum class WeightType { F32, BF16, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
+constexpr bool is_quantized(WeightType t) { return t != WeightType::F32 && t != WeightType::BF16 && t != WeightType::F16; }
+const char* weight_type_name(WeightType t);  // "f32", "bf16", "f16", "q8_0", ..., "q6_k"
+// The type a name names ("f32", "bf16", "f16", "q8_0", ... "q6_k"; case ignored); false for another name.
+bool parse_weight_type(const std::string& name, WeightType& out);
+
+// Consecutive rows of a quantized matrix that share one block type: its rows' blocks, row after row. A GGUF
+// file's Q, K and V (one fused matrix here) can each have their own type, as llama.cpp's mixes give them.
+struct QuantizedRows {
+  int64_t rows = 0;
+  WeightType type = WeightType::Q8_0;
+  std::vector<uint8_t> blocks;
+};
 
 // What a weight is in the network, fixed when the model is built. Initialisation, counting, weight decay,
 // mixed precision and packing read the role, never the name, so renaming a tensor changes no number.
@@ -82,6 +95,9 @@ struct Parameter {
   // `value` holds exactly the same numbers widened, which lookups, norms and training read.
   WeightType storage = WeightType::F32;
   std::vector<uint16_t> packed;
+  // A quantized type (is_quantized(storage)): the matrix's rows as blocks, in segments by type (one segment
+  // unless a file mixes types); `value` holds the dequantized values.
+  std::vector<QuantizedRows> quantized;
 
   void zero_grad() { grad.zero(); }
   int64_t numel() const { return value.numel(); }

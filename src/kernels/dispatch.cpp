@@ -46,10 +46,11 @@ void matmul_forward_quant(QuantType type, float* out, const float* inp, const vo
   dense.resize(static_cast<size_t>(OC * C));
   const int64_t row_bytes = quant_row_bytes(type, C);
   const auto* rows = static_cast<const uint8_t*>(weight);
+  float* values = dense.data();  // this thread's buffer (the other threads' thread_local is another vector)
   parallel_for(OC, row_grain(C), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) dequantize_row(type, dense.data() + o * C, rows + o * row_bytes, C);
+    for (int64_t o = o0; o < o1; ++o) dequantize_row(type, values + o * C, rows + o * row_bytes, C);
   });
-  matmul_forward(out, inp, dense.data(), bias, N, C, OC);
+  matmul_forward(out, inp, values, bias, N, C, OC);
 }
 
 int64_t decode_attention_workspace_size(const AttentionParams<float>& p, int threads) {

@@ -139,6 +139,23 @@ void for_each_field(Config& c, F&& f) {
 
 const char* architecture_name(Architecture a) { return enum_name<Architecture>(kArchitectures, a); }
 const char* role_name(Role r) { return enum_name<Role>(kRoles, r); }
+
+namespace {
+constexpr EnumName<WeightType> kWeightTypes[] = {
+    {WeightType::F32, "f32"},   {WeightType::BF16, "bf16"}, {WeightType::F16, "f16"},   {WeightType::Q8_0, "q8_0"},
+    {WeightType::Q4_0, "q4_0"}, {WeightType::Q4_1, "q4_1"}, {WeightType::Q5_0, "q5_0"}, {WeightType::Q5_1, "q5_1"},
+    {WeightType::Q4_K, "q4_k"}, {WeightType::Q5_K, "q5_k"}, {WeightType::Q6_K, "q6_k"},
+};
+}  // namespace
+
+const char* weight_type_name(WeightType t) { return enum_name<WeightType>(kWeightTypes, t); }
+bool parse_weight_type(const std::string& name, WeightType& out) {
+  std::string lower = name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const auto& n : kWeightTypes)
+    if (lower == n.name) return out = n.value, true;
+  return false;
+}
 const char* attention_kernel_name(AttentionKernel k) { return enum_name<AttentionKernel>(kAttentionKernels, k); }
 
 int64_t ModelConfig::ffn_hidden() const {

@@ -5,9 +5,11 @@
 #include "kernels/dropout.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
+#include "kernels/parallel.h"
 #include "kernels/softmax.h"
 
 #include <attend/error.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -61,9 +63,78 @@ const float* rounded_floats(Precision p, const float* x, int64_t n) {
 
 }  // namespace
 
+kernels::QuantType quant_type(WeightType t) {
+  switch (t) {
+    case WeightType::Q8_0: return kernels::QuantType::Q8_0;
+    case WeightType::Q4_0: return kernels::QuantType::Q4_0;
+    case WeightType::Q4_1: return kernels::QuantType::Q4_1;
+    case WeightType::Q5_0: return kernels::QuantType::Q5_0;
+    case WeightType::Q5_1: return kernels::QuantType::Q5_1;
+    case WeightType::Q4_K: return kernels::QuantType::Q4_K;
+    case WeightType::Q5_K: return kernels::QuantType::Q5_K;
+    case WeightType::Q6_K: return kernels::QuantType::Q6_K;
+    default: break;
+  }
+  throw Error(fmt::format("weight type {} is not a block-quantized type", weight_type_name(t)));
+}
+
+void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
+  const int64_t C = p.value.size(-1), rows = p.numel() / C;
+  int64_t row = 0;
+  for (const QuantizedRows& s : segments) {
+    const kernels::QuantType q = quant_type(s.type);
+    check(C % kernels::quant_format(q).block == 0, "'{}': rows of {} values cannot be {} blocks of {}", p.name, C,
+          weight_type_name(s.type), kernels::quant_format(q).block);
+    check(static_cast<int64_t>(s.blocks.size()) == s.rows * kernels::quant_row_bytes(q, C),
+          "'{}': {} rows of {} as {} take {} bytes, got {}", p.name, s.rows, C, weight_type_name(s.type),
+          s.rows * kernels::quant_row_bytes(q, C), s.blocks.size());
+    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+    kernels::parallel_for(s.rows, kernels::row_grain(C), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        kernels::dequantize_row(q, p.value.data() + (row + r) * C, s.blocks.data() + r * row_bytes, C);
+    });
+    row += s.rows;
+  }
+  check(row == rows, "'{}': quantized segments hold {} rows, the matrix has {}", p.name, row, rows);
+  p.packed.clear();
+  p.storage = segments.empty() ? WeightType::F32 : segments.front().type;
+  p.quantized = std::move(segments);
+}
+
+bool quantize_parameter(Parameter& p, WeightType type, const float* importance) {
+  const kernels::QuantType q = quant_type(type);
+  const int64_t C = p.value.size(-1), rows = p.numel() / C;
+  if (C % kernels::quant_format(q).block != 0) return false;
+  const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+  QuantizedRows s{rows, type, std::vector<uint8_t>(static_cast<size_t>(rows * row_bytes))};
+  kernels::parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) kernels::quantize_row(q, s.blocks.data() + r * row_bytes, p.value.data() + r * C, C, importance);
+  });
+  std::vector<QuantizedRows> segments;
+  segments.push_back(std::move(s));
+  set_quantized(p, std::move(segments));
+  return true;
+}
+
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
   precision = precision_for(weight, precision);
+  if (!weight.quantized.empty() && precision == Precision::F32) {
+    if (weight.quantized.size() == 1)
+      return kernels::matmul_forward_quant(quant_type(weight.storage), out, inp, weight.quantized[0].blocks.data(), bias,
+                                           N, C, OC);
+    // Segments of rows by type (a fused Q, K, V from a mixed file): each segment's channels, then interleaved.
+    thread_local std::vector<float> part;
+    int64_t o0 = 0;
+    for (const QuantizedRows& s : weight.quantized) {
+      part.resize(static_cast<size_t>(N * s.rows));
+      kernels::matmul_forward_quant(quant_type(s.type), part.data(), inp, s.blocks.data(), bias ? bias + o0 : nullptr,
+                                    N, C, s.rows);
+      for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC + o0, part.data() + n * s.rows, s.rows * sizeof(float));
+      o0 += s.rows;
+    }
+    return;
+  }
   if (precision != Precision::F32) {
     check(w_rounded != nullptr, "linear '{}': mixed precision keeps the rounded weight for backward", weight.name);
     w_rounded->resize(static_cast<size_t>(weight.numel()));
@@ -74,6 +145,9 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
   }
   switch (weight.storage) {
     case WeightType::F32: return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+    case WeightType::Q8_0: case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
+    case WeightType::Q4_K: case WeightType::Q5_K: case WeightType::Q6_K:
+      return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);  // blocks not set: the values
     case WeightType::BF16:
       if (N <= kernels::kGemvRows) return kernels::matmul_forward_bf16(out, inp, weight.packed.data(), bias, N, C, OC);
       // A prompt: bf16 products at up to twice sgemm's rate, inputs rounded as in bf16 training.

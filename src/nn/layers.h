@@ -11,6 +11,8 @@
 #include <attend/rng.h>
 #include <attend/tensor.h>
 
+#include "kernels/quant.h"
+
 #include <string>
 #include <vector>
 
@@ -32,6 +34,15 @@ inline Precision precision_for(const Parameter& weight, Precision precision) {
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
                      int64_t C, int64_t OC, Precision precision = Precision::F32,
                      const std::vector<uint16_t>* w_rounded = nullptr);
+
+// The block type of a quantized weight type (kernels/quant.h).
+kernels::QuantType quant_type(WeightType t);
+// Stores `p` (a matrix of rows of C values) as `type`'s blocks, the rows quantized here (with `importance`, C
+// values or nullptr: activation statistics per input column), and its value as the blocks' values. False, and
+// nothing changed, when C is not a multiple of the type's block.
+bool quantize_parameter(Parameter& p, WeightType type, const float* importance = nullptr);
+// Stores `p` as the given segments (their rows adding up to p's), its value as their dequantized values.
+void set_quantized(Parameter& p, std::vector<QuantizedRows> segments);
 
 // y = x·Wᵀ + b, W (out, in) as nn.Linear.
 class Linear {

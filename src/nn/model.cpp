@@ -296,7 +296,22 @@ void Model::set_storage(WeightType storage) {
     p->storage = WeightType::F32;
     p->packed.clear();
     p->packed.shrink_to_fit();
+    p->quantized.clear();
     if (storage == WeightType::F32) continue;
+    const bool multiplied = (is_projection(p->role) && p->role != Role::Router) ||
+                            (p == &impl_->tokens && impl_->config.tie_embeddings);  // the LM head
+    if (is_quantized(storage)) {
+      // The multiplied matrices as blocks (their values become the blocks' values); a matrix whose rows are not
+      // whole blocks of the type takes the nearest type that fits, as llama.cpp's quantizer does (the K types'
+      // 256-value blocks: Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0), or stays fp32 (rows not a multiple of 32).
+      if (!multiplied) continue;
+      if (nn::quantize_parameter(*p, storage)) continue;
+      const WeightType fallback = storage == WeightType::Q4_K   ? WeightType::Q5_0
+                                  : storage == WeightType::Q5_K ? WeightType::Q5_1
+                                                                : WeightType::Q8_0;
+      (void)nn::quantize_parameter(*p, fallback);
+      continue;
+    }
     // Every value becomes what a checkpoint of that dtype holds, so every path (the fp32 lookups, the 16-bit
     // matmuls) sees one model; the multiplied matrices also stay packed.
     std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
@@ -307,8 +322,6 @@ void Model::set_storage(WeightType storage) {
       kernels::float_to_half(bits.data(), p->value.data(), p->numel());
       kernels::half_to_float(p->value.data(), bits.data(), p->numel());
     }
-    const bool multiplied = (is_projection(p->role) && p->role != Role::Router) ||
-                            (p == &impl_->tokens && impl_->config.tie_embeddings);  // the LM head
     if (multiplied) p->storage = storage, p->packed = std::move(bits);
   }
 }
