@@ -33,7 +33,7 @@ struct ChatSettings {
   int64_t max_new_tokens = 512;
   int64_t context = 4096;
   SamplingOptions sampling{.temperature = 0.7, .top_p = 0.9};
-  std::string weights = "bf16", kv_cache = "f16", eos_ids;
+  std::string weights, kv_cache = "f16", eos_ids;
 };
 
 // The tokens that end a reply: the model directory's (generation_config.json, config.json), the template's
@@ -149,14 +149,14 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--top-k", s.sampling.top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", s.sampling.top_p, "Sample from the smallest set of probability ≥ p")->capture_default_str();
   cmd->add_option("--seed", s.sampling.seed, "Seed of the sampling")->capture_default_str();
-  cmd->add_option("--weights", s.weights, kWeightsHelp)->capture_default_str();
+  cmd->add_option("--weights", s.weights, std::string(kWeightsHelp) + " (default: bf16, or as a GGUF file stores them)");
   cmd->add_option("--kv-cache", s.kv_cache, "f32, f16 or int8: the KV cache's storage")->capture_default_str();
   cmd->add_option("--eos", s.eos_ids, "End a reply at these token ids (default: the model's end-of-turn tokens)");
   cmd->callback([] {
     Model model = load_model(s.model_dir);
     check(model.config().architecture == Architecture::Decoder, "chat: {} is an {} model; chat needs a decoder",
           s.model_dir, architecture_name(model.config().architecture));
-    set_weights(model, s.weights);
+    set_weights(model, s.weights, WeightType::BF16);
     const Tokenizer tok = Tokenizer::load(s.tokenizer_path.empty() ? s.model_dir : s.tokenizer_path);
     ChatTemplate tmpl = s.template_path.empty()                    ? ChatTemplate::from_model_dir(s.model_dir, s.template_name)
                         : s.template_path.ends_with(".json")       ? ChatTemplate::from_tokenizer_config(read_file(s.template_path), s.template_path, s.template_name)

@@ -9,6 +9,7 @@
 #include <vector>
 
 namespace attend {
+enum class WeightType;
 class Model;
 class Tokenizer;
 struct GenerateOptions;
@@ -31,7 +32,8 @@ std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin)
 inline constexpr const char* kWeightsHelp =
     "how the matrices are kept for running: f32, bf16, f16 (rounded and packed: half the bytes), or quantized to "
     "ggml's blocks: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (8.5 to 4.5 bits a weight)";
-void set_weights(Model& model, const std::string& weights);
+// Empty: a model loaded with quantized matrices (a GGUF file) keeps them; any other gets `fallback`.
+void set_weights(Model& model, const std::string& weights, WeightType fallback);
 
 // "loss L nats (B bits), perplexity P" for a loss per byte of text in nats (`attend train`, `attend eval`).
 std::string per_byte_summary(double loss_per_byte);

@@ -16,7 +16,12 @@
 
 namespace attend::cli {
 
-void set_weights(Model& model, const std::string& weights) {
+void set_weights(Model& model, const std::string& weights, WeightType fallback) {
+  if (weights.empty()) {  // as loaded (a GGUF file's quantized matrices stay as they are), else `fallback`
+    for (const Parameter* p : model.parameters())
+      if (!p->quantized.empty()) return;
+    return model.set_storage(fallback);
+  }
   WeightType type;
   check(parse_weight_type(weights, type),
         "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
@@ -86,9 +91,8 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
-  static std::string weights = "f32";
-  cmd->add_option("--weights", weights, kWeightsHelp)
-      ->capture_default_str();
+  static std::string weights;
+  cmd->add_option("--weights", weights, std::string(kWeightsHelp) + " (default: f32, or as a GGUF file stores them)");
   static std::string kv_cache = "f32";
   cmd->add_option("--kv-cache", kv_cache, "f32, f16 or int8: how the KV cache stores keys and values (f16 halves its memory and reads)")
       ->capture_default_str();
@@ -99,11 +103,15 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = load_model(model_dir);
-    set_weights(model, weights);
+    set_weights(model, weights, WeightType::F32);
     options.cache = parse_cache_type(kv_cache);
     // Without a tokenizer the model still runs on ids: --prompt-ids in, ids out.
     std::optional<Tokenizer> tokenizer;
-    if (Tokenizer::found_in(model_dir)) tokenizer.emplace(Tokenizer::load(model_dir));
+    if (is_gguf_file(model_dir)) {
+      if (auto t = load_gguf_tokenizer(model_dir)) tokenizer.emplace(std::move(*t));
+    } else if (Tokenizer::found_in(model_dir)) {
+      tokenizer.emplace(Tokenizer::load(model_dir));
+    }
     check(tokenizer || prompt.empty(),
           "{}: no tokenizer (tokenizer.json, encoder.json + vocab.bpe, or tokenizer.model) to read --prompt; give "
           "--prompt-ids",

@@ -40,6 +40,10 @@ GenerationDefaults parse_generation_defaults(std::string_view generation_config,
 
 // The configuration load_model(dir) would build, read without the weights (Hugging Face's config keys mapped).
 ModelConfig load_model_config(const std::filesystem::path& dir);
+// A GGUF file (llama.cpp's format) is read by load_model, load_model_config and read_generation_defaults too;
+// its tokenizer (tokenizer.ggml.*) by this: nullopt when the file holds none, an error for a kind not read yet.
+bool is_gguf_file(const std::filesystem::path& path);
+std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
 
 // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
 // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).

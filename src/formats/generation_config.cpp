@@ -1,6 +1,9 @@
 // generation_config.json and config.json's token ids (bos_token_id, eos_token_id, pad_token_id,
 // decoder_start_token_id), as Hugging Face's generate reads them: generation_config.json first, config.json for what
 // it leaves out. eos_token_id may be one id or a list.
+#include "formats/gguf_model.h"
+
+#include <algorithm>
 #include <attend/error.h>
 #include <attend/io.h>
 #include <attend/model_dir.h>
@@ -67,6 +70,17 @@ GenerationDefaults parse_generation_defaults(std::string_view generation_config,
 }
 
 GenerationDefaults read_generation_defaults(const std::filesystem::path& dir) {
+  if (formats::is_gguf_file(dir)) {  // a GGUF file's tokenizer.ggml.bos/eos_token_id
+    const gguf::Reader file(dir);
+    GenerationDefaults d;
+    if (file.find("tokenizer.ggml.bos_token_id")) d.bos = static_cast<int32_t>(file.get_uint("tokenizer.ggml.bos_token_id"));
+    if (file.find("tokenizer.ggml.eos_token_id")) d.eos.push_back(static_cast<int32_t>(file.get_uint("tokenizer.ggml.eos_token_id")));
+    if (file.find("tokenizer.ggml.eot_token_id")) {
+      const auto eot = static_cast<int32_t>(file.get_uint("tokenizer.ggml.eot_token_id"));
+      if (std::find(d.eos.begin(), d.eos.end(), eot) == d.eos.end()) d.eos.push_back(eot);
+    }
+    return d;
+  }
   const auto generation = dir / "generation_config.json", config = dir / "config.json";
   return parse_generation_defaults(std::filesystem::exists(generation) ? read_file(generation) : "",
                                    std::filesystem::exists(config) ? read_file(config) : "", generation.string(),

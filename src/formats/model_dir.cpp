@@ -6,6 +6,7 @@
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 
+#include "formats/gguf_model.h"
 #include "formats/hf_gpt2.h"
 #include "formats/hf_bert.h"
 #include "formats/hf_gemma3.h"
@@ -86,12 +87,17 @@ std::pair<std::string, const Family*> read_config(const fs::path& dir) {
 }  // namespace
 
 ModelConfig load_model_config(const fs::path& dir) {
+  if (formats::is_gguf_file(dir)) return formats::config_from_gguf(gguf::Reader(dir));
   const auto [text, family] = read_config(dir);
   if (family != nullptr) return family->config(dir, json::parse(text));
   return ModelConfig::from_json(text, config_origin(dir));
 }
 
+bool is_gguf_file(const fs::path& path) { return formats::is_gguf_file(path); }
+std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) { return formats::load_gguf_tokenizer(path); }
+
 Model load_model(const fs::path& dir) {
+  if (formats::is_gguf_file(dir)) return formats::load_gguf_model(dir);  // llama.cpp's single file
   // Hugging Face checkpoints are read as published (formats/hf_*.cpp).
   const auto [config_text, family] = read_config(dir);
   if (family != nullptr) return family->load(dir, json::parse(config_text));

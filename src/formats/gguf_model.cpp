@@ -1,0 +1,291 @@
+#include "formats/gguf_model.h"
+
+#include "formats/hf_checkpoint.h"
+#include "kernels/convert.h"
+#include "nn/layers.h"
+
+#include <attend/error.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <fstream>
+#include <set>
+
+namespace attend::formats {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string block(int64_t i) { return fmt::format("decoder.layers.{}.", i); }
+
+// A block type of a ggml type id; nullopt for the float types (and for types Attend does not run, which the
+// caller names in its error).
+std::optional<WeightType> weight_type_of(uint32_t id) {
+  namespace t = gguf::tensor_type;
+  switch (id) {
+    case t::Q8_0: return WeightType::Q8_0;
+    case t::Q4_0: return WeightType::Q4_0;
+    case t::Q4_1: return WeightType::Q4_1;
+    case t::Q5_0: return WeightType::Q5_0;
+    case t::Q5_1: return WeightType::Q5_1;
+    case t::Q4_K: return WeightType::Q4_K;
+    case t::Q5_K: return WeightType::Q5_K;
+    case t::Q6_K: return WeightType::Q6_K;
+    default: return std::nullopt;
+  }
+}
+
+bool is_float_type(uint32_t id) {
+  return id == gguf::tensor_type::F32 || id == gguf::tensor_type::F16 || id == gguf::tensor_type::BF16;
+}
+
+const char* type_name(uint32_t id) {
+  const gguf::TypeTraits* t = gguf::type_traits(id);
+  return t != nullptr ? t->name : "unknown";
+}
+
+// A tensor's values as floats (any type Attend reads), into `out` (numel values).
+void values_of(const gguf::Reader& file, const gguf::TensorInfo& t, float* out) {
+  const int64_t n = t.numel();
+  switch (t.type) {
+    case gguf::tensor_type::F32: std::memcpy(out, t.data, static_cast<size_t>(n) * sizeof(float)); return;
+    case gguf::tensor_type::F16: {
+      std::vector<uint16_t> bits(static_cast<size_t>(n));
+      std::memcpy(bits.data(), t.data, bits.size() * 2);
+      kernels::half_to_float(out, bits.data(), n);
+      return;
+    }
+    case gguf::tensor_type::BF16: {
+      std::vector<uint16_t> bits(static_cast<size_t>(n));
+      std::memcpy(bits.data(), t.data, bits.size() * 2);
+      kernels::bf16_to_float(out, bits.data(), n);
+      return;
+    }
+    default: break;
+  }
+  const std::optional<WeightType> q = weight_type_of(t.type);
+  check(q.has_value(), "{}: tensor '{}' is {}: Attend reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K "
+        "and Q6_K tensors", file.path().string(), t.name, type_name(t.type));
+  kernels::dequantize_row(nn::quant_type(*q), out, t.data, n);  // rows are whole blocks: the reader checked
+}
+
+// Where one GGUF tensor goes: a parameter, and the first of its rows that the tensor fills.
+struct Target {
+  std::string gguf, attend;
+  int64_t row = 0;
+};
+
+std::vector<Target> targets(const ModelConfig& c, const std::string& arch, bool has_output) {
+  std::vector<Target> m = {{"token_embd.weight", "embed.tokens.weight"}};
+  const int64_t H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
+  if (arch == "gpt2") m.push_back({"position_embd.weight", "embed.positions.weight"});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string g = fmt::format("blk.{}.", i), a = block(i);
+    std::vector<std::pair<std::string, std::string>> kinds = {{"weight", "weight"}};
+    if (c.bias) kinds.push_back({"bias", "bias"});
+    for (const auto& [gk, ak] : kinds) {
+      m.push_back({g + "attn_norm." + gk, a + "attn_norm." + ak});
+      m.push_back({g + "ffn_norm." + gk, a + "ffn_norm." + ak});
+      m.push_back({g + "attn_output." + gk, a + "attn.o." + ak});
+      m.push_back({g + "ffn_up." + gk, a + "ffn.up." + ak});
+      m.push_back({g + "ffn_down." + gk, a + "ffn.down." + ak});
+      if (arch == "gpt2") {
+        m.push_back({g + "attn_qkv." + gk, a + "attn.qkv." + ak});
+      } else {
+        m.push_back({g + "attn_q." + gk, a + "attn.qkv." + ak, 0});
+        m.push_back({g + "attn_k." + gk, a + "attn.qkv." + ak, H * D});
+        m.push_back({g + "attn_v." + gk, a + "attn.qkv." + ak, (H + Hkv) * D});
+      }
+    }
+    if (c.activation == FfnKind::SwiGLU) m.push_back({g + "ffn_gate.weight", a + "ffn.gate.weight"});
+  }
+  m.push_back({"output_norm.weight", "decoder.norm.weight"});
+  if (c.bias) m.push_back({"output_norm.bias", "decoder.norm.bias"});
+  if (has_output) m.push_back({"output.weight", "lm_head.weight"});
+  return m;
+}
+
+}  // namespace
+
+bool is_gguf_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in && fs::is_regular_file(path) && in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+ModelConfig config_from_gguf(const gguf::Reader& file) {
+  const std::string origin = file.path().string();
+  const std::string arch = file.get_string("general.architecture");
+  check(arch == "gpt2" || arch == "llama",
+        "{}: general.architecture '{}': Attend reads GGUF models of the architectures gpt2 and llama (Mistral's "
+        "files are llama)", origin, arch);
+  auto key = [&](const char* name) { return arch + "." + name; };
+  const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
+  check(embd != nullptr && embd->dims.size() == 2, "{}: no 2-dimensional tensor 'token_embd.weight'", origin);
+  ModelConfig c;
+  c.architecture = Architecture::Decoder;
+  c.vocab_size = embd->dims[1];
+  c.d_model = static_cast<int64_t>(file.get_uint(key("embedding_length")));
+  c.n_layers = static_cast<int64_t>(file.get_uint(key("block_count")));
+  c.n_heads = static_cast<int64_t>(file.get_uint(key("attention.head_count")));
+  c.d_ff = static_cast<int64_t>(file.get_uint(key("feed_forward_length")));
+  c.max_seq_len = static_cast<int64_t>(file.get_uint(key("context_length")));
+  c.tie_embeddings = file.tensor("output.weight") == nullptr;
+  if (arch == "gpt2") {
+    c.position = PositionKind::Learned, c.norm = NormKind::LayerNorm, c.bias = true, c.activation = FfnKind::GELUTanh;
+    c.norm_eps = file.float_or(key("attention.layer_norm_epsilon"), 1e-5);
+  } else {
+    c.position = PositionKind::RoPE, c.norm = NormKind::RMSNorm, c.bias = false, c.activation = FfnKind::SwiGLU;
+    c.n_kv_heads = static_cast<int64_t>(file.uint_or(key("attention.head_count_kv"), static_cast<uint64_t>(c.n_heads)));
+    c.norm_eps = file.float_or(key("attention.layer_norm_rms_epsilon"), 1e-5);
+    c.rope_base = file.float_or(key("rope.freq_base"), 10000.0);
+    check(file.uint_or(key("rope.dimension_count"), static_cast<uint64_t>(c.d_model / c.n_heads)) ==
+              static_cast<uint64_t>(c.d_model / c.n_heads),
+          "{}: {}: RoPE on part of each head is not supported (Attend rotates the whole head)", origin,
+          key("rope.dimension_count"));
+    const std::string scaling = file.string_or(key("rope.scaling.type"), "none");
+    check(scaling == "none", "{}: {} '{}': GGUF RoPE scaling is not read yet", origin, key("rope.scaling.type"), scaling);
+    check(file.tensor("rope_freqs.weight") == nullptr,
+          "{}: tensor 'rope_freqs.weight' (Llama 3.1's RoPE frequency factors) is not read from GGUF yet; load the "
+          "Hugging Face checkpoint instead", origin);
+    c.sliding_window = static_cast<int64_t>(file.uint_or(key("attention.sliding_window"), 0));
+  }
+  return validated(c, origin);
+}
+
+Model load_gguf_model(const fs::path& path) {
+  const gguf::Reader file(path);
+  const std::string origin = path.string();
+  const ModelConfig c = config_from_gguf(file);
+  const std::string arch = file.get_string("general.architecture");
+  Model model = Model::for_loading(c);
+  // Each parameter's pieces (Q, K, V make one matrix): quantized blocks are kept when every piece of a multiplied
+  // matrix is quantized; otherwise the values are what the model reads.
+  struct Piece {
+    const gguf::TensorInfo* tensor;
+    int64_t row, rows;
+  };
+  std::map<std::string, std::vector<Piece>> pieces;
+  std::set<std::string> used;
+  for (const Target& t : targets(c, arch, !c.tie_embeddings)) {
+    const gguf::TensorInfo* info = file.tensor(t.gguf);
+    check(info != nullptr, "{}: no tensor '{}', which a {} model of this configuration has", origin, t.gguf, arch);
+    Parameter* p = model.find(t.attend);
+    check(p != nullptr, "{}: tensor '{}' has no place in the model", origin, t.gguf);
+    const int64_t C = p->value.size(-1), total_rows = p->numel() / C;
+    const int64_t rows = info->numel() / (info->dims.empty() ? 1 : info->dims[0]);
+    check(info->dims[0] == C && t.row + rows <= total_rows && (p->value.rank() == 1 ? info->dims.size() == 1 : true),
+          "{}: tensor '{}' has dims {}, the configuration implies rows of {} ({} rows from row {})", origin, t.gguf,
+          fmt::format("[{}]", fmt::join(info->dims, ", ")), C, total_rows, t.row);
+    check(is_float_type(info->type) || weight_type_of(info->type).has_value(),
+          "{}: tensor '{}' is {}: Attend reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K",
+          origin, t.gguf, type_name(info->type));
+    pieces[t.attend].push_back({info, t.row, rows});
+    used.insert(t.gguf);
+  }
+  for (auto& [name, list] : pieces) {
+    Parameter* p = model.find(name);
+    const int64_t C = p->value.size(-1);
+    int64_t covered = 0;
+    for (const Piece& piece : list) {
+      values_of(file, *piece.tensor, p->value.data() + piece.row * C);
+      covered += piece.rows;
+    }
+    check(covered == p->numel() / C, "{}: '{}' is filled by {} rows of {}", origin, name, covered, p->numel() / C);
+    const bool multiplied = (is_projection(p->role) && p->role != Role::Router) ||
+                            (p->role == Role::TokenEmbedding && c.tie_embeddings);
+    const bool all_quantized = std::all_of(list.begin(), list.end(), [](const Piece& x) {
+      return weight_type_of(x.tensor->type).has_value();
+    });
+    if (!multiplied || !all_quantized) continue;
+    std::sort(list.begin(), list.end(), [](const Piece& a, const Piece& b) { return a.row < b.row; });
+    std::vector<QuantizedRows> segments;
+    for (const Piece& piece : list) {
+      const WeightType type = *weight_type_of(piece.tensor->type);
+      if (segments.empty() || segments.back().type != type) segments.push_back({0, type, {}});
+      QuantizedRows& s = segments.back();
+      s.rows += piece.rows;
+      s.blocks.insert(s.blocks.end(), piece.tensor->data, piece.tensor->data + piece.tensor->bytes);
+    }
+    nn::set_quantized(*p, std::move(segments));
+  }
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (used.contains(t.name)) continue;
+    throw Error(fmt::format("{}: unexpected tensor '{}': not part of a {} model of this configuration", origin, t.name,
+                            arch));
+  }
+  return model;
+}
+
+namespace {
+
+// The pre-tokenizer regexes of llama.cpp's BPE vocabularies by tokenizer.ggml.pre (those of the models' own
+// tokenizer.json files).
+const char* split_regex(const std::string& pre) {
+  if (pre == "llama-bpe" || pre == "llama3")
+    return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  if (pre == "qwen2")
+    return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
+  const gguf::Reader file(path);
+  const std::string origin = path.string();
+  if (file.find("tokenizer.ggml.model") == nullptr) return std::nullopt;
+  const std::string kind = file.get_string("tokenizer.ggml.model");
+  check(kind == "gpt2", "{}: tokenizer.ggml.model '{}': Attend reads GGUF tokenizers of kind gpt2 (byte-level BPE) so "
+        "far; give a tokenizer.json with --tokenizer, or --prompt-ids", origin, kind);
+  const std::vector<std::string> tokens = file.get_strings("tokenizer.ggml.tokens");
+  const std::vector<std::string> merges =
+      file.find("tokenizer.ggml.merges") ? file.get_strings("tokenizer.ggml.merges") : std::vector<std::string>{};
+  const std::vector<int64_t> types =
+      file.find("tokenizer.ggml.token_type") ? file.get_ints("tokenizer.ggml.token_type") : std::vector<int64_t>{};
+  check(types.empty() || types.size() == tokens.size(), "{}: tokenizer.ggml.token_type has {} entries, tokens {}",
+        origin, types.size(), tokens.size());
+  // The vocabulary as a tokenizer.json, which Attend's Hugging Face pipeline reads.
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object(), added = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    vocab[tokens[i]] = i;
+    // Types (llama.cpp's llama_token_type): 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
+    if (!types.empty() && (types[i] == 3 || types[i] == 4))
+      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", types[i] == 3}});
+  }
+  const std::string pre = file.string_or("tokenizer.ggml.pre", "gpt-2");
+  nlohmann::ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                                       {"use_regex", true}};
+  nlohmann::ordered_json pre_tokenizer;
+  if (pre == "gpt-2" || pre == "default") {
+    pre_tokenizer = byte_level;
+  } else if (const char* regex = split_regex(pre)) {
+    nlohmann::ordered_json split = {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
+                                    {"invert", false}};
+    byte_level["use_regex"] = false;
+    pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
+  } else {
+    throw Error(fmt::format("{}: tokenizer.ggml.pre '{}': Attend knows the pre-tokenizers gpt-2, llama-bpe and qwen2 so "
+                            "far; give a tokenizer.json with --tokenizer, or --prompt-ids", origin, pre));
+  }
+  nlohmann::ordered_json j = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", pre_tokenizer},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+                 {"ignore_merges", pre == "llama-bpe" || pre == "llama3"}, {"vocab", vocab}, {"merges", merges}}},
+  };
+  return Tokenizer::from_json(j.dump(), origin + " (tokenizer.ggml.*)");
+}
+
+}  // namespace attend::formats
