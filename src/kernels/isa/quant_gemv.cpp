@@ -5,6 +5,7 @@
 // times signed activations into 16-bit pairs, vpmaddwd into 32-bit sums), and a type whose levels are offset
 // (Q4_0's q − 8, Q6_K's q − 32, the K types' minimums) subtracts offset · Σx per block from the activation sums.
 #include "kernels/isa/isa.h"
+#include "kernels/isa/lanes.h"
 #include "kernels/parallel.h"
 
 #include <algorithm>
@@ -23,23 +24,7 @@ namespace {
 float half_value(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-#if defined(__F16C__)
-  return _cvtsh_ss(h);
-#else
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
-  float f;
-  if (exponent == 0) {
-    f = std::ldexp(static_cast<float>(mantissa), -24);
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    bits |= sign;
-    std::memcpy(&f, &bits, 4);
-  } else {
-    const uint32_t bits = sign | (exponent == 31 ? 0x7F800000u | mantissa << 13 : (exponent + 112) << 23 | mantissa << 13);
-    std::memcpy(&f, &bits, 4);
-  }
-  return f;
-#endif
+  return lanes::widen_f16(h);
 }
 
 // An input row's 32 values as int8 with their scale and sum (the 32-value types' activations).
