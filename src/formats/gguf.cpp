@@ -183,8 +183,9 @@ bool fits(const Value& v) {
 void check_value(const std::string& key, const Value& v, int depth) {
   check(known(v.type), "gguf writer: key '{}' has value type {}, expected a GGUF value type (0 to 12)", key,
         static_cast<uint32_t>(v.type));
-  check(fits(v), "gguf writer: key '{}' holds {} {}, outside the type's range", key, value_type_name(v.type),
-        is_unsigned(v.type) ? std::to_string(v.u) : std::to_string(v.i));
+  if (!fits(v))
+    throw Error(fmt::format("gguf writer: key '{}' holds {} {}, outside the type's range", key, value_type_name(v.type),
+                            is_unsigned(v.type) ? std::to_string(v.u) : std::to_string(v.i)));
   if (v.type != ValueType::Array) return;
   check(depth < kMaxArrayDepth, "gguf writer: key '{}' nests arrays more than {} deep", key, kMaxArrayDepth);
   check(known(v.element_type), "gguf writer: key '{}' is an array of value type {}, expected a GGUF value type",
