@@ -427,6 +427,9 @@ TEST(GgufErrors, ArraysTooLongOrNestedTooDeep) {
        {"key 'tokens'", "array of 1000000 string", "more than the 9 bytes left"}},
       {"long u64", Bytes().header(0, 1).str("ids").u32(9).u32(10).u64(3).u64(1).u64(2), {"key 'ids'", "array of 3 uint64"}},
       {"huge", Bytes().header(0, 1).str("n").u32(9).u32(0).u64(std::numeric_limits<uint64_t>::max()), {"key 'n'", "array of 18446744073709551615 uint8"}},
+      // Memory: each element read becomes a Value of about 100 bytes; 2^23 elements in all at the most.
+      {"elements", Bytes().header(0, 2).str("a").u32(9).u32(0).u64(3).u8(1).u8(2).u8(3).str("b").u32(9).u32(0).u64(kMaxArrayElements - 2),
+       {"key 'b'", "array of 8388606 uint8", "past the 8388608 array elements a file may hold in all (3 before it)"}},
   });
 }
 

@@ -91,8 +91,8 @@ class Cursor {
   uint64_t left() const { return size_ - pos_; }
 
   const uint8_t* take(uint64_t n, std::string_view what) {
-    check(n <= left(), "{}: truncated: {} needs {} bytes at byte {}, the file has {} bytes", origin_, what, n, pos_,
-          size_);
+    check(n <= left(), "{}: truncated: {} needs {} bytes at byte {}, {} are left (the file has {})", origin_, what, n,
+          pos_, left(), size_);
     const uint8_t* at = bytes_ + pos_;
     pos_ += n;
     return at;
@@ -118,8 +118,10 @@ class Cursor {
   uint64_t pos_ = 0;
 };
 
-// One value of `type`; `what` names the key ("key 'general.name'") for messages.
-Value read_value(Cursor& in, const std::string& origin, ValueType type, int depth, const std::string& what) {
+// One value of `type`; `what` names the key ("key 'general.name'") for messages. `elements` counts the array
+// elements read so far in the file, against kMaxArrayElements.
+Value read_value(Cursor& in, const std::string& origin, ValueType type, int depth, const std::string& what,
+                 uint64_t& elements) {
   Value v;
   v.type = type;
   switch (type) {
@@ -147,11 +149,15 @@ Value read_value(Cursor& in, const std::string& origin, ValueType type, int dept
             origin, what, element);
       v.element_type = ValueType{element};
       const auto n = in.read<uint64_t>(what);
+      check(n <= kMaxArrayElements - elements,
+            "{}: {} is an array of {} {}, past the {} array elements a file may hold in all ({} before it)", origin,
+            what, n, value_type_name(v.element_type), kMaxArrayElements, elements);
+      elements += n;
       const uint64_t fit = in.left() / min_value_bytes(v.element_type);
       check(n <= fit, "{}: {} is an array of {} {}, more than the {} bytes left in the file could hold", origin, what,
             n, value_type_name(v.element_type), in.left());
       v.array.reserve(static_cast<size_t>(n));
-      for (uint64_t k = 0; k < n; ++k) v.array.push_back(read_value(in, origin, v.element_type, depth + 1, what));
+      for (uint64_t k = 0; k < n; ++k) v.array.push_back(read_value(in, origin, v.element_type, depth + 1, what, elements));
       break;
     }
     default:
@@ -177,8 +183,9 @@ bool fits(const Value& v) {
 void check_value(const std::string& key, const Value& v, int depth) {
   check(known(v.type), "gguf writer: key '{}' has value type {}, expected a GGUF value type (0 to 12)", key,
         static_cast<uint32_t>(v.type));
-  check(fits(v), "gguf writer: key '{}' holds {} {}, outside the type's range", key, value_type_name(v.type),
-        is_unsigned(v.type) ? std::to_string(v.u) : std::to_string(v.i));
+  if (!fits(v))
+    throw Error(fmt::format("gguf writer: key '{}' holds {} {}, outside the type's range", key, value_type_name(v.type),
+                            is_unsigned(v.type) ? std::to_string(v.u) : std::to_string(v.i)));
   if (v.type != ValueType::Array) return;
   check(depth < kMaxArrayDepth, "gguf writer: key '{}' nests arrays more than {} deep", key, kMaxArrayDepth);
   check(known(v.element_type), "gguf writer: key '{}' is an array of value type {}, expected a GGUF value type",
@@ -405,6 +412,7 @@ Reader::Reader(const fs::path& path) : path_(path), origin_(path.string()) {
         n_tensors, n_kv, in.left());
 
   metadata_.reserve(static_cast<size_t>(n_kv));
+  uint64_t elements = 0;
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string key = in.read_string(fmt::format("the key of metadata entry {}", k));
     const std::string what = fmt::format("key '{}'", key);
@@ -412,7 +420,7 @@ Reader::Reader(const fs::path& path) : path_(path), origin_(path.string()) {
           key_index_.contains(key) ? key_index_.find(key)->second : 0, k);
     const auto type = in.read<uint32_t>(what);
     check(known(ValueType{type}), "{}: {} has value type {}, expected a GGUF value type (0 to 12)", origin_, what, type);
-    Value value = read_value(in, origin_, ValueType{type}, 0, what);
+    Value value = read_value(in, origin_, ValueType{type}, 0, what, elements);
     key_index_.emplace(key, metadata_.size());
     metadata_.emplace_back(std::move(key), std::move(value));
   }

@@ -55,6 +55,9 @@ bool is_integer(ValueType type);  // UInt8 ... Int64
 bool is_float(ValueType type);    // Float32, Float64
 
 inline constexpr int kMaxArrayDepth = 8;   // arrays of arrays nested deeper than this are refused
+// Array elements a file may hold in all (a Value takes about 100 bytes: this bounds the metadata's memory near
+// 800 MB; the largest tokenizers hold under a million: Gemma 3's 262,144 tokens, scores and types).
+inline constexpr uint64_t kMaxArrayElements = uint64_t{1} << 23;
 inline constexpr int kMaxDims = 4;         // GGML_MAX_DIMS
 inline constexpr uint64_t kDefaultAlignment = 32;  // GGUF_DEFAULT_ALIGNMENT
 inline constexpr const char* kAlignmentKey = "general.alignment";
