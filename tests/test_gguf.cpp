@@ -22,7 +22,11 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_error_mentions;
 
-fs::path temp_path(const std::string& name) { return fs::temp_directory_path() / ("attend_test_gguf_" + name); }
+// Each test's own files: CTest runs the tests of this file in parallel processes.
+fs::path temp_path(const std::string& name) {
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  return fs::temp_directory_path() / (std::string("attend_test_gguf_") + (test ? test->name() : "") + "_" + name);
+}
 
 // A file written byte by byte, little-endian, as the format lays it out.
 struct Bytes {
