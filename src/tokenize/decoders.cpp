@@ -1,5 +1,6 @@
 #include "tokenize/decoders.h"
 
+#include "core/enum_names.h"
 #include "tokenize/unicode.h"
 
 #include <attend/error.h>
@@ -10,11 +11,7 @@ namespace {
 
 using Kind = DecoderStep::Kind;
 
-struct Name {
-  Kind kind;
-  std::string_view name;
-};
-constexpr Name kNames[] = {{Kind::ByteLevel, "ByteLevel"},     {Kind::Metaspace, "Metaspace"}, {Kind::WordPiece, "WordPiece"},
+constexpr EnumName<Kind> kNames[] = {{Kind::ByteLevel, "ByteLevel"},     {Kind::Metaspace, "Metaspace"}, {Kind::WordPiece, "WordPiece"},
                            {Kind::BPEDecoder, "BPEDecoder"},   {Kind::ByteFallback, "ByteFallback"}, {Kind::Fuse, "Fuse"},
                            {Kind::Strip, "Strip"},             {Kind::Replace, "Replace"},     {Kind::CTC, "CTC"}};
 
@@ -164,14 +161,10 @@ void read_step(const json& c, const Reader& r, const std::string& path, Decoder&
     return;
   }
   DecoderStep d;
-  bool known = false;
-  for (const Name& n : kNames)
-    if (n.name == type) {
-      d.kind = n.kind;
-      known = true;
-    }
-  check(known, "{}: {}.type is {:?}; expected ByteLevel, Metaspace, WordPiece, BPEDecoder, ByteFallback, Fuse, Strip, "
+  const std::optional<Kind> kind = find_enum<Kind>(kNames, type);
+  check(kind.has_value(), "{}: {}.type is {:?}; expected ByteLevel, Metaspace, WordPiece, BPEDecoder, ByteFallback, Fuse, Strip, "
         "Replace, CTC or Sequence", r.origin, path, type);
+  d.kind = *kind;
   auto text = [&](const char* field, const char* fallback) {
     const json* v = r.optional(c, field);
     return v ? r.string(*v, path + "." + field) : std::string(fallback);
@@ -221,10 +214,7 @@ void read_step(const json& c, const Reader& r, const std::string& path, Decoder&
 }
 
 json write_step(const DecoderStep& d) {
-  std::string_view type;
-  for (const Name& n : kNames)
-    if (n.kind == d.kind) type = n.name;
-  json j = {{"type", type}};
+  json j = {{"type", enum_name<Kind>(kNames, d.kind)}};
   switch (d.kind) {
     case Kind::ByteLevel:
       j["add_prefix_space"] = d.add_prefix_space;

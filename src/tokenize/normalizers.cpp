@@ -1,6 +1,7 @@
 #include "tokenize/normalizers.h"
 
 #include "core/base64.h"
+#include "core/enum_names.h"
 #include "tokenize/unicode.h"
 
 #include <attend/error.h>
@@ -14,20 +15,10 @@ namespace {
 
 using Kind = NormalizerStep::Kind;
 
-struct Name {
-  Kind kind;
-  std::string_view name;
-};
-constexpr Name kNames[] = {{Kind::NFC, "NFC"},           {Kind::NFD, "NFD"},         {Kind::NFKC, "NFKC"},
+constexpr EnumName<Kind> kNames[] = {{Kind::NFC, "NFC"},           {Kind::NFD, "NFD"},         {Kind::NFKC, "NFKC"},
                            {Kind::NFKD, "NFKD"},         {Kind::Lowercase, "Lowercase"}, {Kind::Strip, "Strip"},
                            {Kind::StripAccents, "StripAccents"}, {Kind::Replace, "Replace"}, {Kind::Prepend, "Prepend"},
                            {Kind::Bert, "BertNormalizer"}, {Kind::Precompiled, "Precompiled"}, {Kind::ByteLevel, "ByteLevel"}};
-
-std::string_view name_of(Kind kind) {
-  for (const Name& n : kNames)
-    if (n.kind == kind) return n.name;
-  return "?";
-}
 
 // Keeps the characters `keep` accepts; reports whether the first character survived.
 template <typename Keep>
@@ -217,14 +208,10 @@ void read_step(const json& c, const Reader& r, const std::string& path, Normaliz
     return;
   }
   NormalizerStep s;
-  bool known = false;
-  for (const Name& n : kNames)
-    if (n.name == type) {
-      s.kind = n.kind;
-      known = true;
-    }
-  check(known, "{}: {}.type is {:?}; expected NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, "
+  const std::optional<Kind> kind = find_enum<Kind>(kNames, type);
+  check(kind.has_value(), "{}: {}.type is {:?}; expected NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, "
         "BertNormalizer, Precompiled, ByteLevel or Sequence", r.origin, path, type);
+  s.kind = *kind;
   switch (s.kind) {
     case Kind::Strip:
       s.left = r.boolean(r.optional(c, "strip_left"), path + ".strip_left", true);
@@ -270,7 +257,7 @@ void read_step(const json& c, const Reader& r, const std::string& path, Normaliz
 }
 
 json write_step(const NormalizerStep& s) {
-  json j = {{"type", name_of(s.kind)}};
+  json j = {{"type", enum_name<Kind>(kNames, s.kind)}};
   switch (s.kind) {
     case Kind::Strip: j["strip_left"] = s.left; j["strip_right"] = s.right; break;
     case Kind::Replace:

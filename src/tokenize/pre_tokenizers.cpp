@@ -1,5 +1,6 @@
 #include "tokenize/pre_tokenizers.h"
 
+#include "core/enum_names.h"
 #include "tokenize/unicode.h"
 
 #include <attend/error.h>
@@ -275,11 +276,7 @@ void PreTokenizer::apply(std::string_view text, bool at_origin, std::vector<Piec
 
 namespace {
 
-struct Name {
-  Kind kind;
-  std::string_view name;
-};
-constexpr Name kNames[] = {{Kind::Split, "Split"},           {Kind::ByteLevel, "ByteLevel"},
+constexpr EnumName<Kind> kNames[] = {{Kind::Split, "Split"},           {Kind::ByteLevel, "ByteLevel"},
                            {Kind::Metaspace, "Metaspace"},   {Kind::Whitespace, "Whitespace"},
                            {Kind::WhitespaceSplit, "WhitespaceSplit"}, {Kind::Digits, "Digits"},
                            {Kind::Punctuation, "Punctuation"}, {Kind::Bert, "BertPreTokenizer"},
@@ -295,14 +292,10 @@ void read_step(const json& c, const Reader& r, const std::string& path, PreToken
     return;
   }
   PreTokenizerStep s;
-  bool known = false;
-  for (const Name& n : kNames)
-    if (n.name == type) {
-      s.kind = n.kind;
-      known = true;
-    }
-  check(known, "{}: {}.type is {:?}; expected Split, ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Digits, "
+  const std::optional<Kind> kind = find_enum<Kind>(kNames, type);
+  check(kind.has_value(), "{}: {}.type is {:?}; expected Split, ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Digits, "
         "Punctuation, BertPreTokenizer, CharDelimiterSplit or Sequence", r.origin, path, type);
+  s.kind = *kind;
   // Pieces after ByteLevel are written in GPT-2's byte letters, which Attend keeps as bytes: only another
   // ByteLevel may follow.
   check(out.steps.empty() || out.steps.back().kind != Kind::ByteLevel || s.kind == Kind::ByteLevel,
@@ -359,10 +352,7 @@ void read_step(const json& c, const Reader& r, const std::string& path, PreToken
 }
 
 json write_step(const PreTokenizerStep& s) {
-  std::string_view type;
-  for (const Name& n : kNames)
-    if (n.kind == s.kind) type = n.name;
-  json j = {{"type", type}};
+  json j = {{"type", enum_name<Kind>(kNames, s.kind)}};
   switch (s.kind) {
     case Kind::Split:
       j["pattern"] = s.regex ? json{{"Regex", s.pattern}} : json{{"String", s.pattern}};
