@@ -21,8 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string block(int64_t i) { return fmt::format("decoder.layers.{}.", i); }
-
 // A block type of a ggml type id; nullopt for the float types (and for types Attend does not run, which the
 // caller names in its error).
 std::optional<WeightType> weight_type_of(uint32_t id) {
@@ -85,7 +83,7 @@ std::vector<Target> targets(const ModelConfig& c, const std::string& arch, bool 
   const int64_t H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   if (arch == "gpt2") m.push_back({"position_embd.weight", "embed.positions.weight"});
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string g = fmt::format("blk.{}.", i), a = block(i);
+    const std::string g = fmt::format("blk.{}.", i), a = decoder_block(i);
     std::vector<std::pair<std::string, std::string>> kinds = {{"weight", "weight"}};
     if (c.bias) kinds.push_back({"bias", "bias"});
     for (const auto& [gk, ak] : kinds) {

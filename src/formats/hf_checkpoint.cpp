@@ -88,6 +88,8 @@ const std::string& CheckpointTensors::origin(std::string_view name) const {
   return readers_[where_.find(name)->second]->origin();
 }
 
+std::string decoder_block(int64_t i) { return fmt::format("decoder.layers.{}.", i); }
+
 ModelConfig validated(const ModelConfig& c, const std::string& origin) {
   try {
     c.validate();

@@ -71,6 +71,9 @@ class ConfigKeys {
   std::string origin_;
 };
 
+// The prefix of Attend's parameter names for decoder block i: "decoder.layers.i.".
+std::string decoder_block(int64_t i);
+
 // The configuration a config.json mapped to, checked; an inconsistency is an error naming the file.
 ModelConfig validated(const ModelConfig& c, const std::string& origin);
 

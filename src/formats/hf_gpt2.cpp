@@ -20,7 +20,7 @@ using json = nlohmann::json;
 std::vector<Mapping> gpt2_mappings(const ModelConfig& c) {
   std::vector<Mapping> m = {{"wte.weight", "embed.tokens.weight"}, {"wpe.weight", "embed.positions.weight"}};
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string h = fmt::format("h.{}.", i), a = fmt::format("decoder.layers.{}.", i);
+    const std::string h = fmt::format("h.{}.", i), a = decoder_block(i);
     for (const char* p : {"weight", "bias"}) {
       m.push_back({h + "ln_1." + p, a + "attn_norm." + p});
       m.push_back({h + "ln_2." + p, a + "ffn_norm." + p});

@@ -28,7 +28,6 @@ bool is_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv
 
 // The shape of `rows` rows of a projection: a weight's (rows, cols), a bias's (rows) when cols is 1.
 Shape rows_shape(int64_t rows, int64_t cols) { return cols > 1 ? Shape{rows, cols} : Shape{rows}; }
-std::string block(int64_t i) { return fmt::format("decoder.layers.{}.", i); }
 
 // The tensors that map one to one (everything but q, k, v and the q/k norms). A Llama block has two norms,
 // input_layernorm before attention and post_attention_layernorm before the MLP; a Gemma block (sandwich_norm)
@@ -38,18 +37,18 @@ std::vector<std::pair<std::string, std::string>> plain_mappings(const ModelConfi
   auto layer = [&](int64_t i) { return fmt::format("{}layers.{}.", names.model, i); };
   std::vector<std::pair<std::string, std::string>> m = {{names.model + "embed_tokens.weight", "embed.tokens.weight"}};
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    m.push_back({layer(i) + "input_layernorm.weight", block(i) + "attn_norm.weight"});
-    m.push_back({layer(i) + "self_attn.o_proj.weight", block(i) + "attn.o.weight"});
+    m.push_back({layer(i) + "input_layernorm.weight", decoder_block(i) + "attn_norm.weight"});
+    m.push_back({layer(i) + "self_attn.o_proj.weight", decoder_block(i) + "attn.o.weight"});
     if (c.sandwich_norm) {
-      m.push_back({layer(i) + "post_attention_layernorm.weight", block(i) + "attn_post_norm.weight"});
-      m.push_back({layer(i) + "pre_feedforward_layernorm.weight", block(i) + "ffn_norm.weight"});
-      m.push_back({layer(i) + "post_feedforward_layernorm.weight", block(i) + "ffn_post_norm.weight"});
+      m.push_back({layer(i) + "post_attention_layernorm.weight", decoder_block(i) + "attn_post_norm.weight"});
+      m.push_back({layer(i) + "pre_feedforward_layernorm.weight", decoder_block(i) + "ffn_norm.weight"});
+      m.push_back({layer(i) + "post_feedforward_layernorm.weight", decoder_block(i) + "ffn_post_norm.weight"});
     } else {
-      m.push_back({layer(i) + "post_attention_layernorm.weight", block(i) + "ffn_norm.weight"});
+      m.push_back({layer(i) + "post_attention_layernorm.weight", decoder_block(i) + "ffn_norm.weight"});
     }
-    m.push_back({layer(i) + "mlp.gate_proj.weight", block(i) + "ffn.gate.weight"});
-    m.push_back({layer(i) + "mlp.up_proj.weight", block(i) + "ffn.up.weight"});
-    m.push_back({layer(i) + "mlp.down_proj.weight", block(i) + "ffn.down.weight"});
+    m.push_back({layer(i) + "mlp.gate_proj.weight", decoder_block(i) + "ffn.gate.weight"});
+    m.push_back({layer(i) + "mlp.up_proj.weight", decoder_block(i) + "ffn.up.weight"});
+    m.push_back({layer(i) + "mlp.down_proj.weight", decoder_block(i) + "ffn.down.weight"});
   }
   m.push_back({names.model + "norm.weight", "decoder.norm.weight"});
   if (!c.tie_embeddings) m.push_back({names.head, "lm_head.weight"});
@@ -256,13 +255,13 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
   };
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string a = fmt::format("{}layers.{}.self_attn.", names.model, i);
-    fuse(a, "weight", model.find(block(i) + "attn.qkv.weight")->value.data(), C);
-    if (c.qkv_bias) fuse(a, "bias", model.find(block(i) + "attn.qkv.bias")->value.data(), 1);
+    fuse(a, "weight", model.find(decoder_block(i) + "attn.qkv.weight")->value.data(), C);
+    if (c.qkv_bias) fuse(a, "bias", model.find(decoder_block(i) + "attn.qkv.bias")->value.data(), 1);
     if (c.qk_norm)  // each norm's gain is one head's channels, permuted as the head's rows are
       for (const char* which : {"q_norm", "k_norm"}) {
         Tensor gain({D});
         take(a + which + ".weight", gain.view());
-        rope_rows_from_hf(model.find(block(i) + "attn." + which + ".weight")->value.data(), gain.data(), 1, D, 1);
+        rope_rows_from_hf(model.find(decoder_block(i) + "attn." + which + ".weight")->value.data(), gain.data(), 1, D, 1);
       }
   }
   for (const std::string& name : tensors.names()) {
@@ -295,7 +294,7 @@ void write_decoder_tensors(const Model& model, const fs::path& dir) {
     tensors.push_back({l + "v_proj." + kind, &stored.back()});
   };
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string a = block(i) + "attn.", l = fmt::format("{}layers.{}.self_attn.", names.model, i);
+    const std::string a = decoder_block(i) + "attn.", l = fmt::format("{}layers.{}.self_attn.", names.model, i);
     split(l, "weight", model.find(a + "qkv.weight")->value.data(), C);
     if (c.qkv_bias) split(l, "bias", model.find(a + "qkv.bias")->value.data(), 1);
     if (c.qk_norm)

@@ -51,7 +51,7 @@ std::vector<RowMapping> t5_mappings(const ModelConfig& c) {
   }
   m.push_back({"encoder.final_layer_norm.weight", "encoder.norm.weight"});
   for (int64_t i = 0; i < c.decoder_layers(); ++i) {
-    const std::string hf = fmt::format("decoder.block.{}.layer.", i), at = fmt::format("decoder.layers.{}.", i);
+    const std::string hf = fmt::format("decoder.block.{}.layer.", i), at = decoder_block(i);
     self_attention(hf + "0.SelfAttention.", at + "attn.", i == 0);
     m.push_back({hf + "0.layer_norm.weight", at + "attn_norm.weight"});
     m.push_back({hf + "1.EncDecAttention.q.weight", at + "cross_attn.q.weight"});
