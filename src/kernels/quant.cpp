@@ -1,6 +1,7 @@
 #include "kernels/quant.h"
 
 #include "kernels/convert.h"
+#include "kernels/quant_layout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -212,14 +213,9 @@ void dequantize_32(QuantType type, float* y, const uint8_t* b) {
 
 // ---- the K types (256 values) ----------------------------------------------------------------------
 
-void scale_min_k4(const uint8_t* s, int j, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63, *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-  }
-}
+using quant_layout::scale_min_k4;
+
+// The inverse of scale_min_k4 for all eight sub-blocks.
 void pack_scale_min_k4(uint8_t* s, const int* sc, const int* m) {
   std::memset(s, 0, 12);
   for (int j = 0; j < 8; ++j) {

@@ -7,6 +7,7 @@
 #include "kernels/isa/isa.h"
 #include "kernels/isa/lanes.h"
 #include "kernels/parallel.h"
+#include "kernels/quant_layout.h"
 
 #include <algorithm>
 #include <atomic>
@@ -118,68 +119,49 @@ float dot_q8_0(const uint8_t* w, const Act32* a, int64_t blocks) {
   return total(acc);
 }
 
-// Q4_0 (offset 8, no minimum) and Q4_1 (a minimum m: Σ (d·q + m)·x = d·Σq·x + m·Σx).
-template <bool kMin>
-float dot_q4(const uint8_t* w, const Act32* a, int64_t blocks) {
-  constexpr int64_t kBytes = kMin ? 20 : 18;
-  Acc acc{};
-  float correction = 0;
-  for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
-    const float d = half_value(w), dx = a[b].d;
-    const uint8_t* qs = w + (kMin ? 4 : 2);
-    if constexpr (kMin)
-      correction += half_value(w + 2) * dx * static_cast<float>(a[b].sum);
-    else
-      correction -= 8 * d * dx * static_cast<float>(a[b].sum);
-#if defined(__AVX2__)
-    acc = accumulate(acc, sum32(nibbles16(qs), load32(a[b].q)), d * dx);
-#else
-    int32_t s = 0;
-    for (int j = 0; j < 16; ++j) s += (qs[j] & 15) * a[b].q[j] + (qs[j] >> 4) * a[b].q[j + 16];
-    acc += static_cast<float>(s) * d * dx;
-#endif
+// The 32 unsigned levels of a Q4_0/Q4_1/Q5_0/Q5_1 block: the nibbles, with Q5's fifth bits joined.
+template <int kBits, bool kMin>
+void levels(uint8_t* u, const uint8_t* block) {
+  const uint8_t* qs = block + (kMin ? 4 : 2) + (kBits == 5 ? 4 : 0);
+  uint32_t qh = 0;
+  if constexpr (kBits == 5) qh = qs[-4] | qs[-3] << 8 | qs[-2] << 16 | static_cast<uint32_t>(qs[-1]) << 24;
+  for (int j = 0; j < 16; ++j) {
+    u[j] = static_cast<uint8_t>((qs[j] & 15) | ((qh >> j) & 1) << 4);
+    u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
   }
-  return total(acc) + correction;
 }
 
-// Q5_0 and Q5_1: the fifth bits joined to the nibbles in a small buffer, then as Q4.
-template <bool kMin>
-float dot_q5(const uint8_t* w, const Act32* a, int64_t blocks) {
-  constexpr int64_t kBytes = kMin ? 24 : 22;
+// Q4_0/Q5_0 (levels offset by 8 or 16) and Q4_1/Q5_1 (a minimum m: Σ (d·q + m)·x = d·Σq·x + m·Σx).
+template <int kBits, bool kMin>
+float dot_32(const uint8_t* w, const Act32* a, int64_t blocks) {
+  constexpr int64_t kBytes = (kMin ? 4 : 2) + (kBits == 5 ? 4 : 0) + 16;
+  constexpr float kOffset = 1 << (kBits - 1);
   Acc acc{};
   float correction = 0;
   for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
     const float d = half_value(w), dx = a[b].d;
-    const uint8_t* h = w + (kMin ? 4 : 2);
-    const uint32_t qh = h[0] | h[1] << 8 | h[2] << 16 | static_cast<uint32_t>(h[3]) << 24;
-    const uint8_t* qs = h + 4;
-    alignas(32) uint8_t u[32];
-    for (int j = 0; j < 16; ++j) {
-      u[j] = static_cast<uint8_t>((qs[j] & 15) | ((qh >> j) & 1) << 4);
-      u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
-    }
     if constexpr (kMin)
       correction += half_value(w + 2) * dx * static_cast<float>(a[b].sum);
     else
-      correction -= 16 * d * dx * static_cast<float>(a[b].sum);
+      correction -= kOffset * d * dx * static_cast<float>(a[b].sum);
+    alignas(32) uint8_t u[32];
 #if defined(__AVX2__)
-    acc = accumulate(acc, sum32(load32(u), load32(a[b].q)), d * dx);
+    __m256i q;
+    if constexpr (kBits == 4) {
+      q = nibbles16(w + kBytes - 16);
+    } else {
+      levels<kBits, kMin>(u, w);
+      q = load32(u);
+    }
+    acc = accumulate(acc, sum32(q, load32(a[b].q)), d * dx);
 #else
+    levels<kBits, kMin>(u, w);
     int32_t s = 0;
     for (int j = 0; j < 32; ++j) s += u[j] * a[b].q[j];
     acc += static_cast<float>(s) * d * dx;
 #endif
   }
   return total(acc) + correction;
-}
-
-void scale_min_k4(const uint8_t* s, int j, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63, *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-  }
 }
 
 // Q4_K and Q5_K: Σ_j (d·sc_j)·Σ q·x − (dmin·m_j)·Σx over the eight sub-blocks of 32.
@@ -196,7 +178,7 @@ float dot_k(const uint8_t* w, const Act256* a, int64_t blocks) {
     int sc[8], m[8];
     int32_t mins = 0;
     for (int j = 0; j < 8; ++j) {
-      scale_min_k4(scales, j, &sc[j], &m[j]);
+      quant_layout::scale_min_k4(scales, j, &sc[j], &m[j]);
       mins += m[j] * (a[b].sums[2 * j] + a[b].sums[2 * j + 1]);
     }
     correction -= dmin * static_cast<float>(mins);
@@ -284,34 +266,15 @@ float dot_q6_k(const uint8_t* w, const Act256* a, int64_t blocks) {
   return total(acc) + correction;
 }
 
-struct TypeInfo {
-  int64_t block, bytes;
-  bool k;  // activations in 256-value blocks
-};
-TypeInfo type_info(QuantType type) {
-  switch (type) {
-    case QuantType::Q8_0: return {32, 34, false};
-    case QuantType::Q4_0: return {32, 18, false};
-    case QuantType::Q4_1: return {32, 20, false};
-    case QuantType::Q5_0: return {32, 22, false};
-    case QuantType::Q5_1: return {32, 24, false};
-    case QuantType::Q4_K: return {256, 144, true};
-    case QuantType::Q5_K: return {256, 176, true};
-    case QuantType::Q6_K: return {256, 210, true};
-    case QuantType::Q8_K: return {256, 292, true};
-  }
-  return {32, 34, false};
-}
-
 float dot(QuantType type, const uint8_t* w, const void* act, int64_t blocks) {
   const auto* a32 = static_cast<const Act32*>(act);
   const auto* a256 = static_cast<const Act256*>(act);
   switch (type) {
     case QuantType::Q8_0: return dot_q8_0(w, a32, blocks);
-    case QuantType::Q4_0: return dot_q4<false>(w, a32, blocks);
-    case QuantType::Q4_1: return dot_q4<true>(w, a32, blocks);
-    case QuantType::Q5_0: return dot_q5<false>(w, a32, blocks);
-    case QuantType::Q5_1: return dot_q5<true>(w, a32, blocks);
+    case QuantType::Q4_0: return dot_32<4, false>(w, a32, blocks);
+    case QuantType::Q4_1: return dot_32<4, true>(w, a32, blocks);
+    case QuantType::Q5_0: return dot_32<5, false>(w, a32, blocks);
+    case QuantType::Q5_1: return dot_32<5, true>(w, a32, blocks);
     case QuantType::Q4_K: return dot_k<4>(w, a256, blocks);
     case QuantType::Q5_K: return dot_k<5>(w, a256, blocks);
     case QuantType::Q6_K: return dot_q6_k(w, a256, blocks);
@@ -324,14 +287,15 @@ float dot(QuantType type, const uint8_t* w, const void* act, int64_t blocks) {
 
 void gemv_quant(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N, int64_t C,
                 int64_t OC) {
-  const TypeInfo t = type_info(type);
-  const int64_t blocks = C / t.block, row_bytes = blocks * t.bytes;
+  const QuantFormat& f = quant_format(type);
+  const bool k_type = f.block == 256;  // activations in 256-value blocks
+  const int64_t blocks = C / f.block, row_bytes = blocks * f.bytes;
   // Every input row's activation blocks, made once and read for every output channel.
   thread_local std::vector<uint8_t> act;
-  const size_t act_row = static_cast<size_t>(t.k ? blocks * sizeof(Act256) : blocks * sizeof(Act32));
+  const size_t act_row = static_cast<size_t>(k_type ? blocks * sizeof(Act256) : blocks * sizeof(Act32));
   act.resize(act_row * static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) {
-    if (t.k)
+    if (k_type)
       quantize_act256(reinterpret_cast<Act256*>(act.data() + n * act_row), inp + n * C, C);
     else
       quantize_act32(reinterpret_cast<Act32*>(act.data() + n * act_row), inp + n * C, C);
