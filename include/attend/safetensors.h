@@ -35,13 +35,26 @@ struct TensorInfo {
   uint64_t begin = 0, end = 0;  // byte offsets into the data section
 };
 
+// A whole file mapped private (MAP_PRIVATE), unmapped when the last shared_ptr to it goes: read-only, or
+// writable with copy-on-write (writes never reach the file). An empty file has base nullptr. Errors name the file:
+// it cannot be opened, is not a regular file, or cannot be mapped.
+struct FileMapping {
+  void* base = nullptr;
+  size_t size = 0;
+  FileMapping() = default;
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+  ~FileMapping();
+};
+enum class MapAccess { ReadOnly, CopyOnWrite };
+std::shared_ptr<FileMapping> map_file(const std::filesystem::path& path, MapAccess access);
+// A non-empty file, copy-on-write: loading hands a file's tensor data to a model this way, without a copy.
+std::shared_ptr<FileMapping> map_private(const std::filesystem::path& path);
+
 class SafetensorsReader {
  public:
   // Maps `path` and validates its header. Errors name the file and the tensor or field at fault.
   explicit SafetensorsReader(const std::filesystem::path& path);
-  ~SafetensorsReader();
-  SafetensorsReader(SafetensorsReader&&) noexcept;
-  SafetensorsReader& operator=(SafetensorsReader&&) noexcept;
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }  // in file order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -55,28 +68,17 @@ class SafetensorsReader {
 
   const std::string& origin() const { return origin_; }
   // Where the data section starts in the file (8 + the header's length).
-  uint64_t data_start() const { return static_cast<uint64_t>(data_ - static_cast<const unsigned char*>(map_)); }
+  uint64_t data_start() const { return static_cast<uint64_t>(data_ - static_cast<const unsigned char*>(map_->base)); }
 
  private:
   std::string origin_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
   const unsigned char* data_ = nullptr;  // the data section
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  std::shared_ptr<FileMapping> map_;
 };
 
-// A private, writable mapping of a whole file (copy-on-write: writes never reach the file), unmapped when the
-// last shared_ptr to it goes. Loading hands a file's tensor data to a model this way, without a copy.
-struct FileMapping {
-  void* base = nullptr;
-  size_t size = 0;
-  FileMapping() = default;
-  FileMapping(const FileMapping&) = delete;
-  FileMapping& operator=(const FileMapping&) = delete;
-  ~FileMapping();
-};
-std::shared_ptr<FileMapping> map_private(const std::filesystem::path& path);
+
 
 struct NamedTensor {
   std::string name;

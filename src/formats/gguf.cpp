@@ -1,13 +1,12 @@
 #include "formats/gguf.h"
 
 #include <attend/error.h>
+#include <attend/safetensors.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -375,25 +374,12 @@ int64_t TensorInfo::numel() const {
 }
 
 Reader::Reader(const fs::path& path) : path_(path), origin_(path.string()) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  check(fd >= 0, "{}: cannot open: {}", origin_, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(fmt::format("{}: not a regular file", origin_));
-  }
-  size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ < kHeaderBytes) {
-    ::close(fd);
-    throw Error(fmt::format("{}: truncated: {} bytes, a GGUF header takes {} (magic, version and two counts)",
-                            origin_, size_, kHeaderBytes));
-  }
-  void* base = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  check(base != MAP_FAILED, "{}: cannot map: {}", origin_, std::strerror(errno));
-  const size_t map_size = static_cast<size_t>(size_);
-  mapping_ = std::shared_ptr<const void>(base, [map_size](const void* p) { ::munmap(const_cast<void*>(p), map_size); });
-  const auto* bytes = static_cast<const uint8_t*>(base);
+  const std::shared_ptr<FileMapping> file = map_file(path, MapAccess::ReadOnly);
+  size_ = static_cast<uint64_t>(file->size);
+  check(size_ >= kHeaderBytes, "{}: truncated: {} bytes, a GGUF header takes {} (magic, version and two counts)",
+        origin_, size_, kHeaderBytes);
+  mapping_ = std::shared_ptr<const void>(file, file->base);  // keeps the mapping; points at its bytes
+  const auto* bytes = static_cast<const uint8_t*>(file->base);
   Cursor in(origin_, bytes, size_);
 
   const uint8_t* magic = in.take(4, "the magic");

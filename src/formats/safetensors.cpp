@@ -48,160 +48,120 @@ int dtype_size(DType dtype) {
   return 0;
 }
 
-SafetensorsReader::SafetensorsReader(const fs::path& path) : origin_(path.string()) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  check(fd >= 0, "{}: cannot open: {}", origin_, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(fmt::format("{}: not a regular file", origin_));
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ < 8) {
-    ::close(fd);
-    throw Error(fmt::format("{}: {} bytes is too short for a safetensors file (8-byte header length first)",
-                            origin_, map_size_));
-  }
-  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw Error(fmt::format("{}: cannot map: {}", origin_, std::strerror(errno)));
-  }
+SafetensorsReader::SafetensorsReader(const fs::path& path)
+    : origin_(path.string()), map_(map_file(path, MapAccess::ReadOnly)) {
+  const size_t size = map_->size;
+  check(size >= 8, "{}: {} bytes is too short for a safetensors file (8-byte header length first)", origin_,
+        size);
+  const auto* bytes = static_cast<const unsigned char*>(map_->base);
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
+  check(header_size <= kMaxHeader, "{}: header length {} is over the 100 MB limit (not a safetensors file?)", origin_,
+        header_size);
+  check(header_size <= size - 8, "{}: header length {} runs past the end of the file ({} bytes)", origin_,
+        header_size, size);
+  const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_size);
+  json j;
   try {
-    const auto* bytes = static_cast<const unsigned char*>(map_);
-    uint64_t header_size = 0;
-    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
-    check(header_size <= kMaxHeader, "{}: header length {} is over the 100 MB limit (not a safetensors file?)", origin_,
-          header_size);
-    check(header_size <= map_size_ - 8, "{}: header length {} runs past the end of the file ({} bytes)", origin_,
-          header_size, map_size_);
-    const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_size);
-    json j;
-    try {
-      j = json::parse(header);
-    } catch (const json::exception& e) {  // a syntax error, or a number too large for a double
-      throw Error(fmt::format("{}: header is not valid JSON: {}", origin_, e.what()));
-    }
-    check(j.is_object(), "{}: header is {}, expected a JSON object", origin_, j.type_name());
-    data_ = bytes + 8 + header_size;
-    const uint64_t data_size = map_size_ - 8 - header_size;
-    for (const auto& [name, entry] : j.items()) {
-      if (name == "__metadata__") {
-        check(entry.is_object(), "{}: __metadata__ is {}, expected an object of strings", origin_, entry.type_name());
-        for (const auto& [k, v] : entry.items()) {
-          check(v.is_string(), "{}: __metadata__[{:?}] is {}, expected a string", origin_, k, v.type_name());
-          metadata_[k] = v.get<std::string>();
-        }
-        continue;
-      }
-      check(entry.is_object(), "{}: tensor '{}' is {}, expected an object", origin_, name, entry.type_name());
-      TensorInfo info;
-      info.name = name;
-      const auto dtype = entry.find("dtype");
-      check(dtype != entry.end() && dtype->is_string(), "{}: tensor '{}' has no dtype string", origin_, name);
-      bool known = false;
-      for (const auto& d : kDTypes)
-        if (d.name == dtype->get<std::string>()) {
-          info.dtype = d.dtype;
-          known = true;
-        }
-      check(known, "{}: tensor '{}' has dtype {}, expected F32, F16, BF16, F64, I64, I32, I16, I8, U8 or BOOL", origin_,
-            name, dtype->dump());
-      const auto shape = entry.find("shape");
-      check(shape != entry.end() && shape->is_array() && shape->size() <= static_cast<size_t>(Shape::kMaxRank),
-            "{}: tensor '{}' needs a shape of at most {} dimensions", origin_, name, Shape::kMaxRank);
-      std::vector<int64_t> dims;
-      uint64_t numel = 1;
-      for (const json& d : *shape) {
-        check(d.is_number_unsigned(), "{}: tensor '{}' has shape {}, expected non-negative integers", origin_, name,
-              shape->dump());
-        const uint64_t v = d.get<uint64_t>();
-        check(v < (uint64_t{1} << 40) && (v == 0 || numel <= (uint64_t{1} << 50) / v),
-              "{}: tensor '{}' has an impossible shape {}", origin_, name, shape->dump());
-        numel *= v;
-        dims.push_back(static_cast<int64_t>(v));
-      }
-      info.shape = Shape(std::span<const int64_t>(dims));
-      const auto offsets = entry.find("data_offsets");
-      check(offsets != entry.end() && offsets->is_array() && offsets->size() == 2 && (*offsets)[0].is_number_unsigned() &&
-                (*offsets)[1].is_number_unsigned(),
-            "{}: tensor '{}' needs data_offsets [begin, end]", origin_, name);
-      info.begin = (*offsets)[0].get<uint64_t>();
-      info.end = (*offsets)[1].get<uint64_t>();
-      check(info.begin <= info.end && info.end <= data_size,
-            "{}: tensor '{}' has data_offsets [{}, {}] outside the {} bytes of data (truncated file?)", origin_, name,
-            info.begin, info.end, data_size);
-      const uint64_t expected = numel * static_cast<uint64_t>(dtype_size(info.dtype));
-      check(info.end - info.begin == expected, "{}: tensor '{}' ({} {}) needs {} bytes, its data_offsets give {}",
-            origin_, name, dtype_name(info.dtype), info.shape, expected, info.end - info.begin);
-      tensors_.push_back(std::move(info));
-    }
-    // Tensors must not overlap (they may come in any order in the JSON object).
-    std::vector<const TensorInfo*> by_offset;
-    for (const auto& t : tensors_) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
-    for (size_t i = 1; i < by_offset.size(); ++i)
-      check(by_offset[i]->begin >= by_offset[i - 1]->end, "{}: tensors '{}' and '{}' overlap", origin_,
-            by_offset[i - 1]->name, by_offset[i]->name);
-    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin; });
-  } catch (...) {
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
+    j = json::parse(header);
+  } catch (const json::exception& e) {  // a syntax error, or a number too large for a double
+    throw Error(fmt::format("{}: header is not valid JSON: {}", origin_, e.what()));
   }
+  check(j.is_object(), "{}: header is {}, expected a JSON object", origin_, j.type_name());
+  data_ = bytes + 8 + header_size;
+  const uint64_t data_size = size - 8 - header_size;
+  for (const auto& [name, entry] : j.items()) {
+    if (name == "__metadata__") {
+      check(entry.is_object(), "{}: __metadata__ is {}, expected an object of strings", origin_, entry.type_name());
+      for (const auto& [k, v] : entry.items()) {
+        check(v.is_string(), "{}: __metadata__[{:?}] is {}, expected a string", origin_, k, v.type_name());
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    check(entry.is_object(), "{}: tensor '{}' is {}, expected an object", origin_, name, entry.type_name());
+    TensorInfo info;
+    info.name = name;
+    const auto dtype = entry.find("dtype");
+    check(dtype != entry.end() && dtype->is_string(), "{}: tensor '{}' has no dtype string", origin_, name);
+    bool known = false;
+    for (const auto& d : kDTypes)
+      if (d.name == dtype->get<std::string>()) {
+        info.dtype = d.dtype;
+        known = true;
+      }
+    check(known, "{}: tensor '{}' has dtype {}, expected F32, F16, BF16, F64, I64, I32, I16, I8, U8 or BOOL", origin_,
+          name, dtype->dump());
+    const auto shape = entry.find("shape");
+    check(shape != entry.end() && shape->is_array() && shape->size() <= static_cast<size_t>(Shape::kMaxRank),
+          "{}: tensor '{}' needs a shape of at most {} dimensions", origin_, name, Shape::kMaxRank);
+    std::vector<int64_t> dims;
+    uint64_t numel = 1;
+    for (const json& d : *shape) {
+      check(d.is_number_unsigned(), "{}: tensor '{}' has shape {}, expected non-negative integers", origin_, name,
+            shape->dump());
+      const uint64_t v = d.get<uint64_t>();
+      check(v < (uint64_t{1} << 40) && (v == 0 || numel <= (uint64_t{1} << 50) / v),
+            "{}: tensor '{}' has an impossible shape {}", origin_, name, shape->dump());
+      numel *= v;
+      dims.push_back(static_cast<int64_t>(v));
+    }
+    info.shape = Shape(std::span<const int64_t>(dims));
+    const auto offsets = entry.find("data_offsets");
+    check(offsets != entry.end() && offsets->is_array() && offsets->size() == 2 && (*offsets)[0].is_number_unsigned() &&
+              (*offsets)[1].is_number_unsigned(),
+          "{}: tensor '{}' needs data_offsets [begin, end]", origin_, name);
+    info.begin = (*offsets)[0].get<uint64_t>();
+    info.end = (*offsets)[1].get<uint64_t>();
+    check(info.begin <= info.end && info.end <= data_size,
+          "{}: tensor '{}' has data_offsets [{}, {}] outside the {} bytes of data (truncated file?)", origin_, name,
+          info.begin, info.end, data_size);
+    const uint64_t expected = numel * static_cast<uint64_t>(dtype_size(info.dtype));
+    check(info.end - info.begin == expected, "{}: tensor '{}' ({} {}) needs {} bytes, its data_offsets give {}",
+          origin_, name, dtype_name(info.dtype), info.shape, expected, info.end - info.begin);
+    tensors_.push_back(std::move(info));
+  }
+  // Tensors must not overlap (they may come in any order in the JSON object).
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    check(by_offset[i]->begin >= by_offset[i - 1]->end, "{}: tensors '{}' and '{}' overlap", origin_,
+          by_offset[i - 1]->name, by_offset[i]->name);
+  std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin; });
 }
 
 FileMapping::~FileMapping() {
   if (base != nullptr) ::munmap(base, size);
 }
 
-std::shared_ptr<FileMapping> map_private(const fs::path& path) {
+std::shared_ptr<FileMapping> map_file(const fs::path& path, MapAccess access) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   check(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(fmt::format("{}: not a regular, non-empty file", path.string()));
+    throw Error(fmt::format("{}: not a regular file", path.string()));
   }
   auto mapping = std::make_shared<FileMapping>();
   mapping->size = static_cast<size_t>(st.st_size);
-  // Writable but private: writes go to copies of the pages, never to the file.
-  void* base = ::mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  if (mapping->size == 0) {  // mmap refuses an empty range
+    ::close(fd);
+    return mapping;
+  }
+  // Private either way: a writable mapping's writes go to copies of the pages, never to the file.
+  const int protection = access == MapAccess::CopyOnWrite ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* base = ::mmap(nullptr, mapping->size, protection, MAP_PRIVATE, fd, 0);
   ::close(fd);
   check(base != MAP_FAILED, "{}: cannot map: {}", path.string(), std::strerror(errno));
   mapping->base = base;
   return mapping;
 }
 
-SafetensorsReader::~SafetensorsReader() {
-  if (map_) ::munmap(map_, map_size_);
-}
-
-SafetensorsReader::SafetensorsReader(SafetensorsReader&& o) noexcept
-    : origin_(std::move(o.origin_)),
-      tensors_(std::move(o.tensors_)),
-      metadata_(std::move(o.metadata_)),
-      data_(o.data_),
-      map_(o.map_),
-      map_size_(o.map_size_) {
-  o.map_ = nullptr;
-  o.data_ = nullptr;
-}
-
-SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& o) noexcept {
-  if (this != &o) {
-    if (map_) ::munmap(map_, map_size_);
-    origin_ = std::move(o.origin_);
-    tensors_ = std::move(o.tensors_);
-    metadata_ = std::move(o.metadata_);
-    data_ = o.data_;
-    map_ = o.map_;
-    map_size_ = o.map_size_;
-    o.map_ = nullptr;
-    o.data_ = nullptr;
-  }
-  return *this;
+std::shared_ptr<FileMapping> map_private(const fs::path& path) {
+  std::shared_ptr<FileMapping> mapping = map_file(path, MapAccess::CopyOnWrite);
+  check(mapping->size > 0, "{}: not a regular, non-empty file", path.string());
+  return mapping;
 }
 
 const TensorInfo* SafetensorsReader::find(std::string_view name) const {
