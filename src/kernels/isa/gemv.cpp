@@ -1,11 +1,11 @@
 // Decoding's matmul: one row (or a few) times each weight row, a stream through the weights bound by
 // memory. The weights are fp32, bf16 or fp16; products and sums are fp32.
 #include "kernels/isa/isa.h"
+#include "kernels/isa/channels.h"
 #include "kernels/isa/lanes.h"
 #include "kernels/parallel.h"
 
 #include <algorithm>
-#include <atomic>
 
 namespace attend::kernels::ATTEND_ISA {
 namespace {
@@ -44,12 +44,7 @@ template <typename Format, typename W>
   return s;
 }
 
-// Threads split the output channels, each streams its weight rows once. Each thread first takes its own
-// contiguous share of seven eighths of the channels (one long stream), then the last eighth is shared in
-// chunks of 32 as the threads free up: the cores stream at rates that differ from call to call, and with an
-// even split one waited for the other for 15% of the gemv time. Smaller chunks restart the prefetchers'
-// streams too often (docs/BENCHMARKS.md). Every channel is computed the same way whichever thread takes
-// it, so the result does not depend on the timing.
+// Threads split the output channels (channels.h), each streams its weight rows once.
 template <typename Format, typename W>
 void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
   auto channels = [&](int64_t o0, int64_t o1) {
@@ -59,14 +54,7 @@ void gemv_rows(float* out, const float* inp, const W* weight, const float* bias,
         out[n * OC + o] = dot<Format>(inp + n * C, w, C) + (bias != nullptr ? bias[o] : 0.0f);
     }
   };
-  const int threads = OC >= 512 ? num_threads() : 1;  // below 256 channels per thread, one thread is faster
-  const int64_t own = OC * 7 / 8 / threads;
-  constexpr int64_t kChunk = 32;
-  std::atomic<int64_t> next{own * threads};
-  parallel_for(threads, 1, [&](int64_t t, int64_t) {
-    channels(t * own, (t + 1) * own);
-    for (int64_t o; (o = next.fetch_add(kChunk, std::memory_order_relaxed)) < OC;) channels(o, std::min(OC, o + kChunk));
-  });
+  split_channels(OC, channels);
 }
 
 }  // namespace

@@ -5,12 +5,12 @@
 // times signed activations into 16-bit pairs, vpmaddwd into 32-bit sums), and a type whose levels are offset
 // (Q4_0's q − 8, Q6_K's q − 32, the K types' minimums) subtracts offset · Σx per block from the activation sums.
 #include "kernels/isa/isa.h"
+#include "kernels/isa/channels.h"
 #include "kernels/isa/lanes.h"
 #include "kernels/parallel.h"
 #include "kernels/quant_layout.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -307,15 +307,7 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
       for (int64_t n = 0; n < N; ++n)
         out[n * OC + o] = dot(type, rows + o * row_bytes, acts + n * act_row, blocks) + (bias != nullptr ? bias[o] : 0.0f);
   };
-  // As the float gemv splits its channels (gemv.cpp): a contiguous share each, the last eighth in chunks.
-  const int threads = OC >= 512 ? num_threads() : 1;
-  const int64_t own = OC * 7 / 8 / threads;
-  constexpr int64_t kChunk = 32;
-  std::atomic<int64_t> next{own * threads};
-  parallel_for(threads, 1, [&](int64_t th, int64_t) {
-    channels(th * own, (th + 1) * own);
-    for (int64_t o; (o = next.fetch_add(kChunk, std::memory_order_relaxed)) < OC;) channels(o, std::min(OC, o + kChunk));
-  });
+  split_channels(OC, channels);
 }
 
 }  // namespace attend::kernels::ATTEND_ISA

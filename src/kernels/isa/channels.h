@@ -1,0 +1,31 @@
+// How the decode matmuls (gemv.cpp, quant_gemv.cpp) share a weight's output channels between threads.
+#pragma once
+
+#include "kernels/isa/isa.h"
+#include "kernels/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace attend::kernels::ATTEND_ISA {
+
+// Runs channels(o0, o1) over [0, OC): each thread first takes its own contiguous share of seven eighths of the
+// channels (one long stream through its weight rows), then the last eighth is shared in chunks of 32 as the
+// threads free up. The cores stream at rates that differ from call to call, and with an even split one waited for
+// the other for 15% of the gemv time; smaller chunks restart the prefetchers' streams too often
+// (docs/BENCHMARKS.md). Every channel is computed the same way whichever thread takes it, so the result does not
+// depend on the timing. Below 512 channels one thread is faster.
+template <typename F>
+void split_channels(int64_t OC, F&& channels) {
+  const int threads = OC >= 512 ? num_threads() : 1;
+  const int64_t own = OC * 7 / 8 / threads;
+  constexpr int64_t kChunk = 32;
+  std::atomic<int64_t> next{own * threads};
+  parallel_for(threads, 1, [&](int64_t t, int64_t) {
+    channels(t * own, (t + 1) * own);
+    for (int64_t o; (o = next.fetch_add(kChunk, std::memory_order_relaxed)) < OC;) channels(o, std::min(OC, o + kChunk));
+  });
+}
+
+}  // namespace attend::kernels::ATTEND_ISA
