@@ -53,6 +53,18 @@ std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool by
   return tokens;
 }
 
+AddedToken read_added_token(const json& entry, const Reader& r, const std::string& path, int32_t id) {
+  AddedToken a;
+  a.id = id;
+  a.content = r.string(r.field(entry, path, "content"), path + ".content");
+  a.special = r.boolean(r.optional(entry, "special"), path + ".special", false);
+  a.lstrip = r.boolean(r.optional(entry, "lstrip"), path + ".lstrip", false);
+  a.rstrip = r.boolean(r.optional(entry, "rstrip"), path + ".rstrip", false);
+  a.single_word = r.boolean(r.optional(entry, "single_word"), path + ".single_word", false);
+  a.normalized = r.boolean(r.optional(entry, "normalized"), path + ".normalized", !a.special);
+  return a;
+}
+
 std::vector<BpeModel::Merge> read_merges(const json& merges, const Reader& r, const BpeModel& vocab_only,
                                          bool byte_letters) {
   check(merges.is_array(), "{}: model.merges is {}, expected an array", r.origin, merges.type_name());
@@ -98,17 +110,9 @@ void read_added_tokens(const json& j, const Reader& r, Tokenizer::Impl& m) {
   for (size_t i = 0; i < added->size(); ++i) {
     const json& t = (*added)[i];
     const std::string path = fmt::format("added_tokens[{}]", i);
-    AddedToken a;
     const int64_t id = r.integer(r.field(t, path, "id"), path + ".id");
     check(id >= 0 && id < INT32_MAX, "{}: {}.id is {}, expected a token id (0 or more)", r.origin, path, id);
-    a.id = static_cast<int32_t>(id);
-    a.content = r.string(r.field(t, path, "content"), path + ".content");
-    a.special = r.boolean(r.optional(t, "special"), path + ".special", false);
-    a.lstrip = r.boolean(r.optional(t, "lstrip"), path + ".lstrip", false);
-    a.rstrip = r.boolean(r.optional(t, "rstrip"), path + ".rstrip", false);
-    a.single_word = r.boolean(r.optional(t, "single_word"), path + ".single_word", false);
-    a.normalized = r.boolean(r.optional(t, "normalized"), path + ".normalized", !a.special);
-    m.added.push_back(std::move(a));
+    m.added.push_back(read_added_token(t, r, path, static_cast<int32_t>(id)));
   }
 }
 

@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+namespace attend {
+struct AddedToken;  // tokenizer_impl.h
+}  // namespace attend
+
 namespace attend::tokenize {
 
 using json = nlohmann::json;
@@ -72,6 +76,9 @@ std::vector<std::string> dense_vocab(const json& vocab, const Reader& r, bool by
 // model.merges ("left right" strings or [left, right] pairs) as pairs of ids of vocab_only's tokens.
 std::vector<BpeModel::Merge> read_merges(const json& merges, const Reader& r, const BpeModel& vocab_only,
                                          bool byte_letters);
+// An added token's entry at `path` (tokenizer.json's added_tokens[i], tokenizer_config.json's
+// added_tokens_decoder["id"]): its content and flags (normalized defaults to !special, as Hugging Face's), for `id`.
+AddedToken read_added_token(const json& entry, const Reader& r, const std::string& path, int32_t id);
 
 // A pipeline stage as tokenizer.json writes it: null when it has no steps, the one step itself, or a Sequence listing
 // them under `list_key` ("normalizers", "pretokenizers", "decoders", "processors"). A stage read from a Sequence

@@ -53,15 +53,7 @@ void Tokenizer::apply_config(std::string_view text, std::string_view origin) {
         }
         check(id >= 0 && id < INT32_MAX, "{}: {} is not a token id", origin, path);
         if (m.added_by_id(static_cast<int32_t>(id))) continue;
-        AddedToken a;
-        a.id = static_cast<int32_t>(id);
-        a.content = r.string(r.field(t, path, "content"), path + ".content");
-        a.special = r.boolean(r.optional(t, "special"), path + ".special", false);
-        a.lstrip = r.boolean(r.optional(t, "lstrip"), path + ".lstrip", false);
-        a.rstrip = r.boolean(r.optional(t, "rstrip"), path + ".rstrip", false);
-        a.single_word = r.boolean(r.optional(t, "single_word"), path + ".single_word", false);
-        a.normalized = r.boolean(r.optional(t, "normalized"), path + ".normalized", !a.special);
-        m.added.push_back(std::move(a));
+        m.added.push_back(read_added_token(t, r, path, static_cast<int32_t>(id)));
         changed = true;
       }
       if (changed) m.index_added();
