@@ -131,64 +131,53 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
   split(text, [&](std::string_view piece) { pieces.push_back(piece); });
 }
 
-void RegexSplitter::split(std::string_view text, const std::function<void(std::string_view)>& emit) const {
-  pcre2_match_data* match = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
+namespace {
+
+// Calls on_match(begin, end) for every match of `code` in `text`, from left to right; after an empty match the
+// search goes on one character later, after any other at its end. A PCRE2 error names `pattern`.
+template <typename F>
+void for_each_match(const pcre2_code* code, const std::string& pattern, std::string_view text, F&& on_match) {
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
+      pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
   check(match != nullptr, "out of memory for a regex match");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t done = 0;  // text before this is already in pieces
   size_t start = 0;
   while (start <= text.size()) {
-    const int rc = pcre2_match(compiled_->code, subject, text.size(), start, 0, match, nullptr);
+    const int rc = pcre2_match(code, subject, text.size(), start, 0, match.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      pcre2_match_data_free(match);
-      throw Error(fmt::format("pre-tokeniser pattern '{}' failed with PCRE2 error {}", pattern_, rc));
-    }
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
+    check(rc >= 0, "pre-tokeniser pattern '{}' failed with PCRE2 error {}", pattern, rc);
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
     const size_t begin = ovector[0], end = ovector[1];
+    on_match(begin, end);
     if (end == begin) {  // an empty match: step one character on and look again
       if (begin >= text.size()) break;
       start = begin + static_cast<size_t>(decode_utf8(text, begin).length);
-      continue;
+    } else {
+      start = end;
     }
-    try {
-      if (begin > done) emit(text.substr(done, begin - done));
-      emit(text.substr(begin, end - begin));
-    } catch (...) {
-      pcre2_match_data_free(match);
-      throw;
-    }
-    done = start = end;
   }
-  pcre2_match_data_free(match);
+}
+
+}  // namespace
+
+void RegexSplitter::split(std::string_view text, const std::function<void(std::string_view)>& emit) const {
+  size_t done = 0;  // text before this is already in pieces
+  for_each_match(compiled_->code, pattern_, text, [&](size_t begin, size_t end) {
+    if (end == begin) return;  // empty matches cut nothing
+    if (begin > done) emit(text.substr(done, begin - done));
+    emit(text.substr(begin, end - begin));
+    done = end;
+  });
   if (done < text.size()) emit(text.substr(done));
 }
 
 void RegexSplitter::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {
-  pcre2_match_data* match = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
-  check(match != nullptr, "out of memory for a regex match");
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t start = 0, previous_end = std::string_view::npos;
-  while (start <= text.size()) {
-    const int rc = pcre2_match(compiled_->code, subject, text.size(), start, 0, match, nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      pcre2_match_data_free(match);
-      throw Error(fmt::format("pre-tokeniser pattern '{}' failed with PCRE2 error {}", pattern_, rc));
-    }
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
-    const size_t begin = ovector[0], end = ovector[1];
-    if (begin == end) {
-      if (begin != previous_end) matches.emplace_back(begin, end);
-      if (begin >= text.size()) break;
-      start = begin + static_cast<size_t>(decode_utf8(text, begin).length);
-      previous_end = std::string_view::npos;
-      continue;
-    }
-    matches.emplace_back(begin, end);
-    start = previous_end = end;
-  }
-  pcre2_match_data_free(match);
+  size_t previous_end = std::string_view::npos;
+  for_each_match(compiled_->code, pattern_, text, [&](size_t begin, size_t end) {
+    // An empty match right where the previous match ended is not reported.
+    if (begin != end || begin != previous_end) matches.emplace_back(begin, end);
+    previous_end = begin == end ? std::string_view::npos : end;
+  });
 }
 
 namespace {
