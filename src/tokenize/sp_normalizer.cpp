@@ -4,6 +4,7 @@
 
 #include <attend/error.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace attend::tokenize {
@@ -17,6 +18,37 @@ uint32_t label(uint32_t unit) { return unit & ((1U << 31) | 0xFF); }
 uint32_t offset(uint32_t unit) { return (unit >> 10) << ((unit & (1U << 9)) >> 6); }
 
 constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
+
+// Walks the trie (`n_units` little-endian uint32 from byte 4 of `blob`) along `text`'s bytes: on_leaf(length,
+// value) for each prefix that ends at a leaf, shortest first, until it returns false; `value` is an offset into the
+// replacements, unchecked. The walk ends at the first byte the trie does not continue with, and at a NUL byte when
+// `stop_at_nul`.
+template <typename F>
+void walk_trie(std::string_view blob, size_t n_units, std::string_view text, bool stop_at_nul, F&& on_leaf) {
+  auto unit_at = [&](size_t i) {  // memcpy keeps the reads aligned-safe
+    uint32_t u;
+    std::memcpy(&u, blob.data() + 4 + 4 * i, 4);
+    return u;
+  };
+  size_t pos = offset(unit_at(0));
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (stop_at_nul && c == 0) break;
+    pos ^= c;
+    if (pos >= n_units) break;
+    const uint32_t unit = unit_at(pos);
+    if (label(unit) != c) break;
+    pos ^= offset(unit);
+    if (pos >= n_units) break;
+    if (has_leaf(unit) && !on_leaf(i + 1, leaf_value(unit_at(pos)))) return;
+  }
+}
+
+// The NUL-terminated replacement at `value` of the replacements.
+std::string_view replacement_at(std::string_view replacements, uint32_t value) {
+  const std::string_view rest = replacements.substr(value);
+  return rest.substr(0, std::min(rest.find('\0'), rest.size()));
+}
 
 }  // namespace
 
@@ -39,33 +71,14 @@ std::pair<std::string_view, size_t> SpNormalizer::normalize_prefix(std::string_v
   for (const std::string& u : user_defined)
     if (!u.empty() && text.starts_with(u)) return {text.substr(0, u.size()), u.size()};
   if (n_units_ > 0) {
-    // Units are little-endian uint32 from byte 4; memcpy keeps the reads aligned-safe.
-    auto unit_at = [&](size_t i) {
-      uint32_t u;
-      std::memcpy(&u, blob_.data() + 4 + 4 * i, 4);
-      return u;
-    };
     const std::string_view replacements = std::string_view(blob_).substr(replacements_begin_);
     size_t longest = 0;
     uint32_t value = 0;
-    size_t pos = offset(unit_at(0));
-    for (size_t i = 0; i < text.size(); ++i) {
-      const auto c = static_cast<unsigned char>(text[i]);
-      pos ^= c;
-      if (pos >= n_units_) break;
-      const uint32_t unit = unit_at(pos);
-      if (label(unit) != c) break;
-      pos ^= offset(unit);
-      if (pos >= n_units_) break;
-      if (has_leaf(unit)) {
-        longest = i + 1;
-        value = leaf_value(unit_at(pos));
-      }
-    }
-    if (longest > 0 && value < replacements.size()) {
-      const std::string_view rest = replacements.substr(value);
-      return {rest.substr(0, std::min(rest.find('\0'), rest.size())), longest};
-    }
+    walk_trie(blob_, n_units_, text, false, [&](size_t length, uint32_t v) {
+      longest = length, value = v;
+      return true;
+    });
+    if (longest > 0 && value < replacements.size()) return {replacement_at(replacements, value), longest};
   }
   const CodePoint cp = decode_utf8(text, 0);
   if (cp.value == kInvalid) return {kReplacementChar, 1};
@@ -74,30 +87,13 @@ std::pair<std::string_view, size_t> SpNormalizer::normalize_prefix(std::string_v
 
 std::optional<std::string_view> SpNormalizer::first_match(std::string_view chunk) const {
   if (n_units_ == 0) return std::nullopt;
-  auto unit_at = [&](size_t i) {
-    uint32_t u;
-    std::memcpy(&u, blob_.data() + 4 + 4 * i, 4);
-    return u;
-  };
   const std::string_view replacements = std::string_view(blob_).substr(replacements_begin_);
-  size_t pos = offset(unit_at(0));
-  for (size_t i = 0; i < chunk.size(); ++i) {
-    const auto c = static_cast<unsigned char>(chunk[i]);
-    if (c == 0) break;
-    pos ^= c;
-    if (pos >= n_units_) break;
-    const uint32_t unit = unit_at(pos);
-    if (label(unit) != c) break;
-    pos ^= offset(unit);
-    if (pos >= n_units_) break;
-    if (has_leaf(unit)) {
-      const uint32_t value = leaf_value(unit_at(pos));
-      if (value >= replacements.size()) return std::nullopt;
-      const std::string_view rest = replacements.substr(value);
-      return rest.substr(0, std::min(rest.find('\0'), rest.size()));
-    }
-  }
-  return std::nullopt;
+  std::optional<std::string_view> found;
+  walk_trie(blob_, n_units_, chunk, true, [&](size_t, uint32_t value) {
+    if (value < replacements.size()) found = replacement_at(replacements, value);
+    return false;  // the first leaf decides, a bad offset included
+  });
+  return found;
 }
 
 std::string SpNormalizer::normalize(std::string_view text, bool dummy_prefix) const {
