@@ -442,8 +442,7 @@ TEST(Decoding, SixteenBitStorageEqualsTheCheckpointOfThatType) {
 
 // Quantized storage: the multiplied matrices become ggml blocks and every value the blocks' values, so the model
 // is the fp32 model of those values but for the int8 rounding of the inputs of the few-row matmuls (each decoded
-// token, and a prompt's last position through the LM head); a prompt's other matmuls dequantize the weight and run
-// sgemm (Quant.PromptMatmulIsSgemmOnTheDequantizedWeight). A width that is not whole blocks of a K type takes the
+// token, and a prompt's last position through the LM head); a prompt's other matmuls run sgemm on those values. A width that is not whole blocks of a K type takes the
 // nearest type that fits, as llama.cpp does.
 TEST(Decoding, QuantizedStorageIsTheDequantizedModel) {
   ModelConfig c;

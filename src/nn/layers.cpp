@@ -119,7 +119,8 @@ bool quantize_parameter(Parameter& p, WeightType type, const float* importance) 
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
   precision = precision_for(weight, precision);
-  if (!weight.quantized.empty() && precision == Precision::F32) {
+  // Decoding with a quantized weight: the int8 gemv on its blocks. (A prompt multiplies `value`, below.)
+  if (!weight.quantized.empty() && precision == Precision::F32 && N <= kernels::kGemvRows) {
     if (weight.quantized.size() == 1)
       return kernels::matmul_forward_quant(quant_type(weight.storage), out, inp, weight.quantized[0].blocks.data(), bias,
                                            N, C, OC);
@@ -147,7 +148,9 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
     case WeightType::F32: return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
     case WeightType::Q8_0: case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
     case WeightType::Q4_K: case WeightType::Q5_K: case WeightType::Q6_K:
-      return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);  // blocks not set: the values
+      // A prompt: sgemm on `value`, which holds the blocks' dequantized values (what matmul_forward_quant would
+      // dequantize at every call).
+      return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
     case WeightType::BF16:
       if (N <= kernels::kGemvRows) return kernels::matmul_forward_bf16(out, inp, weight.packed.data(), bias, N, C, OC);
       // A prompt: bf16 products at up to twice sgemm's rate, inputs rounded as in bf16 training.
