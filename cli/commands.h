@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,9 @@ std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin)
 inline constexpr const char* kWeightsHelp =
     "how the matrices are kept for running: f32, bf16, f16 (rounded and packed: half the bytes), or quantized to "
     "ggml's blocks: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (8.5 to 4.5 bits a weight)";
+// The tokenizer a model carries: a GGUF file's tokenizer.ggml.*, or a directory's tokenizer.json (encoder.json +
+// vocab.bpe, tokenizer.model); nullopt when there is none.
+std::optional<Tokenizer> model_tokenizer(const std::string& model);
 // Empty: a model loaded with quantized matrices (a GGUF file) keeps them; any other gets `fallback`.
 void set_weights(Model& model, const std::string& weights, WeightType fallback);
 
@@ -42,7 +46,7 @@ std::string per_byte_summary(double loss_per_byte);
 void add_info_command(CLI::App& app);
 // Adds `attend tokenizer train|info`, `attend tokenize` and `attend detokenize`.
 void add_tokenizer_commands(CLI::App& app);
-// Adds `attend init`, `attend inspect` and `attend export`.
+// Adds `attend init`, `attend inspect`, `attend export` and `attend quantize`.
 void add_model_commands(CLI::App& app);
 // Adds `attend train`, `attend schedule` and `attend plot`.
 void add_train_commands(CLI::App& app);

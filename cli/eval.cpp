@@ -219,9 +219,10 @@ void add_eval_command(CLI::App& app) {
     if (data.empty()) {
       tokens = parse_ids(read_file(token_file), token_file);
     } else {
-      const Tokenizer tokenizer = Tokenizer::load(model_dir);
-      tokens = tokenizer.encode(read_file(data));
-      for (size_t i = 1; i < tokens.size(); ++i) bytes += tokenizer.text_bytes(tokens[i]);  // the scored tokens
+      const std::optional<Tokenizer> tokenizer = model_tokenizer(model_dir);
+      check(tokenizer.has_value(), "{}: no tokenizer to read --data with; give --tokens", model_dir);
+      tokens = tokenizer->encode(read_file(data));
+      for (size_t i = 1; i < tokens.size(); ++i) bytes += tokenizer->text_bytes(tokens[i]);  // the scored tokens
     }
     const EvalResult r = evaluate_lm(model, tokens, options);
     const double loss_per_byte = bytes > 0 ? r.loss * double(r.tokens) / double(bytes) : 0.0;

@@ -28,6 +28,12 @@ void set_weights(Model& model, const std::string& weights, WeightType fallback) 
   model.set_storage(type);
 }
 
+std::optional<Tokenizer> model_tokenizer(const std::string& model) {
+  if (is_gguf_file(model)) return load_gguf_tokenizer(model);
+  if (Tokenizer::found_in(model)) return Tokenizer::load(model);
+  return std::nullopt;
+}
+
 void set_special_tokens(const Tokenizer* tokenizer, const GenerationDefaults& defaults, const Model& model,
                         GenerateOptions& options) {
   // The model directory's own list (generation_config.json, config.json) first, as Hugging Face's generate reads it;
@@ -106,12 +112,7 @@ void add_generate_command(CLI::App& app) {
     set_weights(model, weights, WeightType::F32);
     options.cache = parse_cache_type(kv_cache);
     // Without a tokenizer the model still runs on ids: --prompt-ids in, ids out.
-    std::optional<Tokenizer> tokenizer;
-    if (is_gguf_file(model_dir)) {
-      if (auto t = load_gguf_tokenizer(model_dir)) tokenizer.emplace(std::move(*t));
-    } else if (Tokenizer::found_in(model_dir)) {
-      tokenizer.emplace(Tokenizer::load(model_dir));
-    }
+    std::optional<Tokenizer> tokenizer = model_tokenizer(model_dir);
     check(tokenizer || prompt.empty(),
           "{}: no tokenizer (tokenizer.json, encoder.json + vocab.bpe, or tokenizer.model) to read --prompt; give "
           "--prompt-ids",

@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include <attend/error.h>
+#include <attend/eval.h>
 #include <attend/io.h>
 #include <attend/model.h>
 #include <attend/tokenizer.h>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <utility>
@@ -127,26 +129,78 @@ void add_inspect(CLI::App& app) {
 void add_export(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "export", "Write a model in a Hugging Face layout: its family's (hf), or one named (hf-gpt2: GPT2LMHeadModel; "
-                "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; hf-t5: T5ForConditionalGeneration; hf-bert: BertForMaskedLM, BertForSequenceClassification, BertModel)");
-  static std::string dir, out, format = "hf";
-  cmd->add_option("--model", dir, "A model directory")->required();
-  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5 or hf-bert")->capture_default_str();
-  cmd->add_option("-o,--output", out, "The directory to write")->required();
+                "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; "
+                "hf-t5: T5ForConditionalGeneration; hf-bert: BertForMaskedLM, BertForSequenceClassification, BertModel); "
+                "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2)");
+  static std::string dir, out, format = "hf", type;
+  cmd->add_option("--model", dir, "A model directory or GGUF file")->required();
+  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert or gguf")
+      ->capture_default_str();
+  cmd->add_option("--type", type, "gguf: the weights' type: f32, f16, bf16, or a quantization (see `attend quantize`); "
+                                  "default: as the model holds them");
+  cmd->add_option("-o,--output", out, "The directory to write (gguf: the file)")->required();
   cmd->callback([] {
+    const Model model = load_model(dir);
+    const std::optional<Tokenizer> tok = model_tokenizer(dir);
+    if (format == "gguf") {
+      export_gguf(model, out, tok ? &*tok : nullptr, {.type = type});
+      fmt::print("{}: GGUF {} ({}){}\n", out, gguf_architecture(model.config()), type.empty() ? "weights as held" : type,
+                 tok ? ", with its tokenizer" : "");
+      return;
+    }
+    check(type.empty(), "--type is an option of --format gguf");
     using Export = void (*)(const Model&, const std::filesystem::path&, const Tokenizer*);
     const std::pair<const char*, Export> formats[] = {
         {"hf", export_hf},           {"hf-gpt2", export_hf_gpt2}, {"hf-llama", export_hf_llama},
         {"hf-gemma3", export_hf_gemma3}, {"hf-t5", export_hf_t5},  {"hf-bert", export_hf_bert}};
     const auto it = std::find_if(std::begin(formats), std::end(formats), [](const auto& f) { return format == f.first; });
-    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5 or hf-bert", format);
-    const Model model = load_model(dir);
-    std::optional<Tokenizer> tok;
-    if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) tok.emplace(Tokenizer::load(dir));
+    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert or gguf",
+          format);
     it->second(model, out, tok ? &*tok : nullptr);
     const std::string architecture =
         nlohmann::json::parse(read_file(std::filesystem::path(out) / "config.json"))["architectures"][0];
     fmt::print("{}: Hugging Face {} layout (config.json, model.safetensors{})\n", out, architecture,
                tok ? ", tokenizer.json" : "");
+  });
+}
+
+void add_quantize(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "quantize", "Quantize a model to ggml's blocks and write it as a GGUF file (llama.cpp's types and mixes; "
+                  "llama.cpp runs the file, and so does attend generate|eval|chat --model FILE.gguf)");
+  static std::string dir, out, type, calibration;
+  static int64_t calibration_tokens = 32768;
+  cmd->add_option("--model", dir, "A model directory or GGUF file")->required();
+  cmd->add_option("--type", type,
+                  "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (every matrix; the LM head Q6_K, or Q8_0 under "
+                  "q8_0), or llama.cpp's mixes q4_k_m, q5_k_m (more bits for attn_v and ffn_down in some layers)")
+      ->required();
+  cmd->add_option("-o,--output", out, "The GGUF file to write")->required();
+  cmd->add_option("--calibration", calibration,
+                  "A text file: run the model over it and weigh each input column's quantization error by its mean "
+                  "squared activation (llama.cpp's importance matrix)");
+  cmd->add_option("--calibration-tokens", calibration_tokens, "Tokens of --calibration to run at most")
+      ->capture_default_str();
+  cmd->callback([] {
+    check(type != "f32" && type != "f16" && type != "bf16" && !type.empty(),
+          "--type '{}': a quantized type (for float types use attend export --format gguf --type)", type);
+    const auto start = std::chrono::steady_clock::now();
+    const Model model = load_model(dir);
+    const std::optional<Tokenizer> tok = model_tokenizer(dir);
+    InputStatistics stats;
+    if (!calibration.empty()) {
+      check(tok.has_value(), "{}: no tokenizer to read --calibration with", dir);
+      std::vector<int32_t> tokens = tok->encode(read_file(calibration));
+      check(tokens.size() >= 2, "{}: too short to calibrate with ({} tokens)", calibration, tokens.size());
+      if (static_cast<int64_t>(tokens.size()) > calibration_tokens) tokens.resize(static_cast<size_t>(calibration_tokens));
+      const RecordInputs recording(stats);
+      const EvalResult r = evaluate_lm(model, tokens, {.stride = model.config().max_seq_len});
+      fmt::print("calibration: {} tokens of {}, perplexity {:.3f}\n", r.tokens + 1, calibration, r.perplexity);
+    }
+    export_gguf(model, out, tok ? &*tok : nullptr, {.type = type, .importance = calibration.empty() ? nullptr : &stats});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print("{}: {} {}, {:.1f} MB, in {:.1f} s\n", out, gguf_architecture(model.config()), type,
+               static_cast<double>(std::filesystem::file_size(out)) / 1e6, seconds);
   });
 }
 
@@ -156,6 +210,7 @@ void add_model_commands(CLI::App& app) {
   add_init(app);
   add_inspect(app);
   add_export(app);
+  add_quantize(app);
 }
 
 }  // namespace attend::cli

@@ -20,6 +20,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -286,6 +288,28 @@ class Model {
   Model(const ModelConfig& config, Uninitialized);  // zero weights (norm gains 1)
 
   std::unique_ptr<Impl> impl_;
+};
+
+// The mean square of each input column of every matrix a model multiplies, gathered over the forward passes run
+// while a RecordInputs is alive (llama.cpp's "importance matrix"): importance-weighted quantization weighs the
+// error of column j by it, so the columns that meet large activations are kept closest.
+struct InputStatistics {
+  struct Entry {
+    std::vector<double> sum_squares;  // Σ over input rows of x_j²
+    int64_t rows = 0;
+  };
+  std::map<std::string, Entry, std::less<>> by_weight;  // by parameter name
+  // The mean squares of `name`'s input columns; empty when no forward pass multiplied it.
+  std::vector<float> mean_squares(std::string_view name) const;
+};
+// While alive, every fp32 or mixed-precision matrix product of any model in this process adds its input rows
+// to `stats` (one recorder at a time; products on several threads are serialised).
+class RecordInputs {
+ public:
+  explicit RecordInputs(InputStatistics& stats);
+  ~RecordInputs();
+  RecordInputs(const RecordInputs&) = delete;
+  RecordInputs& operator=(const RecordInputs&) = delete;
 };
 
 }  // namespace attend

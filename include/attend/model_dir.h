@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -45,6 +46,28 @@ ModelConfig load_model_config(const std::filesystem::path& dir);
 bool is_gguf_file(const std::filesystem::path& path);
 std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
 
+// Writes a decoder as one GGUF file (llama.cpp's format) of the architecture its options make it: gpt2 (learned
+// positions, LayerNorm, biases, GELU), llama (RoPE, RMSNorm, SwiGLU; Mistral's window) or qwen2 (llama's with
+// q, k, v biases), with the tokenizer as tokenizer.ggml.* (byte-level BPE) when given. `type`:
+//   ""                   each weight as the model holds it: quantized blocks as they are, fp32 values as F32
+//   f32, f16, bf16       every matrix in that type (norms and biases F32)
+//   q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k
+//                        every multiplied matrix in that block type, the LM head in Q6_K (Q8_0 for q8_0), the
+//                        position table F32, as llama.cpp's llama-quantize does
+//   q4_k_m, q5_k_m       llama.cpp's mixes: q4_k (q5_k), with Q6_K for attn_v and ffn_down in the first and last
+//                        eighth of the layers and every third between, and Q5_K (Q6_K) for gpt2's fused attn_qkv
+// A matrix whose rows are not whole blocks takes llama.cpp's fallback (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0).
+// `importance` (from a RecordInputs over a calibration text) weighs each column's error in quantizing.
+struct GgufExportOptions {
+  std::string type;
+  const InputStatistics* importance = nullptr;
+};
+std::vector<std::string> gguf_export_types();  // the types above but ""
+// The GGUF architecture export_gguf writes a model of this configuration as ("gpt2", "llama", "qwen2"); an
+// error names the option none of them can express.
+std::string gguf_architecture(const ModelConfig& c);
+void export_gguf(const Model& model, const std::filesystem::path& file, const Tokenizer* tokenizer = nullptr,
+                 const GgufExportOptions& options = {});
 // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
 // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
 void save_model(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,

@@ -1,6 +1,7 @@
 #include "formats/gguf_model.h"
 
 #include "formats/hf_checkpoint.h"
+#include "formats/hf_llama.h"
 #include "kernels/convert.h"
 #include "nn/layers.h"
 
@@ -72,42 +73,6 @@ void values_of(const gguf::Reader& file, const gguf::TensorInfo& t, float* out) 
   kernels::dequantize_row(nn::quant_type(*q), out, t.data, n);  // rows are whole blocks: the reader checked
 }
 
-// Where one GGUF tensor goes: a parameter, and the first of its rows that the tensor fills.
-struct Target {
-  std::string gguf, attend;
-  int64_t row = 0;
-};
-
-std::vector<Target> targets(const ModelConfig& c, const std::string& arch, bool has_output) {
-  std::vector<Target> m = {{"token_embd.weight", "embed.tokens.weight"}};
-  const int64_t H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
-  if (arch == "gpt2") m.push_back({"position_embd.weight", "embed.positions.weight"});
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string g = fmt::format("blk.{}.", i), a = decoder_block(i);
-    std::vector<std::pair<std::string, std::string>> kinds = {{"weight", "weight"}};
-    if (c.bias) kinds.push_back({"bias", "bias"});
-    for (const auto& [gk, ak] : kinds) {
-      m.push_back({g + "attn_norm." + gk, a + "attn_norm." + ak});
-      m.push_back({g + "ffn_norm." + gk, a + "ffn_norm." + ak});
-      m.push_back({g + "attn_output." + gk, a + "attn.o." + ak});
-      m.push_back({g + "ffn_up." + gk, a + "ffn.up." + ak});
-      m.push_back({g + "ffn_down." + gk, a + "ffn.down." + ak});
-      if (arch == "gpt2") {
-        m.push_back({g + "attn_qkv." + gk, a + "attn.qkv." + ak});
-      } else {
-        m.push_back({g + "attn_q." + gk, a + "attn.qkv." + ak, 0});
-        m.push_back({g + "attn_k." + gk, a + "attn.qkv." + ak, H * D});
-        m.push_back({g + "attn_v." + gk, a + "attn.qkv." + ak, (H + Hkv) * D});
-      }
-    }
-    if (c.activation == FfnKind::SwiGLU) m.push_back({g + "ffn_gate.weight", a + "ffn.gate.weight"});
-  }
-  m.push_back({"output_norm.weight", "decoder.norm.weight"});
-  if (c.bias) m.push_back({"output_norm.bias", "decoder.norm.bias"});
-  if (has_output) m.push_back({"output.weight", "lm_head.weight"});
-  return m;
-}
-
 }  // namespace
 
 bool is_gguf_file(const fs::path& path) {
@@ -116,12 +81,47 @@ bool is_gguf_file(const fs::path& path) {
   return in && fs::is_regular_file(path) && in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
+std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch, bool output) {
+  std::vector<GgufPlace> m;
+  const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head(), F = c.d_ff;
+  m.push_back({"token_embd.weight", "embed.tokens.weight", 0, V});
+  if (arch == "gpt2") m.push_back({"position_embd.weight", "embed.positions.weight", 0, c.max_seq_len});
+  const bool neox = arch == "qwen2";
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string g = fmt::format("blk.{}.", i), a = decoder_block(i);
+    std::vector<const char*> kinds = {"weight"};
+    if (c.bias) kinds.push_back("bias");
+    for (const char* k : kinds) m.push_back({g + "attn_norm." + k, a + "attn_norm." + k, 0, C});
+    for (const char* k : kinds) {
+      if (arch == "gpt2") m.push_back({g + "attn_qkv." + k, a + "attn.qkv." + k, 0, (H + 2 * Hkv) * D});
+    }
+    if (arch != "gpt2") {
+      std::vector<const char*> qkv_kinds = {"weight"};
+      if (c.qkv_bias || c.bias) qkv_kinds.push_back("bias");
+      for (const char* k : qkv_kinds) {
+        m.push_back({g + "attn_q." + k, a + "attn.qkv." + k, 0, H * D, neox ? H : 0});
+        m.push_back({g + "attn_k." + k, a + "attn.qkv." + k, H * D, Hkv * D, neox ? Hkv : 0});
+        m.push_back({g + "attn_v." + k, a + "attn.qkv." + k, (H + Hkv) * D, Hkv * D});
+      }
+    }
+    for (const char* k : kinds) m.push_back({g + "attn_output." + k, a + "attn.o." + k, 0, C});
+    for (const char* k : kinds) m.push_back({g + "ffn_norm." + k, a + "ffn_norm." + k, 0, C});
+    if (c.activation == FfnKind::SwiGLU) m.push_back({g + "ffn_gate.weight", a + "ffn.gate.weight", 0, F});
+    for (const char* k : kinds) m.push_back({g + "ffn_up." + k, a + "ffn.up." + k, 0, F});
+    for (const char* k : kinds) m.push_back({g + "ffn_down." + k, a + "ffn.down." + k, 0, C});
+  }
+  m.push_back({"output_norm.weight", "decoder.norm.weight", 0, C});
+  if (c.bias) m.push_back({"output_norm.bias", "decoder.norm.bias", 0, C});
+  if (output) m.push_back({"output.weight", c.tie_embeddings ? "embed.tokens.weight" : "lm_head.weight", 0, V});
+  return m;
+}
+
 ModelConfig config_from_gguf(const gguf::Reader& file) {
   const std::string origin = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  check(arch == "gpt2" || arch == "llama",
-        "{}: general.architecture '{}': Attend reads GGUF models of the architectures gpt2 and llama (Mistral's "
-        "files are llama)", origin, arch);
+  check(arch == "gpt2" || arch == "llama" || arch == "qwen2",
+        "{}: general.architecture '{}': Attend reads GGUF models of the architectures gpt2, llama (Mistral's files "
+        "are llama) and qwen2", origin, arch);
   auto key = [&](const char* name) { return arch + "." + name; };
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   check(embd != nullptr && embd->dims.size() == 2, "{}: no 2-dimensional tensor 'token_embd.weight'", origin);
@@ -152,6 +152,7 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
           "{}: tensor 'rope_freqs.weight' (Llama 3.1's RoPE frequency factors) is not read from GGUF yet; load the "
           "Hugging Face checkpoint instead", origin);
     c.sliding_window = static_cast<int64_t>(file.uint_or(key("attention.sliding_window"), 0));
+    c.qkv_bias = arch == "qwen2";
   }
   return validated(c, origin);
 }
@@ -162,53 +163,63 @@ Model load_gguf_model(const fs::path& path) {
   const ModelConfig c = config_from_gguf(file);
   const std::string arch = file.get_string("general.architecture");
   Model model = Model::for_loading(c);
-  // Each parameter's pieces (Q, K, V make one matrix): quantized blocks are kept when every piece of a multiplied
-  // matrix is quantized; otherwise the values are what the model reads.
+  // Each parameter's pieces (Q, K, V make one matrix): quantized blocks are kept when every piece of a matrix is
+  // quantized; the values are what the model reads.
   struct Piece {
     const gguf::TensorInfo* tensor;
-    int64_t row, rows;
+    GgufPlace place;
   };
   std::map<std::string, std::vector<Piece>> pieces;
   std::set<std::string> used;
-  for (const Target& t : targets(c, arch, !c.tie_embeddings)) {
+  for (const GgufPlace& t : gguf_places(c, arch, !c.tie_embeddings)) {
     const gguf::TensorInfo* info = file.tensor(t.gguf);
     check(info != nullptr, "{}: no tensor '{}', which a {} model of this configuration has", origin, t.gguf, arch);
     Parameter* p = model.find(t.attend);
     check(p != nullptr, "{}: tensor '{}' has no place in the model", origin, t.gguf);
-    const int64_t C = p->value.size(-1), total_rows = p->numel() / C;
-    const int64_t rows = info->numel() / (info->dims.empty() ? 1 : info->dims[0]);
-    check(info->dims[0] == C && t.row + rows <= total_rows && (p->value.rank() == 1 ? info->dims.size() == 1 : true),
-          "{}: tensor '{}' has dims {}, the configuration implies rows of {} ({} rows from row {})", origin, t.gguf,
-          fmt::format("[{}]", fmt::join(info->dims, ", ")), C, total_rows, t.row);
+    // A vector's "rows" are its values.
+    const std::vector<int64_t> dims = p->value.rank() == 1 ? std::vector<int64_t>{t.rows}
+                                                           : std::vector<int64_t>{p->value.size(-1), t.rows};
+    check(info->dims == dims, "{}: tensor '{}' has dims [{}], the configuration implies [{}]", origin, t.gguf,
+          fmt::join(info->dims, ", "), fmt::join(dims, ", "));
     check(is_float_type(info->type) || weight_type_of(info->type).has_value(),
           "{}: tensor '{}' is {}: Attend reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K",
           origin, t.gguf, type_name(info->type));
-    pieces[t.attend].push_back({info, t.row, rows});
+    pieces[t.attend].push_back({info, t});
     used.insert(t.gguf);
   }
+  const int64_t D = c.d_head();
   for (auto& [name, list] : pieces) {
     Parameter* p = model.find(name);
-    const int64_t C = p->value.size(-1);
+    const int64_t C = p->value.rank() == 1 ? 1 : p->value.size(-1);
     int64_t covered = 0;
     for (const Piece& piece : list) {
-      values_of(file, *piece.tensor, p->value.data() + piece.row * C);
-      covered += piece.rows;
+      float* rows = p->value.data() + piece.place.row * C;
+      values_of(file, *piece.tensor, rows);
+      if (piece.place.rope_heads > 0) {  // Hugging Face's halves to Attend's pairs
+        const std::vector<float> hf(rows, rows + piece.place.rows * C);
+        rope_rows_from_hf(rows, hf.data(), piece.place.rope_heads, D, C);
+      }
+      covered += piece.place.rows;
     }
     check(covered == p->numel() / C, "{}: '{}' is filled by {} rows of {}", origin, name, covered, p->numel() / C);
-    const bool multiplied = (is_projection(p->role) && p->role != Role::Router) ||
-                            (p->role == Role::TokenEmbedding && c.tie_embeddings);
+    // A quantized matrix keeps its blocks: those the model multiplies for the quantized gemv, any other (an untied
+    // token table, read by lookups from `value`) to be written back as it came.
     const bool all_quantized = std::all_of(list.begin(), list.end(), [](const Piece& x) {
       return weight_type_of(x.tensor->type).has_value();
     });
-    if (!multiplied || !all_quantized) continue;
-    std::sort(list.begin(), list.end(), [](const Piece& a, const Piece& b) { return a.row < b.row; });
+    if (!all_quantized || p->value.rank() == 1) continue;
+    std::sort(list.begin(), list.end(), [](const Piece& a, const Piece& b) { return a.place.row < b.place.row; });
     std::vector<QuantizedRows> segments;
     for (const Piece& piece : list) {
       const WeightType type = *weight_type_of(piece.tensor->type);
       if (segments.empty() || segments.back().type != type) segments.push_back({0, type, {}});
       QuantizedRows& s = segments.back();
-      s.rows += piece.rows;
+      const size_t at = s.blocks.size();
+      s.rows += piece.place.rows;
       s.blocks.insert(s.blocks.end(), piece.tensor->data, piece.tensor->data + piece.tensor->bytes);
+      if (piece.place.rope_heads > 0)
+        rope_row_bytes_from_hf(s.blocks.data() + at, piece.tensor->data, piece.place.rope_heads, D,
+                               static_cast<int64_t>(piece.tensor->bytes) / piece.place.rows);
     }
     nn::set_quantized(*p, std::move(segments));
   }
@@ -220,19 +231,15 @@ Model load_gguf_model(const fs::path& path) {
   return model;
 }
 
-namespace {
-
 // The pre-tokenizer regexes of llama.cpp's BPE vocabularies by tokenizer.ggml.pre (those of the models' own
 // tokenizer.json files).
-const char* split_regex(const std::string& pre) {
+const char* gguf_split_regex(std::string_view pre) {
   if (pre == "llama-bpe" || pre == "llama3")
     return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   if (pre == "qwen2")
     return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   return nullptr;
 }
-
-}  // namespace
 
 std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
   const gguf::Reader file(path);
@@ -263,7 +270,7 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
   nlohmann::ordered_json pre_tokenizer;
   if (pre == "gpt-2" || pre == "default") {
     pre_tokenizer = byte_level;
-  } else if (const char* regex = split_regex(pre)) {
+  } else if (const char* regex = gguf_split_regex(pre)) {
     nlohmann::ordered_json split = {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
                                     {"invert", false}};
     byte_level["use_regex"] = false;

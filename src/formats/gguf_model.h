@@ -9,11 +9,17 @@
 //   (Mistral)     converter stores Q and K rows in Meta's    attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down,
 //                 order: Attend's rotation as it is),        output_norm, output (absent: tied)
 //                 RMSNorm, SwiGLU, grouped K/V heads
+//   qwen2         llama's, with Q, K and V biases and RoPE   llama's, and attn_q/attn_k/attn_v.bias
+//                 on halves (NEOX): Q and K rows (and
+//                 biases) in Hugging Face's order, permuted
+//                 to Attend's pairs on reading and back on
+//                 writing; quantized rows move whole
 //
 // A matrix of ggml dims [C, R] is R rows of C values: Attend's (R, C). F32, F16 and BF16 tensors become fp32
-// values; a quantized matrix the model multiplies keeps its blocks (Parameter::quantized; Q, K and V of one
-// block become segments of the fused matrix, each with its type), any other quantized tensor (an untied token
-// table, the position table) is dequantized.
+// values; a quantized matrix keeps its blocks (Parameter::quantized; Q, K and V of one block become segments of
+// the fused matrix, each with its type) beside its dequantized values: the decode gemv reads the blocks of the
+// matrices the model multiplies, lookups (an untied token table) read the values, and export_gguf writes the
+// blocks back as they came.
 #pragma once
 
 #include "formats/gguf.h"
@@ -26,6 +32,18 @@
 
 namespace attend::formats {
 
+// Where one GGUF tensor lies in Attend's parameters: rows [row, row + rows) of parameter `attend` (a 1-dimensional
+// tensor is its rows alone). `rope_heads` > 0: the rows are that many heads of Q or K in Hugging Face's half
+// order (NEOX), which Attend keeps as pairs.
+struct GgufPlace {
+  std::string gguf, attend;
+  int64_t row = 0, rows = 0;
+  int64_t rope_heads = 0;
+};
+// Every tensor of a model of `arch` and configuration `c`, in llama.cpp's order; with `output` the LM head's own
+// tensor (from lm_head, or from the tied embedding: gpt2 files always have one).
+std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch, bool output);
+
 // Whether `path` is a file that starts with GGUF's magic.
 bool is_gguf_file(const std::filesystem::path& path);
 ModelConfig config_from_gguf(const gguf::Reader& file);
@@ -33,5 +51,7 @@ Model load_gguf_model(const std::filesystem::path& path);
 // The tokenizer a GGUF file holds (tokenizer.ggml.model "gpt2": byte-level BPE with its merges); nullopt when it
 // holds none. An error for a kind Attend does not read yet, naming it.
 std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
+// The Split regex of a tokenizer.ggml.pre name ("llama-bpe", "llama3", "qwen2"); nullptr for another.
+const char* gguf_split_regex(std::string_view pre);
 
 }  // namespace attend::formats

@@ -57,24 +57,35 @@ std::vector<std::pair<std::string, std::string>> plain_mappings(const ModelConfi
 
 }  // namespace
 
-void rope_rows_from_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C) {
+void rope_row_bytes_from_hf(void* dst, const void* src, int64_t heads, int64_t d_head, int64_t row_bytes) {
   const int64_t half = d_head / 2;
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i) {
-      const float* first = src + (h * d_head + i) * C;  // x_i and x_{i+d/2} of Hugging Face's halves ...
-      const float* second = src + (h * d_head + i + half) * C;
-      std::memcpy(dst + (h * d_head + 2 * i) * C, first, C * sizeof(float));  // ... become the pair (2i, 2i+1)
-      std::memcpy(dst + (h * d_head + 2 * i + 1) * C, second, C * sizeof(float));
+      // x_i and x_{i+d/2} of Hugging Face's halves become the pair (2i, 2i+1)
+      std::memcpy(d + (h * d_head + 2 * i) * row_bytes, s + (h * d_head + i) * row_bytes, row_bytes);
+      std::memcpy(d + (h * d_head + 2 * i + 1) * row_bytes, s + (h * d_head + i + half) * row_bytes, row_bytes);
     }
 }
 
-void rope_rows_to_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C) {
+void rope_row_bytes_to_hf(void* dst, const void* src, int64_t heads, int64_t d_head, int64_t row_bytes) {
   const int64_t half = d_head / 2;
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i) {
-      std::memcpy(dst + (h * d_head + i) * C, src + (h * d_head + 2 * i) * C, C * sizeof(float));
-      std::memcpy(dst + (h * d_head + i + half) * C, src + (h * d_head + 2 * i + 1) * C, C * sizeof(float));
+      std::memcpy(d + (h * d_head + i) * row_bytes, s + (h * d_head + 2 * i) * row_bytes, row_bytes);
+      std::memcpy(d + (h * d_head + i + half) * row_bytes, s + (h * d_head + 2 * i + 1) * row_bytes, row_bytes);
     }
+}
+
+void rope_rows_from_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C) {
+  rope_row_bytes_from_hf(dst, src, heads, d_head, C * static_cast<int64_t>(sizeof(float)));
+}
+
+void rope_rows_to_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C) {
+  rope_row_bytes_to_hf(dst, src, heads, d_head, C * static_cast<int64_t>(sizeof(float)));
 }
 
 namespace {

@@ -65,5 +65,8 @@ Model load_hf_llama(const std::filesystem::path& dir, const nlohmann::json& conf
 // Head-wise row permutations between Hugging Face's half rotation and Attend's pair rotation: rows (heads·d, C).
 void rope_rows_from_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C);
 void rope_rows_to_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C);
+// The same for rows of any bytes (a quantized matrix's rows of blocks move whole).
+void rope_row_bytes_from_hf(void* dst, const void* src, int64_t heads, int64_t d_head, int64_t row_bytes);
+void rope_row_bytes_to_hf(void* dst, const void* src, int64_t heads, int64_t d_head, int64_t row_bytes);
 
 }  // namespace attend::formats

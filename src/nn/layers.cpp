@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 
 namespace attend::nn {
@@ -102,22 +103,80 @@ void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
 }
 
 bool quantize_parameter(Parameter& p, WeightType type, const float* importance) {
-  const kernels::QuantType q = quant_type(type);
-  const int64_t C = p.value.size(-1), rows = p.numel() / C;
-  if (C % kernels::quant_format(q).block != 0) return false;
-  const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-  QuantizedRows s{rows, type, std::vector<uint8_t>(static_cast<size_t>(rows * row_bytes))};
-  kernels::parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) kernels::quantize_row(q, s.blocks.data() + r * row_bytes, p.value.data() + r * C, C, importance);
-  });
+  const std::pair<int64_t, WeightType> whole[] = {{p.numel() / p.value.size(-1), type}};
+  return quantize_parameter(p, whole, importance);
+}
+
+bool quantize_parameter(Parameter& p, std::span<const std::pair<int64_t, WeightType>> plan, const float* importance) {
+  const int64_t C = p.value.size(-1);
+  for (const auto& [rows, type] : plan)
+    if (C % kernels::quant_format(quant_type(type)).block != 0) return false;
   std::vector<QuantizedRows> segments;
-  segments.push_back(std::move(s));
-  set_quantized(p, std::move(segments));
+  int64_t row = 0;
+  for (const auto& [rows, type] : plan) {
+    const kernels::QuantType q = quant_type(type);
+    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+    QuantizedRows s{rows, type, std::vector<uint8_t>(static_cast<size_t>(rows * row_bytes))};
+    const float* x = p.value.data() + row * C;
+    kernels::parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) kernels::quantize_row(q, s.blocks.data() + r * row_bytes, x + r * C, C, importance);
+    });
+    if (!segments.empty() && segments.back().type == type) {  // one segment for consecutive rows of one type
+      segments.back().rows += rows;
+      segments.back().blocks.insert(segments.back().blocks.end(), s.blocks.begin(), s.blocks.end());
+    } else {
+      segments.push_back(std::move(s));
+    }
+    row += rows;
+  }
+  set_quantized(p, std::move(segments));  // checks that the rows add up
   return true;
 }
 
+namespace {
+
+InputStatistics* recording = nullptr;  // RecordInputs's statistics, while one is alive
+std::mutex recording_mutex;
+
+void record_inputs(const Parameter& weight, const float* inp, int64_t N, int64_t C) {
+  const std::lock_guard lock(recording_mutex);
+  InputStatistics::Entry& e = recording->by_weight[weight.name];
+  if (e.sum_squares.empty()) e.sum_squares.assign(static_cast<size_t>(C), 0.0);
+  check(static_cast<int64_t>(e.sum_squares.size()) == C, "input statistics of '{}': rows of {} values, earlier {}",
+        weight.name, C, e.sum_squares.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < C; ++j) e.sum_squares[j] += static_cast<double>(inp[n * C + j]) * inp[n * C + j];
+  e.rows += N;
+}
+
+}  // namespace
+
+}  // namespace attend::nn
+
+namespace attend {
+
+std::vector<float> InputStatistics::mean_squares(std::string_view name) const {
+  const auto it = by_weight.find(name);
+  if (it == by_weight.end() || it->second.rows == 0) return {};
+  std::vector<float> m(it->second.sum_squares.size());
+  for (size_t j = 0; j < m.size(); ++j) m[j] = static_cast<float>(it->second.sum_squares[j] / it->second.rows);
+  return m;
+}
+
+RecordInputs::RecordInputs(InputStatistics& stats) {
+  check(nn::recording == nullptr, "input statistics: another RecordInputs is already recording");
+  nn::recording = &stats;
+}
+
+RecordInputs::~RecordInputs() { nn::recording = nullptr; }
+
+}  // namespace attend
+
+namespace attend::nn {
+
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
+  if (recording != nullptr) record_inputs(weight, inp, N, C);
   precision = precision_for(weight, precision);
   // Decoding with a quantized weight: the int8 gemv on its blocks. (A prompt multiplies `value`, below.)
   if (!weight.quantized.empty() && precision == Precision::F32 && N <= kernels::kGemvRows) {

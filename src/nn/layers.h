@@ -13,7 +13,9 @@
 
 #include "kernels/quant.h"
 
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attend::nn {
@@ -41,6 +43,11 @@ kernels::QuantType quant_type(WeightType t);
 // values or nullptr: activation statistics per input column), and its value as the blocks' values. False, and
 // nothing changed, when C is not a multiple of the type's block.
 bool quantize_parameter(Parameter& p, WeightType type, const float* importance = nullptr);
+// The same in segments of consecutive rows, each of its own type (a fused Q, K, V whose parts llama.cpp's mixes
+// quantize differently): `plan` is (rows, type) pairs adding up to p's rows. False, and nothing changed, when
+// some type's block does not divide C.
+bool quantize_parameter(Parameter& p, std::span<const std::pair<int64_t, WeightType>> plan,
+                        const float* importance = nullptr);
 // Stores `p` as the given segments (their rows adding up to p's), its value as their dequantized values.
 void set_quantized(Parameter& p, std::vector<QuantizedRows> segments);
 

@@ -1,0 +1,308 @@
+// Writing GGUF files (gguf_model.h has the architectures and tensor names), and llama.cpp's quantization
+// schemes: which type each tensor gets.
+#include "formats/gguf_model.h"
+
+#include "formats/hf_checkpoint.h"
+#include "formats/hf_llama.h"
+#include "kernels/convert.h"
+#include "kernels/parallel.h"
+#include "nn/layers.h"
+
+#include <attend/error.h>
+#include <attend/model_dir.h>
+#include <attend/tokenizer.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace attend {
+
+namespace {
+
+using formats::GgufPlace;
+namespace tt = gguf::tensor_type;
+
+// The quantization schemes `attend quantize` takes: one block type for every multiplied matrix (but the LM head,
+// which llama.cpp keeps at Q6_K unless the type is Q8_0), or a K mix, by llama.cpp's llama_ftype ids.
+struct SchemeInfo {
+  const char* name;
+  WeightType base;
+  bool mix;  // the _M mixes: more bits for attn_v, ffn_down (use_more_bits layers) and a fused attn_qkv
+  uint32_t file_type;
+};
+constexpr SchemeInfo kSchemes[] = {
+    {"q8_0", WeightType::Q8_0, false, 7},   {"q4_0", WeightType::Q4_0, false, 2},
+    {"q4_1", WeightType::Q4_1, false, 3},   {"q5_0", WeightType::Q5_0, false, 8},
+    {"q5_1", WeightType::Q5_1, false, 9},   {"q4_k", WeightType::Q4_K, false, 14},
+    {"q5_k", WeightType::Q5_K, false, 16},  {"q6_k", WeightType::Q6_K, false, 18},
+    {"q4_k_m", WeightType::Q4_K, true, 15}, {"q5_k_m", WeightType::Q5_K, true, 17},
+};
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third between.
+bool more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+int64_t block_of(WeightType t) { return kernels::quant_format(nn::quant_type(t)).block; }
+
+// The type a GGUF tensor gets under a scheme (llama_tensor_get_type for the types Attend writes), before the
+// fallback for rows that are not whole blocks.
+WeightType scheme_type(const SchemeInfo& s, const std::string& name, bool is_head, int64_t layer, int64_t n_layers) {
+  if (is_head) return s.base == WeightType::Q8_0 ? WeightType::Q8_0 : WeightType::Q6_K;
+  if (!s.mix) return s.base;
+  const bool q4 = s.base == WeightType::Q4_K;
+  if (name.ends_with("attn_qkv.weight")) return q4 ? WeightType::Q5_K : WeightType::Q6_K;
+  if ((name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight")) && more_bits(layer, n_layers))
+    return WeightType::Q6_K;
+  return s.base;
+}
+
+// Rows whose length is not a whole number of blocks take llama.cpp's fallback (the K types' 256-value blocks:
+// Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0), or stay F32 when even 32 does not divide them.
+std::optional<WeightType> fitting(WeightType t, int64_t cols) {
+  if (cols % block_of(t) == 0) return t;
+  const WeightType fallback = t == WeightType::Q4_K   ? WeightType::Q5_0
+                              : t == WeightType::Q5_K ? WeightType::Q5_1
+                                                      : WeightType::Q8_0;
+  if (cols % block_of(fallback) == 0) return fallback;
+  return std::nullopt;
+}
+
+uint32_t ggml_id(WeightType t) {
+  switch (t) {
+    case WeightType::F32: return tt::F32;
+    case WeightType::F16: return tt::F16;
+    case WeightType::BF16: return tt::BF16;
+    case WeightType::Q8_0: return tt::Q8_0;
+    case WeightType::Q4_0: return tt::Q4_0;
+    case WeightType::Q4_1: return tt::Q4_1;
+    case WeightType::Q5_0: return tt::Q5_0;
+    case WeightType::Q5_1: return tt::Q5_1;
+    case WeightType::Q4_K: return tt::Q4_K;
+    case WeightType::Q5_K: return tt::Q5_K;
+    case WeightType::Q6_K: return tt::Q6_K;
+  }
+  return tt::F32;
+}
+
+int64_t layer_of(const std::string& gguf_name) {
+  if (!gguf_name.starts_with("blk.")) return -1;
+  return std::stoll(gguf_name.substr(4, gguf_name.find('.', 4) - 4));
+}
+
+// The quantized rows [row, row + rows) of p, when one segment holds them all: its type and bytes.
+std::optional<std::pair<WeightType, const uint8_t*>> stored_rows(const Parameter& p, int64_t row, int64_t rows) {
+  int64_t start = 0;
+  const int64_t C = p.value.size(-1);
+  for (const QuantizedRows& s : p.quantized) {
+    if (row >= start && row + rows <= start + s.rows)
+      return std::pair{s.type, s.blocks.data() + (row - start) * kernels::quant_row_bytes(nn::quant_type(s.type), C)};
+    start += s.rows;
+  }
+  return std::nullopt;
+}
+
+// tokenizer.ggml.* for a byte-level BPE tokenizer (llama.cpp's "gpt2" kind), from its tokenizer.json.
+void write_tokenizer(gguf::Writer& w, const Tokenizer& tok, int64_t vocab_size) {
+  const nlohmann::json j = nlohmann::json::parse(tok.to_json());
+  const nlohmann::json& model = j["model"];
+  auto refuse = [](std::string_view what) {
+    throw Error(fmt::format("export gguf: the tokenizer's {}: GGUF's tokenizers Attend writes are byte-level BPE "
+                            "(GPT-2's, Llama 3's and Qwen2's pre-tokenizers); export without a tokenizer, or "
+                            "give one of these", what));
+  };
+  if (model.value("type", "") != "BPE") refuse(fmt::format("model is {}", model.value("type", "?")));
+  if (!j["normalizer"].is_null()) refuse("normalizer");
+  // The pre-tokenizer: GPT-2's ByteLevel with its regex, or a Split of a known regex before a ByteLevel.
+  const nlohmann::json& pre = j["pre_tokenizer"];
+  std::string pre_name;
+  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true)) {
+    pre_name = "gpt-2";
+  } else if (pre.is_object() && pre.value("type", "") == "Sequence" && pre["pretokenizers"].size() == 2 &&
+             pre["pretokenizers"][0].value("type", "") == "Split" && pre["pretokenizers"][1].value("type", "") == "ByteLevel") {
+    const std::string regex = pre["pretokenizers"][0]["pattern"].value("Regex", "");
+    for (const char* name : {"llama-bpe", "qwen2"})
+      if (regex == formats::gguf_split_regex(name)) pre_name = name;
+    if (pre_name.empty()) refuse("Split regex (not Llama 3's or Qwen2's)");
+  } else {
+    refuse("pre_tokenizer");
+  }
+  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
+  std::vector<int32_t> types(static_cast<size_t>(vocab_size), 0);
+  for (const auto& [piece, id] : model["vocab"].items()) {
+    const int64_t i = id.get<int64_t>();
+    if (i < 0 || i >= vocab_size) refuse(fmt::format("token id {} (the model has {} embeddings)", i, vocab_size));
+    tokens[i] = piece, types[i] = 1;  // normal
+  }
+  for (const nlohmann::json& added : j["added_tokens"]) {
+    const int64_t i = added["id"].get<int64_t>();
+    if (i < 0 || i >= vocab_size) refuse(fmt::format("added token id {} (the model has {} embeddings)", i, vocab_size));
+    tokens[i] = added["content"].get<std::string>(), types[i] = added.value("special", false) ? 3 : 4;  // control, user
+  }
+  for (int64_t i = 0; i < vocab_size; ++i)
+    if (types[i] == 0) tokens[i] = fmt::format("[PAD{}]", i), types[i] = 5;  // unused, as llama.cpp's converter pads
+  std::vector<std::string> merges;
+  for (const nlohmann::json& m : model["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", pre_name);
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_int32s("tokenizer.ggml.token_type", types);
+  w.set_strings("tokenizer.ggml.merges", merges);
+  const std::optional<int32_t> bos = tok.special_id(SpecialRole::Bos), eos = tok.special_id(SpecialRole::Eos),
+                               pad = tok.special_id(SpecialRole::Pad);
+  if (bos) w.set_uint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*bos));
+  if (eos) w.set_uint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(*eos));
+  if (pad) w.set_uint32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(*pad));
+  // Whether a prompt starts with BOS, as Attend's encoding of a prompt does.
+  const std::vector<int32_t> empty = tok.encode_prompt("");
+  w.set_bool("tokenizer.ggml.add_bos_token", bos && !empty.empty() && empty.front() == *bos);
+  w.set_bool("tokenizer.ggml.add_eos_token", eos && !empty.empty() && empty.back() == *eos && empty.size() > (bos ? 1u : 0u));
+}
+
+}  // namespace
+
+std::string gguf_architecture(const ModelConfig& c) {
+  const formats::ExportChecks checks("gguf", c.position == PositionKind::Learned ? "gpt2" : "llama/qwen2");
+  checks.decoder(c);
+  checks.unscaled(c);
+  checks.plain_norms(c);
+  checks.require(c.head_dim == 0 || c.head_dim * c.n_heads == c.d_model, "head_dim", std::to_string(c.head_dim),
+                 "d_model / n_heads");
+  checks.require(!c.qk_norm, "qk_norm", "true", "no head norms (qwen3 is not written yet)");
+  if (c.position == PositionKind::Learned) {
+    checks.require(c.sliding_window == 0, "sliding_window", std::to_string(c.sliding_window), "no window");
+    checks.require(c.norm == NormKind::LayerNorm, "norm", "rmsnorm", "layernorm");
+    checks.require(c.bias, "bias", "false", "biases");
+    checks.require(c.activation == FfnKind::GELUTanh, "activation", "not gelu_tanh", "gelu_tanh (ggml's GELU)");
+    checks.require(c.kv_heads() == c.n_heads, "n_kv_heads", std::to_string(c.n_kv_heads), "one per head");
+    return "gpt2";
+  }
+  checks.require(c.position == PositionKind::RoPE, "position", "not rope or learned", "RoPE (llama) or learned (gpt2)");
+  checks.require(c.norm == NormKind::RMSNorm, "norm", "layernorm", "rmsnorm");
+  checks.require(!c.bias, "bias", "true", "no biases (qkv_bias for qwen2)");
+  checks.require(c.activation == FfnKind::SwiGLU, "activation", "not swiglu", "swiglu");
+  checks.require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0 && c.rope_position_scale == 1.0 &&
+                     c.rope_llama3_factor == 0.0 && c.rope_dynamic_factor == 0.0,
+                 "RoPE scaling", "set", "none (not written to GGUF yet)");
+  return c.qkv_bias ? "qwen2" : "llama";
+}
+
+std::vector<std::string> gguf_export_types() {
+  std::vector<std::string> names = {"f32", "f16", "bf16"};
+  for (const SchemeInfo& s : kSchemes) names.push_back(s.name);
+  return names;
+}
+
+void export_gguf(const Model& model, const std::filesystem::path& file, const Tokenizer* tokenizer,
+                 const GgufExportOptions& options) {
+  const ModelConfig& c = model.config();
+  const std::string arch = gguf_architecture(c);
+  const std::string& type = options.type;
+  const SchemeInfo* scheme = nullptr;
+  WeightType float_type = WeightType::F32;
+  if (type.empty() || type == "f32") {
+  } else if (type == "f16") {
+    float_type = WeightType::F16;
+  } else if (type == "bf16") {
+    float_type = WeightType::BF16;
+  } else {
+    const auto it = std::find_if(std::begin(kSchemes), std::end(kSchemes), [&](const SchemeInfo& s) { return type == s.name; });
+    check(it != std::end(kSchemes), "export gguf: type '{}': expected one of {}", type, fmt::join(gguf_export_types(), ", "));
+    scheme = &*it;
+  }
+
+  gguf::Writer w;
+  w.set_string("general.architecture", arch);
+  w.set_string("general.name", "attend");
+  const std::vector<const Parameter*> parameters = model.parameters();
+  const bool as_stored = type.empty() && std::any_of(parameters.begin(), parameters.end(), [](const Parameter* p) {
+    return !p->quantized.empty();
+  });
+  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32, or the scheme's; a model written as stored says the
+  // type of most of its weights only loosely, as llama.cpp's own requantized files do: "guessed" (1024).
+  w.set_uint32("general.file_type", scheme ? scheme->file_type : as_stored ? 1024u
+                                    : float_type == WeightType::F16 ? 1u : float_type == WeightType::BF16 ? 32u : 0u);
+  if (scheme || as_stored) w.set_uint32("general.quantization_version", 2);
+  auto key = [&](const char* name) { return arch + "." + name; };
+  w.set_uint32(key("context_length"), static_cast<uint32_t>(c.max_seq_len));
+  w.set_uint32(key("embedding_length"), static_cast<uint32_t>(c.d_model));
+  w.set_uint32(key("block_count"), static_cast<uint32_t>(c.n_layers));
+  w.set_uint32(key("feed_forward_length"), static_cast<uint32_t>(c.ffn_hidden()));
+  w.set_uint32(key("attention.head_count"), static_cast<uint32_t>(c.n_heads));
+  if (arch == "gpt2") {
+    w.set_float32(key("attention.layer_norm_epsilon"), static_cast<float>(c.norm_eps));
+  } else {
+    w.set_uint32(key("attention.head_count_kv"), static_cast<uint32_t>(c.kv_heads()));
+    w.set_float32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.norm_eps));
+    w.set_float32(key("rope.freq_base"), static_cast<float>(c.rope_base));
+    w.set_uint32(key("rope.dimension_count"), static_cast<uint32_t>(c.d_head()));
+    w.set_uint32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
+    if (c.sliding_window > 0) w.set_uint32(key("attention.sliding_window"), static_cast<uint32_t>(c.sliding_window));
+  }
+  if (tokenizer != nullptr) write_tokenizer(w, *tokenizer, c.vocab_size);
+
+  // llama.cpp's gpt2 always has an output tensor (a tied model's is the embedding again); llama's only untied.
+  const bool output = arch == "gpt2" || !c.tie_embeddings;
+  const std::vector<GgufPlace> places = formats::gguf_places(c, arch, output);
+  const int64_t D = c.d_head();
+  for (const GgufPlace& place : places) {
+    const Parameter* p = model.find(place.attend);
+    check(p != nullptr, "export gguf: the model has no '{}'", place.attend);
+    const bool vector = p->value.rank() == 1;
+    const int64_t C = vector ? 1 : p->value.size(-1);
+    const std::vector<int64_t> dims = vector ? std::vector<int64_t>{place.rows} : std::vector<int64_t>{C, place.rows};
+    const float* values = p->value.data() + place.row * C;
+    const bool is_head = place.gguf == "output.weight" || (!output && place.gguf == "token_embd.weight");
+    const bool multiplied = !vector && place.gguf != "position_embd.weight";
+    // The type: vectors F32; a quantized weight written as stored keeps its blocks; a scheme picks per tensor.
+    WeightType t = vector ? WeightType::F32 : float_type;
+    std::optional<std::pair<WeightType, const uint8_t*>> stored;
+    if (multiplied && type.empty() && !p->quantized.empty())
+      stored = stored_rows(*p, place.row, place.rows);
+    if (stored) {
+      t = stored->first;
+    } else if (multiplied && scheme) {
+      t = fitting(scheme_type(*scheme, place.gguf, is_head, layer_of(place.gguf), c.n_layers), C).value_or(WeightType::F32);
+    }
+    // The rows in the file's order (Q and K of qwen2: Hugging Face's halves).
+    const int64_t row_bytes = is_quantized(t) ? kernels::quant_row_bytes(nn::quant_type(t), C)
+                              : t == WeightType::F32 ? C * 4 : C * 2;
+    const uint64_t bytes = static_cast<uint64_t>(row_bytes * place.rows);
+    if (t == WeightType::F32 && place.rope_heads == 0) {
+      w.add_tensor(place.gguf, dims, tt::F32, values, bytes);  // borrowed: the model outlives write()
+      continue;
+    }
+    if (stored && place.rope_heads == 0) {
+      w.add_tensor(place.gguf, dims, ggml_id(t), stored->second, bytes);
+      continue;
+    }
+    std::vector<uint8_t> data(bytes);
+    if (stored) {
+      std::memcpy(data.data(), stored->second, bytes);
+    } else if (t == WeightType::F32) {
+      std::memcpy(data.data(), values, bytes);
+    } else if (t == WeightType::F16 || t == WeightType::BF16) {
+      auto* bits = reinterpret_cast<uint16_t*>(data.data());
+      if (t == WeightType::F16) kernels::float_to_half(bits, values, place.rows * C);
+      else kernels::float_to_bf16(bits, values, place.rows * C);
+    } else {
+      const kernels::QuantType q = nn::quant_type(t);
+      const std::vector<float> importance =
+          options.importance ? options.importance->mean_squares(p->name) : std::vector<float>{};
+      const float* imp = importance.size() == static_cast<size_t>(C) ? importance.data() : nullptr;
+      kernels::parallel_for(place.rows, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) kernels::quantize_row(q, data.data() + r * row_bytes, values + r * C, C, imp);
+      });
+    }
+    if (place.rope_heads > 0) {  // Attend's pairs to Hugging Face's halves
+      const std::vector<uint8_t> pairs = data;
+      formats::rope_row_bytes_to_hf(data.data(), pairs.data(), place.rope_heads, D, row_bytes);
+    }
+    w.add_tensor(place.gguf, dims, ggml_id(t), std::move(data));
+  }
+  w.write(file);
+}
+
+}  // namespace attend

@@ -1,0 +1,280 @@
+// Writing GGUF files (export_gguf) and llama.cpp's quantization schemes. A file written here and read back is the
+// model it was written from: bit for bit in F32, rounded in F16/BF16, each quantized matrix the blocks
+// quantize_row gives its rows (qwen2's Q and K rows permuted to Hugging Face's halves and back). The q4_k_m and
+// q5_k_m mixes give each tensor llama.cpp's type. (llama.cpp itself was run on the files by hand: see
+// docs/FORMATS.md.)
+#include "formats/gguf.h"
+#include "kernels/quant.h"
+#include "nn/layers.h"
+#include "testing.h"
+
+#include <attend/error.h>
+#include <attend/model_dir.h>
+#include <attend/session.h>
+#include <attend/tokenizer.h>
+
+#include <filesystem>
+
+namespace attend {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_file(const std::string& name) {
+  return fs::temp_directory_path() / ("attend_test_export_" + name + ".gguf");
+}
+
+ModelConfig gpt2_like() {
+  ModelConfig c;
+  c.architecture = Architecture::Decoder, c.vocab_size = 300, c.d_model = 64, c.n_layers = 2, c.n_heads = 4;
+  c.d_ff = 256, c.max_seq_len = 32, c.activation = FfnKind::GELUTanh;
+  return c;
+}
+
+ModelConfig llama_like(int64_t layers = 2, int64_t d_model = 256) {
+  ModelConfig c;
+  c.architecture = Architecture::Decoder, c.vocab_size = 300, c.d_model = d_model, c.n_layers = layers, c.n_heads = 4;
+  c.n_kv_heads = 2, c.activation = FfnKind::SwiGLU, c.d_ff = 512, c.position = PositionKind::RoPE;
+  c.norm = NormKind::RMSNorm, c.max_seq_len = 32, c.bias = false, c.tie_embeddings = false, c.rope_base = 500000;
+  return c;
+}
+
+ModelConfig qwen2_like() {
+  ModelConfig c = llama_like();
+  c.qkv_bias = true, c.tie_embeddings = true;
+  return c;
+}
+
+Model initialized(const ModelConfig& c) {
+  Model m(c);
+  m.initialize(7);
+  // Non-zero biases and gains, so that a misplaced one shows.
+  for (Parameter* p : m.parameters())
+    if (p->value.rank() == 1)
+      for (int64_t i = 0; i < p->numel(); ++i) p->value[i] = 0.5f + 0.01f * static_cast<float>(i % 17);
+  return m;
+}
+
+std::vector<float> logits(Model& m) {
+  Session s(m, {.max_T = 8});
+  const std::span<const float> out = s.step(std::vector<int32_t>{3, 1, 4, 1, 5, 9});
+  return {out.begin(), out.end()};
+}
+
+// The parameter `name` of `loaded`, which a tied model's LM head reads from lm_head once gpt2 has written it
+// as its own output tensor.
+const Parameter& same_place(const Model& loaded, const std::string& name) { return *loaded.find(name); }
+
+TEST(GgufExport, F32RoundTripIsExactForEachArchitecture) {
+  for (const auto& [arch, c] : {std::pair{"gpt2", gpt2_like()}, {"llama", llama_like()}, {"qwen2", qwen2_like()}}) {
+    SCOPED_TRACE(arch);
+    Model source = initialized(c);
+    EXPECT_EQ(gguf_architecture(c), arch);
+    const fs::path path = temp_file(std::string("f32_") + arch);
+    export_gguf(source, path);
+    EXPECT_EQ(gguf::Reader(path).get_string("general.architecture"), arch);
+    Model loaded = load_model(path);
+    fs::remove(path);
+    for (const Parameter* p : source.parameters()) {
+      const Parameter& q = same_place(loaded, p->name);
+      ASSERT_EQ(q.numel(), p->numel()) << p->name;
+      for (int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(q.value[i], p->value[i]) << p->name << " [" << i << "]";
+    }
+    // gpt2 files always carry an output tensor: a tied model comes back untied with the same matrix.
+    if (std::string(arch) == "gpt2") {
+      EXPECT_FALSE(loaded.config().tie_embeddings);
+      const Parameter& head = *loaded.find("lm_head.weight");
+      for (int64_t i = 0; i < head.numel(); ++i) ASSERT_EQ(head.value[i], source.find("embed.tokens.weight")->value[i]);
+    }
+    EXPECT_EQ(logits(loaded), logits(source));
+  }
+}
+
+TEST(GgufExport, HalfTypesRoundTheMatricesOnly) {
+  for (const char* type : {"f16", "bf16"}) {
+    SCOPED_TRACE(type);
+    Model source = initialized(qwen2_like());
+    const fs::path path = temp_file(type);
+    export_gguf(source, path, nullptr, {.type = type});
+    const gguf::Reader file(path);
+    const uint32_t want = std::string(type) == "f16" ? gguf::tensor_type::F16 : gguf::tensor_type::BF16;
+    EXPECT_EQ(file.tensor("blk.0.attn_q.weight")->type, want);
+    EXPECT_EQ(file.tensor("blk.0.attn_q.bias")->type, gguf::tensor_type::F32);
+    EXPECT_EQ(file.tensor("output_norm.weight")->type, gguf::tensor_type::F32);
+    Model loaded = load_model(path);
+    fs::remove(path);
+    Model rounded = initialized(qwen2_like());
+    rounded.set_storage(std::string(type) == "f16" ? WeightType::F16 : WeightType::BF16);
+    for (const Parameter* p : rounded.parameters()) {
+      const Parameter& q = *loaded.find(p->name);
+      const Parameter& s = *source.find(p->name);
+      for (int64_t i = 0; i < p->numel(); ++i)  // matrices rounded, vectors exact
+        ASSERT_EQ(q.value[i], p->value.rank() == 1 ? s.value[i] : p->value[i]) << p->name << " [" << i << "]";
+    }
+  }
+}
+
+// Every quantized matrix of `loaded` holds, row by row, the blocks quantize_row makes of `source`'s row.
+void expect_blocks_of_source(const Model& loaded, const Model& source) {
+  int64_t matrices = 0;
+  for (const Parameter* p : loaded.parameters()) {
+    if (p->quantized.empty()) continue;
+    ++matrices;
+    const Parameter& s = *source.find(p->name == "lm_head.weight" && source.config().tie_embeddings
+                                          ? "embed.tokens.weight" : p->name);
+    const int64_t C = p->value.size(-1);
+    int64_t row = 0;
+    for (const QuantizedRows& seg : p->quantized) {
+      const kernels::QuantType q = nn::quant_type(seg.type);
+      const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+      std::vector<uint8_t> want(static_cast<size_t>(row_bytes));
+      for (int64_t r = 0; r < seg.rows; ++r) {
+        kernels::quantize_row(q, want.data(), s.value.data() + (row + r) * C, C);
+        ASSERT_EQ(std::memcmp(want.data(), seg.blocks.data() + r * row_bytes, row_bytes), 0)
+            << p->name << " row " << row + r << " (" << weight_type_name(seg.type) << ")";
+      }
+      row += seg.rows;
+    }
+  }
+  EXPECT_GT(matrices, 0);
+}
+
+TEST(GgufExport, QuantizedMatricesAreTheirRowsBlocks) {
+  for (const auto& [scheme, c] : {std::pair{"q8_0", qwen2_like()}, {"q4_k_m", llama_like()}, {"q5_k_m", gpt2_like()},
+                                  {"q4_0", gpt2_like()}, {"q6_k", qwen2_like()}}) {
+    SCOPED_TRACE(scheme);
+    Model source = initialized(c);
+    const fs::path path = temp_file(std::string("q_") + scheme);
+    export_gguf(source, path, nullptr, {.type = scheme});
+    Model loaded = load_model(path);
+    expect_blocks_of_source(loaded, source);
+    // Written again as it is held: the same bytes.
+    const fs::path again = temp_file(std::string("again_") + scheme);
+    export_gguf(loaded, again);
+    const gguf::Reader a(path), b(again);
+    ASSERT_EQ(a.tensors().size(), b.tensors().size());
+    for (const gguf::TensorInfo& t : a.tensors()) {
+      const gguf::TensorInfo* u = b.tensor(t.name);
+      ASSERT_NE(u, nullptr) << t.name;
+      EXPECT_EQ(u->type, t.type) << t.name;
+      ASSERT_EQ(u->bytes, t.bytes) << t.name;
+      EXPECT_EQ(std::memcmp(u->data, t.data, t.bytes), 0) << t.name;
+    }
+    fs::remove(path);
+    fs::remove(again);
+  }
+}
+
+std::string type_of(const gguf::Reader& file, const std::string& name) {
+  const gguf::TensorInfo* t = file.tensor(name);
+  return t == nullptr ? "absent" : gguf::type_traits(t->type)->name;
+}
+
+TEST(GgufExport, MixesGiveLlamaCppsTypes) {
+  // Eight layers: llama.cpp's use_more_bits picks layers 0 (first eighth), 7 (last eighth), 3 and 6 (every third).
+  Model llama = initialized(llama_like(8));
+  const fs::path path = temp_file("mix_llama");
+  export_gguf(llama, path, nullptr, {.type = "q4_k_m"});
+  {
+    const gguf::Reader f(path);
+    EXPECT_EQ(f.get_uint("general.file_type"), 15u);  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    EXPECT_EQ(type_of(f, "token_embd.weight"), "q4_K");
+    EXPECT_EQ(type_of(f, "output.weight"), "q6_K");
+    for (int i = 0; i < 8; ++i) {
+      const bool more = i == 0 || i == 3 || i == 6 || i == 7;
+      const std::string b = fmt::format("blk.{}.", i);
+      EXPECT_EQ(type_of(f, b + "attn_v.weight"), more ? "q6_K" : "q4_K") << i;
+      EXPECT_EQ(type_of(f, b + "ffn_down.weight"), more ? "q6_K" : "q4_K") << i;
+      EXPECT_EQ(type_of(f, b + "attn_q.weight"), "q4_K");
+      EXPECT_EQ(type_of(f, b + "ffn_gate.weight"), "q4_K");
+      EXPECT_EQ(type_of(f, b + "attn_norm.weight"), "f32");
+    }
+  }
+  // A tied llama has no output tensor: the embedding is the head, and takes the head's Q6_K. Q8_0 keeps Q8_0.
+  ModelConfig tied = llama_like(2);
+  tied.tie_embeddings = true;
+  export_gguf(initialized(tied), path, nullptr, {.type = "q4_0"});
+  EXPECT_EQ(type_of(gguf::Reader(path), "output.weight"), "absent");
+  EXPECT_EQ(type_of(gguf::Reader(path), "token_embd.weight"), "q6_K");
+  export_gguf(initialized(tied), path, nullptr, {.type = "q8_0"});
+  EXPECT_EQ(type_of(gguf::Reader(path), "token_embd.weight"), "q8_0");
+  // gpt2 under q5_k_m: the fused attn_qkv Q6_K; rows of 64 are not whole 256-value blocks, so the K types fall back
+  // (Q5_K → Q5_1, Q6_K → Q8_0); the position table stays F32.
+  export_gguf(initialized(gpt2_like()), path, nullptr, {.type = "q5_k_m"});
+  {
+    const gguf::Reader f(path);
+    EXPECT_EQ(type_of(f, "blk.0.attn_qkv.weight"), "q8_0");
+    EXPECT_EQ(type_of(f, "blk.1.attn_output.weight"), "q5_1");
+    EXPECT_EQ(type_of(f, "position_embd.weight"), "f32");
+    EXPECT_EQ(type_of(f, "output.weight"), "q8_0");
+  }
+  ModelConfig wide = gpt2_like();
+  wide.d_model = 256, wide.d_ff = 1024;
+  export_gguf(initialized(wide), path, nullptr, {.type = "q4_k_m"});
+  {
+    const gguf::Reader f(path);
+    EXPECT_EQ(type_of(f, "blk.0.attn_qkv.weight"), "q5_K");
+    EXPECT_EQ(type_of(f, "blk.1.ffn_down.weight"), "q6_K");  // layer 1 of 2 is in the last eighth
+    EXPECT_EQ(type_of(f, "blk.1.ffn_up.weight"), "q4_K");
+  }
+  fs::remove(path);
+}
+
+TEST(GgufExport, TokenizerRoundTrips) {
+  TokenizerTrainOptions o;
+  o.vocab_size = 300;
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "the quick brown fox jumps over the lazy dog, again and again: 12345 times!\n";
+  const Tokenizer tok = Tokenizer::train_from_text(text, o);
+  ModelConfig c = gpt2_like();
+  c.vocab_size = tok.vocab_size() + 5;  // room the tokenizer does not fill: [PAD] tokens in the file
+  Model m = initialized(c);
+  const fs::path path = temp_file("tokenizer");
+  export_gguf(m, path, &tok);
+  const std::optional<Tokenizer> back = load_gguf_tokenizer(path);
+  ASSERT_TRUE(back.has_value());
+  for (const std::string s : {"the quick brown fox", "  jumps!! over\n\nthe 9876 lazy dogs", "<|endoftext|>again"})
+    EXPECT_EQ(back->encode(s), tok.encode(s)) << s;
+  EXPECT_EQ(back->special_id(SpecialRole::Eos), tok.special_id(SpecialRole::Eos));
+  const gguf::Reader f(path);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt-2");
+  EXPECT_EQ(f.get_strings("tokenizer.ggml.tokens").size(), static_cast<size_t>(c.vocab_size));
+  EXPECT_EQ(f.get_strings("tokenizer.ggml.tokens").back(), fmt::format("[PAD{}]", c.vocab_size - 1));
+  fs::remove(path);
+}
+
+TEST(GgufExport, WhatGgufCannotHoldIsAnError) {
+  ModelConfig t5;
+  t5.architecture = Architecture::EncoderDecoder, t5.vocab_size = 50, t5.d_model = 32, t5.n_layers = 1, t5.n_heads = 2;
+  t5.max_seq_len = 16;
+  testing::expect_error_mentions<Error>([&] { (void)gguf_architecture(t5); }, {"gguf", "architecture", "decoder"});
+  ModelConfig ln_rope = gpt2_like();
+  ln_rope.position = PositionKind::RoPE;
+  testing::expect_error_mentions<Error>([&] { (void)gguf_architecture(ln_rope); }, {"gguf", "norm", "rmsnorm"});
+  testing::expect_error_mentions<Error>([&] { export_gguf(Model(gpt2_like()), temp_file("type"), nullptr, {.type = "q3_k"}); },
+                                        {"type 'q3_k'", "q4_k_m"});
+  EXPECT_FALSE(fs::exists(temp_file("type")));
+}
+
+TEST(GgufExport, InputStatisticsAreTheColumnsMeanSquares) {
+  Parameter w("w", {2, 3}, Role::FfnIn);
+  const std::vector<float> x = {1, 2, 3, -1, 0, 5};  // two rows of three
+  std::vector<float> y(4);
+  InputStatistics stats;
+  {
+    const RecordInputs recording(stats);
+    nn::linear_forward(y.data(), x.data(), w, nullptr, 2, 3, 2);
+    nn::linear_forward(y.data(), x.data() + 3, w, nullptr, 1, 3, 2);
+  }
+  nn::linear_forward(y.data(), x.data(), w, nullptr, 2, 3, 2);  // not recorded
+  EXPECT_EQ(stats.by_weight.at("w").rows, 3);
+  const std::vector<float> m = stats.mean_squares("w");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_FLOAT_EQ(m[0], (1 + 1 + 1) / 3.0f);
+  EXPECT_FLOAT_EQ(m[1], (4 + 0 + 0) / 3.0f);
+  EXPECT_FLOAT_EQ(m[2], (9 + 25 + 25) / 3.0f);
+  EXPECT_TRUE(stats.mean_squares("other").empty());
+}
+
+}  // namespace
+}  // namespace attend
