@@ -14,6 +14,8 @@
 #include <attend/session.h>
 #include <attend/tokenizer.h>
 
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -136,7 +138,7 @@ void add_chat_command(CLI::App& app) {
                                          "replies, the history kept (/reset clears it, /exit or end of input leaves)");
   static ChatSettings s;
   cmd->add_option("--model", s.model_dir, "A model directory with a tokenizer and a chat template (e.g. a Hugging Face "
-                                          "instruct checkpoint)")->required();
+                                          "instruct checkpoint), or a GGUF file holding both")->required();
   cmd->add_option("--tokenizer", s.tokenizer_path, "The tokenizer, if not in the model directory");
   cmd->add_option("--template", s.template_path, "A chat template (a .jinja file, or a tokenizer_config.json), if not "
                                                  "the model directory's");
@@ -157,8 +159,20 @@ void add_chat_command(CLI::App& app) {
     check(model.config().architecture == Architecture::Decoder, "chat: {} is an {} model; chat needs a decoder",
           s.model_dir, architecture_name(model.config().architecture));
     set_weights(model, s.weights, WeightType::BF16);
-    const Tokenizer tok = Tokenizer::load(s.tokenizer_path.empty() ? s.model_dir : s.tokenizer_path);
-    ChatTemplate tmpl = s.template_path.empty()                    ? ChatTemplate::from_model_dir(s.model_dir, s.template_name)
+    std::optional<Tokenizer> own = s.tokenizer_path.empty() ? model_tokenizer(s.model_dir) : Tokenizer::load(s.tokenizer_path);
+    check(own.has_value(), "{}: no tokenizer; give --tokenizer", s.model_dir);
+    const Tokenizer tok = std::move(*own);
+    auto model_template = [&] {
+      if (!is_gguf_file(s.model_dir)) return ChatTemplate::from_model_dir(s.model_dir, s.template_name);
+      // A GGUF file's tokenizer.chat_template, with the tokenizer's BOS and EOS as the template's.
+      const std::optional<std::string> source = gguf_chat_template(s.model_dir);
+      check(source.has_value(), "{}: no tokenizer.chat_template in the file; give --template", s.model_dir);
+      nlohmann::json config = {{"chat_template", *source}};
+      for (const auto& [role, key] : {std::pair{SpecialRole::Bos, "bos_token"}, {SpecialRole::Eos, "eos_token"}})
+        if (const std::optional<int32_t> id = tok.special_id(role)) config[key] = tok.id_to_token(*id);
+      return ChatTemplate::from_tokenizer_config(config.dump(), s.model_dir + " (tokenizer.chat_template)", s.template_name);
+    };
+    ChatTemplate tmpl = s.template_path.empty()                    ? model_template()
                         : s.template_path.ends_with(".json")       ? ChatTemplate::from_tokenizer_config(read_file(s.template_path), s.template_path, s.template_name)
                                                                    : ChatTemplate::from_string(read_file(s.template_path), s.template_path);
     Chat chat(s, model, tok, std::move(tmpl));

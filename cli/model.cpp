@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include <attend/error.h>
+#include <attend/chat_template.h>
 #include <attend/eval.h>
 #include <attend/io.h>
 #include <attend/model.h>
@@ -126,6 +127,15 @@ void add_inspect(CLI::App& app) {
   });
 }
 
+// The chat template a model carries (a GGUF file's, or a directory's), to write into a GGUF file; "" for none.
+std::string model_chat_template(const std::string& model) {
+  if (is_gguf_file(model)) return gguf_chat_template(model).value_or("");
+  const std::filesystem::path dir(model), config = dir / "tokenizer_config.json";
+  const bool has = std::filesystem::exists(dir / "chat_template.jinja") || std::filesystem::exists(dir / "chat_template.json") ||
+                   (std::filesystem::exists(config) && nlohmann::json::parse(read_file(config), nullptr, false).contains("chat_template"));
+  return has ? ChatTemplate::from_model_dir(dir).source() : "";  // a base model has none
+}
+
 void add_export(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "export", "Write a model in a Hugging Face layout: its family's (hf), or one named (hf-gpt2: GPT2LMHeadModel; "
@@ -143,7 +153,7 @@ void add_export(CLI::App& app) {
     const Model model = load_model(dir);
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
     if (format == "gguf") {
-      export_gguf(model, out, tok ? &*tok : nullptr, {.type = type});
+      export_gguf(model, out, tok ? &*tok : nullptr, {.type = type, .chat_template = model_chat_template(dir)});
       fmt::print("{}: GGUF {} ({}){}\n", out, gguf_architecture(model.config()), type.empty() ? "weights as held" : type,
                  tok ? ", with its tokenizer" : "");
       return;
@@ -197,7 +207,8 @@ void add_quantize(CLI::App& app) {
       const EvalResult r = evaluate_lm(model, tokens, {.stride = model.config().max_seq_len});
       fmt::print("calibration: {} tokens of {}, perplexity {:.3f}\n", r.tokens + 1, calibration, r.perplexity);
     }
-    export_gguf(model, out, tok ? &*tok : nullptr, {.type = type, .importance = calibration.empty() ? nullptr : &stats});
+    export_gguf(model, out, tok ? &*tok : nullptr, {.type = type, .importance = calibration.empty() ? nullptr : &stats,
+                                                    .chat_template = model_chat_template(dir)});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("{}: {} {}, {:.1f} MB, in {:.1f} s\n", out, gguf_architecture(model.config()), type,
                static_cast<double>(std::filesystem::file_size(out)) / 1e6, seconds);

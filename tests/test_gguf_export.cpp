@@ -27,7 +27,7 @@ fs::path temp_file(const std::string& name) {
 ModelConfig gpt2_like() {
   ModelConfig c;
   c.architecture = Architecture::Decoder, c.vocab_size = 300, c.d_model = 64, c.n_layers = 2, c.n_heads = 4;
-  c.d_ff = 256, c.max_seq_len = 32, c.activation = FfnKind::GELUTanh;
+  c.max_seq_len = 32, c.activation = FfnKind::GELUTanh;  // d_ff left to its default, 4 · d_model
   return c;
 }
 

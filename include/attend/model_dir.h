@@ -45,6 +45,8 @@ ModelConfig load_model_config(const std::filesystem::path& dir);
 // its tokenizer (tokenizer.ggml.*) by this: nullopt when the file holds none, an error for a kind not read yet.
 bool is_gguf_file(const std::filesystem::path& path);
 std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
+// Its chat template (tokenizer.chat_template); nullopt when it has none.
+std::optional<std::string> gguf_chat_template(const std::filesystem::path& path);
 
 // Writes a decoder as one GGUF file (llama.cpp's format) of the architecture its options make it: gpt2 (learned
 // positions, LayerNorm, biases, GELU), llama (RoPE, RMSNorm, SwiGLU; Mistral's window) or qwen2 (llama's with
@@ -58,9 +60,11 @@ std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
 //                        eighth of the layers and every third between, and Q5_K (Q6_K) for gpt2's fused attn_qkv
 // A matrix whose rows are not whole blocks takes llama.cpp's fallback (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0).
 // `importance` (from a RecordInputs over a calibration text) weighs each column's error in quantizing.
+// `chat_template`, when not empty, is written as tokenizer.chat_template.
 struct GgufExportOptions {
   std::string type;
   const InputStatistics* importance = nullptr;
+  std::string chat_template;
 };
 std::vector<std::string> gguf_export_types();  // the types above but ""
 // The GGUF architecture export_gguf writes a model of this configuration as ("gpt2", "llama", "qwen2"); an

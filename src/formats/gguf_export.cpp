@@ -242,6 +242,7 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     if (c.sliding_window > 0) w.set_uint32(key("attention.sliding_window"), static_cast<uint32_t>(c.sliding_window));
   }
   if (tokenizer != nullptr) write_tokenizer(w, *tokenizer, c.vocab_size);
+  if (!options.chat_template.empty()) w.set_string("tokenizer.chat_template", options.chat_template);
 
   // llama.cpp's gpt2 always has an output tensor (a tied model's is the embedding again); llama's only untied.
   const bool output = arch == "gpt2" || !c.tie_embeddings;

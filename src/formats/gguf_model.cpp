@@ -83,7 +83,7 @@ bool is_gguf_file(const fs::path& path) {
 
 std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch, bool output) {
   std::vector<GgufPlace> m;
-  const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head(), F = c.d_ff;
+  const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head(), F = c.ffn_hidden();
   m.push_back({"token_embd.weight", "embed.tokens.weight", 0, V});
   if (arch == "gpt2") m.push_back({"position_embd.weight", "embed.positions.weight", 0, c.max_seq_len});
   const bool neox = arch == "qwen2";
@@ -239,6 +239,12 @@ const char* gguf_split_regex(std::string_view pre) {
   if (pre == "qwen2")
     return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   return nullptr;
+}
+
+std::optional<std::string> gguf_chat_template(const fs::path& path) {
+  const gguf::Reader file(path);
+  if (file.find("tokenizer.chat_template") == nullptr) return std::nullopt;
+  return file.get_string("tokenizer.chat_template");
 }
 
 std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {

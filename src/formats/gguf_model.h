@@ -51,6 +51,7 @@ Model load_gguf_model(const std::filesystem::path& path);
 // The tokenizer a GGUF file holds (tokenizer.ggml.model "gpt2": byte-level BPE with its merges); nullopt when it
 // holds none. An error for a kind Attend does not read yet, naming it.
 std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
+std::optional<std::string> gguf_chat_template(const std::filesystem::path& path);
 // The Split regex of a tokenizer.ggml.pre name ("llama-bpe", "llama3", "qwen2"); nullptr for another.
 const char* gguf_split_regex(std::string_view pre);
 

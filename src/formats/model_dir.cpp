@@ -95,6 +95,7 @@ ModelConfig load_model_config(const fs::path& dir) {
 
 bool is_gguf_file(const fs::path& path) { return formats::is_gguf_file(path); }
 std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) { return formats::load_gguf_tokenizer(path); }
+std::optional<std::string> gguf_chat_template(const fs::path& path) { return formats::gguf_chat_template(path); }
 
 Model load_model(const fs::path& dir) {
   if (formats::is_gguf_file(dir)) return formats::load_gguf_model(dir);  // llama.cpp's single file
