@@ -3,6 +3,10 @@
 //
 //   build/bench/attend_generate_bench [--shape gpt2|llama-1b --prompt 512 --new 128 --threads 2 --weights f32|bf16
 //                                      --kv-cache f32|f16|int8 --passes 8 --isa auto|generic|avx2|avx512]
+//   build/bench/attend_generate_bench --model FILE.gguf|DIR [the same options but --shape and --weights]
+//
+// --model runs a model as it loads (a GGUF file's quantized matrices as their blocks), e.g. the very file
+// llama-bench runs (bench/beside_llama_quant.sh).
 //
 // Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token) and
 // generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
@@ -16,6 +20,7 @@
 #include <attend/error.h>
 #include <attend/generate.h>
 #include <attend/model.h>
+#include <attend/model_dir.h>
 #include <attend/rng.h>
 #include <attend/runtime.h>
 #include <attend/session.h>
@@ -63,7 +68,7 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2, passes = 8;
-  std::string weights = "f32", kv_cache = "f32", shape = "gpt2", isa = "auto";
+  std::string weights = "f32", kv_cache = "f32", shape = "gpt2", isa = "auto", model_path;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
@@ -74,10 +79,11 @@ int main(int argc, char** argv) {
     else if (flag == "--kv-cache") kv_cache = value;
     else if (flag == "--shape") shape = value;
     else if (flag == "--isa") isa = value;
+    else if (flag == "--model") model_path = value;
     else {
       std::fprintf(flag == "--help" ? stdout : stderr,
-                   "usage: attend_generate_bench [--shape gpt2|llama-1b] [--prompt 512] [--new 128] [--threads 2] [--weights f32|bf16]\n"
-                   "       [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512]\n"
+                   "usage: attend_generate_bench [--shape gpt2|llama-1b | --model FILE.gguf|DIR] [--prompt 512] [--new 128] [--threads 2]\n"
+                   "       [--weights f32|bf16] [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512]\n"
                    "GPT-2-124M (or Llama-3.2-1B) shape, random weights: prompt and generation rates, per-token latency, the\n"
                    "share of the memory-bandwidth bound; one JSON line.\n");
       return flag == "--help" ? 0 : 2;
@@ -105,22 +111,35 @@ int main(int argc, char** argv) {
   }
   const std::vector<float> probe(int64_t{1} << 26, 1.0f);  // 256 MiB
   constexpr int64_t kProbeEvery = 8;                        // generated tokens between probes
-  attend::ModelConfig c;
-  if (shape == "gpt2") {
-    c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
-    c.activation = attend::FfnKind::GELUTanh;
-  } else {
-    c.vocab_size = 128256, c.d_model = 2048, c.n_layers = 16, c.n_heads = 32, c.n_kv_heads = 8, c.d_ff = 8192;
-    c.max_seq_len = 2048, c.activation = attend::FfnKind::SwiGLU, c.norm = attend::NormKind::RMSNorm;
-    c.position = attend::PositionKind::RoPE, c.rope_base = 500000.0, c.bias = false;
-  }
-  attend::Model model(c);
   const bool bf16 = weights == "bf16";
-  if (bf16) model.set_storage(attend::WeightType::BF16);
-  // Bytes each generated token reads: every weight once (the tied embedding as the LM head; one row of the
-  // position table, not all of it), fp32.
-  const int64_t table = c.position == attend::PositionKind::Learned ? (c.max_seq_len - 1) * c.d_model : 0;
-  const double weight_bytes = (bf16 ? 2.0 : 4.0) * double(model.count().total() - table);
+  auto built = [&] {
+    attend::ModelConfig c;
+    if (shape == "gpt2") {
+      c.vocab_size = 50257, c.d_model = 768, c.n_layers = 12, c.n_heads = 12, c.max_seq_len = 1024;
+      c.activation = attend::FfnKind::GELUTanh;
+    } else {
+      c.vocab_size = 128256, c.d_model = 2048, c.n_layers = 16, c.n_heads = 32, c.n_kv_heads = 8, c.d_ff = 8192;
+      c.max_seq_len = 2048, c.activation = attend::FfnKind::SwiGLU, c.norm = attend::NormKind::RMSNorm;
+      c.position = attend::PositionKind::RoPE, c.rope_base = 500000.0, c.bias = false;
+    }
+    attend::Model m(c);
+    if (bf16) m.set_storage(attend::WeightType::BF16);
+    return m;
+  };
+  attend::Model model = model_path.empty() ? built() : attend::load_model(model_path);
+  const attend::ModelConfig c = model.config();
+  if (!model_path.empty()) shape = model_path, weights = "as loaded";
+  // Bytes each generated token reads: every matrix once as it is stored (the tied embedding as the LM head), one
+  // row of a lookup table (the position table, an untied token table).
+  double weight_bytes = 0.0;
+  for (const attend::Parameter* p : model.parameters()) {
+    const bool lookup = p->role == attend::Role::PositionTable ||
+                        (p->role == attend::Role::TokenEmbedding && !c.tie_embeddings);
+    if (lookup) weight_bytes += 4.0 * double(p->value.size(-1));
+    else if (!p->quantized.empty()) for (const attend::QuantizedRows& s : p->quantized) weight_bytes += double(s.blocks.size());
+    else if (!p->packed.empty()) weight_bytes += 2.0 * double(p->numel());
+    else weight_bytes += 4.0 * double(p->numel());
+  }
   // Keys and values of every layer at the mean position of the generated tokens.
   const double kv_bytes_per_position = double(attend::nn::KVCache::memory_bytes(
       {.n_layers = c.n_layers, .batch = 1, .max_T = 1, .n_kv_heads = c.kv_heads(), .d_head = c.d_head(), .storage = cache_type}));

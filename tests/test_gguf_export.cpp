@@ -6,12 +6,15 @@
 #include "formats/gguf.h"
 #include "kernels/quant.h"
 #include "nn/layers.h"
+#include "tokenize/sentencepiece.h"
 #include "testing.h"
 
 #include <attend/error.h>
 #include <attend/model_dir.h>
 #include <attend/session.h>
 #include <attend/tokenizer.h>
+
+#include <attend/io.h>
 
 #include <filesystem>
 
@@ -241,6 +244,41 @@ TEST(GgufExport, TokenizerRoundTrips) {
   EXPECT_EQ(f.get_strings("tokenizer.ggml.tokens").size(), static_cast<size_t>(c.vocab_size));
   EXPECT_EQ(f.get_strings("tokenizer.ggml.tokens").back(), fmt::format("[PAD{}]", c.vocab_size - 1));
   fs::remove(path);
+}
+
+// A llama-kind vocabulary (SentencePiece BPE: tokens, scores, types) encodes as SentencePiece's own model of the
+// same pieces, and a prompt starts with BOS (llama.cpp's default for it).
+TEST(GgufTokenizer, SentencePieceVocabularyEncodesAsTheModelFile) {
+  const fs::path model_file = fs::path(ATTEND_TEST_DATA) / "spm" / "bpe.model";
+  const std::string bytes = read_file(model_file);
+  const tokenize::SentencePieceModel sp = tokenize::parse_sentencepiece(bytes, model_file.string());
+  ASSERT_EQ(sp.model_type, 2);
+  gguf::Writer w;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (const tokenize::UnigramPiece& p : sp.pieces)
+    tokens.push_back(p.text), scores.push_back(static_cast<float>(p.score)), types.push_back(static_cast<int32_t>(p.type));
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_floats("tokenizer.ggml.scores", scores);
+  w.set_int32s("tokenizer.ggml.token_type", types);
+  w.set_bool("tokenizer.ggml.remove_extra_whitespaces", sp.normalizer.remove_extra_whitespaces);
+  const Tokenizer reference = Tokenizer::from_sentencepiece(bytes, model_file.string());
+  const std::optional<int32_t> bos = reference.token_to_id("<s>");
+  ASSERT_TRUE(bos.has_value());
+  w.set_uint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*bos));
+  const fs::path path = temp_file("spm");
+  w.write(path);
+  const std::optional<Tokenizer> tok = load_gguf_tokenizer(path);
+  fs::remove(path);
+  ASSERT_TRUE(tok.has_value());
+  for (const std::string s : {"the quick brown fox", "Hello world.  Two  spaces", "numbers 12345 and sym#bols!"})
+    EXPECT_EQ(tok->encode(s), reference.encode(s)) << s;
+  const std::vector<int32_t> prompt = tok->encode_prompt("hello");
+  ASSERT_FALSE(prompt.empty());
+  EXPECT_EQ(prompt.front(), *bos);
+  EXPECT_EQ(tok->special_id(SpecialRole::Bos), bos);
 }
 
 TEST(GgufExport, WhatGgufCannotHoldIsAnError) {

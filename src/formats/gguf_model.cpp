@@ -247,13 +247,73 @@ std::optional<std::string> gguf_chat_template(const fs::path& path) {
   return file.get_string("tokenizer.chat_template");
 }
 
+namespace {
+
+// Protobuf's wire format, as much as a SentencePiece ModelProto needs (sentencepiece.cpp reads it).
+void put_varint(std::string& out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out.push_back(static_cast<char>(v));
+}
+void put_key(std::string& out, int field, int wire) { put_varint(out, static_cast<uint64_t>(field) << 3 | wire); }
+void put_bytes(std::string& out, int field, std::string_view bytes) {
+  put_key(out, field, 2);
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+void put_uint(std::string& out, int field, uint64_t v) {
+  put_key(out, field, 0);
+  put_varint(out, v);
+}
+
+// A llama-kind vocabulary (SentencePiece BPE: pieces with scores and types) as the ModelProto SentencePiece's
+// own tokenizer.model would hold, for Tokenizer::from_sentencepiece. llama.cpp's SPM tokenizer merges by score
+// (SentencePiece's BPE), prefixes a space unless tokenizer.ggml.add_space_prefix is false, keeps repeated spaces
+// unless tokenizer.ggml.remove_extra_whitespaces is true, and falls back to <0xXX> byte pieces.
+std::string sentencepiece_proto(const gguf::Reader& file, const std::vector<std::string>& tokens,
+                                const std::vector<int64_t>& types) {
+  const std::string origin = file.path().string();
+  const std::vector<float> scores =
+      file.find("tokenizer.ggml.scores") ? file.get_floats("tokenizer.ggml.scores") : std::vector<float>{};
+  check(scores.size() == tokens.size(), "{}: tokenizer.ggml.scores has {} entries, tokens {}", origin, scores.size(),
+        tokens.size());
+  check(types.size() == tokens.size(), "{}: a llama vocabulary needs tokenizer.ggml.token_type for each token", origin);
+  std::string proto;
+  bool bytes = false;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    check(types[i] >= 1 && types[i] <= 6, "{}: tokenizer.ggml.token_type[{}] is {}, expected 1-6", origin, i, types[i]);
+    bytes = bytes || types[i] == 6;
+    std::string piece;
+    put_bytes(piece, 1, tokens[i]);
+    uint32_t bits;
+    std::memcpy(&bits, &scores[i], 4);
+    put_key(piece, 2, 5);
+    for (int b = 0; b < 4; ++b) piece.push_back(static_cast<char>(bits >> (8 * b)));
+    put_uint(piece, 3, static_cast<uint64_t>(types[i]));
+    put_bytes(proto, 1, piece);
+  }
+  std::string trainer;
+  put_uint(trainer, 3, 2);  // model_type BPE
+  put_uint(trainer, 35, bytes ? 1 : 0);  // byte_fallback
+  put_bytes(proto, 2, trainer);
+  std::string normalizer;
+  put_bytes(normalizer, 1, "identity");
+  put_uint(normalizer, 3, file.bool_or("tokenizer.ggml.add_space_prefix", true) ? 1 : 0);
+  put_uint(normalizer, 4, file.bool_or("tokenizer.ggml.remove_extra_whitespaces", false) ? 1 : 0);
+  put_uint(normalizer, 5, 1);  // escape whitespaces as ▁
+  put_bytes(proto, 3, normalizer);
+  return proto;
+}
+
+}  // namespace
+
 std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
   const gguf::Reader file(path);
   const std::string origin = path.string();
   if (file.find("tokenizer.ggml.model") == nullptr) return std::nullopt;
   const std::string kind = file.get_string("tokenizer.ggml.model");
-  check(kind == "gpt2", "{}: tokenizer.ggml.model '{}': Attend reads GGUF tokenizers of kind gpt2 (byte-level BPE) so "
-        "far; give a tokenizer.json with --tokenizer, or --prompt-ids", origin, kind);
+  check(kind == "gpt2" || kind == "llama", "{}: tokenizer.ggml.model '{}': Attend reads GGUF tokenizers of kinds gpt2 "
+        "(byte-level BPE) and llama (SentencePiece) so far; give a tokenizer.json with --tokenizer, or --prompt-ids",
+        origin, kind);
   const std::vector<std::string> tokens = file.get_strings("tokenizer.ggml.tokens");
   const std::vector<std::string> merges =
       file.find("tokenizer.ggml.merges") ? file.get_strings("tokenizer.ggml.merges") : std::vector<std::string>{};
@@ -261,6 +321,27 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
       file.find("tokenizer.ggml.token_type") ? file.get_ints("tokenizer.ggml.token_type") : std::vector<int64_t>{};
   check(types.empty() || types.size() == tokens.size(), "{}: tokenizer.ggml.token_type has {} entries, tokens {}",
         origin, types.size(), tokens.size());
+  const std::string pre = file.string_or("tokenizer.ggml.pre", "gpt-2");
+  // The special tokens' roles, and whether a prompt starts with BOS (llama.cpp's defaults: yes for SentencePiece
+  // and Llama 3's BPE, no for other BPE) or ends with EOS, as tokenizer_config.json says them.
+  nlohmann::json config = nlohmann::json::object();
+  for (const auto& [key, role] : {std::pair{"bos", "bos_token"}, {"eos", "eos_token"}, {"unknown", "unk_token"},
+                                  {"padding", "pad_token"}}) {
+    const std::string id_key = fmt::format("tokenizer.ggml.{}_token_id", key);
+    if (file.find(id_key) == nullptr) continue;
+    const uint64_t id = file.get_uint(id_key);
+    check(id < tokens.size(), "{}: {} is {}, past the {} tokens", origin, id_key, id, tokens.size());
+    config[role] = tokens[id];
+  }
+  const bool add_bos = file.bool_or("tokenizer.ggml.add_bos_token", kind == "llama" || pre == "llama-bpe" || pre == "llama3");
+  const bool add_eos = file.bool_or("tokenizer.ggml.add_eos_token", false);
+  if ((add_bos && config.contains("bos_token")) || (add_eos && config.contains("eos_token")))
+    config["add_bos_token"] = add_bos && config.contains("bos_token"), config["add_eos_token"] = add_eos && config.contains("eos_token");
+  auto configured = [&](Tokenizer t) {
+    t.apply_config(config.dump(), origin + " (tokenizer.ggml.*_token_id)");
+    return t;
+  };
+  if (kind == "llama") return configured(Tokenizer::from_sentencepiece(sentencepiece_proto(file, tokens, types), origin + " (tokenizer.ggml.*)"));
   // The vocabulary as a tokenizer.json, which Attend's Hugging Face pipeline reads.
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object(), added = nlohmann::ordered_json::array();
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -270,7 +351,6 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
       added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                        {"normalized", false}, {"special", types[i] == 3}});
   }
-  const std::string pre = file.string_or("tokenizer.ggml.pre", "gpt-2");
   nlohmann::ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                                        {"use_regex", true}};
   nlohmann::ordered_json pre_tokenizer;
@@ -296,7 +376,7 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
                  {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
                  {"ignore_merges", pre == "llama-bpe" || pre == "llama3"}, {"vocab", vocab}, {"merges", merges}}},
   };
-  return Tokenizer::from_json(j.dump(), origin + " (tokenizer.ggml.*)");
+  return configured(Tokenizer::from_json(j.dump(), origin + " (tokenizer.ggml.*)"));
 }
 
 }  // namespace attend::formats
