@@ -2,7 +2,7 @@
 // 2048 with 32 query and 8 key/value heads, SwiGLU of 8192, a tied vocabulary of 128,256), random weights, batch 1:
 //
 //   build/bench/attend_generate_bench [--shape gpt2|llama-1b --prompt 512 --new 128 --threads 2 --weights f32|bf16
-//                                      --kv-cache f32|f16|int8 --passes 8 --isa auto|generic|avx2|avx512]
+//                                      --kv-cache f32|f16|int8 --passes 8 --isa auto|generic|avx2|avx512|avx512vnni]
 //   build/bench/attend_generate_bench --model FILE.gguf|DIR [the same options but --shape and --weights]
 //
 // --model runs a model as it loads (a GGUF file's quantized matrices as their blocks), e.g. the very file
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(flag == "--help" ? stdout : stderr,
                    "usage: attend_generate_bench [--shape gpt2|llama-1b | --model FILE.gguf|DIR] [--prompt 512] [--new 128] [--threads 2]\n"
-                   "       [--weights f32|bf16] [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512]\n"
+                   "       [--weights f32|bf16] [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512|avx512vnni]\n"
                    "GPT-2-124M (or Llama-3.2-1B) shape, random weights: prompt and generation rates, per-token latency, the\n"
                    "share of the memory-bandwidth bound; one JSON line.\n");
       return flag == "--help" ? 0 : 2;

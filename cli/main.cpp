@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Threads for every kernel (default: all cores)")->envname("ATTEND_THREADS");
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")->capture_default_str();
   app.add_option("--isa", isa,
-                 "Instruction set of the per-CPU kernels: auto (the widest this CPU runs), generic, avx2 or avx512")
+                 "Instruction set of the per-CPU kernels: auto (the widest this CPU runs), generic, avx2, avx512 or avx512vnni")
       ->envname("ATTEND_ISA")
       ->capture_default_str();
 

@@ -1,4 +1,4 @@
-// ATTEND_ISA=generic|avx2|avx512 runs the whole test binary with that instruction set's kernels
+// ATTEND_ISA=generic|avx2|avx512|avx512vnni runs the whole test binary with that instruction set's kernels
 // (src/kernels/cpu.h); CTest registers the kernel suites once per set (tests/CMakeLists.txt). A set this
 // CPU cannot run exits with 77, which CTest reports as skipped.
 #include "kernels/cpu.h"
@@ -15,7 +15,7 @@ const bool chosen = [] {
   if (name == nullptr || *name == '\0') return false;
   Isa isa;
   if (!parse_isa(name, isa)) {
-    std::fprintf(stderr, "ATTEND_ISA=%s: expected generic, avx2 or avx512\n", name);
+    std::fprintf(stderr, "ATTEND_ISA=%s: expected generic, avx2, avx512 or avx512vnni\n", name);
     std::exit(2);
   }
   if (isa > cpu_isa()) {

@@ -279,7 +279,7 @@ TEST_P(IsaKernels, GemvQuantWithinTheActivationRoundingBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EverySet, IsaKernels, ::testing::Values(Isa::Generic, Isa::Avx2, Isa::Avx512),
+INSTANTIATE_TEST_SUITE_P(EverySet, IsaKernels, ::testing::Values(Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni),
                          [](const auto& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace

@@ -21,7 +21,7 @@ int num_threads() { return kernels::num_threads(); }
 void set_kernel_isa(const std::string& name) {
   kernels::Isa isa = kernels::cpu_isa();
   if (name != "auto") {
-    check(kernels::parse_isa(name, isa), "kernel instruction set '{}': expected auto, generic, avx2 or avx512", name);
+    check(kernels::parse_isa(name, isa), "kernel instruction set '{}': expected auto, generic, avx2, avx512 or avx512vnni", name);
     check(isa <= kernels::cpu_isa(), "kernel instruction set '{}': this CPU runs up to {}", name,
           kernels::isa_name(kernels::cpu_isa()));
   }

@@ -19,13 +19,13 @@ Isa detect() {
   // __builtin_cpu_supports also checks that the operating system saves the wide registers (XCR0).
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-    return Isa::Avx512;
+    return __builtin_cpu_supports("avx512vnni") ? Isa::Avx512Vnni : Isa::Avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
     return Isa::Avx2;
   return Isa::Generic;
 }
 
-constexpr std::array kAll = {Isa::Generic, Isa::Avx2, Isa::Avx512};
+constexpr std::array kAll = {Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni};
 
 Isa& chosen() {
   static Isa isa = cpu_isa();
@@ -39,6 +39,7 @@ std::string_view isa_name(Isa isa) {
     case Isa::Generic: return "generic";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Vnni: return "avx512vnni";
   }
   return "?";
 }

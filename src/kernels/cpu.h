@@ -14,10 +14,11 @@ enum class Isa {
   Generic,  // x86-64's baseline (SSE2): plain loops the compiler vectorises 4 floats wide
   Avx2,     // AVX2 + FMA + F16C (Haswell, Zen 1 and later)
   Avx512,   // AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4 and later)
+  Avx512Vnni,  // and VNNI's byte dot products (Cascade Lake, Ice Lake, Zen 4 and later)
 };
 
 std::string_view isa_name(Isa isa);
-// The set named `name` ("generic", "avx2", "avx512"), or false.
+// The set named `name` ("generic", "avx2", "avx512", "avx512vnni"), or false.
 bool parse_isa(std::string_view name, Isa& isa);
 
 // The widest set this CPU (and its operating system) can run.

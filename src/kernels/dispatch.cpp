@@ -18,6 +18,7 @@ namespace attend::kernels {
 
 const KernelTable& kernel_table(Isa isa) {
   switch (isa) {
+    case Isa::Avx512Vnni: return avx512vnni::kernel_table();
     case Isa::Avx512: return avx512::kernel_table();
     case Isa::Avx2: return avx2::kernel_table();
     case Isa::Generic: break;

@@ -58,6 +58,7 @@ struct KernelTable {
 namespace generic { const KernelTable& kernel_table(); }
 namespace avx2 { const KernelTable& kernel_table(); }
 namespace avx512 { const KernelTable& kernel_table(); }
+namespace avx512vnni { const KernelTable& kernel_table(); }
 
 const KernelTable& kernel_table(Isa isa);
 // The table of active_isa().

@@ -1,5 +1,5 @@
 // Included first by every source in src/kernels/isa/, which CMake compiles once per instruction set with
-// ATTEND_ISA set to generic, avx2 or avx512 and that set's -march. Declares the set's kernels, in namespace
+// ATTEND_ISA set to generic, avx2, avx512 or avx512vnni and that set's -march. Declares the set's kernels, in namespace
 // attend::kernels::ATTEND_ISA, with the signatures of kernel_table.h.
 //
 // Every inline function these sources use from a shared header must be in an ISA-specific namespace

@@ -2,7 +2,8 @@
 // once (one scale per 32 values for the 32-value types, per 256 with sums per 16 for the K types, as llama.cpp
 // does), and every weight block's integer dot product with it is scaled by both blocks' scales. The weights
 // stream through once; their small integers are multiplied as bytes (AVX2's vpmaddubsw: unsigned weight levels
-// times signed activations into 16-bit pairs, vpmaddwd into 32-bit sums), and a type whose levels are offset
+// times signed activations into 16-bit pairs, vpmaddwd into 32-bit sums; the avx512vnni set's vpdpbusd does both
+// in one for the 32-value types, whose blocks have one scale), and a type whose levels are offset
 // (Q4_0's q − 8, Q6_K's q − 32, the K types' minimums) subtracts offset · Σx per block from the activation sums.
 #include "kernels/isa/isa.h"
 #include "kernels/isa/channels.h"
@@ -80,7 +81,12 @@ using Acc = __m256;
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 // 16-bit pair sums of u·x (u < 128, so no pair saturates: 2·127·127 < 2¹⁵).
 inline __m256i pairs(__m256i u, __m256i x) { return _mm256_maddubs_epi16(u, x); }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// Sums of four products u·x in each 32-bit lane: VNNI's vpdpbusd, one instruction for vpmaddubsw + vpmaddwd.
+inline __m256i sum32(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
+#else
 inline __m256i sum32(__m256i u, __m256i x) { return _mm256_madd_epi16(pairs(u, x), _mm256_set1_epi16(1)); }
+#endif
 inline __m256 accumulate(__m256 acc, __m256i sums, float scale) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(scale), acc);
 }
