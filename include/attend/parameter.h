@@ -96,7 +96,8 @@ struct Parameter {
   WeightType storage = WeightType::F32;
   std::vector<uint16_t> packed;
   // A quantized type (is_quantized(storage)): the matrix's rows as blocks, in segments by type (one segment
-  // unless a file mixes types); `value` holds the dequantized values.
+  // unless a file mixes types), which decoding's gemv reads; `value` holds the dequantized values, and where the
+  // CPU has bf16 products `packed` holds them in bf16 for prompts.
   std::vector<QuantizedRows> quantized;
 
   void zero_grad() { grad.zero(); }
