@@ -10,6 +10,7 @@
 #include "testing.h"
 
 #include <attend/error.h>
+#include <attend/generate.h>
 #include <attend/model_dir.h>
 #include <attend/session.h>
 #include <attend/tokenizer.h>
@@ -17,6 +18,9 @@
 #include <attend/io.h>
 
 #include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
 
 namespace attend {
 namespace {
@@ -279,6 +283,79 @@ TEST(GgufTokenizer, SentencePieceVocabularyEncodesAsTheModelFile) {
   ASSERT_FALSE(prompt.empty());
   EXPECT_EQ(prompt.front(), *bos);
   EXPECT_EQ(tok->special_id(SpecialRole::Bos), bos);
+}
+
+// tests/data/gguf (tools/make_gguf_fixtures.sh): a small trained GPT-2-layout model as an F16 file Attend wrote and
+// Q8_0 and Q4_K_M files llama.cpp's llama-quantize made from it, with llama-simple's greedy continuations.
+const fs::path kGgufData = fs::path(ATTEND_TEST_DATA) / "gguf";
+
+TEST(GgufFixtures, LlamaCppsFilesHoldTheSameWeightsAndTypes) {
+  Model f16 = load_model(kGgufData / "brown-tiny-F16.gguf");
+  const std::optional<Tokenizer> tok = load_gguf_tokenizer(kGgufData / "brown-tiny-F16.gguf");
+  ASSERT_TRUE(tok.has_value());
+  // Relative RMS error bounds per type: a level step of the type's bits over a block's range, with room; a wrong
+  // nibble, bit or scale gives errors near 1.
+  const std::map<std::string, double> bound = {{"q8_0", 0.01}, {"q6_K", 0.03}, {"q5_K", 0.05}, {"q4_K", 0.1}};
+  for (const auto& [name, scheme] : {std::pair{"brown-tiny-Q8_0.gguf", "q8_0"}, {"brown-tiny-Q4_K_M.gguf", "q4_k_m"}}) {
+    SCOPED_TRACE(name);
+    const gguf::Reader theirs(kGgufData / name);
+    // Attend's choice of types for the same model and scheme is llama-quantize's, tensor by tensor (but the
+    // position table, which llama-quantize leaves in the source's F16 and Attend writes in F32).
+    const fs::path ours_path = temp_file(std::string("fixture_") + scheme);
+    export_gguf(f16, ours_path, &*tok, {.type = scheme});
+    const gguf::Reader ours(ours_path);
+    ASSERT_EQ(ours.tensors().size(), theirs.tensors().size());
+    for (const gguf::TensorInfo& t : theirs.tensors()) {
+      const gguf::TensorInfo* mine = ours.tensor(t.name);
+      ASSERT_NE(mine, nullptr) << t.name;
+      if (t.name != "position_embd.weight") EXPECT_EQ(type_of(ours, t.name), type_of(theirs, t.name)) << t.name;
+    }
+    fs::remove(ours_path);
+    // Read back: each quantized matrix is the F16 model's within its type's error.
+    const Model q = load_model(kGgufData / name);
+    for (const gguf::TensorInfo& t : theirs.tensors()) {
+      const std::string type = type_of(theirs, t.name);
+      if (!bound.contains(type)) continue;
+      const std::string attend_name = t.name == "token_embd.weight" ? "embed.tokens.weight"
+                                      : t.name == "output.weight"   ? "lm_head.weight"
+                                                                    : "";
+      if (attend_name.empty() && !t.name.starts_with("blk.0.")) continue;
+      const std::string mapped = !attend_name.empty() ? attend_name
+          : "decoder.layers.0." + std::string(t.name.find("attn_qkv") != std::string::npos ? "attn.qkv.weight"
+                                          : t.name.find("attn_output") != std::string::npos ? "attn.o.weight"
+                                          : t.name.find("ffn_up") != std::string::npos ? "ffn.up.weight"
+                                                                                      : "ffn.down.weight");
+      const Parameter& a = *q.find(mapped);
+      const Parameter& b = *f16.find(mapped);
+      double err = 0, power = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) err += std::pow(a.value[i] - b.value[i], 2), power += std::pow(b.value[i], 2);
+      EXPECT_GT(err, 0.0) << t.name;
+      EXPECT_LT(std::sqrt(err / power), bound.at(type)) << t.name << " (" << type << ")";
+    }
+  }
+}
+
+TEST(GgufFixtures, GreedyTokensAreLlamaSimples) {
+  const auto golden = nlohmann::json::parse(read_file(kGgufData / "golden.json"));
+  const int64_t new_tokens = golden["new_tokens"].get<int64_t>();
+  int checked = 0;
+  for (const char* file : {"brown-tiny-F16", "brown-tiny-Q8_0", "brown-tiny-Q4_K_M"}) {
+    const fs::path path = kGgufData / (std::string(file) + ".gguf");
+    const Model model = load_model(path);
+    const std::optional<Tokenizer> tok = load_gguf_tokenizer(path);
+    ASSERT_TRUE(tok.has_value());
+    GenerateOptions options;
+    options.max_new_tokens = new_tokens;
+    options.sampling.greedy = true;
+    options.cache = CacheType::F16;  // llama.cpp's default KV cache
+    if (const auto eos = tok->special_id(SpecialRole::Eos)) options.eos = {*eos};
+    for (const std::string prompt : {"The jury said", "In the morning", "The president of the"}) {
+      const Generation g = generate(model, &*tok, tok->encode_prompt(prompt), options);
+      EXPECT_EQ(g.text, golden["continuations"][std::string(file) + "|" + prompt].get<std::string>()) << file << ": " << prompt;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 9);
 }
 
 TEST(GgufExport, WhatGgufCannotHoldIsAnError) {
