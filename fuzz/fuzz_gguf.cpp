@@ -1,7 +1,10 @@
 // GGUF: the header, every metadata value (arrays of arrays included), the tensor infos and their placement;
 // then every value is walked, every getter tried on every key, and the first and last byte of every tensor
-// read through the mapping (ASan sees a tensor the checks let past the end of the file).
+// read through the mapping (ASan sees a tensor the checks let past the end of the file). Then what Attend makes
+// of the metadata: the model configuration (config_from_gguf) and the tokenizer (tokenizer.ggml.*: a gpt2-kind
+// BPE rebuilt as a tokenizer.json, a llama-kind vocabulary as a SentencePiece ModelProto), which encodes a text.
 #include "formats/gguf.h"
+#include "formats/gguf_model.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -53,6 +56,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (t.bytes == 0 || t.offset % reader.alignment() != 0) fuzz::fail("an empty or unaligned tensor was accepted");
       sum = sum + t.data[0] + t.data[t.bytes - 1];
     }
+    try_get([&] { return formats::config_from_gguf(reader); });
+    try_get([&] {
+      const std::optional<Tokenizer> tok = formats::load_gguf_tokenizer(file.path());
+      if (tok) {
+        const std::vector<int32_t> ids = tok->encode_prompt("The quick brown fox, 1234 times.");
+        for (int32_t id : ids)
+          if (id < 0 || id >= tok->vocab_size()) fuzz::fail("the GGUF tokenizer gave an id outside its vocabulary");
+        (void)tok->decode(ids);
+      }
+      return 0;
+    });
   } catch (const Error&) {
   }
   return 0;

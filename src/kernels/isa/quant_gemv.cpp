@@ -245,13 +245,14 @@ float dot_q6_k(const uint8_t* w, const Act256* a, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b, w += 210) {
     const float d = half_value(w + 208) * a[b].d;
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
-    int32_t offset = 0;
-    for (int j = 0; j < 16; ++j) offset += sc[j] * a[b].sums[j];
-    correction -= 32 * d * static_cast<float>(offset);
 #if defined(__AVX2__)
-    __m256i isum = _mm256_setzero_si256();
+    // The sixteen scales as int16, and the offset's share, 32·Σ_j sc_j·Σx_j, taken from the integer sums at once.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(a[b].sums)), 5));
     const __m256i mask = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
+      // Scales 8h .. 8h + 7 in both 128-bit lanes, for the in-lane shuffles below.
+      const __m256i half_scales = _mm256_broadcastsi128_si256(h == 0 ? _mm256_castsi256_si128(sc16) : _mm256_extracti128_si256(sc16, 1));
       const uint8_t* ql = w + 64 * h;
       const __m256i bits = load32(w + 128 + 32 * h);
       const __m256i l0 = load32(ql), l32 = load32(ql + 32);
@@ -264,12 +265,17 @@ float dot_q6_k(const uint8_t* w, const Act256* a, int64_t blocks) {
       for (int g = 0; g < 4; ++g) {
         // Values 32g .. 32g + 31 of the half: sub-blocks 8h + 2g (first 16) and 8h + 2g + 1.
         const __m256i p = pairs(u[g], load32(a[b].q + 128 * h + 32 * g));
-        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * g + 1]), _mm_set1_epi16(sc[8 * h + 2 * g]));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
+        // Scale 2g of the half in the low lane's eight int16s, 2g + 1 in the high lane's.
+        const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((4 * g + 3) << 8 | (4 * g + 2))),
+                                              _mm_set1_epi16(static_cast<int16_t>((4 * g + 1) << 8 | (4 * g))));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(half_scales, pick)));
       }
     }
     acc = accumulate(acc, isum, d);
 #else
+    int32_t offset = 0;
+    for (int j = 0; j < 16; ++j) offset += sc[j] * a[b].sums[j];
+    correction -= 32 * d * static_cast<float>(offset);
     int32_t s = 0;
     for (int h = 0; h < 2; ++h) {
       const uint8_t* ql = w + 64 * h;
