@@ -3,6 +3,7 @@
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/quant_layout.h"
 #include "testing.h"
 
 #include <cmath>
@@ -352,6 +353,25 @@ TEST(Quant, PromptMatmulIsSgemmOnTheDequantizedWeight) {
     matmul_forward_quant(type, got.data(), x.data(), blocks.data(), bias.data(), N, C, OC);
     matmul_forward(want.data(), x.data(), values.data(), bias.data(), N, C, OC);
     EXPECT_EQ(got, want) << quant_format(type).name;
+  }
+}
+
+// The K blocks' twelve scale bytes unpacked four at a time (the dot products' way) give every sub-block the scale
+// and minimum the one-at-a-time reading gives, for every bit of every byte.
+TEST(Quant, KScalesUnpackedTogetherEqualOneAtATime) {
+  std::mt19937 gen(5);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint8_t s[12];
+    for (uint8_t& b : s) b = static_cast<uint8_t>(gen());
+    if (trial < 12) std::memset(s, 0, 12), s[trial] = 0xff;  // each byte alone
+    uint8_t scales[8], mins[8];
+    quant_layout::scales_mins_k4(s, scales, mins);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      quant_layout::scale_min_k4(s, j, &sc, &m);
+      ASSERT_EQ(scales[j], sc) << "trial " << trial << " sub-block " << j;
+      ASSERT_EQ(mins[j], m) << "trial " << trial << " sub-block " << j;
+    }
   }
 }
 

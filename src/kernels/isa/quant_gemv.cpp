@@ -192,21 +192,25 @@ float dot_32(const uint8_t* w, const Act32* a, int64_t blocks) {
 template <int kBits>
 float dot_k(const uint8_t* w, const Act256* a, int64_t blocks) {
   constexpr int64_t kBytes = kBits == 5 ? 176 : 144;
+#if defined(__AVX2__)
+  Acc acc{}, acc_min{};
+#else
   Acc acc{};
   float correction = 0;
+#endif
   for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
     const float d = half_value(w) * a[b].d, dmin = half_value(w + 2) * a[b].d;
     const uint8_t* scales = w + 4;
     const uint8_t* qh = w + 16;
     const uint8_t* qs = kBits == 5 ? w + 48 : w + 16;
-    int sc[8], m[8];
-    int32_t mins = 0;
-    for (int j = 0; j < 8; ++j) {
-      quant_layout::scale_min_k4(scales, j, &sc[j], &m[j]);
-      mins += m[j] * (a[b].sums[2 * j] + a[b].sums[2 * j + 1]);
-    }
-    correction -= dmin * static_cast<float>(mins);
+    alignas(16) uint8_t sc[8], m[8];
+    quant_layout::scales_mins_k4(scales, sc, m);
 #if defined(__AVX2__)
+    // The minimums' share, dmin·Σ_j m_j·Σx_j: each m_j twice (sub-block j is activation sums 2j and 2j + 1) times
+    // the sixteen sums, in one vpmaddwd; its own accumulator, scaled by dmin.
+    const __m128i m_twice = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)),
+                                             _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+    acc_min = accumulate(acc_min, _mm256_madd_epi16(_mm256_cvtepu8_epi16(m_twice), load32(a[b].sums)), dmin);
     __m256i isum = _mm256_setzero_si256();
     const __m256i mask = _mm256_set1_epi8(15);
     const __m256i high = kBits == 5 ? load32(qh) : _mm256_setzero_si256();
@@ -233,9 +237,16 @@ float dot_k(const uint8_t* w, const Act256* a, int64_t blocks) {
         s += sc[2 * i] * lo * a[b].q[64 * i + l] + sc[2 * i + 1] * hi * a[b].q[64 * i + 32 + l];
       }
     acc += d * static_cast<float>(s);
+    int32_t mins = 0;
+    for (int j = 0; j < 8; ++j) mins += m[j] * (a[b].sums[2 * j] + a[b].sums[2 * j + 1]);
+    correction -= dmin * static_cast<float>(mins);
 #endif
   }
+#if defined(__AVX2__)
+  return total(acc) - total(acc_min);
+#else
   return total(acc) + correction;
+#endif
 }
 
 // Q6_K: Σ_j (d·sc_j)·(Σ q·x − 32·Σx) over sixteen sub-blocks of 16.
