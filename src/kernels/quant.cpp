@@ -417,6 +417,21 @@ void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n) {
   }
 }
 
+int64_t q4_0x8_bytes(int64_t rows, int64_t n) { return rows / 8 * (n / 32) * 8 * 18; }
+
+void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n) {
+  const auto* in = static_cast<const uint8_t*>(blocks);
+  const int64_t per_row = n / 32, row_bytes = per_row * 18;
+  for (int64_t g = 0; g < rows / 8; ++g)
+    for (int64_t b = 0; b < per_row; ++b, out += 8 * 18) {
+      for (int r = 0; r < 8; ++r) {
+        const uint8_t* block = in + (8 * g + r) * row_bytes + 18 * b;
+        std::memcpy(out + 2 * r, block, 2);  // the scale
+        for (int m = 0; m < 4; ++m) std::memcpy(out + 16 + 32 * m + 4 * r, block + 2 + 4 * m, 4);
+      }
+    }
+}
+
 double quant_dot_reference(QuantType type, const void* blocks, const float* x, int64_t n) {
   const QuantFormat& f = quant_format(type);
   const auto* b = static_cast<const uint8_t*>(blocks);

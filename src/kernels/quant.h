@@ -49,6 +49,16 @@ void quantize_row(QuantType type, void* blocks, const float* x, int64_t n, const
 // The blocks' n values, as ggml's dequantize_row_* computes them.
 void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n);
 
+// Q4_0 rows repacked eight at a time for decoding (the gemv_q4_0x8 kernels): for each group of eight rows and each
+// block b, the eight rows' fp16 scales (16 bytes), then four 32-byte words m = 0..3 holding bytes 4m .. 4m + 3 of
+// each row's sixteen nibble bytes, row after row. Byte 4r + i of word m is row r's byte 4m + i: its low nibble is
+// value 4m + i, its high nibble value 4m + 16 + i. So one word's low (high) nibbles are, in 32-bit lane r, row r's
+// four values 4m .. 4m + 3 (4m + 16 ..): an integer dot product with four inputs broadcast to every lane gives
+// the eight rows' partial sums in one instruction, and one fused multiply-add scales all eight.
+// Rows past the last whole group are not repacked (the plain gemv takes them).
+int64_t q4_0x8_bytes(int64_t rows, int64_t n);
+void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n);
+
 // Σ_i dequant(row)_i · x_i over n values, in double: the reference the dot-product kernels are checked against.
 double quant_dot_reference(QuantType type, const void* blocks, const float* x, int64_t n);
 

@@ -82,7 +82,7 @@ kernels::QuantType quant_type(WeightType t) {
 void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
   const int64_t C = p.value.size(-1), rows = p.numel() / C;
   int64_t row = 0;
-  for (const QuantizedRows& s : segments) {
+  for (QuantizedRows& s : segments) {
     const kernels::QuantType q = quant_type(s.type);
     check(C % kernels::quant_format(q).block == 0, "'{}': rows of {} values cannot be {} blocks of {}", p.name, C,
           weight_type_name(s.type), kernels::quant_format(q).block);
@@ -94,6 +94,11 @@ void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
       for (int64_t r = r0; r < r1; ++r)
         kernels::dequantize_row(q, p.value.data() + (row + r) * C, s.blocks.data() + r * row_bytes, C);
     });
+    s.repacked.clear();
+    if (q == kernels::QuantType::Q4_0 && s.rows >= 8) {  // decoding reads eight rows at a time
+      s.repacked.resize(static_cast<size_t>(kernels::q4_0x8_bytes(s.rows, C)));
+      kernels::repack_q4_0x8(s.repacked.data(), s.blocks.data(), s.rows, C);
+    }
     row += s.rows;
   }
   check(row == rows, "'{}': quantized segments hold {} rows, the matrix has {}", p.name, row, rows);
@@ -144,6 +149,13 @@ namespace {
 InputStatistics* recording = nullptr;  // RecordInputs's statistics, while one is alive
 std::mutex recording_mutex;
 
+// out (N, s.rows) = inp · the segment's rowsᵀ + bias: the repacked kernel where the segment has its rows repacked.
+void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
+  if (!s.repacked.empty())
+    return kernels::matmul_forward_q4_0x8(out, inp, s.repacked.data(), s.blocks.data(), bias, N, C, s.rows);
+  kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.blocks.data(), bias, N, C, s.rows);
+}
+
 void record_inputs(const Parameter& weight, const float* inp, int64_t N, int64_t C) {
   const std::lock_guard lock(recording_mutex);
   InputStatistics::Entry& e = recording->by_weight[weight.name];
@@ -186,16 +198,13 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
   precision = precision_for(weight, precision);
   // Decoding with a quantized weight: the int8 gemv on its blocks. (A prompt multiplies `value`, below.)
   if (!weight.quantized.empty() && precision == Precision::F32 && N <= kernels::kGemvRows) {
-    if (weight.quantized.size() == 1)
-      return kernels::matmul_forward_quant(quant_type(weight.storage), out, inp, weight.quantized[0].blocks.data(), bias,
-                                           N, C, OC);
+    if (weight.quantized.size() == 1) return quantized_rows_forward(weight.quantized[0], out, inp, bias, N, C);
     // Segments of rows by type (a fused Q, K, V from a mixed file): each segment's channels, then interleaved.
     thread_local std::vector<float> part;
     int64_t o0 = 0;
     for (const QuantizedRows& s : weight.quantized) {
       part.resize(static_cast<size_t>(N * s.rows));
-      kernels::matmul_forward_quant(quant_type(s.type), part.data(), inp, s.blocks.data(), bias ? bias + o0 : nullptr,
-                                    N, C, s.rows);
+      quantized_rows_forward(s, part.data(), inp, bias ? bias + o0 : nullptr, N, C);
       for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC + o0, part.data() + n * s.rows, s.rows * sizeof(float));
       o0 += s.rows;
     }

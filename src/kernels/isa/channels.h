@@ -16,11 +16,12 @@ namespace attend::kernels::ATTEND_ISA {
 // the other for 15% of the gemv time; smaller chunks restart the prefetchers' streams too often
 // (docs/BENCHMARKS.md). Every channel is computed the same way whichever thread takes it, so the result does not
 // depend on the timing. Below 512 channels one thread is faster.
+// `unit` > 1: channels(u0, u1) over units of that many channels each (groups of repacked rows), the same shares.
 template <typename F>
-void split_channels(int64_t OC, F&& channels) {
-  const int threads = OC >= 512 ? num_threads() : 1;
+void split_channels(int64_t OC, F&& channels, int64_t unit = 1) {
+  const int threads = OC * unit >= 512 ? num_threads() : 1;
   const int64_t own = OC * 7 / 8 / threads;
-  constexpr int64_t kChunk = 32;
+  const int64_t kChunk = std::max<int64_t>(1, 32 / unit);
   std::atomic<int64_t> next{own * threads};
   parallel_for(threads, 1, [&](int64_t t, int64_t) {
     channels(t * own, (t + 1) * own);

@@ -33,7 +33,8 @@ float half_value(const uint8_t* p) {
 // activations).
 struct Act32 {
   float d;
-  float dsum;  // d · Σq
+  float dsum;   // d · Σq
+  int32_t sum;  // Σq
   int8_t q[32];
 };
 // 256 values with their sums per 16 (the K types' activations).
@@ -53,7 +54,7 @@ void quantize_act32(Act32* out, const float* x, int64_t C) {
       out[b].q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
       sum += out[b].q[i];
     }
-    out[b].d = d, out[b].dsum = d * static_cast<float>(sum);
+    out[b].d = d, out[b].dsum = d * static_cast<float>(sum), out[b].sum = sum;
   }
 }
 
@@ -83,10 +84,13 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 // 16-bit pair sums of u·x (u < 128, so no pair saturates: 2·127·127 < 2¹⁵).
 inline __m256i pairs(__m256i u, __m256i x) { return _mm256_maddubs_epi16(u, x); }
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-// Sums of four products u·x in each 32-bit lane: VNNI's vpdpbusd, one instruction for vpmaddubsw + vpmaddwd.
+// init + the sums of four products u·x in each 32-bit lane: VNNI's vpdpbusd, one instruction for vpmaddubsw +
+// vpmaddwd (+ vpaddd).
+inline __m256i sum32_onto(__m256i init, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(init, u, x); }
 inline __m256i sum32(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
 #else
 inline __m256i sum32(__m256i u, __m256i x) { return _mm256_madd_epi16(pairs(u, x), _mm256_set1_epi16(1)); }
+inline __m256i sum32_onto(__m256i init, __m256i u, __m256i x) { return _mm256_add_epi32(init, sum32(u, x)); }
 #endif
 inline __m256 accumulate(__m256 acc, __m256i sums, float scale) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(scale), acc);
@@ -347,6 +351,59 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
     case QuantType::Q6_K: return run(dot_q6_k, Act256{});
     case QuantType::Q8_K: break;  // an activation format, never a weight
   }
+}
+
+// Q4_0 rows repacked eight at a time (quant.h): per block, the eight rows' partial sums land in the eight lanes of
+// one vector (four inputs broadcast against each word's nibbles), Q4_0's offset enters as −8·Σx in every lane,
+// and one fused multiply-add scales the eight by their rows' scales times the input's.
+void gemv_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
+                 int64_t OC) {
+  const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * 8 * 18;
+  thread_local std::vector<Act32> act;
+  act.resize(static_cast<size_t>(N * blocks));
+  for (int64_t n = 0; n < N; ++n) quantize_act32(act.data() + n * blocks, inp + n * C, C);
+  const Act32* acts = act.data();
+  split_channels(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g)
+      for (int64_t n = 0; n < N; ++n) {
+        const uint8_t* w = repacked + g * group_bytes;
+        const Act32* a = acts + n * blocks;
+        float* o = out + n * OC + 8 * g;
+#if defined(__AVX2__)
+        __m256 acc = _mm256_setzero_ps();
+        const __m256i mask = _mm256_set1_epi8(15);
+        for (int64_t b = 0; b < blocks; ++b, w += 8 * 18) {
+          const __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))),
+                                             _mm256_set1_ps(a[b].d));
+          __m256i isum = _mm256_set1_epi32(-8 * a[b].sum);
+          for (int m = 0; m < 4; ++m) {
+            const __m256i word = load32(w + 16 + 32 * m);
+            int32_t x_low, x_high;
+            std::memcpy(&x_low, a[b].q + 4 * m, 4);
+            std::memcpy(&x_high, a[b].q + 16 + 4 * m, 4);
+            isum = sum32_onto(isum, _mm256_and_si256(word, mask), _mm256_set1_epi32(x_low));
+            isum = sum32_onto(isum, _mm256_and_si256(_mm256_srli_epi16(word, 4), mask), _mm256_set1_epi32(x_high));
+          }
+          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+        }
+        if (bias != nullptr) acc = _mm256_add_ps(acc, _mm256_loadu_ps(bias + 8 * g));
+        _mm256_storeu_ps(o, acc);
+#else
+        float acc[8] = {};
+        for (int64_t b = 0; b < blocks; ++b, w += 8 * 18)
+          for (int r = 0; r < 8; ++r) {
+            int32_t s = -8 * a[b].sum;
+            for (int m = 0; m < 4; ++m)
+              for (int i = 0; i < 4; ++i) {
+                const uint8_t byte = w[16 + 32 * m + 4 * r + i];
+                s += (byte & 15) * a[b].q[4 * m + i] + (byte >> 4) * a[b].q[16 + 4 * m + i];
+              }
+            acc[r] += static_cast<float>(s) * (half_value(w + 2 * r) * a[b].d);
+          }
+        for (int r = 0; r < 8; ++r) o[r] = acc[r] + (bias != nullptr ? bias[8 * g + r] : 0.0f);
+#endif
+      }
+  }, 8);
 }
 
 }  // namespace attend::kernels::ATTEND_ISA
