@@ -52,6 +52,12 @@ ModelConfig qwen2_like() {
   return c;
 }
 
+ModelConfig qwen3_like() {  // head norms, and a head size other than d_model / heads
+  ModelConfig c = llama_like();
+  c.qk_norm = true, c.head_dim = 96;
+  return c;
+}
+
 Model initialized(const ModelConfig& c) {
   Model m(c);
   m.initialize(7);
@@ -73,7 +79,8 @@ std::vector<float> logits(Model& m) {
 const Parameter& same_place(const Model& loaded, const std::string& name) { return *loaded.find(name); }
 
 TEST(GgufExport, F32RoundTripIsExactForEachArchitecture) {
-  for (const auto& [arch, c] : {std::pair{"gpt2", gpt2_like()}, {"llama", llama_like()}, {"qwen2", qwen2_like()}}) {
+  for (const auto& [arch, c] : {std::pair{"gpt2", gpt2_like()}, {"llama", llama_like()}, {"qwen2", qwen2_like()},
+                                {"qwen3", qwen3_like()}}) {
     SCOPED_TRACE(arch);
     Model source = initialized(c);
     EXPECT_EQ(gguf_architecture(c), arch);
@@ -148,7 +155,7 @@ void expect_blocks_of_source(const Model& loaded, const Model& source) {
 
 TEST(GgufExport, QuantizedMatricesAreTheirRowsBlocks) {
   for (const auto& [scheme, c] : {std::pair{"q8_0", qwen2_like()}, {"q4_k_m", llama_like()}, {"q5_k_m", gpt2_like()},
-                                  {"q4_0", gpt2_like()}, {"q6_k", qwen2_like()}}) {
+                                  {"q4_0", gpt2_like()}, {"q6_k", qwen2_like()}, {"q4_k_m", qwen3_like()}}) {
     SCOPED_TRACE(scheme);
     Model source = initialized(c);
     const fs::path path = temp_file(std::string("q_") + scheme);

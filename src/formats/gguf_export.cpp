@@ -164,14 +164,14 @@ void write_tokenizer(gguf::Writer& w, const Tokenizer& tok, int64_t vocab_size) 
 }  // namespace
 
 std::string gguf_architecture(const ModelConfig& c) {
-  const formats::ExportChecks checks("gguf", c.position == PositionKind::Learned ? "gpt2" : "llama/qwen2");
+  const formats::ExportChecks checks("gguf", c.position == PositionKind::Learned ? "gpt2" : "llama/qwen2/qwen3");
   checks.decoder(c);
   checks.unscaled(c);
   checks.plain_norms(c);
-  checks.require(c.head_dim == 0 || c.head_dim * c.n_heads == c.d_model, "head_dim", std::to_string(c.head_dim),
-                 "d_model / n_heads");
-  checks.require(!c.qk_norm, "qk_norm", "true", "no head norms (qwen3 is not written yet)");
   if (c.position == PositionKind::Learned) {
+    checks.require(c.head_dim == 0 || c.head_dim * c.n_heads == c.d_model, "head_dim", std::to_string(c.head_dim),
+                   "d_model / n_heads");
+    checks.require(!c.qk_norm, "qk_norm", "true", "no head norms");
     checks.require(c.sliding_window == 0, "sliding_window", std::to_string(c.sliding_window), "no window");
     checks.require(c.norm == NormKind::LayerNorm, "norm", "rmsnorm", "layernorm");
     checks.require(c.bias, "bias", "false", "biases");
@@ -186,7 +186,8 @@ std::string gguf_architecture(const ModelConfig& c) {
   checks.require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0 && c.rope_position_scale == 1.0 &&
                      c.rope_llama3_factor == 0.0 && c.rope_dynamic_factor == 0.0,
                  "RoPE scaling", "set", "none (not written to GGUF yet)");
-  return c.qkv_bias ? "qwen2" : "llama";
+  checks.require(!(c.qkv_bias && c.qk_norm), "qkv_bias with qk_norm", "set", "one of them (qwen2 or qwen3)");
+  return c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
 }
 
 std::vector<std::string> gguf_export_types() {
@@ -238,6 +239,10 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     w.set_float32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.norm_eps));
     w.set_float32(key("rope.freq_base"), static_cast<float>(c.rope_base));
     w.set_uint32(key("rope.dimension_count"), static_cast<uint32_t>(c.d_head()));
+    if (c.d_head() * c.n_heads != c.d_model) {  // a head size of its own (Qwen3's head_dim)
+      w.set_uint32(key("attention.key_length"), static_cast<uint32_t>(c.d_head()));
+      w.set_uint32(key("attention.value_length"), static_cast<uint32_t>(c.d_head()));
+    }
     w.set_uint32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
     if (c.sliding_window > 0) w.set_uint32(key("attention.sliding_window"), static_cast<uint32_t>(c.sliding_window));
   }

@@ -86,7 +86,7 @@ std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch
   const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head(), F = c.ffn_hidden();
   m.push_back({"token_embd.weight", "embed.tokens.weight", 0, V});
   if (arch == "gpt2") m.push_back({"position_embd.weight", "embed.positions.weight", 0, c.max_seq_len});
-  const bool neox = arch == "qwen2";
+  const bool neox = arch == "qwen2" || arch == "qwen3";
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string g = fmt::format("blk.{}.", i), a = decoder_block(i);
     std::vector<const char*> kinds = {"weight"};
@@ -104,6 +104,9 @@ std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch
         m.push_back({g + "attn_v." + k, a + "attn.qkv." + k, (H + Hkv) * D, Hkv * D});
       }
     }
+    if (c.qk_norm)  // one head's gains, in the head's (NEOX) order
+      for (const char* which : {"q_norm", "k_norm"})
+        m.push_back({g + "attn_" + which + ".weight", a + "attn." + which + ".weight", 0, D, 1});
     for (const char* k : kinds) m.push_back({g + "attn_output." + k, a + "attn.o." + k, 0, C});
     for (const char* k : kinds) m.push_back({g + "ffn_norm." + k, a + "ffn_norm." + k, 0, C});
     if (c.activation == FfnKind::SwiGLU) m.push_back({g + "ffn_gate.weight", a + "ffn.gate.weight", 0, F});
@@ -119,9 +122,9 @@ std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch
 ModelConfig config_from_gguf(const gguf::Reader& file) {
   const std::string origin = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  check(arch == "gpt2" || arch == "llama" || arch == "qwen2",
+  check(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3",
         "{}: general.architecture '{}': Attend reads GGUF models of the architectures gpt2, llama (Mistral's files "
-        "are llama) and qwen2", origin, arch);
+        "are llama), qwen2 and qwen3", origin, arch);
   auto key = [&](const char* name) { return arch + "." + name; };
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   check(embd != nullptr && embd->dims.size() == 2, "{}: no 2-dimensional tensor 'token_embd.weight'", origin);
@@ -142,8 +145,15 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
     c.n_kv_heads = static_cast<int64_t>(file.uint_or(key("attention.head_count_kv"), static_cast<uint64_t>(c.n_heads)));
     c.norm_eps = file.float_or(key("attention.layer_norm_rms_epsilon"), 1e-5);
     c.rope_base = file.float_or(key("rope.freq_base"), 10000.0);
-    check(file.uint_or(key("rope.dimension_count"), static_cast<uint64_t>(c.d_model / c.n_heads)) ==
-              static_cast<uint64_t>(c.d_model / c.n_heads),
+    // A head of key_length values (Qwen3's head_dim), d_model / heads when absent; RoPE turns all of it.
+    check(c.n_heads > 0, "{}: {} is 0; a model has at least one head", origin, key("attention.head_count"));
+    const uint64_t plain = static_cast<uint64_t>(c.d_model / c.n_heads);
+    const uint64_t head = file.uint_or(key("attention.key_length"), plain);
+    check(head > 0 && head <= (1u << 16) && file.uint_or(key("attention.value_length"), head) == head,
+          "{}: {} is {} and {} {}: Attend needs keys and values of one head size", origin, key("attention.key_length"),
+          head, key("attention.value_length"), file.uint_or(key("attention.value_length"), head));
+    if (head != plain) c.head_dim = static_cast<int64_t>(head);
+    check(file.uint_or(key("rope.dimension_count"), head) == head,
           "{}: {}: RoPE on part of each head is not supported (Attend rotates the whole head)", origin,
           key("rope.dimension_count"));
     const std::string scaling = file.string_or(key("rope.scaling.type"), "none");
@@ -153,6 +163,7 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
           "Hugging Face checkpoint instead", origin);
     c.sliding_window = static_cast<int64_t>(file.uint_or(key("attention.sliding_window"), 0));
     c.qkv_bias = arch == "qwen2";
+    c.qk_norm = arch == "qwen3";
   }
   return validated(c, origin);
 }
