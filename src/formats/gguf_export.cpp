@@ -203,12 +203,11 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
   const std::string& type = options.type;
   const SchemeInfo* scheme = nullptr;
   WeightType float_type = WeightType::F32;
-  if (type.empty() || type == "f32") {
-  } else if (type == "f16") {
+  if (type == "f16") {
     float_type = WeightType::F16;
   } else if (type == "bf16") {
     float_type = WeightType::BF16;
-  } else {
+  } else if (!type.empty() && type != "f32") {
     const auto it = std::find_if(std::begin(kSchemes), std::end(kSchemes), [&](const SchemeInfo& s) { return type == s.name; });
     check(it != std::end(kSchemes), "export gguf: type '{}': expected one of {}", type, fmt::join(gguf_export_types(), ", "));
     scheme = &*it;
@@ -261,15 +260,16 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     const std::vector<int64_t> dims = vector ? std::vector<int64_t>{place.rows} : std::vector<int64_t>{C, place.rows};
     const float* values = p->value.data() + place.row * C;
     const bool is_head = place.gguf == "output.weight" || (!output && place.gguf == "token_embd.weight");
-    const bool multiplied = !vector && place.gguf != "position_embd.weight";
+    // What llama-quantize quantizes: the matrices but the position table.
+    const bool quantizable = !vector && place.gguf != "position_embd.weight";
     // The type: vectors F32; a quantized weight written as stored keeps its blocks; a scheme picks per tensor.
     WeightType t = vector ? WeightType::F32 : float_type;
     std::optional<std::pair<WeightType, const uint8_t*>> stored;
-    if (multiplied && type.empty() && !p->quantized.empty())
+    if (quantizable && type.empty() && !p->quantized.empty())
       stored = stored_rows(*p, place.row, place.rows);
     if (stored) {
       t = stored->first;
-    } else if (multiplied && scheme) {
+    } else if (quantizable && scheme) {
       t = fitting(scheme_type(*scheme, place.gguf, is_head, layer_of(place.gguf), c.n_layers), C).value_or(WeightType::F32);
     }
     // The rows in the file's order (Q and K of qwen2: Hugging Face's halves).

@@ -56,7 +56,6 @@ void matmul_forward_quant(QuantType type, float* out, const float* inp, const vo
 
 void matmul_forward_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const void* weight, const float* bias,
                            int64_t N, int64_t C, int64_t OC) {
-  if (N > kGemvRows) return matmul_forward_quant(QuantType::Q4_0, out, inp, weight, bias, N, C, OC);
   active_kernels().gemv_q4_0x8(out, inp, repacked, bias, N, C, OC);
   const int64_t done = OC / 8 * 8, rest = OC - done;
   if (rest == 0) return;

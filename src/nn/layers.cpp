@@ -196,8 +196,12 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
                     int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
   if (recording != nullptr) record_inputs(weight, inp, N, C);
   precision = precision_for(weight, precision);
-  // Decoding with a quantized weight: the int8 gemv on its blocks. (A prompt multiplies `value`, below.)
-  if (!weight.quantized.empty() && precision == Precision::F32 && N <= kernels::kGemvRows) {
+  // Decoding with a quantized weight: the int8 gemv on its blocks. A prompt multiplies `value` (below), in bf16
+  // where the CPU has it; without bf16, Q4_0 rows repacked eight at a time take the int8 kernel for prompts too.
+  const bool int8_prompt = !kernels::bf16_kernel_in_use() && !weight.quantized.empty() &&
+                           std::all_of(weight.quantized.begin(), weight.quantized.end(),
+                                       [](const QuantizedRows& s) { return !s.repacked.empty(); });
+  if (!weight.quantized.empty() && precision == Precision::F32 && (N <= kernels::kGemvRows || int8_prompt)) {
     if (weight.quantized.size() == 1) return quantized_rows_forward(weight.quantized[0], out, inp, bias, N, C);
     // Segments of rows by type (a fused Q, K, V from a mixed file): each segment's channels, then interleaved.
     thread_local std::vector<float> part;

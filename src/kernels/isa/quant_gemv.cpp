@@ -355,54 +355,86 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
 
 // Q4_0 rows repacked eight at a time (quant.h): per block, the eight rows' partial sums land in the eight lanes of
 // one vector (four inputs broadcast against each word's nibbles), Q4_0's offset enters as −8·Σx in every lane,
-// and one fused multiply-add scales the eight by their rows' scales times the input's.
+// and one fused multiply-add scales the eight by their rows' scales times the input's. R input rows go together:
+// each word's nibbles are unpacked once for all of them (a prompt's rows four at a time); every row's sums are
+// the same operations whatever R, so a row's result does not depend on its neighbours.
+namespace {
+
+template <int R>
+void q4_0x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+#if defined(__AVX2__)
+  __m256 acc[R];
+  for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
+  const __m256i mask = _mm256_set1_epi8(15);
+  for (int64_t b = 0; b < blocks; ++b, w += 8 * 18) {
+    const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+    __m256i isum[R];
+    for (int n = 0; n < R; ++n) isum[n] = _mm256_set1_epi32(-8 * a[n][b].sum);
+    for (int m = 0; m < 4; ++m) {
+      const __m256i word = load32(w + 16 + 32 * m);
+      const __m256i low = _mm256_and_si256(word, mask), high = _mm256_and_si256(_mm256_srli_epi16(word, 4), mask);
+      for (int n = 0; n < R; ++n) {
+        int32_t x_low, x_high;
+        std::memcpy(&x_low, a[n][b].q + 4 * m, 4);
+        std::memcpy(&x_high, a[n][b].q + 16 + 4 * m, 4);
+        isum[n] = sum32_onto(isum[n], low, _mm256_set1_epi32(x_low));
+        isum[n] = sum32_onto(isum[n], high, _mm256_set1_epi32(x_high));
+      }
+    }
+    for (int n = 0; n < R; ++n)
+      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(scales, _mm256_set1_ps(a[n][b].d)), acc[n]);
+  }
+  for (int n = 0; n < R; ++n) {
+    if (bias != nullptr) acc[n] = _mm256_add_ps(acc[n], _mm256_loadu_ps(bias));
+    _mm256_storeu_ps(out[n], acc[n]);
+  }
+#else
+  for (int n = 0; n < R; ++n) {
+    float acc[8] = {};
+    const uint8_t* block = w;
+    for (int64_t b = 0; b < blocks; ++b, block += 8 * 18)
+      for (int r = 0; r < 8; ++r) {
+        int32_t s = -8 * a[n][b].sum;
+        for (int m = 0; m < 4; ++m)
+          for (int i = 0; i < 4; ++i) {
+            const uint8_t byte = block[16 + 32 * m + 4 * r + i];
+            s += (byte & 15) * a[n][b].q[4 * m + i] + (byte >> 4) * a[n][b].q[16 + 4 * m + i];
+          }
+        acc[r] += static_cast<float>(s) * (half_value(block + 2 * r) * a[n][b].d);
+      }
+    for (int r = 0; r < 8; ++r) out[n][r] = acc[r] + (bias != nullptr ? bias[r] : 0.0f);
+  }
+#endif
+}
+
+}  // namespace
+
 void gemv_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
                  int64_t OC) {
   const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * 8 * 18;
   thread_local std::vector<Act32> act;
   act.resize(static_cast<size_t>(N * blocks));
-  for (int64_t n = 0; n < N; ++n) quantize_act32(act.data() + n * blocks, inp + n * C, C);
-  const Act32* acts = act.data();
+  Act32* acts = act.data();  // this thread's buffer (in the workers `act` is each one's own)
+  kernels::parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) quantize_act32(acts + n * blocks, inp + n * C, C);
+  });
   split_channels(groups, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g)
-      for (int64_t n = 0; n < N; ++n) {
-        const uint8_t* w = repacked + g * group_bytes;
-        const Act32* a = acts + n * blocks;
-        float* o = out + n * OC + 8 * g;
-#if defined(__AVX2__)
-        __m256 acc = _mm256_setzero_ps();
-        const __m256i mask = _mm256_set1_epi8(15);
-        for (int64_t b = 0; b < blocks; ++b, w += 8 * 18) {
-          const __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))),
-                                             _mm256_set1_ps(a[b].d));
-          __m256i isum = _mm256_set1_epi32(-8 * a[b].sum);
-          for (int m = 0; m < 4; ++m) {
-            const __m256i word = load32(w + 16 + 32 * m);
-            int32_t x_low, x_high;
-            std::memcpy(&x_low, a[b].q + 4 * m, 4);
-            std::memcpy(&x_high, a[b].q + 16 + 4 * m, 4);
-            isum = sum32_onto(isum, _mm256_and_si256(word, mask), _mm256_set1_epi32(x_low));
-            isum = sum32_onto(isum, _mm256_and_si256(_mm256_srli_epi16(word, 4), mask), _mm256_set1_epi32(x_high));
-          }
-          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+    for (int64_t g = g0; g < g1; ++g) {
+      const uint8_t* w = repacked + g * group_bytes;
+      const float* b = bias != nullptr ? bias + 8 * g : nullptr;
+      for (int64_t n0 = 0; n0 < N; n0 += 4) {
+        const Act32* a[4];
+        float* o[4];
+        const int64_t rows = std::min<int64_t>(4, N - n0);
+        for (int64_t n = 0; n < rows; ++n) a[n] = acts + (n0 + n) * blocks, o[n] = out + (n0 + n) * OC + 8 * g;
+        switch (rows) {
+          case 4: q4_0x8_rows<4>(w, a, blocks, b, o); break;
+          case 3: q4_0x8_rows<3>(w, a, blocks, b, o); break;
+          case 2: q4_0x8_rows<2>(w, a, blocks, b, o); break;
+          default: q4_0x8_rows<1>(w, a, blocks, b, o); break;
         }
-        if (bias != nullptr) acc = _mm256_add_ps(acc, _mm256_loadu_ps(bias + 8 * g));
-        _mm256_storeu_ps(o, acc);
-#else
-        float acc[8] = {};
-        for (int64_t b = 0; b < blocks; ++b, w += 8 * 18)
-          for (int r = 0; r < 8; ++r) {
-            int32_t s = -8 * a[b].sum;
-            for (int m = 0; m < 4; ++m)
-              for (int i = 0; i < 4; ++i) {
-                const uint8_t byte = w[16 + 32 * m + 4 * r + i];
-                s += (byte & 15) * a[b].q[4 * m + i] + (byte >> 4) * a[b].q[16 + 4 * m + i];
-              }
-            acc[r] += static_cast<float>(s) * (half_value(w + 2 * r) * a[b].d);
-          }
-        for (int r = 0; r < 8; ++r) o[r] = acc[r] + (bias != nullptr ? bias[8 * g + r] : 0.0f);
-#endif
       }
+    }
   }, 8);
 }
 
