@@ -367,6 +367,23 @@ TEST(GgufFixtures, GreedyTokensAreLlamaSimples) {
   EXPECT_EQ(checked, 9);
 }
 
+// Found by the gguf fuzz target: a token that is not UTF-8 made the rebuilt tokenizer.json throw nlohmann's
+// type_error (316) out of load_gguf_tokenizer. Now an attend::Error names the token.
+TEST(GgufTokenizer, TokensThatAreNotUtf8AreNamed) {
+  for (const char* kind : {"gpt2", "llama"}) {
+    gguf::Writer w;
+    w.set_string("tokenizer.ggml.model", kind);
+    w.set_strings("tokenizer.ggml.tokens", {"<unk>", "a", std::string("b\xff", 2)});
+    w.set_floats("tokenizer.ggml.scores", {0, -1, -2});
+    w.set_int32s("tokenizer.ggml.token_type", {2, 1, 1});
+    const fs::path path = temp_file(std::string("utf8_") + kind);
+    w.write(path);
+    testing::expect_error_mentions<Error>([&] { (void)load_gguf_tokenizer(path); },
+                                          {"tokenizer.ggml.tokens[2]", "not valid UTF-8"});
+    fs::remove(path);
+  }
+}
+
 TEST(GgufExport, WhatGgufCannotHoldIsAnError) {
   ModelConfig t5;
   t5.architecture = Architecture::EncoderDecoder, t5.vocab_size = 50, t5.d_model = 32, t5.n_layers = 1, t5.n_heads = 2;

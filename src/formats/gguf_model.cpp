@@ -2,6 +2,7 @@
 
 #include "formats/hf_checkpoint.h"
 #include "formats/hf_llama.h"
+#include "tokenize/unicode.h"
 #include "kernels/convert.h"
 #include "nn/layers.h"
 
@@ -255,7 +256,9 @@ const char* gguf_split_regex(std::string_view pre) {
 std::optional<std::string> gguf_chat_template(const fs::path& path) {
   const gguf::Reader file(path);
   if (file.find("tokenizer.chat_template") == nullptr) return std::nullopt;
-  return file.get_string("tokenizer.chat_template");
+  std::string source = file.get_string("tokenizer.chat_template");
+  check(tokenize::is_valid_utf8(source), "{}: tokenizer.chat_template is not valid UTF-8", path.string());
+  return source;
 }
 
 namespace {
@@ -332,6 +335,10 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
       file.find("tokenizer.ggml.token_type") ? file.get_ints("tokenizer.ggml.token_type") : std::vector<int64_t>{};
   check(types.empty() || types.size() == tokens.size(), "{}: tokenizer.ggml.token_type has {} entries, tokens {}",
         origin, types.size(), tokens.size());
+  // GGUF's strings are UTF-8, and a vocabulary is rebuilt as JSON (or protobuf strings), which holds nothing else.
+  for (const auto& [key, list] : {std::pair{"tokenizer.ggml.tokens", &tokens}, {"tokenizer.ggml.merges", &merges}})
+    for (size_t i = 0; i < list->size(); ++i)
+      check(tokenize::is_valid_utf8((*list)[i]), "{}: {}[{}] is not valid UTF-8", origin, key, i);
   const std::string pre = file.string_or("tokenizer.ggml.pre", "gpt-2");
   // The special tokens' roles, and whether a prompt starts with BOS (llama.cpp's defaults: yes for SentencePiece
   // and Llama 3's BPE, no for other BPE) or ends with EOS, as tokenizer_config.json says them.
