@@ -31,7 +31,7 @@ struct QuantizedRows {
   int64_t rows = 0;
   WeightType type = WeightType::Q8_0;
   std::vector<uint8_t> blocks;
-  std::vector<uint8_t> repacked;  // Q4_0: the rows eight at a time for decoding (kernels/quant.h); else empty
+  std::vector<uint8_t> repacked;  // Q4_0, Q8_0: the rows eight at a time for decoding (kernels/quant.h); else empty
 };
 
 // What a weight is in the network, fixed when the model is built. Initialisation, counting, weight decay,

@@ -54,15 +54,15 @@ void matmul_forward_quant(QuantType type, float* out, const float* inp, const vo
   matmul_forward(out, inp, values, bias, N, C, OC);
 }
 
-void matmul_forward_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const void* weight, const float* bias,
-                           int64_t N, int64_t C, int64_t OC) {
-  active_kernels().gemv_q4_0x8(out, inp, repacked, bias, N, C, OC);
+void matmul_forward_x8(QuantType type, float* out, const float* inp, const uint8_t* repacked, const void* weight,
+                       const float* bias, int64_t N, int64_t C, int64_t OC) {
+  (type == QuantType::Q4_0 ? active_kernels().gemv_q4_0x8 : active_kernels().gemv_q8_0x8)(out, inp, repacked, bias, N, C, OC);
   const int64_t done = OC / 8 * 8, rest = OC - done;
   if (rest == 0) return;
   thread_local std::vector<float> tail;
   tail.resize(static_cast<size_t>(N * rest));
-  const auto* rows = static_cast<const uint8_t*>(weight) + done * quant_row_bytes(QuantType::Q4_0, C);
-  active_kernels().gemv_quant(QuantType::Q4_0, tail.data(), inp, rows, bias != nullptr ? bias + done : nullptr, N, C, rest);
+  const auto* rows = static_cast<const uint8_t*>(weight) + done * quant_row_bytes(type, C);
+  active_kernels().gemv_quant(type, tail.data(), inp, rows, bias != nullptr ? bias + done : nullptr, N, C, rest);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t r = 0; r < rest; ++r) out[n * OC + done + r] = tail[n * rest + r];
 }

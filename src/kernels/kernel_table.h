@@ -19,7 +19,8 @@ using GemvFn = void(float* out, const float* inp, const W* weight, const float* 
 // The same with the weight's rows as `type` blocks (kernels/quant.h), the input quantized to int8 blocks.
 using GemvQuantFn = void(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N,
                          int64_t C, int64_t OC);
-// Q4_0 rows repacked eight at a time (quant.h, repack_q4_0x8): out for the first OC / 8 · 8 channels.
+// Q4_0 (Q8_0) rows repacked eight at a time (quant.h, repack_q4_0x8, repack_q8_0x8): out for the first
+// OC / 8 · 8 channels.
 using GemvQ4x8Fn = void(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
                         int64_t OC);
 template <typename KV>
@@ -42,6 +43,7 @@ struct KernelTable {
   GemvFn<uint16_t>* gemv_f16;
   GemvQuantFn* gemv_quant;
   GemvQ4x8Fn* gemv_q4_0x8;
+  GemvQ4x8Fn* gemv_q8_0x8;
   DecodeAttentionFn<float>* decode_attention_f32;
   DecodeAttentionFn<uint16_t>* decode_attention_f16;
   DecodeAttentionFn<int8_t>* decode_attention_i8;

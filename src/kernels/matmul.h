@@ -37,11 +37,11 @@ void matmul_forward_f16(float* out, const float* inp, const uint16_t* weight, co
 void matmul_forward_quant(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N,
                           int64_t C, int64_t OC);
 
-// The same for Q4_0 rows with `repacked` (quant.h's repack_q4_0x8 of `weight`), any number of input rows (the input
-// quantized to int8 blocks as in decoding): the whole groups of eight rows through the repacked kernel, the rest
-// through the plain quantized gemv.
-void matmul_forward_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const void* weight, const float* bias,
-                           int64_t N, int64_t C, int64_t OC);
+// The same for Q4_0 or Q8_0 rows with `repacked` (quant.h's repack_q4_0x8 / repack_q8_0x8 of `weight`), any number
+// of input rows (the input quantized to int8 blocks as in decoding): the whole groups of eight rows through the
+// repacked kernel, the rest through the plain quantized gemv.
+void matmul_forward_x8(QuantType type, float* out, const float* inp, const uint8_t* repacked, const void* weight,
+                       const float* bias, int64_t N, int64_t C, int64_t OC);
 
 // Mixed precision (003 §13.2): the same products with 16-bit operands (gemm_half), fp32 sums and outputs.
 // out = inp · weightᵀ + bias, with inp and weight rounded to `type` by the caller.

@@ -432,6 +432,21 @@ void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n) {
     }
 }
 
+int64_t q8_0x8_bytes(int64_t rows, int64_t n) { return rows / 8 * (n / 32) * 8 * 34; }
+
+void repack_q8_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n) {
+  const auto* in = static_cast<const uint8_t*>(blocks);
+  const int64_t per_row = n / 32, row_bytes = per_row * 34;
+  for (int64_t g = 0; g < rows / 8; ++g)
+    for (int64_t b = 0; b < per_row; ++b, out += 8 * 34) {
+      for (int r = 0; r < 8; ++r) {
+        const uint8_t* block = in + (8 * g + r) * row_bytes + 34 * b;
+        std::memcpy(out + 2 * r, block, 2);
+        for (int m = 0; m < 8; ++m) std::memcpy(out + 16 + 32 * m + 4 * r, block + 2 + 4 * m, 4);
+      }
+    }
+}
+
 double quant_dot_reference(QuantType type, const void* blocks, const float* x, int64_t n) {
   const QuantFormat& f = quant_format(type);
   const auto* b = static_cast<const uint8_t*>(blocks);

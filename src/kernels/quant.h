@@ -58,6 +58,10 @@ void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n);
 // Rows past the last whole group are not repacked (the plain gemv takes them).
 int64_t q4_0x8_bytes(int64_t rows, int64_t n);
 void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n);
+// Q8_0 the same way: per group and block, the eight scales (16 bytes), then eight 32-byte words m = 0..7 whose
+// 32-bit lane r holds row r's values 4m .. 4m + 3 (int8).
+int64_t q8_0x8_bytes(int64_t rows, int64_t n);
+void repack_q8_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n);
 
 // Σ_i dequant(row)_i · x_i over n values, in double: the reference the dot-product kernels are checked against.
 double quant_dot_reference(QuantType type, const void* blocks, const float* x, int64_t n);

@@ -98,6 +98,9 @@ void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
     if (q == kernels::QuantType::Q4_0 && s.rows >= 8) {  // decoding reads eight rows at a time
       s.repacked.resize(static_cast<size_t>(kernels::q4_0x8_bytes(s.rows, C)));
       kernels::repack_q4_0x8(s.repacked.data(), s.blocks.data(), s.rows, C);
+    } else if (q == kernels::QuantType::Q8_0 && s.rows >= 8) {
+      s.repacked.resize(static_cast<size_t>(kernels::q8_0x8_bytes(s.rows, C)));
+      kernels::repack_q8_0x8(s.repacked.data(), s.blocks.data(), s.rows, C);
     }
     row += s.rows;
   }
@@ -152,7 +155,7 @@ std::mutex recording_mutex;
 // out (N, s.rows) = inp · the segment's rowsᵀ + bias: the repacked kernel where the segment has its rows repacked.
 void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
   if (!s.repacked.empty())
-    return kernels::matmul_forward_q4_0x8(out, inp, s.repacked.data(), s.blocks.data(), bias, N, C, s.rows);
+    return kernels::matmul_forward_x8(quant_type(s.type), out, inp, s.repacked.data(), s.blocks.data(), bias, N, C, s.rows);
   kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.blocks.data(), bias, N, C, s.rows);
 }
 
@@ -197,7 +200,8 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
   if (recording != nullptr) record_inputs(weight, inp, N, C);
   precision = precision_for(weight, precision);
   // Decoding with a quantized weight: the int8 gemv on its blocks. A prompt multiplies `value` (below), in bf16
-  // where the CPU has it; without bf16, Q4_0 rows repacked eight at a time take the int8 kernel for prompts too.
+  // where the CPU has it; without bf16, Q4_0 and Q8_0 rows repacked eight at a time take the int8 kernel for
+  // prompts too.
   const bool int8_prompt = !kernels::bf16_kernel_in_use() && !weight.quantized.empty() &&
                            std::all_of(weight.quantized.begin(), weight.quantized.end(),
                                        [](const QuantizedRows& s) { return !s.repacked.empty(); });

@@ -20,6 +20,7 @@ GemvFn<uint16_t> gemv_bf16;
 GemvFn<uint16_t> gemv_f16;
 GemvQuantFn gemv_quant;
 GemvQ4x8Fn gemv_q4_0x8;
+GemvQ4x8Fn gemv_q8_0x8;
 DecodeAttentionFn<float> decode_attention_f32;
 DecodeAttentionFn<uint16_t> decode_attention_f16;
 DecodeAttentionFn<int8_t> decode_attention_i8;

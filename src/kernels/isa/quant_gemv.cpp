@@ -407,11 +407,53 @@ void q4_0x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const 
 #endif
 }
 
-}  // namespace
+// Q8_0 rows repacked eight at a time: eight words of signed bytes per block, multiplied through the unsigned ×
+// signed product as |w| times x with w's sign (the magnitudes shared by the R rows, the signs applied per row).
+template <int R>
+void q8_0x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+#if defined(__AVX2__)
+  __m256 acc[R];
+  for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b, w += 8 * 34) {
+    const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+    __m256i isum[R];
+    for (int n = 0; n < R; ++n) isum[n] = _mm256_setzero_si256();
+    for (int m = 0; m < 8; ++m) {
+      const __m256i word = load32(w + 16 + 32 * m), magnitude = _mm256_sign_epi8(word, word);
+      for (int n = 0; n < R; ++n) {
+        int32_t x;
+        std::memcpy(&x, a[n][b].q + 4 * m, 4);
+        isum[n] = sum32_onto(isum[n], magnitude, _mm256_sign_epi8(_mm256_set1_epi32(x), word));
+      }
+    }
+    for (int n = 0; n < R; ++n)
+      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(scales, _mm256_set1_ps(a[n][b].d)), acc[n]);
+  }
+  for (int n = 0; n < R; ++n) {
+    if (bias != nullptr) acc[n] = _mm256_add_ps(acc[n], _mm256_loadu_ps(bias));
+    _mm256_storeu_ps(out[n], acc[n]);
+  }
+#else
+  for (int n = 0; n < R; ++n) {
+    float acc[8] = {};
+    const uint8_t* block = w;
+    for (int64_t b = 0; b < blocks; ++b, block += 8 * 34)
+      for (int r = 0; r < 8; ++r) {
+        int32_t s = 0;
+        for (int m = 0; m < 8; ++m)
+          for (int i = 0; i < 4; ++i) s += static_cast<int8_t>(block[16 + 32 * m + 4 * r + i]) * a[n][b].q[4 * m + i];
+        acc[r] += static_cast<float>(s) * (half_value(block + 2 * r) * a[n][b].d);
+      }
+    for (int r = 0; r < 8; ++r) out[n][r] = acc[r] + (bias != nullptr ? bias[r] : 0.0f);
+  }
+#endif
+}
 
-void gemv_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
-                 int64_t OC) {
-  const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * 8 * 18;
+// The repacked kernels' loop: the input rows quantized once, the groups of eight channels shared between the
+// threads, each group's input rows four at a time.
+template <int64_t kGroupBlockBytes, template <int> typename Rows>
+void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * kGroupBlockBytes;
   thread_local std::vector<Act32> act;
   act.resize(static_cast<size_t>(N * blocks));
   Act32* acts = act.data();  // this thread's buffer (in the workers `act` is each one's own)
@@ -428,14 +470,39 @@ void gemv_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const fl
         const int64_t rows = std::min<int64_t>(4, N - n0);
         for (int64_t n = 0; n < rows; ++n) a[n] = acts + (n0 + n) * blocks, o[n] = out + (n0 + n) * OC + 8 * g;
         switch (rows) {
-          case 4: q4_0x8_rows<4>(w, a, blocks, b, o); break;
-          case 3: q4_0x8_rows<3>(w, a, blocks, b, o); break;
-          case 2: q4_0x8_rows<2>(w, a, blocks, b, o); break;
-          default: q4_0x8_rows<1>(w, a, blocks, b, o); break;
+          case 4: Rows<4>::run(w, a, blocks, b, o); break;
+          case 3: Rows<3>::run(w, a, blocks, b, o); break;
+          case 2: Rows<2>::run(w, a, blocks, b, o); break;
+          default: Rows<1>::run(w, a, blocks, b, o); break;
         }
       }
     }
   }, 8);
+}
+
+template <int R>
+struct Q4Rows {
+  static void run(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* b, float* const* o) {
+    q4_0x8_rows<R>(w, a, blocks, b, o);
+  }
+};
+template <int R>
+struct Q8Rows {
+  static void run(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* b, float* const* o) {
+    q8_0x8_rows<R>(w, a, blocks, b, o);
+  }
+};
+
+}  // namespace
+
+void gemv_q8_0x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
+                 int64_t OC) {
+  gemv_x8<8 * 34, Q8Rows>(out, inp, repacked, bias, N, C, OC);
+}
+
+void gemv_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
+                 int64_t OC) {
+  gemv_x8<8 * 18, Q4Rows>(out, inp, repacked, bias, N, C, OC);
 }
 
 }  // namespace attend::kernels::ATTEND_ISA

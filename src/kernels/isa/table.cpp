@@ -11,6 +11,7 @@ const KernelTable& kernel_table() {
       .gemv_f16 = gemv_f16,
       .gemv_quant = gemv_quant,
       .gemv_q4_0x8 = gemv_q4_0x8,
+      .gemv_q8_0x8 = gemv_q8_0x8,
       .decode_attention_f32 = decode_attention_f32,
       .decode_attention_f16 = decode_attention_f16,
       .decode_attention_i8 = decode_attention_i8,
