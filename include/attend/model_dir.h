@@ -49,8 +49,9 @@ std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
 std::optional<std::string> gguf_chat_template(const std::filesystem::path& path);
 
 // Writes a decoder as one GGUF file (llama.cpp's format) of the architecture its options make it: gpt2 (learned
-// positions, LayerNorm, biases, GELU), llama (RoPE, RMSNorm, SwiGLU; Mistral's window) or qwen2 (llama's with
-// q, k, v biases), with the tokenizer as tokenizer.ggml.* (byte-level BPE) when given. `type`:
+// positions, LayerNorm, biases, GELU), llama (RoPE, RMSNorm, SwiGLU; Mistral's window), qwen2 (llama's with
+// q, k, v biases) or qwen3 (llama's with head norms, any head size), with the tokenizer as tokenizer.ggml.*
+// (byte-level BPE) when given. `type`:
 //   ""                   each weight as the model holds it: quantized blocks as they are, fp32 values as F32
 //   f32, f16, bf16       every matrix in that type (norms and biases F32)
 //   q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k
@@ -67,8 +68,8 @@ struct GgufExportOptions {
   std::string chat_template;
 };
 std::vector<std::string> gguf_export_types();  // the types above but ""
-// The GGUF architecture export_gguf writes a model of this configuration as ("gpt2", "llama", "qwen2"); an
-// error names the option none of them can express.
+// The GGUF architecture export_gguf writes a model of this configuration as ("gpt2", "llama", "qwen2", "qwen3");
+// an error names the option none of them can express.
 std::string gguf_architecture(const ModelConfig& c);
 void export_gguf(const Model& model, const std::filesystem::path& file, const Tokenizer* tokenizer = nullptr,
                  const GgufExportOptions& options = {});

@@ -9,11 +9,12 @@
 //   (Mistral)     converter stores Q and K rows in Meta's    attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down,
 //                 order: Attend's rotation as it is),        output_norm, output (absent: tied)
 //                 RMSNorm, SwiGLU, grouped K/V heads
-//   qwen2         llama's, with Q, K and V biases and RoPE   llama's, and attn_q/attn_k/attn_v.bias
+//   qwen2, qwen3  llama's, with Q, K and V biases (qwen2)    llama's, and attn_q/attn_k/attn_v.bias (qwen2),
+//                 or head norms (qwen3), and RoPE            attn_q_norm/attn_k_norm (qwen3)
 //                 on halves (NEOX): Q and K rows (and
-//                 biases) in Hugging Face's order, permuted
-//                 to Attend's pairs on reading and back on
-//                 writing; quantized rows move whole
+//                 biases, head norms) in Hugging Face's order,
+//                 permuted to Attend's pairs on reading and
+//                 back on writing; quantized rows move whole
 //
 // A matrix of ggml dims [C, R] is R rows of C values: Attend's (R, C). F32, F16 and BF16 tensors become fp32
 // values; a quantized matrix keeps its blocks (Parameter::quantized; Q, K and V of one block become segments of
