@@ -180,6 +180,12 @@ bool bf16_kernel_in_use() { return bf16_kernel_enabled.load(std::memory_order_re
 
 bool bf16_kernel_available() {
   static const bool available = [] {
+    // Native bf16 dot products (AVX-512 BF16, or AMX, whose ISA includes it) in what oneDNN may use: below that
+    // oneDNN still makes a bf16 matmul, emulated, and slower than sgemm (AVX-512 without BF16: Skylake-SP,
+    // Cascade Lake, Ice Lake; or a lower ONEDNN_MAX_CPU_ISA).
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    if ((isa & bf16) != bf16) return false;
     try {
       using dt = dnnl::memory::data_type;
       const dnnl::memory::desc a({16, 16}, dt::bf16, dnnl::memory::format_tag::ab);

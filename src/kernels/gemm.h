@@ -31,7 +31,8 @@ enum class Half { BF16, F16 };
 void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// Whether oneDNN has a bf16 matmul for this CPU (AVX-512 BF16, AMX); without one, bf16 GEMMs widen to fp32.
+// Whether oneDNN has a native bf16 matmul for this CPU (AVX-512 BF16, AMX; an emulated one does not count); without
+// one, bf16 GEMMs widen to fp32.
 bool bf16_kernel_available();
 
 // Tests turn oneDNN's bf16 matmul off (and back on) to check the widening path that other CPUs take.
