@@ -8,6 +8,7 @@
 #include "kernels/isa/isa.h"
 #include "kernels/isa/channels.h"
 #include "kernels/isa/lanes.h"
+#include "kernels/matmul.h"
 #include "kernels/parallel.h"
 #include "kernels/quant_layout.h"
 
@@ -353,25 +354,53 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
   }
 }
 
-// Q4_0 rows repacked eight at a time (quant.h): per block, the eight rows' partial sums land in the eight lanes of
-// one vector (four inputs broadcast against each word's nibbles), Q4_0's offset enters as −8·Σx in every lane,
-// and one fused multiply-add scales the eight by their rows' scales times the input's. R input rows go together:
-// each word's nibbles are unpacked once for all of them (a prompt's rows four at a time); every row's sums are
-// the same operations whatever R, so a row's result does not depend on its neighbours.
+// Q4_0 and Q8_0 rows repacked eight at a time (quant.h): per block, the eight rows' integer sums land in the eight
+// lanes of one vector (four input bytes broadcast against each word), and one fused multiply-add scales the eight
+// by their rows' scales times the input's. R input rows go together: each word is loaded and unpacked once for all
+// of them (a prompt's rows four at a time); every row's sums are the same operations whatever R, so a row's result
+// does not depend on its neighbours. What differs between the types is a block's integer sums (Q4X8, Q8X8 below);
+// this is the rest.
 namespace {
 
-template <int R>
-void q4_0x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+template <typename Type, int R>
+void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
 #if defined(__AVX2__)
   __m256 acc[R];
   for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
-  const __m256i mask = _mm256_set1_epi8(15);
-  for (int64_t b = 0; b < blocks; ++b, w += 8 * 18) {
+  for (int64_t b = 0; b < blocks; ++b, w += Type::kGroupBlockBytes) {
     const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
     __m256i isum[R];
+    Type::template sums<R>(w + 16, a, b, isum);
+    for (int n = 0; n < R; ++n)
+      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(scales, _mm256_set1_ps(a[n][b].d)), acc[n]);
+  }
+  for (int n = 0; n < R; ++n) {
+    if (bias != nullptr) acc[n] = _mm256_add_ps(acc[n], _mm256_loadu_ps(bias));
+    _mm256_storeu_ps(out[n], acc[n]);
+  }
+#else
+  for (int n = 0; n < R; ++n) {
+    float acc[8] = {};
+    const uint8_t* block = w;
+    for (int64_t b = 0; b < blocks; ++b, block += Type::kGroupBlockBytes)
+      for (int r = 0; r < 8; ++r)
+        acc[r] += static_cast<float>(Type::sum(block + 16, a[n][b], r)) * (half_value(block + 2 * r) * a[n][b].d);
+    for (int r = 0; r < 8; ++r) out[n][r] = acc[r] + (bias != nullptr ? bias[r] : 0.0f);
+  }
+#endif
+}
+
+// Q4_0: four words of nibbles, the low nibbles values 4m .. 4m + 3 of each row, the high ones 4m + 16 ..; the
+// offset enters as −8·Σx in every lane.
+struct Q4X8 {
+  static constexpr int64_t kGroupBlockBytes = 8 * 18;
+#if defined(__AVX2__)
+  template <int R>
+  static void sums(const uint8_t* words, const Act32* const* a, int64_t b, __m256i* isum) {
+    const __m256i mask = _mm256_set1_epi8(15);
     for (int n = 0; n < R; ++n) isum[n] = _mm256_set1_epi32(-8 * a[n][b].sum);
     for (int m = 0; m < 4; ++m) {
-      const __m256i word = load32(w + 16 + 32 * m);
+      const __m256i word = load32(words + 32 * m);
       const __m256i low = _mm256_and_si256(word, mask), high = _mm256_and_si256(_mm256_srli_epi16(word, 4), mask);
       for (int n = 0; n < R; ++n) {
         int32_t x_low, x_high;
@@ -381,83 +410,56 @@ void q4_0x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const 
         isum[n] = sum32_onto(isum[n], high, _mm256_set1_epi32(x_high));
       }
     }
-    for (int n = 0; n < R; ++n)
-      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(scales, _mm256_set1_ps(a[n][b].d)), acc[n]);
-  }
-  for (int n = 0; n < R; ++n) {
-    if (bias != nullptr) acc[n] = _mm256_add_ps(acc[n], _mm256_loadu_ps(bias));
-    _mm256_storeu_ps(out[n], acc[n]);
   }
 #else
-  for (int n = 0; n < R; ++n) {
-    float acc[8] = {};
-    const uint8_t* block = w;
-    for (int64_t b = 0; b < blocks; ++b, block += 8 * 18)
-      for (int r = 0; r < 8; ++r) {
-        int32_t s = -8 * a[n][b].sum;
-        for (int m = 0; m < 4; ++m)
-          for (int i = 0; i < 4; ++i) {
-            const uint8_t byte = block[16 + 32 * m + 4 * r + i];
-            s += (byte & 15) * a[n][b].q[4 * m + i] + (byte >> 4) * a[n][b].q[16 + 4 * m + i];
-          }
-        acc[r] += static_cast<float>(s) * (half_value(block + 2 * r) * a[n][b].d);
+  static int32_t sum(const uint8_t* words, const Act32& a, int r) {
+    int32_t s = -8 * a.sum;
+    for (int m = 0; m < 4; ++m)
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t byte = words[32 * m + 4 * r + i];
+        s += (byte & 15) * a.q[4 * m + i] + (byte >> 4) * a.q[16 + 4 * m + i];
       }
-    for (int r = 0; r < 8; ++r) out[n][r] = acc[r] + (bias != nullptr ? bias[r] : 0.0f);
+    return s;
   }
 #endif
-}
+};
 
-// Q8_0 rows repacked eight at a time: eight words of signed bytes per block, multiplied through the unsigned ×
-// signed product as |w| times x with w's sign (the magnitudes shared by the R rows, the signs applied per row).
-template <int R>
-void q8_0x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+// Q8_0: eight words of signed bytes, multiplied through the unsigned × signed product as |w| times x with w's sign
+// (the magnitudes shared by the R rows, the signs applied per row).
+struct Q8X8 {
+  static constexpr int64_t kGroupBlockBytes = 8 * 34;
 #if defined(__AVX2__)
-  __m256 acc[R];
-  for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b, w += 8 * 34) {
-    const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-    __m256i isum[R];
+  template <int R>
+  static void sums(const uint8_t* words, const Act32* const* a, int64_t b, __m256i* isum) {
     for (int n = 0; n < R; ++n) isum[n] = _mm256_setzero_si256();
     for (int m = 0; m < 8; ++m) {
-      const __m256i word = load32(w + 16 + 32 * m), magnitude = _mm256_sign_epi8(word, word);
+      const __m256i word = load32(words + 32 * m), magnitude = _mm256_sign_epi8(word, word);
       for (int n = 0; n < R; ++n) {
         int32_t x;
         std::memcpy(&x, a[n][b].q + 4 * m, 4);
         isum[n] = sum32_onto(isum[n], magnitude, _mm256_sign_epi8(_mm256_set1_epi32(x), word));
       }
     }
-    for (int n = 0; n < R; ++n)
-      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(scales, _mm256_set1_ps(a[n][b].d)), acc[n]);
-  }
-  for (int n = 0; n < R; ++n) {
-    if (bias != nullptr) acc[n] = _mm256_add_ps(acc[n], _mm256_loadu_ps(bias));
-    _mm256_storeu_ps(out[n], acc[n]);
   }
 #else
-  for (int n = 0; n < R; ++n) {
-    float acc[8] = {};
-    const uint8_t* block = w;
-    for (int64_t b = 0; b < blocks; ++b, block += 8 * 34)
-      for (int r = 0; r < 8; ++r) {
-        int32_t s = 0;
-        for (int m = 0; m < 8; ++m)
-          for (int i = 0; i < 4; ++i) s += static_cast<int8_t>(block[16 + 32 * m + 4 * r + i]) * a[n][b].q[4 * m + i];
-        acc[r] += static_cast<float>(s) * (half_value(block + 2 * r) * a[n][b].d);
-      }
-    for (int r = 0; r < 8; ++r) out[n][r] = acc[r] + (bias != nullptr ? bias[r] : 0.0f);
+  static int32_t sum(const uint8_t* words, const Act32& a, int r) {
+    int32_t s = 0;
+    for (int m = 0; m < 8; ++m)
+      for (int i = 0; i < 4; ++i) s += static_cast<int8_t>(words[32 * m + 4 * r + i]) * a.q[4 * m + i];
+    return s;
   }
 #endif
-}
+};
 
-// The repacked kernels' loop: the input rows quantized once, the groups of eight channels shared between the
-// threads, each group's input rows four at a time.
-template <int64_t kGroupBlockBytes, template <int> typename Rows>
+// The repacked kernels' loop: the input rows quantized once (in parallel only for a prompt's many), the groups of
+// eight channels shared between the threads, each group's input rows four at a time.
+template <typename Type>
 void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C, int64_t OC) {
-  const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * kGroupBlockBytes;
+  const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * Type::kGroupBlockBytes;
   thread_local std::vector<Act32> act;
   act.resize(static_cast<size_t>(N * blocks));
   Act32* acts = act.data();  // this thread's buffer (in the workers `act` is each one's own)
-  kernels::parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
+  kernels::parallel_for(N, kGemvRows, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) quantize_act32(acts + n * blocks, inp + n * C, C);
   });
   split_channels(groups, [&](int64_t g0, int64_t g1) {
@@ -470,39 +472,26 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
         const int64_t rows = std::min<int64_t>(4, N - n0);
         for (int64_t n = 0; n < rows; ++n) a[n] = acts + (n0 + n) * blocks, o[n] = out + (n0 + n) * OC + 8 * g;
         switch (rows) {
-          case 4: Rows<4>::run(w, a, blocks, b, o); break;
-          case 3: Rows<3>::run(w, a, blocks, b, o); break;
-          case 2: Rows<2>::run(w, a, blocks, b, o); break;
-          default: Rows<1>::run(w, a, blocks, b, o); break;
+          case 4: x8_rows<Type, 4>(w, a, blocks, b, o); break;
+          case 3: x8_rows<Type, 3>(w, a, blocks, b, o); break;
+          case 2: x8_rows<Type, 2>(w, a, blocks, b, o); break;
+          default: x8_rows<Type, 1>(w, a, blocks, b, o); break;
         }
       }
     }
   }, 8);
 }
 
-template <int R>
-struct Q4Rows {
-  static void run(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* b, float* const* o) {
-    q4_0x8_rows<R>(w, a, blocks, b, o);
-  }
-};
-template <int R>
-struct Q8Rows {
-  static void run(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* b, float* const* o) {
-    q8_0x8_rows<R>(w, a, blocks, b, o);
-  }
-};
-
 }  // namespace
 
 void gemv_q8_0x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
                  int64_t OC) {
-  gemv_x8<8 * 34, Q8Rows>(out, inp, repacked, bias, N, C, OC);
+  gemv_x8<Q8X8>(out, inp, repacked, bias, N, C, OC);
 }
 
 void gemv_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C,
                  int64_t OC) {
-  gemv_x8<8 * 18, Q4Rows>(out, inp, repacked, bias, N, C, OC);
+  gemv_x8<Q4X8>(out, inp, repacked, bias, N, C, OC);
 }
 
 }  // namespace attend::kernels::ATTEND_ISA
