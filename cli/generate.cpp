@@ -18,9 +18,8 @@ namespace attend::cli {
 
 void set_weights(Model& model, const std::string& weights, WeightType fallback) {
   if (weights.empty()) {  // as loaded (a GGUF file's quantized matrices stay as they are), else `fallback`
-    for (const Parameter* p : model.parameters())
-      if (!p->quantized.empty()) return;
-    return model.set_storage(fallback);
+    if (!model.holds_quantized()) model.set_storage(fallback);
+    return;
   }
   WeightType type;
   check(parse_weight_type(weights, type),

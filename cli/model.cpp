@@ -196,8 +196,7 @@ void add_quantize(CLI::App& app) {
           "--type '{}': a quantized type (for float types use attend export --format gguf --type)", type);
     const auto start = std::chrono::steady_clock::now();
     const Model model = load_model(dir);
-    const std::vector<const Parameter*> parameters = model.parameters();
-    if (std::any_of(parameters.begin(), parameters.end(), [](const Parameter* p) { return !p->quantized.empty(); }))
+    if (model.holds_quantized())
       fmt::print(stderr, "attend quantize: warning: {} is quantized already; its matrices are quantized again from their "
                          "dequantized values, which adds the second rounding to the first (quantize the F16 or F32 "
                          "model where there is one)\n", dir);

@@ -280,6 +280,8 @@ class Model {
   // a router) are kept packed, so that decoding reads half the bytes per token and prompts run 16-bit GEMMs.
   // F32 drops the packed copies; the rounding stays. Call it before sessions start; training reads `value`.
   void set_storage(WeightType storage);
+  // Whether any matrix is held as quantized blocks (Parameter::quantized: a GGUF file's, or set_storage's).
+  bool holds_quantized() const;
   struct Impl;  // the network (src/nn/transformer.h)
 
  private:

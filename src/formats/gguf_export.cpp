@@ -58,32 +58,13 @@ WeightType scheme_type(const SchemeInfo& s, const std::string& name, bool is_hea
   return s.base;
 }
 
-// Rows whose length is not a whole number of blocks take llama.cpp's fallback (the K types' 256-value blocks:
-// Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0), or stay F32 when even 32 does not divide them.
+// Rows whose length is not a whole number of blocks take llama.cpp's fallback (nn::block_fallback), or stay F32
+// when even 32 does not divide them.
 std::optional<WeightType> fitting(WeightType t, int64_t cols) {
   if (cols % block_of(t) == 0) return t;
-  const WeightType fallback = t == WeightType::Q4_K   ? WeightType::Q5_0
-                              : t == WeightType::Q5_K ? WeightType::Q5_1
-                                                      : WeightType::Q8_0;
+  const WeightType fallback = nn::block_fallback(t);
   if (cols % block_of(fallback) == 0) return fallback;
   return std::nullopt;
-}
-
-uint32_t ggml_id(WeightType t) {
-  switch (t) {
-    case WeightType::F32: return tt::F32;
-    case WeightType::F16: return tt::F16;
-    case WeightType::BF16: return tt::BF16;
-    case WeightType::Q8_0: return tt::Q8_0;
-    case WeightType::Q4_0: return tt::Q4_0;
-    case WeightType::Q4_1: return tt::Q4_1;
-    case WeightType::Q5_0: return tt::Q5_0;
-    case WeightType::Q5_1: return tt::Q5_1;
-    case WeightType::Q4_K: return tt::Q4_K;
-    case WeightType::Q5_K: return tt::Q5_K;
-    case WeightType::Q6_K: return tt::Q6_K;
-  }
-  return tt::F32;
 }
 
 int64_t layer_of(const std::string& gguf_name) {
@@ -216,10 +197,7 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
   gguf::Writer w;
   w.set_string("general.architecture", arch);
   w.set_string("general.name", "attend");
-  const std::vector<const Parameter*> parameters = model.parameters();
-  const bool as_stored = type.empty() && std::any_of(parameters.begin(), parameters.end(), [](const Parameter* p) {
-    return !p->quantized.empty();
-  });
+  const bool as_stored = type.empty() && model.holds_quantized();
   // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32, or the scheme's; a model written as stored says the
   // type of most of its weights only loosely, as llama.cpp's own requantized files do: "guessed" (1024).
   w.set_uint32("general.file_type", scheme ? scheme->file_type : as_stored ? 1024u
@@ -281,7 +259,7 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
       continue;
     }
     if (stored && place.rope_heads == 0) {
-      w.add_tensor(place.gguf, dims, ggml_id(t), stored->second, bytes);
+      w.add_tensor(place.gguf, dims, formats::gguf_type_id(t), stored->second, bytes);
       continue;
     }
     std::vector<uint8_t> data(bytes);
@@ -306,7 +284,7 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
       const std::vector<uint8_t> pairs = data;
       formats::rope_row_bytes_to_hf(data.data(), pairs.data(), place.rope_heads, D, row_bytes);
     }
-    w.add_tensor(place.gguf, dims, ggml_id(t), std::move(data));
+    w.add_tensor(place.gguf, dims, formats::gguf_type_id(t), std::move(data));
   }
   w.write(file);
 }

@@ -16,6 +16,7 @@
 #include <map>
 #include <fstream>
 #include <set>
+#include <utility>
 
 namespace attend::formats {
 
@@ -26,22 +27,13 @@ namespace {
 // A block type of a ggml type id; nullopt for the float types (and for types Attend does not run, which the
 // caller names in its error).
 std::optional<WeightType> weight_type_of(uint32_t id) {
-  namespace t = gguf::tensor_type;
-  switch (id) {
-    case t::Q8_0: return WeightType::Q8_0;
-    case t::Q4_0: return WeightType::Q4_0;
-    case t::Q4_1: return WeightType::Q4_1;
-    case t::Q5_0: return WeightType::Q5_0;
-    case t::Q5_1: return WeightType::Q5_1;
-    case t::Q4_K: return WeightType::Q4_K;
-    case t::Q5_K: return WeightType::Q5_K;
-    case t::Q6_K: return WeightType::Q6_K;
-    default: return std::nullopt;
-  }
+  const std::optional<WeightType> t = gguf_weight_type(id);
+  return t && is_quantized(*t) ? t : std::nullopt;
 }
 
 bool is_float_type(uint32_t id) {
-  return id == gguf::tensor_type::F32 || id == gguf::tensor_type::F16 || id == gguf::tensor_type::BF16;
+  const std::optional<WeightType> t = gguf_weight_type(id);
+  return t && !is_quantized(*t);
 }
 
 const char* type_name(uint32_t id) {
@@ -75,6 +67,32 @@ void values_of(const gguf::Reader& file, const gguf::TensorInfo& t, float* out) 
 }
 
 }  // namespace
+
+namespace {
+
+// Attend's weight types and their ggml type ids, both ways.
+constexpr std::pair<WeightType, uint32_t> kGgmlTypes[] = {
+    {WeightType::F32, gguf::tensor_type::F32},   {WeightType::F16, gguf::tensor_type::F16},
+    {WeightType::BF16, gguf::tensor_type::BF16}, {WeightType::Q8_0, gguf::tensor_type::Q8_0},
+    {WeightType::Q4_0, gguf::tensor_type::Q4_0}, {WeightType::Q4_1, gguf::tensor_type::Q4_1},
+    {WeightType::Q5_0, gguf::tensor_type::Q5_0}, {WeightType::Q5_1, gguf::tensor_type::Q5_1},
+    {WeightType::Q4_K, gguf::tensor_type::Q4_K}, {WeightType::Q5_K, gguf::tensor_type::Q5_K},
+    {WeightType::Q6_K, gguf::tensor_type::Q6_K},
+};
+
+}  // namespace
+
+std::optional<WeightType> gguf_weight_type(uint32_t id) {
+  for (const auto& [type, ggml] : kGgmlTypes)
+    if (ggml == id) return type;
+  return std::nullopt;
+}
+
+uint32_t gguf_type_id(WeightType type) {
+  for (const auto& [t, ggml] : kGgmlTypes)
+    if (t == type) return ggml;
+  throw Error(fmt::format("weight type {} has no GGUF type", weight_type_name(type)));
+}
 
 bool is_gguf_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

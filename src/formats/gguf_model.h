@@ -45,6 +45,10 @@ struct GgufPlace {
 // tensor (from lm_head, or from the tied embedding: gpt2 files always have one).
 std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch, bool output);
 
+// Attend's weight type of a ggml tensor type id (nullopt for one Attend does not run), and the other way.
+std::optional<WeightType> gguf_weight_type(uint32_t id);
+uint32_t gguf_type_id(WeightType type);
+
 // Whether `path` is a file that starts with GGUF's magic.
 bool is_gguf_file(const std::filesystem::path& path);
 ModelConfig config_from_gguf(const gguf::Reader& file);

@@ -79,6 +79,10 @@ kernels::QuantType quant_type(WeightType t) {
   throw Error(fmt::format("weight type {} is not a block-quantized type", weight_type_name(t)));
 }
 
+WeightType block_fallback(WeightType t) {
+  return t == WeightType::Q4_K ? WeightType::Q5_0 : t == WeightType::Q5_K ? WeightType::Q5_1 : WeightType::Q8_0;
+}
+
 void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
   const int64_t C = p.value.size(-1), rows = p.numel() / C;
   int64_t row = 0;

@@ -39,6 +39,9 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
 
 // The block type of a quantized weight type (kernels/quant.h).
 kernels::QuantType quant_type(WeightType t);
+// The type llama.cpp's quantizer takes for rows that are not whole blocks of `t`: the K types' 256-value blocks
+// give way to Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0 (32-value blocks); Q8_0 for the others, which fit no better.
+WeightType block_fallback(WeightType t);
 // Stores `p` (a matrix of rows of C values) as `type`'s blocks, the rows quantized here (with `importance`, C
 // values or nullptr: activation statistics per input column), and its value as the blocks' values. False, and
 // nothing changed, when C is not a multiple of the type's block.

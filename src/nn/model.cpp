@@ -306,10 +306,7 @@ void Model::set_storage(WeightType storage) {
       // 256-value blocks: Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0), or stays fp32 (rows not a multiple of 32).
       if (!multiplied) continue;
       if (nn::quantize_parameter(*p, storage)) continue;
-      const WeightType fallback = storage == WeightType::Q4_K   ? WeightType::Q5_0
-                                  : storage == WeightType::Q5_K ? WeightType::Q5_1
-                                                                : WeightType::Q8_0;
-      (void)nn::quantize_parameter(*p, fallback);
+      (void)nn::quantize_parameter(*p, nn::block_fallback(storage));
       continue;
     }
     // Every value becomes what a checkpoint of that dtype holds, so every path (the fp32 lookups, the 16-bit
@@ -324,6 +321,10 @@ void Model::set_storage(WeightType storage) {
     }
     if (multiplied) p->storage = storage, p->packed = std::move(bits);
   }
+}
+
+bool Model::holds_quantized() const {
+  return std::any_of(impl_->params.begin(), impl_->params.end(), [](const Parameter* p) { return !p->quantized.empty(); });
 }
 
 ParameterCount Model::count() const {
