@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     const bool lookup = p->role == attend::Role::PositionTable ||
                         (p->role == attend::Role::TokenEmbedding && !c.tie_embeddings);
     if (lookup) weight_bytes += 4.0 * double(p->value.size(-1));
-    else if (!p->quantized.empty()) for (const attend::QuantizedRows& s : p->quantized) weight_bytes += double(s.blocks.size());
+    else if (!p->quantized.empty()) for (const attend::QuantizedRows& s : p->quantized) weight_bytes += double(s.bytes);
     else if (!p->packed.empty()) weight_bytes += 2.0 * double(p->numel());
     else weight_bytes += 4.0 * double(p->numel());
   }

@@ -150,8 +150,9 @@ void add_export(CLI::App& app) {
                                   "default: as the model holds them");
   cmd->add_option("-o,--output", out, "The directory to write (gguf: the file)")->required();
   cmd->callback([] {
-    const Model model = load_model(dir);
+    Model model = load_model(dir);
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
+    if (format != "gguf") model.ensure_values();  // Hugging Face's layouts hold float values
     if (format == "gguf") {
       export_gguf(model, out, tok ? &*tok : nullptr, {.type = type, .chat_template = model_chat_template(dir)});
       fmt::print("{}: GGUF {} ({}){}\n", out, gguf_architecture(model.config()), type.empty() ? "weights as held" : type,

@@ -5,6 +5,7 @@
 #include "formats/hf_gpt2.h"
 #include "kernels/gemm.h"
 #include "kernels/matmul.h"
+#include "nn/layers.h"
 #include "testing.h"
 
 #include <attend/error.h>
@@ -499,6 +500,44 @@ TEST(Decoding, QuantizedStorageIsTheDequantizedModel) {
     EXPECT_GT(largest, 0.0) << weight_type_name(type) << ": the decoded tokens should take the int8 path";
     EXPECT_LT(largest, 0.03 * scale) << weight_type_name(type);
     EXPECT_GT(moved, 0.0) << weight_type_name(type) << ": quantizing changes the weights";
+  }
+}
+
+// A quantized matrix multiplies a prompt by dequantizing its blocks a few MiB at a time (in bf16 where the CPU
+// has bf16 products): a matrix of two segments of different types, big enough to take several pieces, against
+// the fp64 product of its blocks' values. Each output within the rounding of both operands to bf16 (2^-8 each)
+// plus fp32's sums; decoding's rows (int8 inputs, each within half a step of its block's max/127) too, one row
+// written straight into the output and three interleaved.
+TEST(Decoding, QuantizedMatmulInPiecesIsTheProductOfTheBlocksValues) {
+  const int64_t C = 256, OC = 8392;  // pieces of at most 4 MiB: 8192 rows of bf16, 4096 of fp32
+  Parameter w("w", {OC, C}, Role::FfnIn);
+  Rng rng(11);
+  for (float& v : w.value.span()) v = static_cast<float>(rng.normal()) * 0.05f;
+  const std::pair<int64_t, WeightType> plan[] = {{5000, WeightType::Q4_K}, {OC - 5000, WeightType::Q8_0}};
+  ASSERT_TRUE(nn::quantize_parameter(w, plan));
+  ASSERT_EQ(w.quantized.size(), 2u);
+  std::vector<float> values(static_cast<size_t>(OC * C)), bias(static_cast<size_t>(OC));
+  nn::dequantize_values(w, values.data());
+  for (float& b : bias) b = static_cast<float>(rng.normal());
+  for (const int64_t N : {int64_t{1}, int64_t{3}, kernels::kGemvRows + 5}) {
+    std::vector<float> x(static_cast<size_t>(N * C)), out(static_cast<size_t>(N * OC), NAN);
+    for (float& v : x) v = static_cast<float>(rng.normal());
+    nn::linear_forward(out.data(), x.data(), w, bias.data(), N, C, OC);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* xn = x.data() + n * C;
+      float amax = 0;
+      for (int64_t j = 0; j < C; ++j) amax = std::max(amax, std::abs(xn[j]));
+      for (int64_t o = 0; o < OC; ++o) {
+        double want = bias[o], magnitude = 0, weights = 0;
+        for (int64_t j = 0; j < C; ++j) {
+          const double wj = values[o * C + j];
+          want += wj * xn[j], magnitude += std::abs(wj * xn[j]), weights += std::abs(wj);
+        }
+        const double bound = (N > kernels::kGemvRows ? std::ldexp(1.0, -7) * magnitude : weights * amax / 254.0) +
+                              1e-5 * (magnitude + std::abs(bias[o]));
+        ASSERT_NEAR(out[n * OC + o], want, bound) << "N " << N << " row " << n << " output " << o;
+      }
+    }
   }
 }
 

@@ -144,7 +144,7 @@ void expect_blocks_of_source(const Model& loaded, const Model& source) {
       std::vector<uint8_t> want(static_cast<size_t>(row_bytes));
       for (int64_t r = 0; r < seg.rows; ++r) {
         kernels::quantize_row(q, want.data(), s.value.data() + (row + r) * C, C);
-        ASSERT_EQ(std::memcmp(want.data(), seg.blocks.data() + r * row_bytes, row_bytes), 0)
+        ASSERT_EQ(std::memcmp(want.data(), seg.data + r * row_bytes, row_bytes), 0)
             << p->name << " row " << row + r << " (" << weight_type_name(seg.type) << ")";
       }
       row += seg.rows;
@@ -321,7 +321,9 @@ TEST(GgufFixtures, LlamaCppsFilesHoldTheSameWeightsAndTypes) {
     }
     fs::remove(ours_path);
     // Read back: each quantized matrix is the F16 model's within its type's error.
-    const Model q = load_model(kGgufData / name);
+    Model q = load_model(kGgufData / name);
+    EXPECT_TRUE(q.holds_quantized());
+    q.ensure_values();  // the quantized matrices' values, next to their blocks
     for (const gguf::TensorInfo& t : theirs.tensors()) {
       const std::string type = type_of(theirs, t.name);
       if (!bound.contains(type)) continue;

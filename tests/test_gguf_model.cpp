@@ -6,6 +6,7 @@
 #include "formats/gguf.h"
 #include "kernels/convert.h"
 #include "kernels/quant.h"
+#include "nn/layers.h"
 #include "testing.h"
 
 #include <attend/error.h>
@@ -97,17 +98,31 @@ TEST(GgufModel, LlamaLayoutLoadsWithMixedBlockTypes) {
   Model model = load_model(path);
   fs::remove(path);
   const Parameter& qkv = *model.find("decoder.layers.1.attn.qkv.weight");
-  ASSERT_EQ(qkv.quantized.size(), 2u);  // Q and K (both Q4_K) in one segment, V (Q6_K) in another
+  ASSERT_EQ(qkv.quantized.size(), 3u);  // Q, K (Q4_K) and V (Q6_K), each a segment where it lies in the file
   EXPECT_EQ(qkv.quantized[0].type, WeightType::Q4_K);
-  EXPECT_EQ(qkv.quantized[0].rows, (H + Hkv) * D);
-  EXPECT_EQ(qkv.quantized[1].type, WeightType::Q6_K);
+  EXPECT_EQ(qkv.quantized[0].rows, H * D);
+  EXPECT_EQ(qkv.quantized[1].type, WeightType::Q4_K);
+  EXPECT_EQ(qkv.quantized[1].rows, Hkv * D);
+  EXPECT_EQ(qkv.quantized[2].type, WeightType::Q6_K);
+  // Used where they lie: the file's mapping holds the blocks (the file is gone, its mapping is not), and the
+  // matrix has no float values of its own; the token table and the norms (F16, F32 in the file) do.
+  for (const QuantizedRows& s : qkv.quantized) EXPECT_NE(s.owner, nullptr);
+  EXPECT_FALSE(qkv.has_values());
+  EXPECT_FALSE(model.find("lm_head.weight")->has_values());
+  EXPECT_TRUE(model.find("decoder.layers.0.ffn.down.weight")->has_values());
+  EXPECT_TRUE(model.find("decoder.norm.weight")->has_values());
+  EXPECT_EQ(model.parameter_buffer().size(),
+            static_cast<size_t>(model.find("embed.tokens.weight")->numel() + model.find("decoder.norm.weight")->numel() +
+                                2 * (2 * C + model.find("decoder.layers.0.ffn.down.weight")->numel())));
   EXPECT_EQ(model.find("decoder.layers.0.ffn.up.weight")->storage, WeightType::Q5_K);
   EXPECT_EQ(model.find("decoder.layers.0.ffn.down.weight")->storage, WeightType::F32);
   EXPECT_EQ(model.find("lm_head.weight")->storage, WeightType::Q8_0);
   // The values are the blocks' (each within its type's error of the source) and the fp16 table's.
   const auto& src_qkv = source.find("decoder.layers.1.attn.qkv.weight")->value;
+  std::vector<float> values(static_cast<size_t>(qkv.numel()));
+  nn::dequantize_values(qkv, values.data());
   double err = 0, power = 0;
-  for (int64_t i = 0; i < src_qkv.numel(); ++i) err += std::pow(qkv.value[i] - src_qkv[i], 2), power += std::pow(src_qkv[i], 2);
+  for (int64_t i = 0; i < src_qkv.numel(); ++i) err += std::pow(values[i] - src_qkv[i], 2), power += std::pow(src_qkv[i], 2);
   EXPECT_GT(err, 0.0);
   EXPECT_LT(std::sqrt(err / power), 0.1);
   // The model runs: a prompt, then tokens, close to the source model's logits (the weights' own quantization).

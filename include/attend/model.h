@@ -221,8 +221,11 @@ class Model {
  public:
   // A freshly initialised model (config.init, config.seed).
   explicit Model(const ModelConfig& config);
-  // The same network without drawing initial weights, for loaders that fill every parameter.
-  static Model for_loading(const ModelConfig& config) { return Model(config, Uninitialized{}); }
+  // The same network without drawing initial weights, for loaders that fill every parameter. The parameters
+  // `blocks_only` picks get no float values: the loader gives them quantized blocks (nn::set_quantized).
+  static Model for_loading(const ModelConfig& config, const std::function<bool(const Parameter&)>& blocks_only = {}) {
+    return Model(config, Uninitialized{}, blocks_only);
+  }
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -282,12 +285,16 @@ class Model {
   void set_storage(WeightType storage);
   // Whether any matrix is held as quantized blocks (Parameter::quantized: a GGUF file's, or set_storage's).
   bool holds_quantized() const;
+  // Gives every matrix held only as quantized blocks its float values (the blocks' values; the blocks stay),
+  // for what reads them: training, saving, exporting to float types. Nothing when every parameter has them.
+  void ensure_values();
   struct Impl;  // the network (src/nn/transformer.h)
 
  private:
   friend class Session;  // runs the network through its own KV cache (attend/session.h)
   struct Uninitialized {};
-  Model(const ModelConfig& config, Uninitialized);  // zero weights (norm gains 1)
+  // Zero weights (norm gains 1); those blocks_only picks without values.
+  Model(const ModelConfig& config, Uninitialized, const std::function<bool(const Parameter&)>& blocks_only);
 
   std::unique_ptr<Impl> impl_;
 };

@@ -7,6 +7,8 @@
 #include <attend/tensor.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,12 +28,19 @@ const char* weight_type_name(WeightType t);  // "f32", "bf16", "f16", "q8_0", ..
 bool parse_weight_type(const std::string& name, WeightType& out);
 
 // Consecutive rows of a quantized matrix that share one block type: its rows' blocks, row after row. A GGUF
-// file's Q, K and V (one fused matrix here) can each have their own type, as llama.cpp's mixes give them.
+// file's Q, K and V (one fused matrix here) are three such segments, each of its own type where llama.cpp's
+// mixes give them one. The blocks are used where they lie: in a GGUF file's mapping (which `owner` keeps
+// mapped), or in memory of their own (owning()).
 struct QuantizedRows {
   int64_t rows = 0;
   WeightType type = WeightType::Q8_0;
-  std::vector<uint8_t> blocks;
+  const uint8_t* data = nullptr;      // rows × the type's row bytes
+  int64_t bytes = 0;
+  std::shared_ptr<const void> owner;  // keeps `data` alive
   std::vector<uint8_t> repacked;  // Q4_0, Q8_0: the rows eight at a time for decoding (kernels/quant.h); else empty
+
+  static QuantizedRows owning(int64_t rows, WeightType type, std::vector<uint8_t> blocks);
+  std::span<const uint8_t> blocks() const { return {data, static_cast<size_t>(bytes)}; }
 };
 
 // What a weight is in the network, fixed when the model is built. Initialisation, counting, weight decay,
@@ -84,7 +93,8 @@ const char* role_name(Role r);  // "token_embedding", "attention_qkv", ...
 
 struct Parameter {
   Parameter() = default;
-  Parameter(std::string name, Shape shape, Role role) : name(std::move(name)), role(role), value(shape), grad(shape) {}
+  // A zero value and gradient of `shape`; without memory while a DeferParameterStorage is alive.
+  Parameter(std::string name, Shape shape, Role role);
 
   std::string name;  // e.g. "decoder.layers.3.attn.qkv.weight": the tensor's name in model.safetensors
   Role role = Role::FfnIn;
@@ -96,13 +106,26 @@ struct Parameter {
   // `value` holds exactly the same numbers widened, which lookups, norms and training read.
   WeightType storage = WeightType::F32;
   std::vector<uint16_t> packed;
-  // A quantized type (is_quantized(storage)): the matrix's rows as blocks, in segments by type (one segment
-  // unless a file mixes types), which decoding's gemv reads; `value` holds the dequantized values, and where the
-  // CPU has bf16 products `packed` holds them in bf16 for prompts.
+  // A quantized type (is_quantized(storage)): the matrix's rows as blocks, in segments, which the matmuls
+  // (dequantizing a prompt's weights piece by piece) and the token lookup read. A model's quantized matrix has
+  // no values (value.data() is nullptr, the shape stays): Model::ensure_values gives it its blocks' values
+  // for whatever needs floats (training, saving, requantizing).
   std::vector<QuantizedRows> quantized;
 
   void zero_grad() { grad.zero(); }
   int64_t numel() const { return value.numel(); }
+  bool has_values() const { return value.data() != nullptr || value.numel() == 0; }
+};
+
+// While one is alive on this thread, Parameters are made without memory (a value of the shape and no data, no
+// gradient): a Model builds its layers so, then lays every value out in one buffer (Model::parameter_buffer)
+// instead of allocating and zeroing each parameter first.
+class DeferParameterStorage {
+ public:
+  DeferParameterStorage();
+  ~DeferParameterStorage();
+  DeferParameterStorage(const DeferParameterStorage&) = delete;
+  DeferParameterStorage& operator=(const DeferParameterStorage&) = delete;
 };
 
 }  // namespace attend

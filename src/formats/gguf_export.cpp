@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 namespace attend {
 
@@ -78,7 +79,7 @@ std::optional<std::pair<WeightType, const uint8_t*>> stored_rows(const Parameter
   const int64_t C = p.value.size(-1);
   for (const QuantizedRows& s : p.quantized) {
     if (row >= start && row + rows <= start + s.rows)
-      return std::pair{s.type, s.blocks.data() + (row - start) * kernels::quant_row_bytes(nn::quant_type(s.type), C)};
+      return std::pair{s.type, s.data + (row - start) * kernels::quant_row_bytes(nn::quant_type(s.type), C)};
     start += s.rows;
   }
   return std::nullopt;
@@ -230,13 +231,13 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
   const bool output = arch == "gpt2" || !c.tie_embeddings;
   const std::vector<GgufPlace> places = formats::gguf_places(c, arch, output);
   const int64_t D = c.d_head();
+  std::map<const Parameter*, std::vector<float>> widened;  // matrices held only as blocks, written in another type
   for (const GgufPlace& place : places) {
     const Parameter* p = model.find(place.attend);
     check(p != nullptr, "export gguf: the model has no '{}'", place.attend);
     const bool vector = p->value.rank() == 1;
     const int64_t C = vector ? 1 : p->value.size(-1);
     const std::vector<int64_t> dims = vector ? std::vector<int64_t>{place.rows} : std::vector<int64_t>{C, place.rows};
-    const float* values = p->value.data() + place.row * C;
     const bool is_head = place.gguf == "output.weight" || (!output && place.gguf == "token_embd.weight");
     // What llama-quantize quantizes: the matrices but the position table.
     const bool quantizable = !vector && place.gguf != "position_embd.weight";
@@ -249,6 +250,15 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
       t = stored->first;
     } else if (quantizable && scheme) {
       t = fitting(scheme_type(*scheme, place.gguf, is_head, layer_of(place.gguf), c.n_layers), C).value_or(WeightType::F32);
+    }
+    const float* values = nullptr;
+    if (!stored) {
+      std::vector<float>& v = widened[p];
+      if (!p->has_values() && v.empty()) {
+        v.resize(static_cast<size_t>(p->numel()));
+        nn::dequantize_values(*p, v.data());
+      }
+      values = (p->has_values() ? p->value.data() : v.data()) + place.row * C;
     }
     // The rows in the file's order (Q and K of qwen2: Hugging Face's halves).
     const int64_t row_bytes = is_quantized(t) ? kernels::quant_row_bytes(nn::quant_type(t), C)

@@ -192,9 +192,7 @@ Model load_gguf_model(const fs::path& path) {
   const std::string origin = path.string();
   const ModelConfig c = config_from_gguf(file);
   const std::string arch = file.get_string("general.architecture");
-  Model model = Model::for_loading(c);
-  // Each parameter's pieces (Q, K, V make one matrix): quantized blocks are kept when every piece of a matrix is
-  // quantized; the values are what the model reads.
+  // Each parameter's pieces (Q, K, V make one matrix), checked against the configuration.
   struct Piece {
     const gguf::TensorInfo* tensor;
     GgufPlace place;
@@ -204,59 +202,70 @@ Model load_gguf_model(const fs::path& path) {
   for (const GgufPlace& t : gguf_places(c, arch, !c.tie_embeddings)) {
     const gguf::TensorInfo* info = file.tensor(t.gguf);
     check(info != nullptr, "{}: no tensor '{}', which a {} model of this configuration has", origin, t.gguf, arch);
-    Parameter* p = model.find(t.attend);
-    check(p != nullptr, "{}: tensor '{}' has no place in the model", origin, t.gguf);
-    // A vector's "rows" are its values.
-    const std::vector<int64_t> dims = p->value.rank() == 1 ? std::vector<int64_t>{t.rows}
-                                                           : std::vector<int64_t>{p->value.size(-1), t.rows};
-    check(info->dims == dims, "{}: tensor '{}' has dims [{}], the configuration implies [{}]", origin, t.gguf,
-          fmt::join(info->dims, ", "), fmt::join(dims, ", "));
     check(is_float_type(info->type) || weight_type_of(info->type).has_value(),
           "{}: tensor '{}' is {}: Attend reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K",
           origin, t.gguf, type_name(info->type));
     pieces[t.attend].push_back({info, t});
     used.insert(t.gguf);
   }
+  for (const gguf::TensorInfo& t : file.tensors())
+    check(used.contains(t.name), "{}: unexpected tensor '{}': not part of a {} model of this configuration", origin,
+          t.name, arch);
+  // A matrix every piece of which is quantized is used as its blocks, where they lie in the file, when the model
+  // multiplies it or looks its rows up (the token table); it gets no float values.
+  auto all_quantized = [&](const std::string& name) {
+    const auto it = pieces.find(name);
+    return it != pieces.end() && std::all_of(it->second.begin(), it->second.end(), [](const Piece& x) {
+             return weight_type_of(x.tensor->type).has_value();
+           });
+  };
+  Model model = Model::for_loading(c, [&](const Parameter& p) {
+    return p.value.rank() == 2 && (is_projection(p.role) || p.role == Role::TokenEmbedding) && all_quantized(p.name);
+  });
   const int64_t D = c.d_head();
   for (auto& [name, list] : pieces) {
     Parameter* p = model.find(name);
+    check(p != nullptr, "{}: tensor '{}' has no place in the model", origin, list.front().place.gguf);
     const int64_t C = p->value.rank() == 1 ? 1 : p->value.size(-1);
     int64_t covered = 0;
     for (const Piece& piece : list) {
-      float* rows = p->value.data() + piece.place.row * C;
-      values_of(file, *piece.tensor, rows);
-      if (piece.place.rope_heads > 0) {  // Hugging Face's halves to Attend's pairs
-        const std::vector<float> hf(rows, rows + piece.place.rows * C);
-        rope_rows_from_hf(rows, hf.data(), piece.place.rope_heads, D, C);
-      }
+      // A vector's "rows" are its values.
+      const std::vector<int64_t> dims = p->value.rank() == 1 ? std::vector<int64_t>{piece.place.rows}
+                                                             : std::vector<int64_t>{C, piece.place.rows};
+      check(piece.tensor->dims == dims, "{}: tensor '{}' has dims [{}], the configuration implies [{}]", origin,
+            piece.place.gguf, fmt::join(piece.tensor->dims, ", "), fmt::join(dims, ", "));
       covered += piece.place.rows;
     }
     check(covered == p->numel() / C, "{}: '{}' is filled by {} rows of {}", origin, name, covered, p->numel() / C);
-    // A quantized matrix keeps its blocks: those the model multiplies for the quantized gemv, any other (an untied
-    // token table, read by lookups from `value`) to be written back as it came.
-    const bool all_quantized = std::all_of(list.begin(), list.end(), [](const Piece& x) {
-      return weight_type_of(x.tensor->type).has_value();
-    });
-    if (!all_quantized || p->value.rank() == 1) continue;
     std::sort(list.begin(), list.end(), [](const Piece& a, const Piece& b) { return a.place.row < b.place.row; });
+    if (p->has_values()) {
+      for (const Piece& piece : list) {
+        float* rows = p->value.data() + piece.place.row * C;
+        values_of(file, *piece.tensor, rows);
+        if (piece.place.rope_heads > 0) {  // Hugging Face's halves to Attend's pairs
+          const std::vector<float> hf(rows, rows + piece.place.rows * C);
+          rope_rows_from_hf(rows, hf.data(), piece.place.rope_heads, D, C);
+        }
+      }
+      continue;
+    }
+    // Blocks: each piece a segment where it lies in the mapping; rows whose RoPE halves become pairs (qwen2,
+    // qwen3's Q and K) are moved whole into memory of their own.
     std::vector<QuantizedRows> segments;
     for (const Piece& piece : list) {
       const WeightType type = *weight_type_of(piece.tensor->type);
-      if (segments.empty() || segments.back().type != type) segments.push_back({0, type, {}});
-      QuantizedRows& s = segments.back();
-      const size_t at = s.blocks.size();
-      s.rows += piece.place.rows;
-      s.blocks.insert(s.blocks.end(), piece.tensor->data, piece.tensor->data + piece.tensor->bytes);
-      if (piece.place.rope_heads > 0)
-        rope_row_bytes_from_hf(s.blocks.data() + at, piece.tensor->data, piece.place.rope_heads, D,
-                               static_cast<int64_t>(piece.tensor->bytes) / piece.place.rows);
+      const auto bytes = static_cast<int64_t>(piece.tensor->bytes);
+      if (piece.place.rope_heads > 0) {
+        std::vector<uint8_t> moved(static_cast<size_t>(bytes));
+        rope_row_bytes_from_hf(moved.data(), piece.tensor->data, piece.place.rope_heads, D, bytes / piece.place.rows);
+        segments.push_back(QuantizedRows::owning(piece.place.rows, type, std::move(moved)));
+        continue;
+      }
+      QuantizedRows s;
+      s.rows = piece.place.rows, s.type = type, s.data = piece.tensor->data, s.bytes = bytes, s.owner = file.mapping();
+      segments.push_back(std::move(s));
     }
     nn::set_quantized(*p, std::move(segments));
-  }
-  for (const gguf::TensorInfo& t : file.tensors()) {
-    if (used.contains(t.name)) continue;
-    throw Error(fmt::format("{}: unexpected tensor '{}': not part of a {} model of this configuration", origin, t.name,
-                            arch));
   }
   return model;
 }
@@ -379,7 +388,9 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
   };
   if (kind == "llama") return configured(Tokenizer::from_sentencepiece(sentencepiece_proto(file, tokens, types), origin + " (tokenizer.ggml.*)"));
   // The vocabulary as a tokenizer.json, which Attend's Hugging Face pipeline reads.
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object(), added = nlohmann::ordered_json::array();
+  // (nlohmann::json, not ordered_json: an ordered object finds each key by a linear search, and a vocabulary of
+  // 128k tokens took seconds so.)
+  nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
   for (size_t i = 0; i < tokens.size(); ++i) {
     vocab[tokens[i]] = i;
     // Types (llama.cpp's llama_token_type): 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
@@ -387,13 +398,13 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
       added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                        {"normalized", false}, {"special", types[i] == 3}});
   }
-  nlohmann::ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+  nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                                        {"use_regex", true}};
-  nlohmann::ordered_json pre_tokenizer;
+  nlohmann::json pre_tokenizer;
   if (pre == "gpt-2" || pre == "default") {
     pre_tokenizer = byte_level;
   } else if (const char* regex = gguf_split_regex(pre)) {
-    nlohmann::ordered_json split = {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
+    nlohmann::json split = {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
                                     {"invert", false}};
     byte_level["use_regex"] = false;
     pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
@@ -401,7 +412,7 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
     throw Error(fmt::format("{}: tokenizer.ggml.pre '{}': Attend knows the pre-tokenizers gpt-2, llama-bpe and qwen2 so "
                             "far; give a tokenizer.json with --tokenizer, or --prompt-ids", origin, pre));
   }
-  nlohmann::ordered_json j = {
+  nlohmann::json j = {
       {"version", "1.0"},
       {"added_tokens", added},
       {"normalizer", nullptr},
@@ -410,7 +421,7 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
       {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
                  {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-                 {"ignore_merges", pre == "llama-bpe" || pre == "llama3"}, {"vocab", vocab}, {"merges", merges}}},
+                 {"ignore_merges", pre == "llama-bpe" || pre == "llama3"}, {"vocab", std::move(vocab)}, {"merges", merges}}},
   };
   return configured(Tokenizer::from_json(j.dump(), origin + " (tokenizer.ggml.*)"));
 }

@@ -169,6 +169,9 @@ void load_mapped(const CheckpointTensors& tensors, Model& model, const std::vect
 }
 
 void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, const fs::path& dir) {
+  for (const Parameter* p : model.parameters())
+    check(p->has_values(), "{}: '{}' is held as quantized blocks only; Hugging Face's layout holds float values "
+          "(Model::ensure_values)", dir.string(), p->name);
   std::vector<Tensor> stored;
   stored.reserve(mappings.size());  // never reallocated: `tensors` points into it
   std::vector<NamedTensor> tensors;

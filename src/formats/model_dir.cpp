@@ -26,7 +26,11 @@ void save_model(const Model& model, const fs::path& dir, const Tokenizer* tokeni
   fs::create_directories(dir, ec);
   check(!ec && fs::is_directory(dir), "{}: cannot create the model directory: {}", dir.string(), ec.message());
   std::vector<NamedTensor> tensors;
-  for (const Parameter* p : model.parameters()) tensors.push_back({p->name, &p->value});
+  for (const Parameter* p : model.parameters()) {
+    check(p->has_values(), "{}: '{}' is held as quantized blocks only; a model directory holds float values "
+          "(Model::ensure_values, or export it as GGUF)", dir.string(), p->name);
+    tensors.push_back({p->name, &p->value});
+  }
   write_safetensors(dir / "model.safetensors", tensors,
                     {{"format", "pt"}, {"producer", fmt::format("attend {}", version())},
                      {"architecture", architecture_name(model.config().architecture)}},

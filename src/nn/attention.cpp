@@ -97,8 +97,8 @@ MultiHeadAttention::MultiHeadAttention(std::string name, const AttentionConfig& 
     if (config_.qk_norm) {
       q_norm_ = Parameter(name_ + ".q_norm.weight", {D}, Role::NormGain);
       k_norm_ = Parameter(name_ + ".k_norm.weight", {D}, Role::NormGain);
-      q_norm_.value.fill(config_.norm_unit_offset ? 0.0f : 1.0f);  // a gain of 1 either way
-      k_norm_.value.fill(config_.norm_unit_offset ? 0.0f : 1.0f);
+      for (Parameter* gain : {&q_norm_, &k_norm_})  // a gain of 1 either way (a model's: Model's lay_out)
+        if (gain->has_values()) gain->value.fill(config_.norm_unit_offset ? 0.0f : 1.0f);
     }
   } else {
     w_q_ = Parameter(name_ + ".q.weight", {H * D, C}, Role::AttentionQuery);

@@ -156,6 +156,28 @@ bool parse_weight_type(const std::string& name, WeightType& out) {
     if (lower == n.name) return out = n.value, true;
   return false;
 }
+
+namespace {
+thread_local int deferred_storage = 0;  // DeferParameterStorage guards alive on this thread
+}  // namespace
+
+DeferParameterStorage::DeferParameterStorage() { ++deferred_storage; }
+DeferParameterStorage::~DeferParameterStorage() { --deferred_storage; }
+
+Parameter::Parameter(std::string name, Shape shape, Role role)
+    : name(std::move(name)),
+      role(role),
+      value(deferred_storage > 0 ? Tensor::borrowing(nullptr, shape) : Tensor(shape)),
+      grad(deferred_storage > 0 ? Tensor() : Tensor(shape)) {}
+
+QuantizedRows QuantizedRows::owning(int64_t rows, WeightType type, std::vector<uint8_t> blocks) {
+  auto memory = std::make_shared<std::vector<uint8_t>>(std::move(blocks));
+  QuantizedRows s;
+  s.rows = rows, s.type = type, s.data = memory->data(), s.bytes = static_cast<int64_t>(memory->size());
+  s.owner = std::move(memory);
+  return s;
+}
+
 const char* attention_kernel_name(AttentionKernel k) { return enum_name<AttentionKernel>(kAttentionKernels, k); }
 
 int64_t ModelConfig::ffn_hidden() const {

@@ -90,34 +90,49 @@ void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
     const kernels::QuantType q = quant_type(s.type);
     check(C % kernels::quant_format(q).block == 0, "'{}': rows of {} values cannot be {} blocks of {}", p.name, C,
           weight_type_name(s.type), kernels::quant_format(q).block);
-    check(static_cast<int64_t>(s.blocks.size()) == s.rows * kernels::quant_row_bytes(q, C),
+    check(s.data != nullptr && s.bytes == s.rows * kernels::quant_row_bytes(q, C),
           "'{}': {} rows of {} as {} take {} bytes, got {}", p.name, s.rows, C, weight_type_name(s.type),
-          s.rows * kernels::quant_row_bytes(q, C), s.blocks.size());
-    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-    kernels::parallel_for(s.rows, kernels::row_grain(C), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        kernels::dequantize_row(q, p.value.data() + (row + r) * C, s.blocks.data() + r * row_bytes, C);
-    });
+          s.rows * kernels::quant_row_bytes(q, C), s.bytes);
     s.repacked.clear();
     if (q == kernels::QuantType::Q4_0 && s.rows >= 8) {  // decoding reads eight rows at a time
       s.repacked.resize(static_cast<size_t>(kernels::q4_0x8_bytes(s.rows, C)));
-      kernels::repack_q4_0x8(s.repacked.data(), s.blocks.data(), s.rows, C);
+      kernels::repack_q4_0x8(s.repacked.data(), s.data, s.rows, C);
     } else if (q == kernels::QuantType::Q8_0 && s.rows >= 8) {
       s.repacked.resize(static_cast<size_t>(kernels::q8_0x8_bytes(s.rows, C)));
-      kernels::repack_q8_0x8(s.repacked.data(), s.blocks.data(), s.rows, C);
+      kernels::repack_q8_0x8(s.repacked.data(), s.data, s.rows, C);
     }
     row += s.rows;
   }
   check(row == rows, "'{}': quantized segments hold {} rows, the matrix has {}", p.name, row, rows);
-  // Prompts multiply the dequantized values in bf16 where the CPU has bf16 products (linear_forward): 2 bytes a
-  // weight more, for twice sgemm's rate.
   p.packed.clear();
-  if (kernels::bf16_kernel_in_use()) {
-    p.packed.resize(static_cast<size_t>(p.numel()));
-    kernels::float_to_bf16(p.packed.data(), p.value.data(), p.numel());
-  }
   p.storage = segments.empty() ? WeightType::F32 : segments.front().type;
   p.quantized = std::move(segments);
+  if (p.value.data() != nullptr) dequantize_values(p, p.value.data());  // values, where it has them, are the blocks'
+}
+
+void quantized_row(const Parameter& p, int64_t r, float* out) {
+  const int64_t C = p.value.size(-1);
+  for (const QuantizedRows& s : p.quantized) {
+    if (r < s.rows) {
+      const kernels::QuantType q = quant_type(s.type);
+      return kernels::dequantize_row(q, out, s.data + r * kernels::quant_row_bytes(q, C), C);
+    }
+    r -= s.rows;
+  }
+  throw Error(fmt::format("'{}': row {} is past its quantized rows", p.name, r));
+}
+
+void dequantize_values(const Parameter& p, float* out) {
+  const int64_t C = p.value.size(-1);
+  int64_t row = 0;
+  for (const QuantizedRows& s : p.quantized) {
+    const kernels::QuantType q = quant_type(s.type);
+    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+    kernels::parallel_for(s.rows, kernels::row_grain(C), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) kernels::dequantize_row(q, out + (row + r) * C, s.data + r * row_bytes, C);
+    });
+    row += s.rows;
+  }
 }
 
 bool quantize_parameter(Parameter& p, WeightType type, const float* importance) {
@@ -127,6 +142,7 @@ bool quantize_parameter(Parameter& p, WeightType type, const float* importance) 
 
 bool quantize_parameter(Parameter& p, std::span<const std::pair<int64_t, WeightType>> plan, const float* importance) {
   const int64_t C = p.value.size(-1);
+  check(p.has_values(), "'{}': quantizing needs its float values (Model::ensure_values)", p.name);
   for (const auto& [rows, type] : plan)
     if (C % kernels::quant_format(quant_type(type)).block != 0) return false;
   std::vector<QuantizedRows> segments;
@@ -134,16 +150,17 @@ bool quantize_parameter(Parameter& p, std::span<const std::pair<int64_t, WeightT
   for (const auto& [rows, type] : plan) {
     const kernels::QuantType q = quant_type(type);
     const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-    QuantizedRows s{rows, type, std::vector<uint8_t>(static_cast<size_t>(rows * row_bytes))};
+    std::vector<uint8_t> blocks(static_cast<size_t>(rows * row_bytes));
     const float* x = p.value.data() + row * C;
     kernels::parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) kernels::quantize_row(q, s.blocks.data() + r * row_bytes, x + r * C, C, importance);
+      for (int64_t r = r0; r < r1; ++r) kernels::quantize_row(q, blocks.data() + r * row_bytes, x + r * C, C, importance);
     });
     if (!segments.empty() && segments.back().type == type) {  // one segment for consecutive rows of one type
-      segments.back().rows += rows;
-      segments.back().blocks.insert(segments.back().blocks.end(), s.blocks.begin(), s.blocks.end());
+      std::vector<uint8_t> joined(segments.back().data, segments.back().data + segments.back().bytes);
+      joined.insert(joined.end(), blocks.begin(), blocks.end());
+      segments.back() = QuantizedRows::owning(segments.back().rows + rows, type, std::move(joined));
     } else {
-      segments.push_back(std::move(s));
+      segments.push_back(QuantizedRows::owning(rows, type, std::move(blocks)));
     }
     row += rows;
   }
@@ -159,8 +176,59 @@ std::mutex recording_mutex;
 // out (N, s.rows) = inp · the segment's rowsᵀ + bias: the repacked kernel where the segment has its rows repacked.
 void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
   if (!s.repacked.empty())
-    return kernels::matmul_forward_x8(quant_type(s.type), out, inp, s.repacked.data(), s.blocks.data(), bias, N, C, s.rows);
-  kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.blocks.data(), bias, N, C, s.rows);
+    return kernels::matmul_forward_x8(quant_type(s.type), out, inp, s.repacked.data(), s.data, bias, N, C, s.rows);
+  kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
+}
+
+// out (N, OC) = inp · Wᵀ + bias for a quantized W, N rows at once (a prompt): the blocks' values a few MiB at a
+// time (bf16 where the CPU has bf16 products, at twice sgemm's rate with the input rounded as in bf16 training;
+// else fp32) into a scratch that the GEMM reads. The values a float matrix would hold, without holding them: the
+// dequantizing is one pass over the weight against N passes of the GEMM.
+void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, const float* bias, int64_t N,
+                              int64_t C, int64_t OC) {
+  const bool bf16 = kernels::bf16_kernel_in_use();
+  const uint16_t* inp_bf16 = bf16 ? rounded(0, Precision::BF16, inp, N * C) : nullptr;
+  thread_local std::vector<float> values, part;
+  thread_local std::vector<uint16_t> values_bf16;
+  int64_t o0 = 0;
+  for (const QuantizedRows& s : w.quantized) {
+    const kernels::QuantType q = quant_type(s.type);
+    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+    // Pieces of about 4 MiB, of equal rows (a multiple of 16).
+    const int64_t most = std::max<int64_t>(16, (int64_t{4} << 20) / (C * (bf16 ? 2 : 4)));
+    const int64_t pieces = (s.rows + most - 1) / most;
+    const int64_t piece = std::min(s.rows, ((s.rows + pieces - 1) / pieces + 15) / 16 * 16);
+    for (int64_t r0 = 0; r0 < s.rows; r0 += piece) {
+      const int64_t R = std::min(piece, s.rows - r0);
+      if (bf16) values_bf16.resize(static_cast<size_t>(R * C)); else values.resize(static_cast<size_t>(R * C));
+      // This thread's scratch, by pointer: inside the parallel region the names are each thread's own.
+      float* to_floats = values.data();
+      uint16_t* to_bf16 = values_bf16.data();
+      kernels::parallel_for(R, kernels::row_grain(C), [&](int64_t a, int64_t b) {
+        std::vector<float> row(bf16 ? static_cast<size_t>(C) : 0);
+        for (int64_t r = a; r < b; ++r) {
+          const uint8_t* blocks = s.data + (r0 + r) * row_bytes;
+          if (!bf16) {
+            kernels::dequantize_row(q, to_floats + r * C, blocks, C);
+            continue;
+          }
+          kernels::dequantize_row(q, row.data(), blocks, C);
+          kernels::float_to_bf16(to_bf16 + r * C, row.data(), C);
+        }
+      });
+      const bool whole = R == OC;  // the matrix in one piece: straight into `out`
+      if (!whole) part.resize(static_cast<size_t>(N * R));
+      float* dst = whole ? out : part.data();
+      const float* b = bias != nullptr ? bias + o0 + r0 : nullptr;
+      if (bf16)
+        kernels::matmul_forward_half(kernels::Half::BF16, dst, inp_bf16, values_bf16.data(), b, N, C, R);
+      else
+        kernels::matmul_forward(dst, inp, values.data(), b, N, C, R);
+      if (!whole)
+        for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC + o0 + r0, part.data() + n * R, R * sizeof(float));
+    }
+    o0 += s.rows;
+  }
 }
 
 void record_inputs(const Parameter& weight, const float* inp, int64_t N, int64_t C) {
@@ -203,21 +271,29 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
                     int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
   if (recording != nullptr) record_inputs(weight, inp, N, C);
   precision = precision_for(weight, precision);
-  // Decoding with a quantized weight: the int8 gemv on its blocks. A prompt multiplies `value` (below), in bf16
-  // where the CPU has it; without bf16, Q4_0 and Q8_0 rows repacked eight at a time take the int8 kernel for
-  // prompts too.
-  const bool int8_prompt = !kernels::bf16_kernel_in_use() && !weight.quantized.empty() &&
-                           std::all_of(weight.quantized.begin(), weight.quantized.end(),
-                                       [](const QuantizedRows& s) { return !s.repacked.empty(); });
-  if (!weight.quantized.empty() && precision == Precision::F32 && (N <= kernels::kGemvRows || int8_prompt)) {
+  // A quantized weight: the int8 gemv on its blocks for decoding; a prompt's rows dequantize the blocks piece
+  // by piece for a GEMM, except on CPUs without bf16, where Q4_0 and Q8_0 rows repacked eight at a time take
+  // the int8 kernel for prompts too.
+  if (!weight.quantized.empty()) {
+    check(precision == Precision::F32, "linear '{}': a quantized weight runs in fp32 (mixed precision is training's)",
+          weight.name);
+    const bool int8_prompt = !kernels::bf16_kernel_in_use() &&
+                             std::all_of(weight.quantized.begin(), weight.quantized.end(),
+                                         [](const QuantizedRows& s) { return !s.repacked.empty(); });
+    if (N > kernels::kGemvRows && !int8_prompt) return quantized_prompt_forward(weight, out, inp, bias, N, C, OC);
     if (weight.quantized.size() == 1) return quantized_rows_forward(weight.quantized[0], out, inp, bias, N, C);
-    // Segments of rows by type (a fused Q, K, V from a mixed file): each segment's channels, then interleaved.
+    // Segments of rows (a GGUF file's Q, K and V): each segment's channels, then interleaved.
     thread_local std::vector<float> part;
     int64_t o0 = 0;
     for (const QuantizedRows& s : weight.quantized) {
-      part.resize(static_cast<size_t>(N * s.rows));
-      quantized_rows_forward(s, part.data(), inp, bias ? bias + o0 : nullptr, N, C);
-      for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC + o0, part.data() + n * s.rows, s.rows * sizeof(float));
+      const float* b = bias ? bias + o0 : nullptr;
+      if (N == 1) {
+        quantized_rows_forward(s, out + o0, inp, b, N, C);
+      } else {
+        part.resize(static_cast<size_t>(N * s.rows));
+        quantized_rows_forward(s, part.data(), inp, b, N, C);
+        for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC + o0, part.data() + n * s.rows, s.rows * sizeof(float));
+      }
       o0 += s.rows;
     }
     return;
@@ -234,12 +310,7 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
     case WeightType::F32: return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
     case WeightType::Q8_0: case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
     case WeightType::Q4_K: case WeightType::Q5_K: case WeightType::Q6_K:
-      // A prompt: the blocks' dequantized values (what matmul_forward_quant would dequantize at every call), as
-      // bf16 products where the CPU has them (twice sgemm's rate, inputs rounded as in bf16 training), else sgemm.
-      if (!weight.packed.empty() && kernels::bf16_kernel_in_use())
-        return kernels::matmul_forward_half(kernels::Half::BF16, out, rounded(0, Precision::BF16, inp, N * C),
-                                            weight.packed.data(), bias, N, C, OC);
-      return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+      throw Error(fmt::format("linear '{}': stored as {} without its blocks", weight.name, weight_type_name(weight.storage)));
     case WeightType::BF16:
       if (N <= kernels::kGemvRows) return kernels::matmul_forward_bf16(out, inp, weight.packed.data(), bias, N, C, OC);
       // A prompt: bf16 products at up to twice sgemm's rate, inputs rounded as in bf16 training.
@@ -277,6 +348,8 @@ Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved) const
     return y;
   }
   // Mixed precision keeps the rounded input for backward: half the bytes of a copy, and no second rounding.
+  check(weight.has_values(), "linear '{}': held as quantized blocks only; training needs its float values "
+        "(Model::ensure_values)", weight.name);
   check(saved != nullptr, "linear '{}': mixed precision needs a forward that saves for backward", weight.name);
   saved->rows = N, saved->precision = precision, saved->x = Tensor();
   saved->x_rounded.resize(static_cast<size_t>(N * in()));
@@ -291,6 +364,8 @@ Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved) const
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
                      int64_t C, int64_t OC, Precision precision, const std::vector<uint16_t>* w_rounded) {
   precision = precision_for(weight, precision);
+  check(weight.has_values(), "linear '{}': held as quantized blocks only; training needs its float values "
+        "(Model::ensure_values)", weight.name);
   if (precision == Precision::F32)
     return kernels::matmul_backward(dinp, weight.grad.data(), dbias, dout, inp, weight.value.data(), N, C, OC);
   check(w_rounded != nullptr && w_rounded->size() == static_cast<size_t>(weight.numel()),
@@ -334,7 +409,7 @@ Norm::Norm(const std::string& name, NormKind kind, int64_t C, double eps, bool u
            Role bias_role)
     : weight(name + ".weight", {C}, gain_role), kind_(kind), eps_(static_cast<float>(eps)), unit_offset_(unit_offset) {
   if (kind == NormKind::LayerNorm) bias = Parameter(name + ".bias", {C}, bias_role);
-  weight.value.fill(unit_offset ? 0.0f : 1.0f);  // a gain of 1 either way
+  if (weight.has_values()) weight.value.fill(unit_offset ? 0.0f : 1.0f);  // a gain of 1 either way (a model's: lay_out)
 }
 
 Tensor Norm::forward(const Tensor& x, Saved* saved) const {

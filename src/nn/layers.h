@@ -51,8 +51,14 @@ bool quantize_parameter(Parameter& p, WeightType type, const float* importance =
 // some type's block does not divide C.
 bool quantize_parameter(Parameter& p, std::span<const std::pair<int64_t, WeightType>> plan,
                         const float* importance = nullptr);
-// Stores `p` as the given segments (their rows adding up to p's), its value as their dequantized values.
+// Stores `p` as the given segments (their rows adding up to p's; Q4_0 and Q8_0 rows are also repacked for the
+// decoding kernels). Where p has values (a parameter of its own, or quantize_parameter's), they become the
+// blocks' values; a model then drops them (Model::set_storage, the GGUF loader never makes them).
 void set_quantized(Parameter& p, std::vector<QuantizedRows> segments);
+// Row r of a quantized matrix's values (its columns' worth, into `out`).
+void quantized_row(const Parameter& p, int64_t r, float* out);
+// All of a quantized matrix's values, row after row, into `out` (p.numel() values).
+void dequantize_values(const Parameter& p, float* out);
 
 // y = x·Wᵀ + b, W (out, in) as nn.Linear.
 class Linear {

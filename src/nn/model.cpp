@@ -7,6 +7,7 @@
 #include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
+#include "kernels/parallel.h"
 #include "kernels/position.h"
 
 #include <attend/error.h>
@@ -73,13 +74,17 @@ Model::Impl::Impl(const ModelConfig& c)
       classifier.collect(params);
     }
   }
-  gather_parameters();
 }
 
 Tensor Model::Impl::lookup(const std::vector<int32_t>& ids) const {
   const int64_t C = config.d_model, N = static_cast<int64_t>(ids.size());
   Tensor x = Tensor::uninitialized({N, C});  // the lookup writes every row
-  kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), N, C);
+  if (tokens.has_values())
+    kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), N, C);
+  else  // a quantized table: each row its blocks' values
+    kernels::parallel_for(N, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) nn::quantized_row(tokens, ids[i], x.data() + i * C);
+    });
   if (config.scale_embeddings) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
     kernels::scale(x.data(), x.numel(), s);
@@ -182,8 +187,24 @@ ForwardState::ForwardState(ForwardState&&) noexcept = default;
 ForwardState& ForwardState::operator=(ForwardState&&) noexcept = default;
 const Tensor& ForwardState::logits() const { return impl_->logits; }
 
-Model::Model(const ModelConfig& config) : impl_(std::make_unique<Impl>(config)) { initialize(config.seed); }
-Model::Model(const ModelConfig& config, Uninitialized) : impl_(std::make_unique<Impl>(config)) {}
+namespace {
+
+// The network's layers, built without memory for their parameters, then laid out in one buffer.
+std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::function<bool(const Parameter&)>& blocks_only) {
+  std::unique_ptr<Model::Impl> impl;
+  {
+    const DeferParameterStorage deferred;
+    impl = std::make_unique<Model::Impl>(config);
+  }
+  impl->lay_out(blocks_only);
+  return impl;
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& config) : impl_(build(config, nullptr)) { initialize(config.seed); }
+Model::Model(const ModelConfig& config, Uninitialized, const std::function<bool(const Parameter&)>& blocks_only)
+    : impl_(build(config, blocks_only)) {}
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
@@ -208,6 +229,8 @@ std::vector<std::string> Model::copy_parameters_from(const Model& source) {
       kept.push_back(p->name);
       continue;
     }
+    check(from->has_values(), "'{}' is held as quantized blocks only in the source model (Model::ensure_values)",
+          p->name);
     check(from->value.shape() == p->value.shape(), "'{}' is {} in the source model, {} in this one", p->name,
           from->value.shape().str(), p->value.shape().str());
     std::copy(from->value.span().begin(), from->value.span().end(), p->value.data());
@@ -235,31 +258,67 @@ void Model::adopt_parameter_buffer(std::span<float> values, std::shared_ptr<cons
         "the adopted parameter buffer holds {} floats, the model's parameters {}", values.size(), m.values.numel());
   for (size_t i = 0; i < m.params.size(); ++i) {
     Parameter& p = *m.params[i];
-    p.value = Tensor::borrowing(values.data() + m.offsets[i], p.value.shape());
+    p.value = Tensor::borrowing(m.offsets[i] >= 0 ? values.data() + m.offsets[i] : nullptr, p.value.shape());
   }
   m.values = Tensor::borrowing(values.data(), Shape{static_cast<int64_t>(values.size())});
   m.mapping = std::move(owner);
 }
 
-void Model::Impl::gather_parameters() {
+void Model::Impl::lay_out(const std::function<bool(const Parameter&)>& blocks_only) {
   int64_t total = 0;
   offsets.clear();
   for (const Parameter* p : params) {
-    offsets.push_back(total);
-    total += p->numel();
+    const bool kept = !blocks_only || !blocks_only(*p);
+    offsets.push_back(kept ? total : -1);
+    if (kept) total += p->numel();
   }
-  values = Tensor::uninitialized({total});  // every element is copied in below
+  values = Tensor({total});  // zero weights
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter& p = *params[i];
-    float* value = values.data() + offsets[i];
-    std::memcpy(value, p.value.data(), sizeof(float) * static_cast<size_t>(p.numel()));
-    p.value = Tensor::borrowing(value, p.value.shape());
+    p.value = Tensor::borrowing(offsets[i] >= 0 ? values.data() + offsets[i] : nullptr, p.value.shape());
+    if (is_norm_gain(p.role) && p.has_values()) p.value.fill(config.norm_unit_offset ? 0.0f : 1.0f);  // a gain of 1
     p.grad = Tensor();  // until ensure_gradients
   }
 }
 
+void Model::Impl::relay_out(const std::function<bool(const Parameter&)>& blocks_only) {
+  std::vector<int64_t> next;
+  int64_t total = 0;
+  for (const Parameter* p : params) {
+    const bool kept = p->quantized.empty() || !blocks_only(*p);
+    next.push_back(kept ? total : -1);
+    if (kept) total += p->numel();
+  }
+  Tensor moved = Tensor::uninitialized({total});  // every kept value is copied or dequantized in below
+  for (size_t i = 0; i < params.size(); ++i) {
+    Parameter& p = *params[i];
+    float* to = next[i] >= 0 ? moved.data() + next[i] : nullptr;
+    if (to != nullptr && p.has_values())
+      std::memcpy(to, p.value.data(), sizeof(float) * static_cast<size_t>(p.numel()));
+    else if (to != nullptr)
+      nn::dequantize_values(p, to);
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i]->value = Tensor::borrowing(next[i] >= 0 ? moved.data() + next[i] : nullptr, params[i]->value.shape());
+  values = std::move(moved);
+  mapping.reset();
+  offsets = std::move(next);
+  grads = Tensor();
+  for (Parameter* p : params) p->grad = Tensor();
+  release_cached_memory();  // the buffer the values moved out of
+}
+
+void Model::ensure_values() {
+  const auto& params = impl_->params;
+  if (std::all_of(params.begin(), params.end(), [](const Parameter* p) { return p->has_values(); })) return;
+  impl_->relay_out([](const Parameter&) { return false; });
+}
+
 void Model::Impl::ensure_gradients() {
   if (grads.numel() == values.numel()) return;
+  for (const Parameter* p : params)
+    check(p->has_values(), "'{}' is held as quantized blocks only: training needs its float values "
+          "(Model::ensure_values)", p->name);
   grads = Tensor({values.numel()});
   for (size_t i = 0; i < params.size(); ++i)
     params[i]->grad = Tensor::borrowing(grads.data() + offsets[i], params[i]->value.shape());
@@ -292,6 +351,7 @@ std::vector<MoEStats> Model::moe_stats() const {
 }
 
 void Model::set_storage(WeightType storage) {
+  ensure_values();  // quantized matrices are requantized, or widened, from their values
   for (Parameter* p : impl_->params) {
     p->storage = WeightType::F32;
     p->packed.clear();
@@ -321,6 +381,8 @@ void Model::set_storage(WeightType storage) {
     }
     if (multiplied) p->storage = storage, p->packed = std::move(bits);
   }
+  // The quantized matrices are used as their blocks: their float values go.
+  if (is_quantized(storage)) impl_->relay_out([](const Parameter&) { return true; });
 }
 
 bool Model::holds_quantized() const {

@@ -154,13 +154,19 @@ struct Model::Impl {
   nn::Linear classifier;        // encoder with n_classes > 0
   std::vector<Parameter*> params;
   // Every parameter's value and gradient in one buffer each (llm.c's layout, and model.safetensors' data as
-  // save_model writes it): params[i] borrows the slice after params[i − 1]'s, without gaps. The values are
-  // `values`, or a private mapping of the weights file that `mapping` keeps alive (adopt_values). The
-  // gradients are allocated on first use (ensure_gradients): running a model never touches them.
+  // save_model writes it): params[i] borrows the slice after the previous one's, without gaps; a matrix held
+  // only as quantized blocks has no slice. The values are `values`, or a private mapping of the weights file
+  // that `mapping` keeps alive (adopt_parameter_buffer). The gradients are allocated on first use
+  // (ensure_gradients): running a model never touches them.
   Tensor values, grads;
   std::shared_ptr<const void> mapping;
-  std::vector<int64_t> offsets;  // params[i]'s slice starts at offsets[i]
-  void gather_parameters();  // the constructor's last step: moves each parameter into `values`
+  std::vector<int64_t> offsets;  // params[i]'s slice starts at offsets[i]; -1 for one without values
+  // Lays every parameter's value out in `values` (zero; norm gains 1), except those blocks_only picks, which
+  // stay without values. Model's constructors do this once the layers are built.
+  void lay_out(const std::function<bool(const Parameter&)>& blocks_only);
+  // Lays the values out again: a quantized parameter that blocks_only picks loses its values, every other
+  // keeps them (or gets its blocks' values). The gradients go.
+  void relay_out(const std::function<bool(const Parameter&)>& blocks_only);
   void ensure_gradients();
   // The model's own forward state, for Model::forward(batch) and Model::backward(scale).
   std::unique_ptr<ForwardState> own_state;

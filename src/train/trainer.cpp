@@ -184,7 +184,8 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     check(!fs::exists(s.checkpoint()), "{}: already holds a checkpoint; resume it, or train into another directory",
           s.dir.string());
     if (!c.init_from.empty()) {
-      const Model source = load_model(c.init_from);
+      Model source = load_model(c.init_from);
+      source.ensure_values();  // a GGUF file's quantized matrices start the run as their blocks' values
       std::vector<std::string> kept;
       try {
         kept = s.model.copy_parameters_from(source);
