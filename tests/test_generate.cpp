@@ -509,11 +509,11 @@ TEST(Decoding, QuantizedStorageIsTheDequantizedModel) {
 // plus fp32's sums; decoding's rows (int8 inputs, each within half a step of its block's max/127) too, one row
 // written straight into the output and three interleaved.
 TEST(Decoding, QuantizedMatmulInPiecesIsTheProductOfTheBlocksValues) {
-  const int64_t C = 256, OC = 8392;  // pieces of at most 4 MiB: 8192 rows of bf16, 4096 of fp32
+  const int64_t C = 256, OC = 33600;  // pieces of at most 16 MiB: 32768 rows of bf16, 16384 of fp32
   Parameter w("w", {OC, C}, Role::FfnIn);
   Rng rng(11);
   for (float& v : w.value.span()) v = static_cast<float>(rng.normal()) * 0.05f;
-  const std::pair<int64_t, WeightType> plan[] = {{5000, WeightType::Q4_K}, {OC - 5000, WeightType::Q8_0}};
+  const std::pair<int64_t, WeightType> plan[] = {{600, WeightType::Q4_K}, {OC - 600, WeightType::Q8_0}};
   ASSERT_TRUE(nn::quantize_parameter(w, plan));
   ASSERT_EQ(w.quantized.size(), 2u);
   std::vector<float> values(static_cast<size_t>(OC * C)), bias(static_cast<size_t>(OC));

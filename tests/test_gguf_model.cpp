@@ -98,12 +98,12 @@ TEST(GgufModel, LlamaLayoutLoadsWithMixedBlockTypes) {
   Model model = load_model(path);
   fs::remove(path);
   const Parameter& qkv = *model.find("decoder.layers.1.attn.qkv.weight");
-  ASSERT_EQ(qkv.quantized.size(), 3u);  // Q, K (Q4_K) and V (Q6_K), each a segment where it lies in the file
+  // Q and K (both Q4_K, one after the other in the file) one segment, V (Q6_K) another, where they lie.
+  ASSERT_EQ(qkv.quantized.size(), 2u);
   EXPECT_EQ(qkv.quantized[0].type, WeightType::Q4_K);
-  EXPECT_EQ(qkv.quantized[0].rows, H * D);
-  EXPECT_EQ(qkv.quantized[1].type, WeightType::Q4_K);
+  EXPECT_EQ(qkv.quantized[0].rows, (H + Hkv) * D);
+  EXPECT_EQ(qkv.quantized[1].type, WeightType::Q6_K);
   EXPECT_EQ(qkv.quantized[1].rows, Hkv * D);
-  EXPECT_EQ(qkv.quantized[2].type, WeightType::Q6_K);
   // Used where they lie: the file's mapping holds the blocks (the file is gone, its mapping is not), and the
   // matrix has no float values of its own; the token table and the norms (F16, F32 in the file) do.
   for (const QuantizedRows& s : qkv.quantized) EXPECT_NE(s.owner, nullptr);

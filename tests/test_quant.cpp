@@ -336,6 +336,27 @@ TEST(Quant, DotReferenceIsTheDequantizedDot) {
   }
 }
 
+// A block's fp16 scale is read exactly: a Q8_0 block of q = (1, −1, 0, ...) under every one of the 65,536 scale
+// bit patterns (normals, subnormals, zeros, infinities, NaN) gives the array conversion's value, and its negation.
+TEST(Quant, EveryFp16ScaleReadsExactly) {
+  uint8_t block[34] = {};
+  block[2] = 1, block[3] = 0xff;  // q0 = 1, q1 = −1
+  float y[32];
+  for (uint32_t h = 0; h < 65536; ++h) {
+    block[0] = static_cast<uint8_t>(h), block[1] = static_cast<uint8_t>(h >> 8);
+    dequantize_row(QuantType::Q8_0, y, block, 32);
+    const auto bits = static_cast<uint16_t>(h);
+    float want;
+    half_to_float(&want, &bits, 1);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(y[0]) && std::isnan(y[1])) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&y[0], &want, 4), 0) << std::hex << h << ": " << y[0] << " vs " << want;
+    ASSERT_EQ(y[1], -want) << std::hex << h;
+  }
+}
+
 // A prompt's matmul (more rows than kGemvRows) dequantizes the weight and runs sgemm: the fp32 matmul of the
 // dequantized weight, bit for bit, the input not rounded.
 TEST(Quant, PromptMatmulIsSgemmOnTheDequantizedWeight) {

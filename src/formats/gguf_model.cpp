@@ -261,6 +261,12 @@ Model load_gguf_model(const fs::path& path) {
         segments.push_back(QuantizedRows::owning(piece.place.rows, type, std::move(moved)));
         continue;
       }
+      // Rows right after the previous piece's in the file, of its type (Q, K and V of one type): one segment.
+      if (!segments.empty() && segments.back().owner == file.mapping() && segments.back().type == type &&
+          segments.back().data + segments.back().bytes == piece.tensor->data) {
+        segments.back().rows += piece.place.rows, segments.back().bytes += bytes;
+        continue;
+      }
       QuantizedRows s;
       s.rows = piece.place.rows, s.type = type, s.data = piece.tensor->data, s.bytes = bytes, s.owner = file.mapping();
       segments.push_back(std::move(s));

@@ -4,6 +4,7 @@
 #include "kernels/quant_layout.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -15,10 +16,14 @@ constexpr QuantFormat kFormats[] = {
     {"q4_k", 256, 144}, {"q5_k", 256, 176}, {"q6_k", 256, 210}, {"q8_k", 256, 292},
 };
 
+// fp16 bits as a float, exactly (a block's scale: one call per 32 values, so inline rather than the dispatched
+// array conversion). Subnormals by an exact integer product, not by bits, so that denormals-are-zero modes
+// cannot touch them.
 float from_half(uint16_t h) {
-  float f;
-  half_to_float(&f, &h, 1);
-  return f;
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, em = h & 0x7fffu;
+  if (em < 0x400) return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(static_cast<float>(em) * 0x1p-24f));
+  if (em >= 0x7c00) return std::bit_cast<float>(sign | 0x7f800000u | (em & 0x3ffu) << 13);  // infinities, NaN
+  return std::bit_cast<float>(sign | ((em << 13) + (112u << 23)));  // rebias the exponent: 127 − 15
 }
 uint16_t to_half(float f) {
   uint16_t h;
@@ -171,44 +176,34 @@ void quantize_asymmetric_32(uint8_t* b, const float* x, const float* importance,
   for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
 }
 
-void dequantize_32(QuantType type, float* y, const uint8_t* b) {
+// One block of a 32-value type; each its own loops over the block (that the compiler vectorizes), the type
+// chosen once per row.
+void dequantize_q8_0(float* __restrict y, const uint8_t* __restrict b) {
   const float d = from_half(load_u16(b));
-  switch (type) {
-    case QuantType::Q8_0:
-      for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(static_cast<int8_t>(b[2 + i])) * d;
-      return;
-    case QuantType::Q4_0:
-      for (int j = 0; j < 16; ++j) {
-        y[j] = static_cast<float>((b[2 + j] & 15) - 8) * d;
-        y[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
-      }
-      return;
-    case QuantType::Q4_1: {
-      const float m = from_half(load_u16(b + 2));
-      for (int j = 0; j < 16; ++j) {
-        y[j] = static_cast<float>(b[4 + j] & 15) * d + m;
-        y[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
-      }
-      return;
-    }
-    case QuantType::Q5_0: case QuantType::Q5_1: {
-      const bool offset = type == QuantType::Q5_1;
-      const float m = offset ? from_half(load_u16(b + 2)) : 0.0f;
-      const uint8_t* h = b + (offset ? 4 : 2);
-      const uint32_t qh = h[0] | h[1] << 8 | h[2] << 16 | static_cast<uint32_t>(h[3]) << 24;
-      const uint8_t* qs = h + 4;
-      for (int j = 0; j < 16; ++j) {
-        const int q0 = (qs[j] & 15) | ((qh >> j) & 1) << 4, q1 = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
-        if (offset) {
-          y[j] = static_cast<float>(q0) * d + m, y[j + 16] = static_cast<float>(q1) * d + m;
-        } else {
-          y[j] = static_cast<float>(q0 - 16) * d, y[j + 16] = static_cast<float>(q1 - 16) * d;
-        }
-      }
-      return;
-    }
-    default: return;
-  }
+  for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(static_cast<int8_t>(b[2 + i])) * d;
+}
+void dequantize_q4_0(float* __restrict y, const uint8_t* __restrict b) {
+  const float d = from_half(load_u16(b));
+  for (int j = 0; j < 16; ++j) y[j] = static_cast<float>((b[2 + j] & 15) - 8) * d;
+  for (int j = 0; j < 16; ++j) y[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+}
+void dequantize_q4_1(float* __restrict y, const uint8_t* __restrict b) {
+  const float d = from_half(load_u16(b)), m = from_half(load_u16(b + 2));
+  for (int j = 0; j < 16; ++j) y[j] = static_cast<float>(b[4 + j] & 15) * d + m;
+  for (int j = 0; j < 16; ++j) y[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
+}
+// Q5_0 (offset false: q − 16) and Q5_1 (q·d + m): the fifth bits in a 32-bit word.
+template <bool offset>
+void dequantize_q5(float* __restrict y, const uint8_t* __restrict b) {
+  const float d = from_half(load_u16(b)), m = offset ? from_half(load_u16(b + 2)) : 0.0f;
+  const uint8_t* h = b + (offset ? 4 : 2);
+  const uint32_t qh = h[0] | h[1] << 8 | h[2] << 16 | static_cast<uint32_t>(h[3]) << 24;
+  const uint8_t* qs = h + 4;
+  const int zero = offset ? 0 : 16;
+  for (int j = 0; j < 16; ++j)
+    y[j] = static_cast<float>(static_cast<int>((qs[j] & 15) | ((qh >> j) & 1) << 4) - zero) * d + m;
+  for (int j = 0; j < 16; ++j)
+    y[j + 16] = static_cast<float>(static_cast<int>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - zero) * d + m;
 }
 
 // ---- the K types (256 values) ----------------------------------------------------------------------
@@ -269,7 +264,8 @@ void quantize_k(uint8_t* b, const float* x, const float* importance, int bits) {
     }
 }
 
-void dequantize_k(float* y, const uint8_t* b, int bits) {
+template <int bits>
+void dequantize_k(float* __restrict y, const uint8_t* __restrict b) {
   const float d = from_half(load_u16(b)), dmin = from_half(load_u16(b + 2));
   const uint8_t* s = b + 4;
   const uint8_t* qh = b + 16;
@@ -329,7 +325,7 @@ void quantize_q6_k(uint8_t* b, const float* x, const float* importance) {
   }
 }
 
-void dequantize_q6_k(float* y, const uint8_t* b) {
+void dequantize_q6_k(float* __restrict y, const uint8_t* __restrict b) {
   const float d = from_half(load_u16(b + 208));
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
   for (int h = 0; h < 2; ++h) {
@@ -337,14 +333,15 @@ void dequantize_q6_k(float* y, const uint8_t* b) {
     const uint8_t* qh = b + 128 + 32 * h;
     const int8_t* s = sc + 8 * h;
     float* out = y + 128 * h;
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 15) | (qh[l] & 3) << 4) - 32, q2 = ((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4) - 32;
-      const int q3 = ((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) - 32, q4 = ((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4) - 32;
-      out[l] = d * static_cast<float>(s[is]) * static_cast<float>(q1);
-      out[l + 32] = d * static_cast<float>(s[is + 2]) * static_cast<float>(q2);
-      out[l + 64] = d * static_cast<float>(s[is + 4]) * static_cast<float>(q3);
-      out[l + 96] = d * static_cast<float>(s[is + 6]) * static_cast<float>(q4);
+    for (int half = 0; half < 2; ++half) {  // values l of [16·half, 16·half + 16) share their four scales
+      const float d1 = d * static_cast<float>(s[half]), d2 = d * static_cast<float>(s[half + 2]);
+      const float d3 = d * static_cast<float>(s[half + 4]), d4 = d * static_cast<float>(s[half + 6]);
+      for (int l = 16 * half; l < 16 * half + 16; ++l) {
+        out[l] = d1 * static_cast<float>(((ql[l] & 15) | (qh[l] & 3) << 4) - 32);
+        out[l + 32] = d2 * static_cast<float>(((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4) - 32);
+        out[l + 64] = d3 * static_cast<float>(((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) - 32);
+        out[l + 96] = d4 * static_cast<float>(((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4) - 32);
+      }
     }
   }
 }
@@ -369,7 +366,7 @@ void quantize_q8_k(uint8_t* b, const float* x) {
   std::memcpy(b + 260, sums, 32);
 }
 
-void dequantize_q8_k(float* y, const uint8_t* b) {
+void dequantize_q8_k(float* __restrict y, const uint8_t* __restrict b) {
   float d;
   std::memcpy(&d, b, 4);
   for (int i = 0; i < 256; ++i) y[i] = d * static_cast<float>(static_cast<int8_t>(b[4 + i]));
@@ -406,14 +403,19 @@ void quantize_row(QuantType type, void* blocks, const float* x, int64_t n, const
 void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n) {
   const QuantFormat& f = quant_format(type);
   const auto* b = static_cast<const uint8_t*>(blocks);
-  for (int64_t i = 0; i < n / f.block; ++i, b += f.bytes, out += f.block) {
-    switch (type) {
-      case QuantType::Q4_K: dequantize_k(out, b, 4); break;
-      case QuantType::Q5_K: dequantize_k(out, b, 5); break;
-      case QuantType::Q6_K: dequantize_q6_k(out, b); break;
-      case QuantType::Q8_K: dequantize_q8_k(out, b); break;
-      default: dequantize_32(type, out, b); break;
-    }
+  auto each = [&](auto block) {
+    for (int64_t i = 0; i < n / f.block; ++i, b += f.bytes, out += f.block) block(out, b);
+  };
+  switch (type) {
+    case QuantType::Q8_0: return each(dequantize_q8_0);
+    case QuantType::Q4_0: return each(dequantize_q4_0);
+    case QuantType::Q4_1: return each(dequantize_q4_1);
+    case QuantType::Q5_0: return each(dequantize_q5<false>);
+    case QuantType::Q5_1: return each(dequantize_q5<true>);
+    case QuantType::Q4_K: return each(dequantize_k<4>);
+    case QuantType::Q5_K: return each(dequantize_k<5>);
+    case QuantType::Q6_K: return each(dequantize_q6_k);
+    case QuantType::Q8_K: return each(dequantize_q8_k);
   }
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/activation.h"
 #include "kernels/convert.h"
 #include "kernels/dropout.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/parallel.h"
@@ -180,54 +181,61 @@ void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp
   kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
 }
 
-// out (N, OC) = inp · Wᵀ + bias for a quantized W, N rows at once (a prompt): the blocks' values a few MiB at a
+// out (N, OC) = inp · Wᵀ + bias for a quantized W, N rows at once (a prompt): the blocks' values up to 64 MiB at a
 // time (bf16 where the CPU has bf16 products, at twice sgemm's rate with the input rounded as in bf16 training;
-// else fp32) into a scratch that the GEMM reads. The values a float matrix would hold, without holding them: the
-// dequantizing is one pass over the weight against N passes of the GEMM.
+// else fp32) into a scratch that one GEMM reads, whatever segments the rows come from (a GGUF file's Q, K and V
+// make one GEMM), writing its columns of `out` in place. The values a float matrix would hold, without holding
+// them: dequantizing is one pass over the weight against the GEMM's N.
 void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, const float* bias, int64_t N,
                               int64_t C, int64_t OC) {
   const bool bf16 = kernels::bf16_kernel_in_use();
   const uint16_t* inp_bf16 = bf16 ? rounded(0, Precision::BF16, inp, N * C) : nullptr;
-  thread_local std::vector<float> values, part;
-  thread_local std::vector<uint16_t> values_bf16;
-  int64_t o0 = 0;
+  if (bias != nullptr)  // the GEMMs add onto the bias rows
+    kernels::parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(float));
+    });
+  const float beta = bias != nullptr ? 1.0f : 0.0f;
+  // Where each row's blocks are, and of what type.
+  struct Row {
+    kernels::QuantType type;
+    const uint8_t* blocks;
+  };
+  thread_local std::vector<Row> rows;
+  rows.clear();
   for (const QuantizedRows& s : w.quantized) {
     const kernels::QuantType q = quant_type(s.type);
     const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-    // Pieces of about 4 MiB, of equal rows (a multiple of 16).
-    const int64_t most = std::max<int64_t>(16, (int64_t{4} << 20) / (C * (bf16 ? 2 : 4)));
-    const int64_t pieces = (s.rows + most - 1) / most;
-    const int64_t piece = std::min(s.rows, ((s.rows + pieces - 1) / pieces + 15) / 16 * 16);
-    for (int64_t r0 = 0; r0 < s.rows; r0 += piece) {
-      const int64_t R = std::min(piece, s.rows - r0);
-      if (bf16) values_bf16.resize(static_cast<size_t>(R * C)); else values.resize(static_cast<size_t>(R * C));
-      // This thread's scratch, by pointer: inside the parallel region the names are each thread's own.
-      float* to_floats = values.data();
-      uint16_t* to_bf16 = values_bf16.data();
-      kernels::parallel_for(R, kernels::row_grain(C), [&](int64_t a, int64_t b) {
-        std::vector<float> row(bf16 ? static_cast<size_t>(C) : 0);
-        for (int64_t r = a; r < b; ++r) {
-          const uint8_t* blocks = s.data + (r0 + r) * row_bytes;
-          if (!bf16) {
-            kernels::dequantize_row(q, to_floats + r * C, blocks, C);
-            continue;
-          }
-          kernels::dequantize_row(q, row.data(), blocks, C);
-          kernels::float_to_bf16(to_bf16 + r * C, row.data(), C);
+    for (int64_t r = 0; r < s.rows; ++r) rows.push_back({q, s.data + r * row_bytes});
+  }
+  // Pieces of equal rows (a multiple of 16) of at most 64 MiB.
+  const int64_t most = std::max<int64_t>(16, (int64_t{64} << 20) / (C * (bf16 ? 2 : 4)));
+  const int64_t pieces = (OC + most - 1) / most;
+  const int64_t piece = std::min(OC, ((OC + pieces - 1) / pieces + 15) / 16 * 16);
+  thread_local std::vector<float> values;
+  thread_local std::vector<uint16_t> values_bf16;
+  if (bf16) values_bf16.resize(static_cast<size_t>(piece * C)); else values.resize(static_cast<size_t>(piece * C));
+  // This thread's scratch, by pointer: inside the parallel region the names are each thread's own.
+  float* to_floats = values.data();
+  uint16_t* to_bf16 = values_bf16.data();
+  const Row* row_at = rows.data();
+  for (int64_t r0 = 0; r0 < OC; r0 += piece) {
+    const int64_t R = std::min(piece, OC - r0);
+    kernels::parallel_for(R, kernels::row_grain(C), [&](int64_t a, int64_t b) {
+      std::vector<float> row(bf16 ? static_cast<size_t>(C) : 0);
+      for (int64_t r = a; r < b; ++r) {
+        const Row& from = row_at[r0 + r];
+        if (!bf16) {
+          kernels::dequantize_row(from.type, to_floats + r * C, from.blocks, C);
+          continue;
         }
-      });
-      const bool whole = R == OC;  // the matrix in one piece: straight into `out`
-      if (!whole) part.resize(static_cast<size_t>(N * R));
-      float* dst = whole ? out : part.data();
-      const float* b = bias != nullptr ? bias + o0 + r0 : nullptr;
-      if (bf16)
-        kernels::matmul_forward_half(kernels::Half::BF16, dst, inp_bf16, values_bf16.data(), b, N, C, R);
-      else
-        kernels::matmul_forward(dst, inp, values.data(), b, N, C, R);
-      if (!whole)
-        for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC + o0 + r0, part.data() + n * R, R * sizeof(float));
-    }
-    o0 += s.rows;
+        kernels::dequantize_row(from.type, row.data(), from.blocks, C);
+        kernels::float_to_bf16(to_bf16 + r * C, row.data(), C);
+      }
+    });
+    if (bf16)
+      kernels::gemm_half(kernels::Half::BF16, false, true, N, R, C, inp_bf16, C, to_bf16, C, beta, out + r0, OC);
+    else
+      kernels::gemm<float>(false, true, N, R, C, 1.0f, inp, C, to_floats, C, beta, out + r0, OC);
   }
 }
 
