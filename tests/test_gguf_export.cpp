@@ -58,13 +58,30 @@ ModelConfig qwen3_like() {  // head norms, and a head size other than d_model / 
   return c;
 }
 
+// Gemma 3's layout: GELU-gated FFNs, four norms a block of 1 + γ, head norms, scaled embeddings, sliding-window
+// layers (every second one global) with their own RoPE base, the global layers' positions scaled linearly.
+ModelConfig gemma3_like() {
+  ModelConfig c = llama_like();
+  c.activation = FfnKind::GeGLU, c.sandwich_norm = true, c.norm_unit_offset = true, c.qk_norm = true;
+  c.scale_embeddings = true, c.head_dim = 96, c.tie_embeddings = true, c.rope_base = 1000000;
+  c.sliding_window = 4, c.sliding_window_pattern = 2, c.rope_local_base = 10000, c.rope_position_scale = 0.5;
+  return c;
+}
+
+ModelConfig llama31_like() {  // Llama 3.1's RoPE scaling
+  ModelConfig c = llama_like();
+  c.rope_llama3_factor = 8, c.rope_llama3_low_freq_factor = 1, c.rope_llama3_high_freq_factor = 4;
+  c.rope_original_context = 8192;
+  return c;
+}
+
 Model initialized(const ModelConfig& c) {
   Model m(c);
   m.initialize(7);
-  // Non-zero biases and gains, so that a misplaced one shows.
+  // Non-zero biases and gains, so that a misplaced one shows; of few bits, so that Gemma's 1 + γ is exact.
   for (Parameter* p : m.parameters())
     if (p->value.rank() == 1)
-      for (int64_t i = 0; i < p->numel(); ++i) p->value[i] = 0.5f + 0.01f * static_cast<float>(i % 17);
+      for (int64_t i = 0; i < p->numel(); ++i) p->value[i] = 0.5f + static_cast<float>(i % 17) / 64.0f;
   return m;
 }
 
@@ -80,7 +97,7 @@ const Parameter& same_place(const Model& loaded, const std::string& name) { retu
 
 TEST(GgufExport, F32RoundTripIsExactForEachArchitecture) {
   for (const auto& [arch, c] : {std::pair{"gpt2", gpt2_like()}, {"llama", llama_like()}, {"qwen2", qwen2_like()},
-                                {"qwen3", qwen3_like()}}) {
+                                {"qwen3", qwen3_like()}, {"gemma3", gemma3_like()}, {"llama", llama31_like()}}) {
     SCOPED_TRACE(arch);
     Model source = initialized(c);
     EXPECT_EQ(gguf_architecture(c), arch);
@@ -101,6 +118,78 @@ TEST(GgufExport, F32RoundTripIsExactForEachArchitecture) {
       for (int64_t i = 0; i < head.numel(); ++i) ASSERT_EQ(head.value[i], source.find("embed.tokens.weight")->value[i]);
     }
     EXPECT_EQ(logits(loaded), logits(source));
+  }
+}
+
+// What GGUF holds of the configuration comes back: Gemma 3's norms (stored as 1 + γ), windows, bases and scales,
+// Llama 3.1's scaling (as a rope_freqs tensor of llama.cpp's factors) and linear scaling.
+TEST(GgufExport, ConfigurationsComeBack) {
+  ModelConfig linear = llama_like();
+  linear.rope_position_scale = 0.25;
+  for (const ModelConfig& c : {gemma3_like(), llama31_like(), linear}) {
+    Model source = initialized(c);
+    const fs::path path = temp_file("config");
+    export_gguf(source, path);
+    const gguf::Reader file(path);
+    const ModelConfig back = load_model_config(path);
+    EXPECT_EQ(back.rope_position_scale, c.rope_position_scale);
+    EXPECT_EQ(back.rope_llama3_factor, c.rope_llama3_factor);
+    EXPECT_EQ(back.rope_llama3_low_freq_factor, c.rope_llama3_low_freq_factor);
+    EXPECT_EQ(back.rope_llama3_high_freq_factor, c.rope_llama3_high_freq_factor);
+    EXPECT_EQ(back.rope_original_context, c.rope_original_context);
+    EXPECT_EQ(back.sliding_window, c.sliding_window);
+    EXPECT_EQ(back.sliding_window_pattern, c.sliding_window_pattern);
+    EXPECT_EQ(back.rope_local_base, c.rope_local_base);
+    EXPECT_EQ(back.norm_unit_offset, c.norm_unit_offset);
+    EXPECT_EQ(back.sandwich_norm, c.sandwich_norm);
+    EXPECT_EQ(back.scale_embeddings, c.scale_embeddings);
+    EXPECT_EQ(back.activation, c.activation);
+    EXPECT_EQ(back.d_head(), c.d_head());
+    if (c.norm_unit_offset) {  // llama.cpp's Gemma norms: 1 + γ
+      std::vector<float> stored(static_cast<size_t>(c.d_model));
+      std::memcpy(stored.data(), file.tensor("blk.0.post_ffw_norm.weight")->data, stored.size() * sizeof(float));
+      for (int64_t i = 0; i < c.d_model; ++i)
+        ASSERT_EQ(stored[i], 1.0f + source.find("decoder.layers.0.ffn_post_norm.weight")->value[i]);
+    }
+    const gguf::TensorInfo* freqs = file.tensor("rope_freqs.weight");
+    ASSERT_EQ(freqs != nullptr, c.rope_llama3_factor > 0);
+    if (freqs != nullptr) {  // 1 for the highest frequencies, the factor for the lowest
+      std::vector<float> f(static_cast<size_t>(c.d_head() / 2));
+      std::memcpy(f.data(), freqs->data, f.size() * sizeof(float));
+      EXPECT_EQ(f.front(), 1.0f);
+      EXPECT_FLOAT_EQ(f.back(), 8.0f);
+    }
+    fs::remove(path);
+  }
+  // A gemma3 file from a later llama.cpp gives the pattern as one flag a layer.
+  {
+    Model source = initialized(gemma3_like());
+    const fs::path path = temp_file("pattern");
+    export_gguf(source, path);
+    gguf::Writer w;
+    const gguf::Reader file(path);
+    for (const auto& [k, v] : file.metadata()) w.set(k, v);
+    std::vector<gguf::Value> flags;
+    for (int64_t i = 0; i < 2; ++i) flags.push_back(gguf::Value::make_bool(i % 2 == 0));  // layer 1 global
+    w.set("gemma3.attention.sliding_window_pattern", gguf::Value::make_array(gguf::ValueType::Bool, flags));
+    for (const gguf::TensorInfo& t : file.tensors()) w.add_tensor(t.name, t.dims, t.type, t.data, t.bytes);
+    const fs::path flagged = temp_file("pattern_flags");
+    w.write(flagged);
+    EXPECT_EQ(load_model_config(flagged).sliding_window_pattern, 2);
+    flags[1] = gguf::Value::make_bool(true);  // every layer slides
+    w.set("gemma3.attention.sliding_window_pattern", gguf::Value::make_array(gguf::ValueType::Bool, flags));
+    w.write(flagged);
+    EXPECT_EQ(load_model_config(flagged).sliding_window_pattern, 0);
+    flags[0] = flags[1] = gguf::Value::make_bool(false);  // global, global: a period of 1
+    w.set("gemma3.attention.sliding_window_pattern", gguf::Value::make_array(gguf::ValueType::Bool, flags));
+    w.write(flagged);
+    EXPECT_EQ(load_model_config(flagged).sliding_window_pattern, 1);
+    flags[1] = gguf::Value::make_bool(true);  // global, sliding: no one period
+    w.set("gemma3.attention.sliding_window_pattern", gguf::Value::make_array(gguf::ValueType::Bool, flags));
+    w.write(flagged);
+    testing::expect_error_mentions<Error>([&] { (void)load_model_config(flagged); },
+                                          {"sliding_window_pattern", "layer 1", "period 1"});
+    fs::remove(path), fs::remove(flagged);
   }
 }
 
@@ -369,6 +458,36 @@ TEST(GgufFixtures, GreedyTokensAreLlamaSimples) {
   EXPECT_EQ(checked, 9);
 }
 
+// tests/data/gguf/arch (tools/make_gguf_arch_fixtures.sh): a trained qwen3 and a trained gemma3 (head norms, heads
+// of another size, RoPE's halves; Gemma's 1 + γ norms, GELU-gated FFNs, a sliding window the continuation runs
+// past) written by Attend, with llama-quantize's Q8_0 of each: Attend's greedy tokens are llama-simple's, with
+// llama.cpp's default fp16 KV cache.
+TEST(GgufFixtures, ArchitecturesGreedyTokensAreLlamaSimples) {
+  const fs::path dir = kGgufData / "arch";
+  const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
+  const int64_t new_tokens = golden["new_tokens"].get<int64_t>();
+  int checked = 0;
+  for (const char* file : {"qwen3-tiny-F16", "qwen3-tiny-Q8_0", "gemma3-tiny-F16", "gemma3-tiny-Q8_0"}) {
+    const fs::path path = dir / (std::string(file) + ".gguf");
+    const Model model = load_model(path);
+    const std::string name = file;
+    EXPECT_EQ(gguf::Reader(path).get_string("general.architecture"), name.substr(0, name.find('-')));
+    const std::optional<Tokenizer> tok = load_gguf_tokenizer(path);
+    ASSERT_TRUE(tok.has_value());
+    GenerateOptions options;
+    options.max_new_tokens = new_tokens;
+    options.sampling.greedy = true;
+    options.cache = CacheType::F16;
+    if (const auto eos = tok->special_id(SpecialRole::Eos)) options.eos = {*eos};
+    for (const std::string prompt : {"The jury said", "In the morning", "The president of the"}) {
+      const Generation g = generate(model, &*tok, tok->encode_prompt(prompt), options);
+      EXPECT_EQ(g.text, golden["continuations"][std::string(file) + "|" + prompt].get<std::string>()) << file << ": " << prompt;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12);
+}
+
 // Found by the gguf fuzz target: a token that is not UTF-8 made the rebuilt tokenizer.json throw nlohmann's
 // type_error (316) out of load_gguf_tokenizer. Now an attend::Error names the token.
 TEST(GgufTokenizer, TokensThatAreNotUtf8AreNamed) {
@@ -397,6 +516,38 @@ TEST(GgufExport, WhatGgufCannotHoldIsAnError) {
   testing::expect_error_mentions<Error>([&] { export_gguf(Model(gpt2_like()), temp_file("type"), nullptr, {.type = "q3_k"}); },
                                         {"type 'q3_k'", "q4_k_m"});
   EXPECT_FALSE(fs::exists(temp_file("type")));
+  ModelConfig gemma_scaled = gemma3_like();  // llama.cpp fixes Gemma 3's score scale by the layer count
+  gemma_scaled.attention_scale = 0.1;
+  testing::expect_error_mentions<Error>([&] { (void)gguf_architecture(gemma_scaled); },
+                                        {"gguf", "attention_scale", "gemma3", "62 layers"});
+  ModelConfig dynamic = llama_like();
+  dynamic.rope_dynamic_factor = 2, dynamic.rope_original_context = 16;
+  testing::expect_error_mentions<Error>([&] { (void)gguf_architecture(dynamic); }, {"gguf", "RoPE scaling", "dynamic"});
+  // Reading: RoPE factors that no Llama 3.1 scaling gives, and a scaling type Attend does not read.
+  Model source = initialized(llama31_like());
+  const fs::path path = temp_file("bad_rope");
+  export_gguf(source, path);
+  const gguf::Reader file(path);
+  gguf::Writer w;
+  for (const auto& [k, v] : file.metadata()) w.set(k, v);
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.name != "rope_freqs.weight") {
+      w.add_tensor(t.name, t.dims, t.type, t.data, t.bytes);
+      continue;
+    }
+    std::vector<float> f(static_cast<size_t>(t.dims[0]), 3.0f);
+    f[0] = 1.0f;
+    std::vector<uint8_t> bytes(f.size() * 4);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    w.add_tensor(t.name, t.dims, t.type, std::move(bytes));
+  }
+  const fs::path bad = temp_file("bad_rope_written");
+  w.write(bad);
+  testing::expect_error_mentions<Error>([&] { (void)load_model_config(bad); }, {"rope_freqs.weight", "Llama 3.1"});
+  w.set("llama.rope.scaling.type", gguf::Value::make_string("yarn"));
+  w.write(bad);
+  testing::expect_error_mentions<Error>([&] { (void)load_model_config(bad); }, {"llama.rope.scaling.type", "yarn"});
+  fs::remove(path), fs::remove(bad);
 }
 
 TEST(GgufExport, InputStatisticsAreTheColumnsMeanSquares) {

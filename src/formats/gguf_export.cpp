@@ -6,6 +6,7 @@
 #include "formats/hf_llama.h"
 #include "kernels/convert.h"
 #include "kernels/parallel.h"
+#include "kernels/position.h"
 #include "nn/layers.h"
 
 #include <attend/error.h>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -146,11 +148,14 @@ void write_tokenizer(gguf::Writer& w, const Tokenizer& tok, int64_t vocab_size) 
 }  // namespace
 
 std::string gguf_architecture(const ModelConfig& c) {
-  const formats::ExportChecks checks("gguf", c.position == PositionKind::Learned ? "gpt2" : "llama/qwen2/qwen3");
+  const bool gemma = c.sandwich_norm;
+  const formats::ExportChecks checks("gguf", c.position == PositionKind::Learned ? "gpt2"
+                                             : gemma                             ? "gemma3"
+                                                                                 : "llama/qwen2/qwen3");
   checks.decoder(c);
-  checks.unscaled(c);
-  checks.plain_norms(c);
   if (c.position == PositionKind::Learned) {
+    checks.unscaled(c);
+    checks.plain_norms(c);
     checks.require(c.head_dim == 0 || c.head_dim * c.n_heads == c.d_model, "head_dim", std::to_string(c.head_dim),
                    "d_model / n_heads");
     checks.require(!c.qk_norm, "qk_norm", "true", "no head norms");
@@ -164,10 +169,29 @@ std::string gguf_architecture(const ModelConfig& c) {
   checks.require(c.position == PositionKind::RoPE, "position", "not rope or learned", "RoPE (llama) or learned (gpt2)");
   checks.require(c.norm == NormKind::RMSNorm, "norm", "layernorm", "rmsnorm");
   checks.require(!c.bias, "bias", "true", "no biases (qkv_bias for qwen2)");
+  // RoPE scaling GGUF holds: linear, and Llama 3.1's as a rope_freqs tensor (llama only).
+  checks.require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0 && c.rope_dynamic_factor == 0.0, "RoPE scaling",
+                 "base, NTK or dynamic", "none, linear or (llama) llama3");
+  checks.require(c.rope_llama3_factor == 0.0 || (!gemma && !c.qk_norm && !c.qkv_bias), "RoPE scaling", "llama3",
+                 "llama3's factors only as llama");
+  checks.require(c.rope_llama3_factor == 0.0 || c.rope_position_scale == 1.0, "RoPE scaling", "llama3 and linear",
+                 "one of them");
+  if (gemma) {
+    checks.require(c.norm_unit_offset && c.qk_norm && !c.qkv_bias, "norm_unit_offset, qk_norm or qkv_bias",
+                   "not as Gemma's", "norms of 1 + γ, head norms, no biases");
+    checks.require(c.scale_embeddings, "scale_embeddings", "false", "embeddings × √d_model");
+    checks.require(c.activation == FfnKind::GeGLU, "activation", "not geglu", "geglu (ggml's GELU, tanh)");
+    // llama.cpp scales Gemma 3's scores by 1/√(d_model/heads) in the 27B (62 layers), else by 1/√head_dim.
+    const double want = c.n_layers == 62 ? 1.0 / std::sqrt(static_cast<double>(c.d_model / c.n_heads))
+                                         : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
+    const double scale = c.attention_scale > 0.0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
+    checks.require(std::abs(scale - want) <= 1e-9 * want, "attention_scale", std::to_string(scale),
+                   "1/sqrt(head_dim), or 1/sqrt(d_model/heads) with 62 layers (as llama.cpp scales)");
+    return "gemma3";
+  }
+  checks.unscaled(c);
+  checks.plain_norms(c);
   checks.require(c.activation == FfnKind::SwiGLU, "activation", "not swiglu", "swiglu");
-  checks.require(c.rope_base_scale == 1.0 && c.rope_ntk_factor == 1.0 && c.rope_position_scale == 1.0 &&
-                     c.rope_llama3_factor == 0.0 && c.rope_dynamic_factor == 0.0,
-                 "RoPE scaling", "set", "none (not written to GGUF yet)");
   checks.require(!(c.qkv_bias && c.qk_norm), "qkv_bias with qk_norm", "set", "one of them (qwen2 or qwen3)");
   return c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
 }
@@ -223,6 +247,31 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     }
     w.set_uint32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
     if (c.sliding_window > 0) w.set_uint32(key("attention.sliding_window"), static_cast<uint32_t>(c.sliding_window));
+    if (c.rope_position_scale != 1.0) {
+      w.set_string(key("rope.scaling.type"), "linear");
+      w.set_float32(key("rope.scaling.factor"), static_cast<float>(1.0 / c.rope_position_scale));
+    }
+    if (arch == "gemma3") {
+      w.set_uint32(key("attention.key_length"), static_cast<uint32_t>(c.d_head()));
+      w.set_uint32(key("attention.value_length"), static_cast<uint32_t>(c.d_head()));
+      w.set_float32(key("rope.freq_base_swa"), static_cast<float>(c.rope_local_base > 0.0 ? c.rope_local_base : c.rope_base));
+      if (c.sliding_window > 0)  // 0: every layer slides
+        w.set_uint32(key("attention.sliding_window_pattern"),
+                     static_cast<uint32_t>(c.sliding_window_pattern > 0 ? c.sliding_window_pattern : c.n_layers + 1));
+    }
+  }
+  if (c.rope_llama3_factor > 0.0) {  // Llama 3.1's scaling as llama.cpp holds it: the factor each frequency divides by
+    const kernels::RopeScaling plain{.base = c.rope_base};
+    kernels::RopeScaling scaled = plain;
+    scaled.llama3_factor = c.rope_llama3_factor, scaled.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
+    scaled.llama3_high_freq_factor = c.rope_llama3_high_freq_factor, scaled.original_context = c.rope_original_context;
+    std::vector<uint8_t> factors(static_cast<size_t>(c.d_head() / 2) * sizeof(float));
+    for (int64_t i = 0; i < c.d_head() / 2; ++i) {
+      const auto f = static_cast<float>(kernels::rope_frequency(i, c.d_head(), plain) /
+                                        kernels::rope_frequency(i, c.d_head(), scaled));
+      std::memcpy(factors.data() + i * sizeof(float), &f, sizeof(float));
+    }
+    w.add_tensor("rope_freqs.weight", {c.d_head() / 2}, tt::F32, std::move(factors));
   }
   if (tokenizer != nullptr) write_tokenizer(w, *tokenizer, c.vocab_size);
   if (!options.chat_template.empty()) w.set_string("tokenizer.chat_template", options.chat_template);
@@ -259,6 +308,11 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
         nn::dequantize_values(*p, v.data());
       }
       values = (p->has_values() ? p->value.data() : v.data()) + place.row * C;
+      if (c.norm_unit_offset && is_norm_gain(p->role)) {  // llama.cpp's Gemma norms hold 1 + γ
+        if (v.empty()) v.assign(p->value.span().begin(), p->value.span().end());
+        for (float& g : v) g += 1.0f;
+        values = v.data() + place.row * C;
+      }
     }
     // The rows in the file's order (Q and K of qwen2: Hugging Face's halves).
     const int64_t row_bytes = is_quantized(t) ? kernels::quant_row_bytes(nn::quant_type(t), C)

@@ -4,6 +4,7 @@
 #include "formats/hf_llama.h"
 #include "tokenize/unicode.h"
 #include "kernels/convert.h"
+#include "kernels/position.h"
 #include "nn/layers.h"
 
 #include <attend/error.h>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <fstream>
@@ -105,7 +107,7 @@ std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch
   const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head(), F = c.ffn_hidden();
   m.push_back({"token_embd.weight", "embed.tokens.weight", 0, V});
   if (arch == "gpt2") m.push_back({"position_embd.weight", "embed.positions.weight", 0, c.max_seq_len});
-  const bool neox = arch == "qwen2" || arch == "qwen3";
+  const bool neox = arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string g = fmt::format("blk.{}.", i), a = decoder_block(i);
     std::vector<const char*> kinds = {"weight"};
@@ -127,10 +129,12 @@ std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch
       for (const char* which : {"q_norm", "k_norm"})
         m.push_back({g + "attn_" + which + ".weight", a + "attn." + which + ".weight", 0, D, 1});
     for (const char* k : kinds) m.push_back({g + "attn_output." + k, a + "attn.o." + k, 0, C});
+    if (c.sandwich_norm) m.push_back({g + "post_attention_norm.weight", a + "attn_post_norm.weight", 0, C});
     for (const char* k : kinds) m.push_back({g + "ffn_norm." + k, a + "ffn_norm." + k, 0, C});
-    if (c.activation == FfnKind::SwiGLU) m.push_back({g + "ffn_gate.weight", a + "ffn.gate.weight", 0, F});
+    if (is_gated(c.activation)) m.push_back({g + "ffn_gate.weight", a + "ffn.gate.weight", 0, F});
     for (const char* k : kinds) m.push_back({g + "ffn_up." + k, a + "ffn.up." + k, 0, F});
     for (const char* k : kinds) m.push_back({g + "ffn_down." + k, a + "ffn.down." + k, 0, C});
+    if (c.sandwich_norm) m.push_back({g + "post_ffw_norm.weight", a + "ffn_post_norm.weight", 0, C});
   }
   m.push_back({"output_norm.weight", "decoder.norm.weight", 0, C});
   if (c.bias) m.push_back({"output_norm.bias", "decoder.norm.bias", 0, C});
@@ -138,12 +142,71 @@ std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch
   return m;
 }
 
+namespace {
+
+// Llama 3.1's RoPE scaling from a rope_freqs tensor (llama.cpp's converter stores the factor each frequency is
+// divided by, not the parameters): the factor is the largest, and the other parameters are the published ones
+// whose factors equal the tensor's. An error naming the tensor when none do.
+void read_llama3_factors(const gguf::Reader& file, const gguf::TensorInfo& t, ModelConfig& c) {
+  const std::string origin = file.path().string();
+  const int64_t half = c.d_head() / 2;
+  check(t.type == gguf::tensor_type::F32 && t.dims.size() == 1 && t.dims[0] == half,
+        "{}: tensor 'rope_freqs.weight' is {} [{}], expected F32 [{}] (one factor a frequency)", origin,
+        type_name(t.type), fmt::join(t.dims, ", "), half);
+  std::vector<float> factors(static_cast<size_t>(half));
+  std::memcpy(factors.data(), t.data, factors.size() * sizeof(float));
+  const double largest = *std::max_element(factors.begin(), factors.end());
+  check(std::isfinite(largest) && largest >= 1.0, "{}: rope_freqs.weight's largest factor is {}, expected at least 1",
+        origin, largest);
+  kernels::RopeScaling plain{.base = c.rope_base};
+  for (const int64_t context : {8192, 4096, 16384, 32768, 2048})
+    for (const double high : {4.0, 2.0, 8.0}) {
+      kernels::RopeScaling s = plain;
+      s.llama3_factor = largest, s.llama3_low_freq_factor = 1.0, s.llama3_high_freq_factor = high;
+      s.original_context = context;
+      bool same = true;
+      for (int64_t i = 0; i < half && same; ++i) {
+        const double want = kernels::rope_frequency(i, c.d_head(), plain) / kernels::rope_frequency(i, c.d_head(), s);
+        same = std::abs(want - factors[i]) <= 1e-5 * want;
+      }
+      if (!same) continue;
+      c.rope_llama3_factor = largest, c.rope_llama3_low_freq_factor = 1.0, c.rope_llama3_high_freq_factor = high;
+      c.rope_original_context = context;
+      return;
+    }
+  throw Error(fmt::format("{}: rope_freqs.weight holds RoPE factors that Llama 3.1's scaling (factor {}, low 1, high "
+                          "2/4/8, trained context 2k-32k) does not give; load the Hugging Face checkpoint instead",
+                          origin, largest));
+}
+
+// Gemma 3's sliding-window layers: `attention.sliding_window_pattern` is a period k (layers k−1, 2k−1, ... see
+// everything) or, in later files, one flag a layer (true: sliding), which must follow one period; 6 when absent.
+int64_t gemma3_pattern(const gguf::Reader& file, const std::string& key, int64_t n_layers) {
+  const std::string origin = file.path().string();
+  const gguf::Value* v = file.find(key);
+  if (v == nullptr) return 6;
+  if (v->type != gguf::ValueType::Array) return static_cast<int64_t>(file.get_uint(key));
+  check(v->element_type == gguf::ValueType::Bool && static_cast<int64_t>(v->array.size()) == n_layers,
+        "{}: {} is an array of {} {}, expected one bool a layer ({})", origin, key, v->array.size(),
+        gguf::value_type_name(v->element_type), n_layers);
+  int64_t k = 0;
+  for (int64_t i = 0; i < n_layers && k == 0; ++i)
+    if (!v->array[static_cast<size_t>(i)].b) k = i + 1;
+  for (int64_t i = 0; i < n_layers; ++i)
+    check(v->array[static_cast<size_t>(i)].b == (k == 0 || (i + 1) % k != 0),
+          "{}: {}: layer {} breaks the period {} of full-attention layers; Attend's sliding windows follow one", origin,
+          key, i, k);
+  return k;
+}
+
+}  // namespace
+
 ModelConfig config_from_gguf(const gguf::Reader& file) {
   const std::string origin = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  check(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3",
+  check(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3",
         "{}: general.architecture '{}': Attend reads GGUF models of the architectures gpt2, llama (Mistral's files "
-        "are llama), qwen2 and qwen3", origin, arch);
+        "are llama), qwen2, qwen3 and gemma3", origin, arch);
   auto key = [&](const char* name) { return arch + "." + name; };
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   check(embd != nullptr && embd->dims.size() == 2, "{}: no 2-dimensional tensor 'token_embd.weight'", origin);
@@ -159,30 +222,52 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
   if (arch == "gpt2") {
     c.position = PositionKind::Learned, c.norm = NormKind::LayerNorm, c.bias = true, c.activation = FfnKind::GELUTanh;
     c.norm_eps = file.float_or(key("attention.layer_norm_epsilon"), 1e-5);
+    return validated(c, origin);
+  }
+  c.position = PositionKind::RoPE, c.norm = NormKind::RMSNorm, c.bias = false, c.activation = FfnKind::SwiGLU;
+  c.n_kv_heads = static_cast<int64_t>(file.uint_or(key("attention.head_count_kv"), static_cast<uint64_t>(c.n_heads)));
+  c.norm_eps = file.float_or(key("attention.layer_norm_rms_epsilon"), 1e-5);
+  c.rope_base = file.float_or(key("rope.freq_base"), 10000.0);
+  // A head of key_length values (Qwen3's and Gemma's head_dim), d_model / heads when absent; RoPE turns all of it.
+  check(c.n_heads > 0, "{}: {} is 0; a model has at least one head", origin, key("attention.head_count"));
+  const uint64_t plain = static_cast<uint64_t>(c.d_model / c.n_heads);
+  const uint64_t head = file.uint_or(key("attention.key_length"), plain);
+  check(head > 0 && head <= (1u << 16) && file.uint_or(key("attention.value_length"), head) == head,
+        "{}: {} is {} and {} {}: Attend needs keys and values of one head size", origin, key("attention.key_length"),
+        head, key("attention.value_length"), file.uint_or(key("attention.value_length"), head));
+  if (head != plain) c.head_dim = static_cast<int64_t>(head);
+  check(file.uint_or(key("rope.dimension_count"), head) == head,
+        "{}: {}: RoPE on part of each head is not supported (Attend rotates the whole head)", origin,
+        key("rope.dimension_count"));
+  // RoPE scaling: linear (positions × 1/factor; Gemma 3's global layers only), or Llama 3.1's factors as a tensor.
+  const std::string scaling = file.string_or(key("rope.scaling.type"), "none");
+  if (scaling == "linear") {
+    const double factor = file.float_or(key("rope.scaling.factor"), 1.0);
+    check(factor >= 1.0, "{}: {} is {}, expected at least 1", origin, key("rope.scaling.factor"), factor);
+    c.rope_position_scale = 1.0 / factor;
   } else {
-    c.position = PositionKind::RoPE, c.norm = NormKind::RMSNorm, c.bias = false, c.activation = FfnKind::SwiGLU;
-    c.n_kv_heads = static_cast<int64_t>(file.uint_or(key("attention.head_count_kv"), static_cast<uint64_t>(c.n_heads)));
-    c.norm_eps = file.float_or(key("attention.layer_norm_rms_epsilon"), 1e-5);
-    c.rope_base = file.float_or(key("rope.freq_base"), 10000.0);
-    // A head of key_length values (Qwen3's head_dim), d_model / heads when absent; RoPE turns all of it.
-    check(c.n_heads > 0, "{}: {} is 0; a model has at least one head", origin, key("attention.head_count"));
-    const uint64_t plain = static_cast<uint64_t>(c.d_model / c.n_heads);
-    const uint64_t head = file.uint_or(key("attention.key_length"), plain);
-    check(head > 0 && head <= (1u << 16) && file.uint_or(key("attention.value_length"), head) == head,
-          "{}: {} is {} and {} {}: Attend needs keys and values of one head size", origin, key("attention.key_length"),
-          head, key("attention.value_length"), file.uint_or(key("attention.value_length"), head));
-    if (head != plain) c.head_dim = static_cast<int64_t>(head);
-    check(file.uint_or(key("rope.dimension_count"), head) == head,
-          "{}: {}: RoPE on part of each head is not supported (Attend rotates the whole head)", origin,
-          key("rope.dimension_count"));
-    const std::string scaling = file.string_or(key("rope.scaling.type"), "none");
-    check(scaling == "none", "{}: {} '{}': GGUF RoPE scaling is not read yet", origin, key("rope.scaling.type"), scaling);
-    check(file.tensor("rope_freqs.weight") == nullptr,
-          "{}: tensor 'rope_freqs.weight' (Llama 3.1's RoPE frequency factors) is not read from GGUF yet; load the "
-          "Hugging Face checkpoint instead", origin);
-    c.sliding_window = static_cast<int64_t>(file.uint_or(key("attention.sliding_window"), 0));
-    c.qkv_bias = arch == "qwen2";
-    c.qk_norm = arch == "qwen3";
+    check(scaling == "none", "{}: {} '{}': Attend reads none and linear RoPE scaling from GGUF (yarn, longrope not "
+          "yet)", origin, key("rope.scaling.type"), scaling);
+  }
+  if (const gguf::TensorInfo* freqs = file.tensor("rope_freqs.weight")) read_llama3_factors(file, *freqs, c);
+  c.sliding_window = static_cast<int64_t>(file.uint_or(key("attention.sliding_window"), 0));
+  c.qkv_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3" || arch == "gemma3";
+  if (arch == "gemma3") {
+    // Gemma 3: GELU-gated FFN, two more norms a block, head norms, embeddings × √d_model, local layers with their
+    // own unscaled base. llama.cpp's converter stores every norm's 1 + γ (read back as γ, norm_unit_offset).
+    c.activation = FfnKind::GeGLU, c.sandwich_norm = true, c.norm_unit_offset = true, c.scale_embeddings = true;
+    c.rope_local_base = file.float_or(key("rope.freq_base_swa"), 10000.0);
+    if (c.sliding_window > 0) {  // a period past the last layer: every layer slides (pattern 0)
+      const int64_t k = gemma3_pattern(file, key("attention.sliding_window_pattern"), c.n_layers);
+      c.sliding_window_pattern = k > c.n_layers ? 0 : k;
+    }
+    const double softcap = file.float_or(key("final_logit_softcapping"), 0.0);
+    check(softcap == 0.0, "{}: {} is {}: logit soft-capping is not supported", origin, key("final_logit_softcapping"),
+          softcap);
+    // Scores scaled as llama.cpp scales them: 1/√(d_model/heads) for the 27B (62 layers), else 1/√head_dim.
+    if (c.n_layers == 62 && c.d_model / c.n_heads != c.d_head())
+      c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.d_model / c.n_heads));
   }
   return validated(c, origin);
 }
@@ -208,9 +293,9 @@ Model load_gguf_model(const fs::path& path) {
     pieces[t.attend].push_back({info, t});
     used.insert(t.gguf);
   }
-  for (const gguf::TensorInfo& t : file.tensors())
-    check(used.contains(t.name), "{}: unexpected tensor '{}': not part of a {} model of this configuration", origin,
-          t.name, arch);
+  for (const gguf::TensorInfo& t : file.tensors())  // rope_freqs: read into the configuration
+    check(used.contains(t.name) || (t.name == "rope_freqs.weight" && c.rope_llama3_factor > 0.0),
+          "{}: unexpected tensor '{}': not part of a {} model of this configuration", origin, t.name, arch);
   // A matrix every piece of which is quantized is used as its blocks, where they lie in the file, when the model
   // multiplies it or looks its rows up (the token table); it gets no float values.
   auto all_quantized = [&](const std::string& name) {
@@ -247,6 +332,8 @@ Model load_gguf_model(const fs::path& path) {
           rope_rows_from_hf(rows, hf.data(), piece.place.rope_heads, D, C);
         }
       }
+      if (c.norm_unit_offset && is_norm_gain(p->role))  // the file's 1 + γ (exact for gains of 1/2 and up)
+        for (float& g : p->value.span()) g -= 1.0f;
       continue;
     }
     // Blocks: each piece a segment where it lies in the mapping; rows whose RoPE halves become pairs (qwen2,

@@ -15,12 +15,17 @@
 //                 biases, head norms) in Hugging Face's order,
 //                 permuted to Attend's pairs on reading and
 //                 back on writing; quantized rows move whole
+//   gemma3        qwen3's, with GELU-gated FFNs, four norms  qwen3's, and post_attention_norm, post_ffw_norm
+//                 a block (stored as 1 + γ), embeddings
+//                 × √d_model, sliding-window layers with
+//                 their own RoPE base
+//
+// RoPE scaling: linear (rope.scaling.type/factor), and Llama 3.1's as the rope_freqs tensor (llama).
 //
 // A matrix of ggml dims [C, R] is R rows of C values: Attend's (R, C). F32, F16 and BF16 tensors become fp32
-// values; a quantized matrix keeps its blocks (Parameter::quantized; Q, K and V of one block become segments of
-// the fused matrix, each with its type) beside its dequantized values: the decode gemv reads the blocks of the
-// matrices the model multiplies, lookups (an untied token table) read the values, and export_gguf writes the
-// blocks back as they came.
+// values; a quantized matrix that the model multiplies or looks rows up in is used where it lies in the file's
+// mapping (Parameter::quantized: segments of rows, Q, K and V each with its type), without float values (see
+// Model::ensure_values), and export_gguf writes the blocks back as they came.
 #pragma once
 
 #include "formats/gguf.h"
