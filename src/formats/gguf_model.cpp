@@ -20,6 +20,9 @@
 #include <set>
 #include <utility>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace attend::formats {
 
 namespace fs = std::filesystem;
@@ -199,6 +202,14 @@ int64_t gemma3_pattern(const gguf::Reader& file, const std::string& key, int64_t
   return k;
 }
 
+// Drops the whole pages of [data, data + bytes) of a read-only file mapping from the resident set.
+void release_pages(const uint8_t* data, int64_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) / page * page;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const gguf::Reader& file) {
@@ -359,6 +370,10 @@ Model load_gguf_model(const fs::path& path) {
       segments.push_back(std::move(s));
     }
     nn::set_quantized(*p, std::move(segments));
+    // Rows repacked eight at a time are read from the copy: their pages of the file leave this process's
+    // resident set (the page cache keeps them; an export that reads the blocks faults them back in).
+    for (const QuantizedRows& s : p->quantized)
+      if (!s.repacked.empty() && s.owner == file.mapping()) release_pages(s.data, s.rows / 8 * 8 * (s.bytes / s.rows));
   }
   return model;
 }
