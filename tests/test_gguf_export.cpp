@@ -193,6 +193,110 @@ TEST(GgufExport, ConfigurationsComeBack) {
   }
 }
 
+// BERT as llama.cpp's bert (tests/data/hf-bert, PyTorch's numbers in golden.json): the classifier checkpoint
+// written to GGUF and read back gives PyTorch's logits (pooler as cls, classifier as cls.output, class names as
+// the output labels), the base checkpoint its hidden states; Q8_0 stays near them.
+TEST(GgufExport, BertRoundTripsWithPyTorchsNumbers) {
+  const fs::path bert = fs::path(ATTEND_TEST_DATA) / "hf-bert";
+  {
+    const Model source = load_model(bert / "classifier");
+    EXPECT_EQ(gguf_architecture(source.config()), "bert");
+    const fs::path path = temp_file("bert_classifier");
+    export_gguf(source, path);
+    const gguf::Reader file(path);
+    EXPECT_NE(file.tensor("cls.output.weight"), nullptr);
+    EXPECT_NE(file.tensor("token_types.weight"), nullptr);
+    const Model model = load_model(path);
+    EXPECT_EQ(model.config().class_names, std::vector<std::string>({"negative", "neutral", "positive"}));
+    EXPECT_EQ(model.config().type_vocab_size, source.config().type_vocab_size);
+    EXPECT_EQ(model.config().pooling, source.config().pooling);
+    const auto golden = nlohmann::json::parse(read_file(bert / "classifier" / "golden.json"));
+    Batch b;
+    b.B = 2, b.T = 9;
+    for (const auto& seq : golden["ids"]) for (int32_t id : seq.get<std::vector<int32_t>>()) b.ids.push_back(id);
+    b.lengths = golden["lengths"].get<std::vector<int32_t>>();
+    b.labels = golden["labels"].get<std::vector<int32_t>>();
+    ForwardState state(/*for_backward=*/false);
+    EXPECT_NEAR(model.forward(b, state).ce_loss, golden["loss"].get<double>(), 1e-5 * golden["loss"].get<double>());
+    testing::expect_all_close(std::vector<float>(state.logits().span().begin(), state.logits().span().end()),
+                              golden["logits"].get<std::vector<double>>(), 1e-4, "bert classifier from GGUF: logits");
+    fs::remove(path);
+  }
+  for (const char* type : {"f32", "q8_0"}) {
+    SCOPED_TRACE(type);
+    const Model source = load_model(bert / "base");
+    const fs::path path = temp_file("bert_base");
+    export_gguf(source, path, nullptr, {.type = type});
+    const Model model = load_model(path);
+    EXPECT_EQ(model.holds_quantized(), std::string(type) == "q8_0");
+    const auto golden = nlohmann::json::parse(read_file(bert / "base" / "golden.json"));
+    Batch b;
+    b.B = 1, b.ids = golden["ids"].get<std::vector<int32_t>>(), b.T = static_cast<int64_t>(b.ids.size());
+    const Tensor h = model.hidden_states(b);
+    const std::vector<double> want = golden["hidden"].get<std::vector<double>>();
+    if (std::string(type) == "f32") {
+      testing::expect_all_close(std::vector<float>(h.span().begin(), h.span().end()), want, 1e-4,
+                                "bert base from GGUF: hidden states");
+    } else {  // 8-bit weights and int8 inputs: a few percent of the largest state at most, as for the decoders
+      double largest = 0, scale = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        largest = std::max(largest, std::abs(h[static_cast<int64_t>(i)] - want[i])), scale = std::max(scale, std::abs(want[i]));
+      EXPECT_GT(largest, 0.0);
+      EXPECT_LT(largest, 0.03 * scale);
+    }
+    fs::remove(path);
+  }
+  ModelConfig mlm = load_model_config(bert / "mlm");
+  testing::expect_error_mentions<Error>([&] { (void)gguf_architecture(mlm); }, {"gguf", "mlm_head", "bert"});
+}
+
+// A WordPiece tokenizer as llama.cpp's bert kind (phantom space: a word's first piece with ▁, a continuing piece
+// without its ##) and back: the same ids for texts, [CLS] … [SEP] around them, the special tokens' ids.
+TEST(GgufTokenizer, WordPieceGoesThroughPhantomSpace) {
+  nlohmann::json vocab = nlohmann::json::object();
+  const std::vector<std::string> pieces = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "jury", "said",
+                                           "un", "##believ", "##able", ".", ",", "##s", "a", "caf", "##e"};
+  for (size_t i = 0; i < pieces.size(); ++i) vocab[pieces[i]] = i;
+  nlohmann::json added = nlohmann::json::array();
+  for (int i = 0; i < 5; ++i)
+    added.push_back({{"id", i}, {"content", pieces[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  const nlohmann::json j = {
+      {"version", "1.0"}, {"added_tokens", added},
+      {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                      {"strip_accents", nullptr}, {"lowercase", true}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor", {{"type", "BertProcessing"}, {"sep", {"[SEP]", 3}}, {"cls", {"[CLS]", 2}}}},
+      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+                 {"max_input_chars_per_word", 100}, {"vocab", vocab}}}};
+  const Tokenizer source = Tokenizer::from_json(j.dump(), "test");
+  ModelConfig c;
+  c.architecture = Architecture::Encoder, c.vocab_size = 17, c.d_model = 32, c.n_layers = 1, c.n_heads = 2;
+  c.max_seq_len = 16, c.pre_norm = false, c.embedding_norm = true, c.type_vocab_size = 2, c.activation = FfnKind::GELU;
+  c.mlm_head = false;
+  const Model model(c);
+  const fs::path path = temp_file("wordpiece");
+  export_gguf(model, path, &source);
+  const gguf::Reader file(path);
+  const std::vector<std::string> tokens = file.get_strings("tokenizer.ggml.tokens");
+  EXPECT_EQ(file.get_string("tokenizer.ggml.model"), "bert");
+  EXPECT_EQ(tokens[2], "[CLS]");
+  EXPECT_EQ(tokens[6], "\xe2\x96\x81jury");
+  EXPECT_EQ(tokens[9], "believ");
+  EXPECT_EQ(file.get_uint("tokenizer.ggml.cls_token_id"), 2u);
+  EXPECT_EQ(file.get_uint("tokenizer.ggml.seperator_token_id"), 3u);
+  const std::optional<Tokenizer> back = load_gguf_tokenizer(path);
+  ASSERT_TRUE(back.has_value());
+  for (const std::string text : {"The jury said, unbelievable.", "A Café", "juries"}) {
+    EXPECT_EQ(back->encode_prompt(text), source.encode_prompt(text)) << text;
+    EXPECT_EQ(back->encode_prompt(text).front(), 2) << text;
+    EXPECT_EQ(back->encode_prompt(text).back(), 3) << text;
+  }
+  EXPECT_EQ(back->encode_prompt("the jury said"), (std::vector<int32_t>{2, 5, 6, 7, 3}));
+  fs::remove(path);
+}
+
 TEST(GgufExport, HalfTypesRoundTheMatricesOnly) {
   for (const char* type : {"f16", "bf16"}) {
     SCOPED_TRACE(type);

@@ -88,9 +88,59 @@ std::optional<std::pair<WeightType, const uint8_t*>> stored_rows(const Parameter
 }
 
 // tokenizer.ggml.* for a byte-level BPE tokenizer (llama.cpp's "gpt2" kind), from its tokenizer.json.
+// tokenizer.ggml.* for a WordPiece tokenizer (llama.cpp's "bert" kind): the vocabulary in phantom-space form (a
+// word's first piece with a leading ▁, a continuing piece without its ##, special tokens as they are, type 3).
+void write_wordpiece(gguf::Writer& w, const nlohmann::json& j, int64_t vocab_size) {
+  const nlohmann::json& model = j["model"];
+  const std::string prefix = model.value("continuing_subword_prefix", "##");
+  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
+  std::vector<int32_t> types(static_cast<size_t>(vocab_size), 0);
+  for (const auto& [piece, id] : model["vocab"].items()) {
+    const int64_t i = id.get<int64_t>();
+    check(i >= 0 && i < vocab_size, "export gguf: the tokenizer's token id {} (the model has {} embeddings)", i, vocab_size);
+    tokens[i] = piece.starts_with(prefix) ? piece.substr(prefix.size()) : "\xe2\x96\x81" + piece, types[i] = 1;
+  }
+  for (const nlohmann::json& added : j["added_tokens"]) {
+    const int64_t i = added["id"].get<int64_t>();
+    check(i >= 0 && i < vocab_size, "export gguf: the tokenizer's added token id {} (the model has {} embeddings)", i,
+          vocab_size);
+    tokens[i] = added["content"].get<std::string>(), types[i] = added.value("special", false) ? 3 : 4;
+  }
+  for (int64_t i = 0; i < vocab_size; ++i)
+    if (types[i] == 0) tokens[i] = fmt::format("[PAD{}]", i), types[i] = 5;
+  w.set_string("tokenizer.ggml.model", "bert");
+  w.set_string("tokenizer.ggml.pre", "default");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_int32s("tokenizer.ggml.token_type", types);
+  const nlohmann::json& vocab = model["vocab"];
+  auto id_of = [&](const std::string& t) -> std::optional<uint32_t> {
+    if (vocab.contains(t)) return vocab[t].get<uint32_t>();
+    for (const nlohmann::json& added : j["added_tokens"])
+      if (added["content"] == t) return added["id"].get<uint32_t>();
+    return std::nullopt;
+  };
+  const std::string unk = model.value("unk_token", "[UNK]");
+  // llama.cpp's WPM tokenizer starts a text with the BOS id ([CLS]) and ends it with the separator's.
+  for (const auto& [key, token] : {std::pair<const char*, std::string>{"bos_token_id", "[CLS]"}, {"cls_token_id", "[CLS]"},
+                                   {"seperator_token_id", "[SEP]"}, {"unknown_token_id", unk},
+                                   {"padding_token_id", "[PAD]"}, {"mask_token_id", "[MASK]"}})
+    if (const auto id = id_of(token)) w.set_uint32(fmt::format("tokenizer.ggml.{}", key), *id);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_sep_token", true);
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+}
+
 void write_tokenizer(gguf::Writer& w, const Tokenizer& tok, int64_t vocab_size) {
   const nlohmann::json j = nlohmann::json::parse(tok.to_json());
   const nlohmann::json& model = j["model"];
+  if (model.value("type", "") == "WordPiece") {
+    const nlohmann::json& normalizer = j["normalizer"];
+    const bool uncased = normalizer.is_object() && normalizer.value("type", "") == "BertNormalizer" &&
+                         normalizer.value("lowercase", false);
+    check(uncased, "export gguf: the tokenizer's WordPiece is not BERT's uncased pipeline (BertNormalizer with "
+          "lowercase), the only one llama.cpp's bert tokenizer follows; export without a tokenizer");
+    return write_wordpiece(w, j, vocab_size);
+  }
   auto refuse = [](std::string_view what) {
     throw Error(fmt::format("export gguf: the tokenizer's {}: GGUF's tokenizers Attend writes are byte-level BPE "
                             "(GPT-2's, Llama 3's and Qwen2's pre-tokenizers); export without a tokenizer, or "
@@ -148,6 +198,21 @@ void write_tokenizer(gguf::Writer& w, const Tokenizer& tok, int64_t vocab_size) 
 }  // namespace
 
 std::string gguf_architecture(const ModelConfig& c) {
+  if (c.architecture == Architecture::Encoder) {  // BERT: llama.cpp's bert, an embedding model
+    const formats::ExportChecks checks("gguf", "bert");
+    checks.require(!c.pre_norm, "norm_placement", "pre", "post (BERT's)");
+    checks.require(c.norm == NormKind::LayerNorm && c.embedding_norm && c.bias, "norm, embedding_norm or bias",
+                   "not BERT's", "LayerNorm after each sublayer and over the embeddings, biases");
+    checks.require(c.position == PositionKind::Learned, "position", "not learned", "learned positions");
+    checks.require(c.activation == FfnKind::GELU || c.activation == FfnKind::GELUTanh, "activation", "not gelu", "gelu");
+    checks.require(c.kv_heads() == c.n_heads && c.d_head() * c.n_heads == c.d_model && !c.qk_norm,
+                   "heads", "grouped, sized or normed", "one K/V head per head of d_model / heads");
+    checks.require(!c.mlm_head, "mlm_head", "true", "no masked-LM head (llama.cpp's bert gives embeddings)");
+    checks.require(c.n_experts == 0 && c.attention_scale == 0.0 && !c.scale_embeddings, "n_experts, attention_scale "
+                   "or scale_embeddings", "set", "none");
+    checks.require(c.n_classes == 0 || c.pooler, "pooler", "false with a classifier", "the classifier after the pooler");
+    return "bert";
+  }
   const bool gemma = c.sandwich_norm;
   const formats::ExportChecks checks("gguf", c.position == PositionKind::Learned ? "gpt2"
                                              : gemma                             ? "gemma3"
@@ -236,6 +301,12 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
   w.set_uint32(key("attention.head_count"), static_cast<uint32_t>(c.n_heads));
   if (arch == "gpt2") {
     w.set_float32(key("attention.layer_norm_epsilon"), static_cast<float>(c.norm_eps));
+  } else if (arch == "bert") {
+    w.set_float32(key("attention.layer_norm_epsilon"), static_cast<float>(c.norm_eps));
+    w.set_bool(key("attention.causal"), false);
+    w.set_uint32(key("pooling_type"), c.pooling == Pooling::Mean ? 1u : 2u);
+    w.set_uint32("tokenizer.ggml.token_type_count", static_cast<uint32_t>(std::max<int64_t>(c.type_vocab_size, 1)));
+    if (!c.class_names.empty()) w.set_strings(key("classifier.output_labels"), c.class_names);
   } else {
     w.set_uint32(key("attention.head_count_kv"), static_cast<uint32_t>(c.kv_heads()));
     w.set_float32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.norm_eps));
@@ -289,7 +360,7 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     const std::vector<int64_t> dims = vector ? std::vector<int64_t>{place.rows} : std::vector<int64_t>{C, place.rows};
     const bool is_head = place.gguf == "output.weight" || (!output && place.gguf == "token_embd.weight");
     // What llama-quantize quantizes: the matrices but the position table.
-    const bool quantizable = !vector && place.gguf != "position_embd.weight";
+    const bool quantizable = !vector && place.gguf != "position_embd.weight" && place.gguf != "token_types.weight";
     // The type: vectors F32; a quantized weight written as stored keeps its blocks; a scheme picks per tensor.
     WeightType t = vector ? WeightType::F32 : float_type;
     std::optional<std::pair<WeightType, const uint8_t*>> stored;

@@ -105,7 +105,41 @@ bool is_gguf_file(const fs::path& path) {
   return in && fs::is_regular_file(path) && in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
+namespace {
+
+// BERT (llama.cpp's bert: an encoder of post-LN blocks, read for embeddings; a pooler and a classifier when the
+// file has them).
+std::vector<GgufPlace> bert_places(const ModelConfig& c) {
+  const int64_t C = c.d_model, F = c.ffn_hidden();
+  std::vector<GgufPlace> m = {{"token_embd.weight", "embed.tokens.weight", 0, c.vocab_size},
+                              {"position_embd.weight", "embed.positions.weight", 0, c.max_seq_len}};
+  if (c.type_vocab_size > 0) m.push_back({"token_types.weight", "embed.token_types.weight", 0, c.type_vocab_size});
+  for (const char* k : {"weight", "bias"}) m.push_back({std::string("token_embd_norm.") + k, std::string("embed.norm.") + k, 0, C});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string g = fmt::format("blk.{}.", i), a = fmt::format("encoder.layers.{}.", i);
+    for (const char* k : {"weight", "bias"}) {
+      m.push_back({g + "attn_q." + k, a + "attn.qkv." + k, 0, C});
+      m.push_back({g + "attn_k." + k, a + "attn.qkv." + k, C, C});
+      m.push_back({g + "attn_v." + k, a + "attn.qkv." + k, 2 * C, C});
+      m.push_back({g + "attn_output." + k, a + "attn.o." + k, 0, C});
+      m.push_back({g + "attn_output_norm." + k, a + "attn_norm." + k, 0, C});
+      m.push_back({g + "ffn_up." + k, a + "ffn.up." + k, 0, F});
+      m.push_back({g + "ffn_down." + k, a + "ffn.down." + k, 0, C});
+      m.push_back({g + "layer_output_norm." + k, a + "ffn_norm." + k, 0, C});
+    }
+  }
+  if (c.pooler)
+    for (const char* k : {"weight", "bias"}) m.push_back({std::string("cls.") + k, std::string("pooler.dense.") + k, 0, C});
+  if (c.n_classes > 0)
+    for (const char* k : {"weight", "bias"})
+      m.push_back({std::string("cls.output.") + k, std::string("classifier.") + k, 0, c.n_classes});
+  return m;
+}
+
+}  // namespace
+
 std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch, bool output) {
+  if (arch == "bert") return bert_places(c);
   std::vector<GgufPlace> m;
   const int64_t V = c.vocab_size, C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head(), F = c.ffn_hidden();
   m.push_back({"token_embd.weight", "embed.tokens.weight", 0, V});
@@ -215,9 +249,9 @@ void release_pages(const uint8_t* data, int64_t bytes) {
 ModelConfig config_from_gguf(const gguf::Reader& file) {
   const std::string origin = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  check(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3",
+  check(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" || arch == "bert",
         "{}: general.architecture '{}': Attend reads GGUF models of the architectures gpt2, llama (Mistral's files "
-        "are llama), qwen2, qwen3 and gemma3", origin, arch);
+        "are llama), qwen2, qwen3, gemma3 and bert", origin, arch);
   auto key = [&](const char* name) { return arch + "." + name; };
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   check(embd != nullptr && embd->dims.size() == 2, "{}: no 2-dimensional tensor 'token_embd.weight'", origin);
@@ -233,6 +267,33 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
   if (arch == "gpt2") {
     c.position = PositionKind::Learned, c.norm = NormKind::LayerNorm, c.bias = true, c.activation = FfnKind::GELUTanh;
     c.norm_eps = file.float_or(key("attention.layer_norm_epsilon"), 1e-5);
+    return validated(c, origin);
+  }
+  if (arch == "bert") {
+    // BERT: post-LN blocks with biases, learned positions and token types, a norm over the embeddings, exact GELU
+    // (BERT's own; llama.cpp computes its tanh approximation), pooled by pooling_type.
+    check(!file.bool_or(key("attention.causal"), false), "{}: {} is true: a BERT encoder attends both ways", origin,
+          key("attention.causal"));
+    c.architecture = Architecture::Encoder, c.position = PositionKind::Learned, c.norm = NormKind::LayerNorm;
+    c.pre_norm = false, c.bias = true, c.embedding_norm = true, c.activation = FfnKind::GELU, c.mlm_head = false;
+    c.norm_eps = file.float_or(key("attention.layer_norm_epsilon"), 1e-12);
+    const gguf::TensorInfo* types = file.tensor("token_types.weight");
+    c.type_vocab_size = types != nullptr && types->dims.size() == 2 ? types->dims[1] : 0;
+    const uint64_t pooling = file.uint_or(key("pooling_type"), 2);  // llama.cpp's: 1 mean, 2 cls
+    check(pooling == 1 || pooling == 2, "{}: {} is {}: Attend pools by mean (1) or the first token (2)", origin,
+          key("pooling_type"), pooling);
+    c.pooling = pooling == 1 ? Pooling::Mean : Pooling::CLS;
+    c.pooler = file.tensor("cls.weight") != nullptr;
+    if (const gguf::TensorInfo* out = file.tensor("cls.output.weight")) {
+      check(c.pooler && out->dims.size() == 2, "{}: a classifier (cls.output.weight) without its pooler (cls.weight)",
+            origin);
+      c.n_classes = out->dims[1];
+      if (file.find(key("classifier.output_labels")) != nullptr) {
+        c.class_names = file.get_strings(key("classifier.output_labels"));
+        check(static_cast<int64_t>(c.class_names.size()) == c.n_classes, "{}: {} names {} classes, the classifier has {}",
+              origin, key("classifier.output_labels"), c.class_names.size(), c.n_classes);
+      }
+    }
     return validated(c, origin);
   }
   c.position = PositionKind::RoPE, c.norm = NormKind::RMSNorm, c.bias = false, c.activation = FfnKind::SwiGLU;
@@ -316,7 +377,7 @@ Model load_gguf_model(const fs::path& path) {
            });
   };
   Model model = Model::for_loading(c, [&](const Parameter& p) {
-    return p.value.rank() == 2 && (is_projection(p.role) || p.role == Role::TokenEmbedding) && all_quantized(p.name);
+    return p.value.rank() == 2 && (is_projection(p.role) || p.name == "embed.tokens.weight") && all_quantized(p.name);
   });
   const int64_t D = c.d_head();
   for (auto& [name, list] : pieces) {
@@ -453,6 +514,68 @@ std::string sentencepiece_proto(const gguf::Reader& file, const std::vector<std:
   return proto;
 }
 
+// A bert-kind vocabulary (WordPiece in llama.cpp's "phantom space" form: a word's first piece written with a
+// leading ▁, a continuing piece bare, control tokens as they are) as the tokenizer.json of BERT's uncased
+// pipeline, which llama.cpp's WPM tokenizer follows: BertNormalizer (lowercase, accents stripped, Chinese
+// characters split), BertPreTokenizer, WordPiece with ##, and [CLS] … [SEP] around a text.
+std::string wordpiece_json(const gguf::Reader& file, const std::vector<std::string>& tokens,
+                           const std::vector<int64_t>& types) {
+  const std::string origin = file.path().string();
+  check(types.size() == tokens.size(), "{}: a bert vocabulary needs tokenizer.ggml.token_type for each token", origin);
+  nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
+  const std::string space = "\xe2\x96\x81";  // ▁
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string piece = tokens[i];
+    if (types[i] == 3) {  // control: [CLS], [SEP], [PAD], [MASK], [UNK]
+      added.push_back({{"id", i}, {"content", piece}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", true}});
+    } else if (piece.starts_with(space)) {
+      piece = piece.substr(space.size());
+    } else {
+      piece = "##" + piece;
+    }
+    check(!vocab.contains(piece), "{}: tokenizer.ggml.tokens[{}] is '{}', which another token already is as WordPiece",
+          origin, i, piece);
+    vocab[piece] = i;
+  }
+  auto token_of = [&](const char* key, const char* fallback) -> std::string {
+    const std::string k = fmt::format("tokenizer.ggml.{}", key);
+    if (file.find(k) == nullptr) return fallback;
+    const uint64_t id = file.get_uint(k);
+    check(id < tokens.size(), "{}: {} is {}, past the {} tokens", origin, k, id, tokens.size());
+    return tokens[id];
+  };
+  // llama.cpp's WPM tokenizer starts a text with the BOS id (101, BERT's [CLS], when the file names none) and
+  // ends it with the separator's (102).
+  const std::string cls = token_of("cls_token_id", token_of("bos_token_id", tokens.size() > 101 ? tokens[101].c_str() : "[CLS]").c_str());
+  const std::string sep = token_of("seperator_token_id", tokens.size() > 102 ? tokens[102].c_str() : "[SEP]");
+  const std::string unk = token_of("unknown_token_id", "[UNK]");
+  check(vocab.contains(cls) && vocab.contains(sep) && vocab.contains(unk),
+        "{}: a bert vocabulary needs its [CLS], [SEP] and [UNK] tokens ('{}', '{}', '{}')", origin, cls, sep, unk);
+  auto special = [&](const std::string& t) {
+    return nlohmann::json{{"id", t}, {"ids", {vocab[t]}}, {"tokens", {t}}};
+  };
+  auto piece = [](const char* kind, const std::string& id, int type) {
+    return nlohmann::json{{kind, {{"id", id}, {"type_id", type}}}};
+  };
+  const nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                      {"strip_accents", nullptr}, {"lowercase", true}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor", {{"type", "TemplateProcessing"},
+                          {"single", {piece("SpecialToken", cls, 0), piece("Sequence", "A", 0), piece("SpecialToken", sep, 0)}},
+                          {"pair", {piece("SpecialToken", cls, 0), piece("Sequence", "A", 0), piece("SpecialToken", sep, 0),
+                                    piece("Sequence", "B", 1), piece("SpecialToken", sep, 1)}},
+                          {"special_tokens", {{cls, special(cls)}, {sep, special(sep)}}}}},
+      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", unk}, {"continuing_subword_prefix", "##"},
+                 {"max_input_chars_per_word", 100}, {"vocab", std::move(vocab)}}},
+  };
+  return j.dump();
+}
+
 }  // namespace
 
 std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
@@ -460,9 +583,9 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
   const std::string origin = path.string();
   if (file.find("tokenizer.ggml.model") == nullptr) return std::nullopt;
   const std::string kind = file.get_string("tokenizer.ggml.model");
-  check(kind == "gpt2" || kind == "llama", "{}: tokenizer.ggml.model '{}': Attend reads GGUF tokenizers of kinds gpt2 "
-        "(byte-level BPE) and llama (SentencePiece) so far; give a tokenizer.json with --tokenizer, or --prompt-ids",
-        origin, kind);
+  check(kind == "gpt2" || kind == "llama" || kind == "bert", "{}: tokenizer.ggml.model '{}': Attend reads GGUF "
+        "tokenizers of kinds gpt2 (byte-level BPE), llama (SentencePiece) and bert (WordPiece) so far; give a "
+        "tokenizer.json with --tokenizer, or --prompt-ids", origin, kind);
   const std::vector<std::string> tokens = file.get_strings("tokenizer.ggml.tokens");
   const std::vector<std::string> merges =
       file.find("tokenizer.ggml.merges") ? file.get_strings("tokenizer.ggml.merges") : std::vector<std::string>{};
@@ -488,13 +611,15 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
   }
   const bool add_bos = file.bool_or("tokenizer.ggml.add_bos_token", kind == "llama" || pre == "llama-bpe" || pre == "llama3");
   const bool add_eos = file.bool_or("tokenizer.ggml.add_eos_token", false);
-  if ((add_bos && config.contains("bos_token")) || (add_eos && config.contains("eos_token")))
+  // (A bert vocabulary's [CLS] … [SEP] come from its post-processor, wordpiece_json.)
+  if (kind != "bert" && ((add_bos && config.contains("bos_token")) || (add_eos && config.contains("eos_token"))))
     config["add_bos_token"] = add_bos && config.contains("bos_token"), config["add_eos_token"] = add_eos && config.contains("eos_token");
   auto configured = [&](Tokenizer t) {
     t.apply_config(config.dump(), origin + " (tokenizer.ggml.*_token_id)");
     return t;
   };
   if (kind == "llama") return configured(Tokenizer::from_sentencepiece(sentencepiece_proto(file, tokens, types), origin + " (tokenizer.ggml.*)"));
+  if (kind == "bert") return configured(Tokenizer::from_json(wordpiece_json(file, tokens, types), origin + " (tokenizer.ggml.*)"));
   // The vocabulary as a tokenizer.json, which Attend's Hugging Face pipeline reads.
   // (nlohmann::json, not ordered_json: an ordered object finds each key by a linear search, and a vocabulary of
   // 128k tokens took seconds so.)
