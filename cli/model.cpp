@@ -141,7 +141,7 @@ void add_export(CLI::App& app) {
       "export", "Write a model in a Hugging Face layout: its family's (hf), or one named (hf-gpt2: GPT2LMHeadModel; "
                 "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; "
                 "hf-t5: T5ForConditionalGeneration; hf-bert: BertForMaskedLM, BertForSequenceClassification, BertModel); "
-                "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2, qwen3, gemma3)");
+                "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2, qwen3, gemma3, bert)");
   static std::string dir, out, format = "hf", type;
   cmd->add_option("--model", dir, "A model directory or GGUF file")->required();
   cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert or gguf")

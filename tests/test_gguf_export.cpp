@@ -210,6 +210,7 @@ TEST(GgufExport, BertRoundTripsWithPyTorchsNumbers) {
     EXPECT_EQ(model.config().class_names, std::vector<std::string>({"negative", "neutral", "positive"}));
     EXPECT_EQ(model.config().type_vocab_size, source.config().type_vocab_size);
     EXPECT_EQ(model.config().pooling, source.config().pooling);
+    testing::expect_error_mentions<Error>([&] { Session s(model); }, {"encoder model does not generate text"});
     const auto golden = nlohmann::json::parse(read_file(bert / "classifier" / "golden.json"));
     Batch b;
     b.B = 2, b.T = 9;

@@ -68,8 +68,8 @@ struct GgufExportOptions {
   std::string chat_template;
 };
 std::vector<std::string> gguf_export_types();  // the types above but ""
-// The GGUF architecture export_gguf writes a model of this configuration as ("gpt2", "llama", "qwen2", "qwen3");
-// an error names the option none of them can express.
+// The GGUF architecture export_gguf writes a model of this configuration as ("gpt2", "llama", "qwen2", "qwen3",
+// "gemma3", "bert"); an error names the option none of them can express.
 std::string gguf_architecture(const ModelConfig& c);
 void export_gguf(const Model& model, const std::filesystem::path& file, const Tokenizer* tokenizer = nullptr,
                  const GgufExportOptions& options = {});

@@ -19,6 +19,10 @@
 //                 a block (stored as 1 + γ), embeddings
 //                 × √d_model, sliding-window layers with
 //                 their own RoPE base
+//   bert          an encoder: post-LN blocks with biases,   token_embd, position_embd, token_types,
+//                 learned positions and token types, a     token_embd_norm, attn_q/k/v, attn_output,
+//                 norm over the embeddings, exact GELU;     attn_output_norm, ffn_up, ffn_down,
+//                 pooled by pooling_type                    layer_output_norm (weights, biases); cls, cls.output
 //
 // RoPE scaling: linear (rope.scaling.type/factor), and Llama 3.1's as the rope_freqs tensor (llama).
 //
@@ -58,8 +62,9 @@ uint32_t gguf_type_id(WeightType type);
 bool is_gguf_file(const std::filesystem::path& path);
 ModelConfig config_from_gguf(const gguf::Reader& file);
 Model load_gguf_model(const std::filesystem::path& path);
-// The tokenizer a GGUF file holds (tokenizer.ggml.model "gpt2": byte-level BPE with its merges); nullopt when it
-// holds none. An error for a kind Attend does not read yet, naming it.
+// The tokenizer a GGUF file holds (tokenizer.ggml.model "gpt2": byte-level BPE with its merges; "llama":
+// SentencePiece; "bert": WordPiece); nullopt when it holds none. An error for a kind Attend does not read yet,
+// naming it.
 std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
 std::optional<std::string> gguf_chat_template(const std::filesystem::path& path);
 // The Split regex of a tokenizer.ggml.pre name ("llama-bpe", "llama3", "qwen2"); nullptr for another.

@@ -52,9 +52,11 @@ nn::KVCacheConfig cache_config(const ModelConfig& c, const SessionOptions& o) {
 
 Session::Session(const Model& model, const SessionOptions& options) {
   const ModelConfig& c = model.config();
+  check(c.architecture != Architecture::Encoder,
+        "session: an encoder model does not generate text (it has no decoder): it encodes (hidden states, "
+        "classification: attend eval-classify)");
   check(c.architecture == Architecture::Decoder,
-        "session: a {} model decodes from a source (construct the session with the encoder's input)",
-        architecture_name(c.architecture));
+        "session: an encoder-decoder model decodes from a source (construct the session with the encoder's input)");
   state_ = std::make_unique<State>(model, cache_config(c, options));
 }
 
