@@ -61,14 +61,18 @@ void add_train(CLI::App& parent) {
   cmd->callback([o] {
     o->train.kind = parse_kind(o->kind);
     o->train.byte_fallback = !o->no_byte_fallback;
+    fs::path out = o->output;
+    if (fs::is_directory(out)) out /= "tokenizer.json";
+    // The directory the file goes in, made before training rather than failing after it.
+    std::error_code ec;
+    if (!out.parent_path().empty()) fs::create_directories(out.parent_path(), ec);
+    check(!ec, "{}: cannot create the directory for the tokenizer: {}", out.parent_path().string(), ec.message());
     auto bar = std::make_shared<ProgressBar>("reading");
     o->train.progress = [bar](std::string_view stage, int64_t done, int64_t total) { bar->update(stage, done, total); };
     const auto start = std::chrono::steady_clock::now();
     std::vector<fs::path> files(o->inputs.begin(), o->inputs.end());
     const Tokenizer tok = Tokenizer::train(files, o->train);
     bar->finish();
-    fs::path out = o->output;
-    if (fs::is_directory(out)) out /= "tokenizer.json";
     tok.save(out);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("wrote {}: {} (trained in {:.2f} s)\n", out.string(), tok.describe(), seconds);
