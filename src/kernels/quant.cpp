@@ -1,10 +1,10 @@
 #include "kernels/quant.h"
 
 #include "kernels/convert.h"
+#include "kernels/half_bits.h"
 #include "kernels/quant_layout.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -16,15 +16,7 @@ constexpr QuantFormat kFormats[] = {
     {"q4_k", 256, 144}, {"q5_k", 256, 176}, {"q6_k", 256, 210}, {"q8_k", 256, 292},
 };
 
-// fp16 bits as a float, exactly (a block's scale: one call per 32 values, so inline rather than the dispatched
-// array conversion). Subnormals by an exact integer product, not by bits, so that denormals-are-zero modes
-// cannot touch them.
-float from_half(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, em = h & 0x7fffu;
-  if (em < 0x400) return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(static_cast<float>(em) * 0x1p-24f));
-  if (em >= 0x7c00) return std::bit_cast<float>(sign | 0x7f800000u | (em & 0x3ffu) << 13);  // infinities, NaN
-  return std::bit_cast<float>(sign | ((em << 13) + (112u << 23)));  // rebias the exponent: 127 − 15
-}
+float from_half(uint16_t h) { return half_bits::widen_f16_bits(h); }  // a block's scale: inline, exactly
 uint16_t to_half(float f) {
   uint16_t h;
   float_to_half(&h, &f, 1);
