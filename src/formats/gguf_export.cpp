@@ -6,7 +6,6 @@
 #include "formats/hf_llama.h"
 #include "kernels/convert.h"
 #include "kernels/parallel.h"
-#include "kernels/position.h"
 #include "nn/layers.h"
 
 #include <attend/error.h>
@@ -87,7 +86,6 @@ std::optional<std::pair<WeightType, const uint8_t*>> stored_rows(const Parameter
   return std::nullopt;
 }
 
-// tokenizer.ggml.* for a byte-level BPE tokenizer (llama.cpp's "gpt2" kind), from its tokenizer.json.
 // tokenizer.ggml.* for a WordPiece tokenizer (llama.cpp's "bert" kind): the vocabulary in phantom-space form (a
 // word's first piece with a leading ▁, a continuing piece without its ##, special tokens as they are, type 3).
 void write_wordpiece(gguf::Writer& w, const nlohmann::json& j, int64_t vocab_size) {
@@ -130,6 +128,7 @@ void write_wordpiece(gguf::Writer& w, const nlohmann::json& j, int64_t vocab_siz
   w.set_bool("tokenizer.ggml.add_eos_token", false);
 }
 
+// tokenizer.ggml.* from a tokenizer.json: byte-level BPE (llama.cpp's "gpt2" kind), or BERT's WordPiece ("bert").
 void write_tokenizer(gguf::Writer& w, const Tokenizer& tok, int64_t vocab_size) {
   const nlohmann::json j = nlohmann::json::parse(tok.to_json());
   const nlohmann::json& model = j["model"];
@@ -246,9 +245,7 @@ std::string gguf_architecture(const ModelConfig& c) {
                    "not as Gemma's", "norms of 1 + γ, head norms, no biases");
     checks.require(c.scale_embeddings, "scale_embeddings", "false", "embeddings × √d_model");
     checks.require(c.activation == FfnKind::GeGLU, "activation", "not geglu", "geglu (ggml's GELU, tanh)");
-    // llama.cpp scales Gemma 3's scores by 1/√(d_model/heads) in the 27B (62 layers), else by 1/√head_dim.
-    const double want = c.n_layers == 62 ? 1.0 / std::sqrt(static_cast<double>(c.d_model / c.n_heads))
-                                         : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
+    const double want = formats::gemma3_attention_scale(c);
     const double scale = c.attention_scale > 0.0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
     checks.require(std::abs(scale - want) <= 1e-9 * want, "attention_scale", std::to_string(scale),
                    "1/sqrt(head_dim), or 1/sqrt(d_model/heads) with 62 layers (as llama.cpp scales)");
@@ -332,17 +329,10 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     }
   }
   if (c.rope_llama3_factor > 0.0) {  // Llama 3.1's scaling as llama.cpp holds it: the factor each frequency divides by
-    const kernels::RopeScaling plain{.base = c.rope_base};
-    kernels::RopeScaling scaled = plain;
-    scaled.llama3_factor = c.rope_llama3_factor, scaled.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
-    scaled.llama3_high_freq_factor = c.rope_llama3_high_freq_factor, scaled.original_context = c.rope_original_context;
-    std::vector<uint8_t> factors(static_cast<size_t>(c.d_head() / 2) * sizeof(float));
-    for (int64_t i = 0; i < c.d_head() / 2; ++i) {
-      const auto f = static_cast<float>(kernels::rope_frequency(i, c.d_head(), plain) /
-                                        kernels::rope_frequency(i, c.d_head(), scaled));
-      std::memcpy(factors.data() + i * sizeof(float), &f, sizeof(float));
-    }
-    w.add_tensor("rope_freqs.weight", {c.d_head() / 2}, tt::F32, std::move(factors));
+    const std::vector<float> factors = formats::llama3_rope_factors(c);
+    std::vector<uint8_t> bytes(factors.size() * sizeof(float));
+    std::memcpy(bytes.data(), factors.data(), bytes.size());
+    w.add_tensor("rope_freqs.weight", {c.d_head() / 2}, tt::F32, std::move(bytes));
   }
   if (tokenizer != nullptr) write_tokenizer(w, *tokenizer, c.vocab_size);
   if (!options.chat_template.empty()) w.set_string("tokenizer.chat_template", options.chat_template);

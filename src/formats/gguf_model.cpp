@@ -179,6 +179,23 @@ std::vector<GgufPlace> gguf_places(const ModelConfig& c, const std::string& arch
   return m;
 }
 
+std::vector<float> llama3_rope_factors(const ModelConfig& c) {
+  const kernels::RopeScaling plain{.base = c.rope_base};
+  kernels::RopeScaling scaled = plain;
+  scaled.llama3_factor = c.rope_llama3_factor, scaled.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
+  scaled.llama3_high_freq_factor = c.rope_llama3_high_freq_factor, scaled.original_context = c.rope_original_context;
+  std::vector<float> factors(static_cast<size_t>(c.d_head() / 2));
+  for (int64_t i = 0; i < c.d_head() / 2; ++i)
+    factors[i] = static_cast<float>(kernels::rope_frequency(i, c.d_head(), plain) /
+                                    kernels::rope_frequency(i, c.d_head(), scaled));
+  return factors;
+}
+
+double gemma3_attention_scale(const ModelConfig& c) {
+  return c.n_layers == 62 ? 1.0 / std::sqrt(static_cast<double>(c.d_model / c.n_heads))
+                          : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
+}
+
 namespace {
 
 // Llama 3.1's RoPE scaling from a rope_freqs tensor (llama.cpp's converter stores the factor each frequency is
@@ -195,20 +212,16 @@ void read_llama3_factors(const gguf::Reader& file, const gguf::TensorInfo& t, Mo
   const double largest = *std::max_element(factors.begin(), factors.end());
   check(std::isfinite(largest) && largest >= 1.0, "{}: rope_freqs.weight's largest factor is {}, expected at least 1",
         origin, largest);
-  kernels::RopeScaling plain{.base = c.rope_base};
   for (const int64_t context : {8192, 4096, 16384, 32768, 2048})
     for (const double high : {4.0, 2.0, 8.0}) {
-      kernels::RopeScaling s = plain;
-      s.llama3_factor = largest, s.llama3_low_freq_factor = 1.0, s.llama3_high_freq_factor = high;
-      s.original_context = context;
+      ModelConfig candidate = c;
+      candidate.rope_llama3_factor = largest, candidate.rope_llama3_low_freq_factor = 1.0;
+      candidate.rope_llama3_high_freq_factor = high, candidate.rope_original_context = context;
+      const std::vector<float> want = llama3_rope_factors(candidate);
       bool same = true;
-      for (int64_t i = 0; i < half && same; ++i) {
-        const double want = kernels::rope_frequency(i, c.d_head(), plain) / kernels::rope_frequency(i, c.d_head(), s);
-        same = std::abs(want - factors[i]) <= 1e-5 * want;
-      }
+      for (int64_t i = 0; i < half && same; ++i) same = std::abs(want[i] - factors[i]) <= 1e-5 * want[i];
       if (!same) continue;
-      c.rope_llama3_factor = largest, c.rope_llama3_low_freq_factor = 1.0, c.rope_llama3_high_freq_factor = high;
-      c.rope_original_context = context;
+      c = candidate;
       return;
     }
   throw Error(fmt::format("{}: rope_freqs.weight holds RoPE factors that Llama 3.1's scaling (factor {}, low 1, high "
@@ -337,9 +350,9 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
     const double softcap = file.float_or(key("final_logit_softcapping"), 0.0);
     check(softcap == 0.0, "{}: {} is {}: logit soft-capping is not supported", origin, key("final_logit_softcapping"),
           softcap);
-    // Scores scaled as llama.cpp scales them: 1/√(d_model/heads) for the 27B (62 layers), else 1/√head_dim.
-    if (c.n_layers == 62 && c.d_model / c.n_heads != c.d_head())
-      c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.d_model / c.n_heads));
+    // Scores scaled as llama.cpp scales them (gemma3_attention_scale); 0 keeps Attend's 1/√head_dim.
+    const double scale = gemma3_attention_scale(c);
+    if (scale != 1.0 / std::sqrt(static_cast<double>(c.d_head()))) c.attention_scale = scale;
   }
   return validated(c, origin);
 }

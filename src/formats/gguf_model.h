@@ -67,6 +67,12 @@ Model load_gguf_model(const std::filesystem::path& path);
 // naming it.
 std::optional<Tokenizer> load_gguf_tokenizer(const std::filesystem::path& path);
 std::optional<std::string> gguf_chat_template(const std::filesystem::path& path);
+// Llama 3.1's RoPE scaling of `c` as llama.cpp's rope_freqs tensor holds it: the factor each of a head's
+// d_head / 2 frequencies is divided by (written by export_gguf, matched by the reader).
+std::vector<float> llama3_rope_factors(const ModelConfig& c);
+// The score scale llama.cpp gives a Gemma 3 of this shape: 1/√(d_model/heads) with 62 layers (the 27B), else
+// 1/√head_dim (read into attention_scale, required of a model written as gemma3).
+double gemma3_attention_scale(const ModelConfig& c);
 // The Split regex of a tokenizer.ggml.pre name ("llama-bpe", "llama3", "qwen2"); nullptr for another.
 const char* gguf_split_regex(std::string_view pre);
 
