@@ -50,22 +50,5 @@ for arch in qwen3 gemma3; do
   "$llama/llama-quantize" "$out/$arch-tiny-F16.gguf" "$out/$arch-tiny-Q8_0.gguf" Q8_0 >> "$work/quantize.log" 2>&1
 done
 
-# llama-simple prints the prompt and then the continuation; the golden keeps the continuation.
-# (A llama.cpp built from an exported tree, without its git history, reports build 0 (unknown): LLAMA_COMMIT
-# names it then.)
-version=$(grep -m1 -o 'build = [1-9][0-9]* ([0-9a-f]*)' "$work/quantize.log" || echo "${LLAMA_COMMIT:-unknown}")
-{
-  printf '{\n  "llama_cpp": "%s",\n  "new_tokens": 24,\n  "continuations": {\n' "$version"
-  first=1
-  for file in qwen3-tiny-F16 qwen3-tiny-Q8_0 gemma3-tiny-F16 gemma3-tiny-Q8_0; do
-    for prompt in "The jury said" "In the morning" "The president of the"; do
-      text=$("$llama/llama-simple" -m "$out/$file.gguf" -n 24 "$prompt" 2>/dev/null)
-      ((first)) || printf ',\n'
-      first=0
-      python3 -c 'import json, sys; f, p, t = sys.argv[1:]; print("    " + json.dumps(f + "|" + p) + ": " + json.dumps(t[len(p):]), end="")' \
-        "$file" "$prompt" "$text"
-    done
-  done
-  printf '\n  }\n}\n'
-} > "$out/golden.json"
+tools/llama_simple_golden.sh "$llama" "$work/quantize.log" "$out" qwen3-tiny-F16 qwen3-tiny-Q8_0 gemma3-tiny-F16 gemma3-tiny-Q8_0
 ls -l "$out"

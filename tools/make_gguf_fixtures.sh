@@ -37,20 +37,5 @@ build/attend export --model "$work/run/checkpoint" --format gguf --type f16 -o "
 "$llama/llama-quantize" "$out/brown-tiny-F16.gguf" "$out/brown-tiny-Q8_0.gguf" Q8_0 > "$work/quantize.log" 2>&1
 "$llama/llama-quantize" "$out/brown-tiny-F16.gguf" "$out/brown-tiny-Q4_K_M.gguf" Q4_K_M >> "$work/quantize.log" 2>&1
 
-# llama-simple prints the prompt and then the continuation; the golden keeps the continuation.
-version=$(grep -m1 -o 'build = [0-9]* ([0-9a-f]*)' "$work/quantize.log" || echo "unknown")
-{
-  printf '{\n  "llama_cpp": "%s",\n  "new_tokens": 24,\n  "continuations": {\n' "$version"
-  first=1
-  for file in brown-tiny-F16 brown-tiny-Q8_0 brown-tiny-Q4_K_M; do
-    for prompt in "The jury said" "In the morning" "The president of the"; do
-      text=$("$llama/llama-simple" -m "$out/$file.gguf" -n 24 "$prompt" 2>/dev/null)
-      ((first)) || printf ',\n'
-      first=0
-      python3 -c 'import json, sys; f, p, t = sys.argv[1:]; print("    " + json.dumps(f + "|" + p) + ": " + json.dumps(t[len(p):]), end="")' \
-        "$file" "$prompt" "$text"
-    done
-  done
-  printf '\n  }\n}\n'
-} > "$out/golden.json"
+tools/llama_simple_golden.sh "$llama" "$work/quantize.log" "$out" brown-tiny-F16 brown-tiny-Q8_0 brown-tiny-Q4_K_M
 ls -l "$out"
