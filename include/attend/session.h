@@ -9,6 +9,17 @@
 //
 // A step's logits for a session equal those of stepping it alone: bit for bit when every session of the step
 // adds one token (the matmuls then take the same per-row path), and within the matmul's rounding otherwise.
+// step_row_invariant gives bit-for-bit equality always, at some cost (below).
+//
+// Sessions of a server share one KVBlockPool: each takes blocks of 32 positions as it grows and gives them
+// back when it ends, and a session whose prompt starts with tokens another session published reuses their
+// blocks instead of computing them again (prefix caching).
+//
+//   attend::KVBlockPool pool(model, 512, attend::CacheType::F16);
+//   attend::Session s(model, {.pool = &pool});
+//   int64_t reused = s.reuse_prefix(prompt, 64);         // positions taken from the pool's prefix cache
+//   s.step(std::span(prompt).subspan(reused));
+//   s.share_prefix(prompt.size() / 64 * 64);             // publish the whole 64-position chunks
 #pragma once
 
 #include <attend/model.h>
@@ -20,9 +31,37 @@
 
 namespace attend {
 
+class Session;
+
+// KV-cache blocks of 32 positions for many sessions of one model, with a prefix cache (see above). Copies
+// share the pool; it lives while a copy or a session on it does. Thread-safe.
+class KVBlockPool {
+ public:
+  static constexpr int64_t kBlockPositions = 32;
+
+  KVBlockPool(const Model& model, int64_t blocks, CacheType cache = CacheType::F32);
+  // Bytes of one block: 32 positions' keys and values in every layer.
+  static int64_t block_bytes(const Model& model, CacheType cache);
+
+  const Model& model() const;
+  CacheType cache() const;
+  int64_t blocks() const;
+  int64_t available() const;  // blocks a session can take now: free ones, and cached ones no session holds
+  int64_t in_use() const;     // held by sessions
+  int64_t cached() const;     // in the prefix cache
+  int64_t memory_bytes() const;
+
+  struct Impl;  // src/nn/session.cpp
+
+ private:
+  std::shared_ptr<Impl> impl_;
+  friend class Session;
+};
+
 struct SessionOptions {
   int64_t max_T = 0;                   // positions the cache holds; 0: the model's context (max_seq_len)
-  CacheType cache = CacheType::F32;    // the KV cache's storage
+  CacheType cache = CacheType::F32;    // the KV cache's storage (a pool's own when pool is set)
+  const KVBlockPool* pool = nullptr;   // decoder-only models: take the cache's blocks from this pool
 };
 
 class Session {
@@ -51,19 +90,44 @@ class Session {
   std::span<const float> logits() const;
 
   // Continues from `other`'s point: copies its cache's filled positions into this session's cache (same
-  // model and capacity), without reallocating. Beam search reorders its hypotheses with this.
+  // model and capacity), without reallocating. Beam search reorders its hypotheses with this. On a pool, both
+  // then share the full blocks (the last one is copied).
   void assign(const Session& other);
+
+  // The token ids run so far, in order (the decoder's, for an encoder-decoder model).
+  std::span<const int32_t> tokens() const;
+  // On a pool: blocks that running `more` further tokens would take from it (0 without a pool).
+  int64_t blocks_needed(int64_t more) const;
+  // On a pool, with nothing run yet: takes the blocks that the pool's prefix cache holds for the longest start
+  // of `tokens` that is a multiple of `multiple` positions (a multiple of 32) and leaves at least one token to
+  // run (its logits are the next step's). Returns the positions taken: the session continues after them as if
+  // it had run them (logits() stays empty until the next step).
+  int64_t reuse_prefix(std::span<const int32_t> tokens, int64_t multiple = KVBlockPool::kBlockPositions);
+  // On a pool: publishes the blocks of positions [0, positions) (a multiple of 32, at most position()) in the
+  // pool's prefix cache under the tokens that filled them. Publish only what a prompt step computed, in steps
+  // that another session with the same tokens would also take (step_row_invariant), so that a reuse gives the
+  // same numbers as a computation.
+  void share_prefix(int64_t positions);
 
   struct State;  // src/nn/session.cpp
 
  private:
   std::unique_ptr<State> state_;
   friend void step(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens);
+  friend void step_row_invariant(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens);
 };
 
 // Advances sessions[i] by tokens[i] (each at least one token) in one forward over all of them; the sessions
 // share one model and may be at different positions. Each session's logits() are then those of its own step.
-// An error in any session's tokens (named by its index) leaves every session as it was.
+// An error in any session's tokens (named by its index), or a pool without the blocks they need, leaves every
+// session as it was.
 void step(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens);
+
+// The same with every session's numbers independent of the others in the step, bit for bit, whatever their
+// number and lengths: sessions that add one token go through the model together in groups of up to four (the
+// matmuls' per-row kernel), and each session that adds several through its own forward (its own GEMM shapes).
+// A server uses it so that a request's tokens do not depend on the requests beside it. Costs one pass over the
+// weights per group instead of one per step.
+void step_row_invariant(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens);
 
 }  // namespace attend

@@ -54,6 +54,16 @@ void matmul_forward_quant(QuantType type, float* out, const float* inp, const vo
   matmul_forward(out, inp, values, bias, N, C, OC);
 }
 
+void matmul_forward_rows(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                         int64_t OC) {
+  active_kernels().gemv_f32(out, inp, weight, bias, N, C, OC);
+}
+
+void matmul_forward_quant_rows(QuantType type, float* out, const float* inp, const void* weight, const float* bias,
+                               int64_t N, int64_t C, int64_t OC) {
+  active_kernels().gemv_quant(type, out, inp, weight, bias, N, C, OC);
+}
+
 void matmul_forward_x8(QuantType type, float* out, const float* inp, const uint8_t* repacked, const void* weight,
                        const float* bias, int64_t N, int64_t C, int64_t OC) {
   (type == QuantType::Q4_0 ? active_kernels().gemv_q4_0x8 : active_kernels().gemv_q8_0x8)(out, inp, repacked, bias, N, C, OC);

@@ -43,6 +43,15 @@ void matmul_forward_quant(QuantType type, float* out, const float* inp, const vo
 void matmul_forward_x8(QuantType type, float* out, const float* inp, const uint8_t* repacked, const void* weight,
                        const float* bias, int64_t N, int64_t C, int64_t OC);
 
+// Decoding's per-row kernels for any number of rows: row n's outputs are those of a call with row n alone, bit for
+// bit (each output is one dot product of the row and a weight row, summed the same way whatever N is). A server's
+// row-invariant step multiplies its decoding rows with these (the bf16, fp16 and repacked kernels above are
+// per-row already).
+void matmul_forward_rows(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                         int64_t OC);
+void matmul_forward_quant_rows(QuantType type, float* out, const float* inp, const void* weight, const float* bias,
+                               int64_t N, int64_t C, int64_t OC);
+
 // Mixed precision (003 §13.2): the same products with 16-bit operands (gemm_half), fp32 sums and outputs.
 // out = inp · weightᵀ + bias, with inp and weight rounded to `type` by the caller.
 void matmul_forward_half(Half type, float* out, const uint16_t* inp, const uint16_t* weight, const float* bias,

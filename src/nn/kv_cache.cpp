@@ -21,34 +21,102 @@ CacheType parse_cache_type(std::string_view name) { return parse_enum<CacheType>
 namespace nn {
 
 int64_t KVCache::memory_bytes(const KVCacheConfig& c) {
-  const int64_t rows = 2 * c.n_layers * c.batch * c.max_T * c.n_kv_heads;
-  switch (c.storage) {
-    case CacheType::F32: return rows * c.d_head * 4;
-    case CacheType::F16: return rows * c.d_head * 2;
-    case CacheType::Int8: return rows * (c.d_head + 4);  // int8 values and one float scale per row
-  }
-  return 0;
+  return 2 * c.n_layers * c.batch * c.max_T * c.n_kv_heads * KVStorage::row_bytes(c.storage, c.d_head);
 }
 
 KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
   check(c.n_layers > 0 && c.batch > 0 && c.max_T > 0 && c.n_kv_heads > 0 && c.d_head > 0,
         "KV cache: every size must be positive, got n_layers={} batch={} max_T={} n_kv_heads={} d_head={}", c.n_layers,
         c.batch, c.max_T, c.n_kv_heads, c.d_head);
-  rows_per_layer_ = c.batch * c.max_T * c.n_kv_heads;
-  const int64_t rows = 2 * c.n_layers * rows_per_layer_;
-  switch (c.storage) {
-    case CacheType::F32: f32_.assign(rows * c.d_head, 0.0f); break;
-    case CacheType::F16: f16_.assign(rows * c.d_head, 0); break;
-    case CacheType::Int8:
-      i8_.assign(rows * c.d_head, 0);
-      scales_.assign(rows, 0.0f);
-      break;
+  own_ = KVStorage(c.storage, 2 * c.n_layers * c.batch * c.max_T * c.n_kv_heads, c.d_head);
+}
+
+KVCache::KVCache(std::shared_ptr<KVPool> pool, int64_t max_T) : pool_(std::move(pool)) {
+  check(pool_ != nullptr && max_T > 0, "KV cache: a paged cache needs a pool and max_T > 0, got max_T={}", max_T);
+  const KVPoolConfig& p = pool_->config();
+  config_ = {p.n_layers, 1, max_T, p.n_kv_heads, p.d_head, p.storage};
+}
+
+KVCache::~KVCache() { release_blocks(); }
+
+KVCache::KVCache(const KVCache& other)
+    : config_(other.config_), own_(other.own_), pool_(other.pool_) {
+  if (!paged()) return;
+  const int64_t n = static_cast<int64_t>(other.table_.size());
+  if (n == 0) return;
+  // Every block but the last is shared; the last may still be written by either copy: copy it.
+  for (int64_t i = 0; i + 1 < n; ++i) pool_->retain(other.table_[i]), table_.push_back(other.table_[i]);
+  std::vector<int32_t> last;
+  check(pool_->allocate(1, last), "KV pool: no free block to copy a sequence's last block into ({} blocks, all held)",
+        pool_->config().blocks);
+  table_.push_back(last[0]);
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer)
+    for (const bool value : {false, true})
+      pool_->storage().copy_rows(pool_->row(layer, value, last[0], 0), pool_->storage(),
+                                 pool_->row(layer, value, other.table_[n - 1], 0), KVPool::kBlock * config_.n_kv_heads);
+}
+
+KVCache& KVCache::operator=(const KVCache& other) {
+  if (this != &other) {
+    KVCache copy(other);
+    release_blocks();
+    config_ = copy.config_;
+    own_ = std::move(copy.own_);
+    pool_ = copy.pool_;
+    table_ = std::move(copy.table_);
+    copy.table_.clear();
+  }
+  return *this;
+}
+
+void KVCache::release_blocks() {
+  // Last first: the pool's prefix cache then drops a chain's tail before its head.
+  if (pool_)
+    for (auto b = table_.rbegin(); b != table_.rend(); ++b) pool_->release(*b);
+  table_.clear();
+}
+
+int64_t KVCache::blocks_needed(int64_t end) const {
+  if (!paged()) return 0;
+  const int64_t want = (std::min(end, config_.max_T) + KVPool::kBlock - 1) / KVPool::kBlock;
+  return std::max<int64_t>(0, want - static_cast<int64_t>(table_.size()));
+}
+
+bool KVCache::reserve(int64_t end) {
+  if (end > config_.max_T) return false;
+  if (!paged()) return true;
+  const int64_t n = blocks_needed(end);
+  return n == 0 || pool_->allocate(n, table_);
+}
+
+void KVCache::shrink_blocks(size_t n) {
+  while (paged() && table_.size() > n) {
+    pool_->release(table_.back());
+    table_.pop_back();
   }
 }
 
+void KVCache::adopt(std::vector<int32_t> blocks) {
+  check(paged() && table_.empty(), "KV cache: only an empty paged cache adopts blocks");
+  check(static_cast<int64_t>(blocks.size()) * KVPool::kBlock <= config_.max_T,
+        "KV cache: {} blocks do not fit {} positions", blocks.size(), config_.max_T);
+  table_ = std::move(blocks);
+}
+
 int64_t KVCache::row(int64_t layer, bool value, int64_t b, int64_t pos) const {
+  if (paged()) return pool_->row(layer, value, table_[pos / KVPool::kBlock], pos % KVPool::kBlock);
   return ((2 * layer + (value ? 1 : 0)) * config_.batch + b) * config_.max_T * config_.n_kv_heads +
          pos * config_.n_kv_heads;
+}
+
+template <typename F>
+void KVCache::runs(int64_t pos, int64_t n, F&& f) const {
+  if (!paged()) return n > 0 ? f(pos, n) : void();
+  for (int64_t p = pos; p < pos + n;) {
+    const int64_t len = std::min(pos + n, (p / KVPool::kBlock + 1) * KVPool::kBlock) - p;
+    f(p, len);
+    p += len;
+  }
 }
 
 void KVCache::write(int64_t layer, int64_t pos, const float* k, const float* v, int64_t T_new) {
@@ -58,37 +126,31 @@ void KVCache::write(int64_t layer, int64_t pos, const float* k, const float* v, 
         "KV cache: writing positions [{}, {}) but the cache holds {} positions (max_T); the sequence is longer "
         "than the context the cache was built for",
         pos, pos + T_new, c.max_T);
-  const int64_t n_rows = T_new * c.n_kv_heads;  // consecutive rows of one sequence
-  for (int64_t b = 0; b < c.batch; ++b) {
-    for (int which = 0; which < 2; ++which) {
-      const float* src = (which == 0 ? k : v) + b * n_rows * c.d_head;
-      const int64_t first = row(layer, which == 1, b, pos);
-      switch (c.storage) {
-        case CacheType::F32:
-          std::memcpy(&f32_[first * c.d_head], src, n_rows * c.d_head * sizeof(float));
-          break;
-        case CacheType::F16: kernels::float_to_half(&f16_[first * c.d_head], src, n_rows * c.d_head); break;
-        case CacheType::Int8:
-          kernels::quantize_rows_int8(&i8_[first * c.d_head], &scales_[first], src, n_rows, c.d_head);
-          break;
-      }
+  check(blocks_needed(pos + T_new) == 0, "KV cache: writing positions [{}, {}) before their blocks are reserved", pos,
+        pos + T_new);
+  const int64_t D = c.n_kv_heads * c.d_head;  // floats per position
+  KVStorage& s = storage();
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (const bool value : {false, true}) {
+      const float* src = (value ? v : k) + b * T_new * D;
+      runs(pos, T_new, [&](int64_t p, int64_t n) {
+        s.store(row(layer, value, b, p), src + (p - pos) * D, n * c.n_kv_heads);
+      });
     }
-  }
 }
 
 const float* KVCache::read(int64_t layer, int64_t length, bool value) {
   const auto& c = config_;
   check(layer >= 0 && layer < c.n_layers, "KV cache: layer {} out of range [0, {})", layer, c.n_layers);
   check(length >= 0 && length <= c.max_T, "KV cache: reading {} positions of a cache of {}", length, c.max_T);
-  if (c.storage == CacheType::F32) return &f32_[row(layer, value, 0, 0) * c.d_head];
+  if (!paged() && c.storage == CacheType::F32) return own_.f32(row(layer, value, 0, 0));
   std::vector<float>& out = decoded_[value ? 1 : 0];
-  out.resize(rows_per_layer_ * c.d_head);
-  const int64_t n_rows = length * c.n_kv_heads;
+  const int64_t D = c.n_kv_heads * c.d_head;
+  out.resize(c.batch * c.max_T * D);
+  const KVStorage& s = storage();
   for (int64_t b = 0; b < c.batch; ++b) {
-    const int64_t first = row(layer, value, b, 0);
-    float* dst = &out[b * c.max_T * c.n_kv_heads * c.d_head];
-    if (c.storage == CacheType::F16) kernels::half_to_float(dst, &f16_[first * c.d_head], n_rows * c.d_head);
-    else kernels::dequantize_rows_int8(dst, &i8_[first * c.d_head], &scales_[first], n_rows, c.d_head);
+    float* dst = &out[b * c.max_T * D];
+    runs(0, length, [&](int64_t p, int64_t n) { s.load(dst + p * D, row(layer, value, b, p), n * c.n_kv_heads); });
   }
   return out.data();
 }
@@ -97,26 +159,18 @@ void KVCache::copy_from(const KVCache& other, int64_t length) {
   const auto& c = config_;
   const auto& o = other.config_;
   check(c.n_layers == o.n_layers && c.batch == o.batch && c.max_T == o.max_T && c.n_kv_heads == o.n_kv_heads &&
-            c.d_head == o.d_head && c.storage == o.storage,
+            c.d_head == o.d_head && c.storage == o.storage && pool_ == other.pool_,
         "KV cache: copying from a cache of another configuration");
   check(length >= 0 && length <= c.max_T, "KV cache: copying {} positions of a cache of {}", length, c.max_T);
-  const int64_t n_rows = length * c.n_kv_heads;  // rows of one sequence that hold data
-  auto copy = [&](auto& to, const auto& from, int64_t width) {
-    for (int64_t layer = 0; layer < c.n_layers; ++layer)
-      for (int which = 0; which < 2; ++which)
-        for (int64_t b = 0; b < c.batch; ++b) {
-          const int64_t first = row(layer, which == 1, b, 0) * width;
-          std::copy_n(&from[first], n_rows * width, &to[first]);
-        }
-  };
-  switch (c.storage) {
-    case CacheType::F32: copy(f32_, other.f32_, c.d_head); break;
-    case CacheType::F16: copy(f16_, other.f16_, c.d_head); break;
-    case CacheType::Int8:
-      copy(i8_, other.i8_, c.d_head);
-      copy(scales_, other.scales_, 1);
-      break;
+  if (paged()) {
+    if (this != &other) *this = other;
+    return;
   }
+  const int64_t n_rows = length * c.n_kv_heads;  // rows of one sequence that hold data
+  for (int64_t layer = 0; layer < c.n_layers; ++layer)
+    for (const bool value : {false, true})
+      for (int64_t b = 0; b < c.batch; ++b)
+        own_.copy_rows(row(layer, value, b, 0), other.own_, row(layer, value, b, 0), n_rows);
 }
 
 void KVCache::attend(int64_t layer, float* out, const float* q, kernels::AttentionParams<float> p) {
@@ -127,21 +181,27 @@ void KVCache::attend(int64_t layer, float* out, const float* q, kernels::Attenti
         "KV cache: attend takes one query per sequence over at most {} positions of batch {} × {} heads × {} "
         "channels, got {} queries over {} positions of batch {} × {} × {}",
         c.max_T, c.batch, c.n_kv_heads, c.d_head, p.Tq, p.Tk, p.B, p.n_kv_heads, p.d_head);
+  check(blocks_needed(p.Tk) == 0, "KV cache: attending to {} positions, not all of them written", p.Tk);
   p.kv_capacity = c.max_T;
+  // Paged: the keys are read where they lie, block by block (row (block·32 + offset)·heads of the layer's
+  // keys, whose first row is block 0's).
+  int64_t keys = row(layer, false, 0, 0), values = row(layer, true, 0, 0);
+  if (paged()) {
+    p.block_table = table_.data();
+    keys = pool_->row(layer, false, 0, 0), values = pool_->row(layer, true, 0, 0);
+  }
   workspace_.resize(kernels::decode_attention_workspace_size(p, kernels::num_threads()));
-  const int64_t keys = row(layer, false, 0, 0), values = row(layer, true, 0, 0);
+  KVStorage& s = storage();
   switch (c.storage) {
     case CacheType::F32:
-      kernels::decode_attention_forward(out, q, &f32_[keys * c.d_head], &f32_[values * c.d_head], nullptr, nullptr,
-                                        p, workspace_.data());
+      kernels::decode_attention_forward(out, q, s.f32(keys), s.f32(values), nullptr, nullptr, p, workspace_.data());
       break;
     case CacheType::F16:
-      kernels::decode_attention_forward(out, q, &f16_[keys * c.d_head], &f16_[values * c.d_head], nullptr, nullptr,
-                                        p, workspace_.data());
+      kernels::decode_attention_forward(out, q, s.f16(keys), s.f16(values), nullptr, nullptr, p, workspace_.data());
       break;
     case CacheType::Int8:
-      kernels::decode_attention_forward(out, q, &i8_[keys * c.d_head], &i8_[values * c.d_head], &scales_[keys],
-                                        &scales_[values], p, workspace_.data());
+      kernels::decode_attention_forward(out, q, s.i8(keys), s.i8(values), s.scales(keys), s.scales(values), p,
+                                        workspace_.data());
       break;
   }
 }

@@ -6,13 +6,20 @@
 // 2 · n_layers · batch · n_kv_heads · d_head · max_T · bytes (+ 4 bytes per row for int8 scales).
 // A generated token's attention reads the rows as stored (attend); longer prompts read fp32 copies
 // (keys, values) through the tiled kernel.
+//
+// A paged cache (one sequence) holds no storage of its own: it takes blocks of 32 positions from a KVPool
+// as positions are written (reserve) and gives them back when it ends; its table maps position p to block
+// table[p / 32]. A copy shares the full blocks and copies the last, partly written one (copy on write).
 #pragma once
 
 #include "kernels/attention.h"
+#include "nn/kv_pool.h"
 
 #include <attend/model.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 namespace attend::nn {
@@ -29,6 +36,25 @@ struct KVCacheConfig {
 class KVCache {
  public:
   explicit KVCache(const KVCacheConfig& config);
+  // A paged cache of up to max_T positions on `pool` (whose layers, heads and storage it takes).
+  KVCache(std::shared_ptr<KVPool> pool, int64_t max_T);
+  ~KVCache();
+  KVCache(const KVCache& other);
+  KVCache& operator=(const KVCache& other);
+
+  bool paged() const { return pool_ != nullptr; }
+  KVPool* pool() const { return pool_.get(); }
+  // Paged: the blocks of positions [0, 32·blocks().size()), in order.
+  const std::vector<int32_t>& blocks() const { return table_; }
+  // Paged: takes blocks from the pool until positions [0, end) have one; false, and nothing taken, when the
+  // pool has too few. (A contiguous cache has room for max_T: true up to it.)
+  bool reserve(int64_t end);
+  // Paged: gives back the blocks past the first n (a step that could not reserve for every sequence).
+  void shrink_blocks(size_t n);
+  // Blocks still to take for positions [0, end).
+  int64_t blocks_needed(int64_t end) const;
+  // Paged and empty: starts with `blocks`, already held for this cache (a prefix the pool's cache matched).
+  void adopt(std::vector<int32_t> blocks);
 
   const KVCacheConfig& config() const { return config_; }
   // Bytes this cache holds, and what a cache of `config` would hold (to plan before allocating).
@@ -51,20 +77,25 @@ class KVCache {
   void attend(int64_t layer, float* out, const float* q, kernels::AttentionParams<float> p);
 
   // Copies positions [0, length) of every layer and sequence from `other`, a cache of the same configuration,
-  // into this one's storage (a session continuing from another's point: beam search).
+  // into this one's storage (a session continuing from another's point: beam search). Paged: shares other's
+  // full blocks and copies its last one.
   void copy_from(const KVCache& other, int64_t length);
 
  private:
   const float* read(int64_t layer, int64_t length, bool value);
   int64_t row(int64_t layer, bool value, int64_t b, int64_t pos) const;  // index of a (position, head) row
+  KVStorage& storage() { return pool_ ? pool_->storage() : own_; }
+  // Calls f(first_position, positions) for the runs of [pos, pos + n) that lie in one block (one run when
+  // the cache is contiguous).
+  template <typename F>
+  void runs(int64_t pos, int64_t n, F&& f) const;
+  void release_blocks();
 
   KVCacheConfig config_;
-  int64_t rows_per_layer_;  // batch · max_T · n_kv_heads, for keys and for values
-  std::vector<float> f32_;
-  std::vector<uint16_t> f16_;
-  std::vector<int8_t> i8_;
-  std::vector<float> scales_;
-  std::vector<float> decoded_[2];  // fp32 copies of the keys and values read last (fp16 and int8 only)
+  KVStorage own_;                  // contiguous: every row
+  std::shared_ptr<KVPool> pool_;   // paged: the pool and this sequence's blocks
+  std::vector<int32_t> table_;
+  std::vector<float> decoded_[2];  // fp32 copies of the keys and values read last (fp16, int8 and paged)
   std::vector<float> workspace_;   // attend()'s scratch: score rows and T5 buckets
 };
 

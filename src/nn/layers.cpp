@@ -176,9 +176,12 @@ InputStatistics* recording = nullptr;  // RecordInputs's statistics, while one i
 std::mutex recording_mutex;
 
 // out (N, s.rows) = inp · the segment's rowsᵀ + bias: the repacked kernel where the segment has its rows repacked.
+thread_local bool per_row_matmuls = false;  // a PerRowMatmuls is alive on this thread
+
 void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
   if (!s.repacked.empty())
     return kernels::matmul_forward_x8(quant_type(s.type), out, inp, s.repacked.data(), s.data, bias, N, C, s.rows);
+  if (per_row_matmuls) return kernels::matmul_forward_quant_rows(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
   kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
 }
 
@@ -292,7 +295,8 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
     const bool int8_prompt = std::all_of(weight.quantized.begin(), weight.quantized.end(), [&](const QuantizedRows& s) {
       return !s.repacked.empty() && (!kernels::bf16_kernel_in_use() || (vnni && s.type == WeightType::Q4_0));
     });
-    if (N > kernels::kGemvRows && !int8_prompt) return quantized_prompt_forward(weight, out, inp, bias, N, C, OC);
+    if (N > kernels::kGemvRows && !int8_prompt && !per_row_matmuls)
+      return quantized_prompt_forward(weight, out, inp, bias, N, C, OC);
     if (weight.quantized.size() == 1) return quantized_rows_forward(weight.quantized[0], out, inp, bias, N, C);
     // Segments of rows (a GGUF file's Q, K and V): each segment's channels, then interleaved.
     thread_local std::vector<float> part;
@@ -318,20 +322,23 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
                                  N, C, OC);
     return;
   }
+  const bool rows = N <= kernels::kGemvRows || per_row_matmuls;  // the per-row (decoding) kernels
   switch (weight.storage) {
-    case WeightType::F32: return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+    case WeightType::F32:
+      if (per_row_matmuls) return kernels::matmul_forward_rows(out, inp, weight.value.data(), bias, N, C, OC);
+      return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
     case WeightType::Q8_0: case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
     case WeightType::Q4_K: case WeightType::Q5_K: case WeightType::Q6_K:
       throw Error(fmt::format("linear '{}': stored as {} without its blocks", weight.name, weight_type_name(weight.storage)));
     case WeightType::BF16:
-      if (N <= kernels::kGemvRows) return kernels::matmul_forward_bf16(out, inp, weight.packed.data(), bias, N, C, OC);
+      if (rows) return kernels::matmul_forward_bf16(out, inp, weight.packed.data(), bias, N, C, OC);
       // A prompt: bf16 products at up to twice sgemm's rate, inputs rounded as in bf16 training.
       if (kernels::bf16_kernel_in_use())
         return kernels::matmul_forward_half(kernels::Half::BF16, out, rounded(0, Precision::BF16, inp, N * C),
                                             weight.packed.data(), bias, N, C, OC);
       [[fallthrough]];  // no bf16 dot products on this CPU (AVX2): the same numbers through sgemm, below
     case WeightType::F16:
-      if (weight.storage == WeightType::F16 && N <= kernels::kGemvRows)
+      if (weight.storage == WeightType::F16 && rows)
         return kernels::matmul_forward_f16(out, inp, weight.packed.data(), bias, N, C, OC);
       // sgemm on the weight's fp32 values, which are its packed 16-bit values exactly, and the input rounded as a
       // 16-bit GEMM rounds it: the 16-bit GEMM's numbers without widening the weight at every call (which made
@@ -340,6 +347,11 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
                                                          inp, N * C),
                                      weight.value.data(), bias, N, C, OC);
   }
+}
+
+PerRowMatmuls::PerRowMatmuls() : outer_(!per_row_matmuls) { per_row_matmuls = true; }
+PerRowMatmuls::~PerRowMatmuls() {
+  if (outer_) per_row_matmuls = false;
 }
 
 // ---- Linear ----------------------------------------------------------------------------------------

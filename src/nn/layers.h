@@ -26,6 +26,19 @@ namespace attend::nn {
 // and multiplies with fp32 sums; the rounded W goes to *w_rounded, which the backward reads.
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC, Precision precision = Precision::F32, std::vector<uint16_t>* w_rounded = nullptr);
+// While one is alive, linear_forward on this thread multiplies any number of rows with the per-row (decoding)
+// kernels, so that each row's outputs are those of that row alone, bit for bit (step_row_invariant's decoding
+// rows). Not for prompts: the per-row kernels run far below the GEMM's rate at many rows.
+class PerRowMatmuls {
+ public:
+  PerRowMatmuls();
+  ~PerRowMatmuls();
+  PerRowMatmuls(const PerRowMatmuls&) = delete;
+  PerRowMatmuls& operator=(const PerRowMatmuls&) = delete;
+
+ private:
+  bool outer_;
+};
 // The precision a matmul with `weight` runs in a forward of `precision`: routers stay fp32 (Switch
 // Transformer's selective precision).
 inline Precision precision_for(const Parameter& weight, Precision precision) {

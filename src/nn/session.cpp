@@ -3,6 +3,8 @@
 // one forward of the decoder stack (Stack::step): the matmuls see every row at once, each sequence attends to
 // its own cache, and the LM head runs on each sequence's last row.
 #include "nn/kv_cache.h"
+#include "nn/kv_pool.h"
+#include "nn/layers.h"
 #include "nn/transformer.h"
 
 #include "kernels/elementwise.h"
@@ -10,26 +12,37 @@
 #include <attend/error.h>
 #include <attend/session.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 namespace attend {
 
 using nn::check_sequences;
 using nn::valid_mask;
 
+struct KVBlockPool::Impl {
+  const Model* model = nullptr;
+  std::shared_ptr<nn::KVPool> pool;
+};
+
 struct Session::State {
   const Model* model = nullptr;
   const Model::Impl* network = nullptr;  // the model's weights (Session is Model's friend; step is not)
   nn::KVCache cache;
   int64_t position = 0;
+  std::vector<int32_t> tokens;  // run so far
   // Encoder-decoder models: every decoder block's cross-attention keys and values of the source.
   std::vector<Tensor> context_keys, context_values;
   std::vector<float> logits;  // (V) after the last step
 
   State(const Model& m, const nn::KVCacheConfig& c) : model(&m), network(m.impl_.get()), cache(c) {}
+  State(const Model& m, std::shared_ptr<nn::KVPool> pool, int64_t max_T)
+      : model(&m), network(m.impl_.get()), cache(std::move(pool), max_T) {}
   State(const State& o)
-      : model(o.model), network(o.network), cache(o.cache), position(o.position),
+      : model(o.model), network(o.network), cache(o.cache), position(o.position), tokens(o.tokens),
         context_keys(clones(o.context_keys)), context_values(clones(o.context_values)), logits(o.logits) {}
 
   static std::vector<Tensor> clones(const std::vector<Tensor>& tensors) {
@@ -48,7 +61,27 @@ nn::KVCacheConfig cache_config(const ModelConfig& c, const SessionOptions& o) {
   return {c.decoder_layers(), 1, max_T, c.kv_heads(), c.d_head(), o.cache};
 }
 
+nn::KVPoolConfig pool_config(const Model& model, int64_t blocks, CacheType cache) {
+  const ModelConfig& c = model.config();
+  return {c.decoder_layers(), c.kv_heads(), c.d_head(), cache, blocks};
+}
+
 }  // namespace
+
+KVBlockPool::KVBlockPool(const Model& model, int64_t blocks, CacheType cache)
+    : impl_(std::make_shared<Impl>(Impl{&model, std::make_shared<nn::KVPool>(pool_config(model, blocks, cache))})) {
+  static_assert(kBlockPositions == nn::KVPool::kBlock);
+}
+int64_t KVBlockPool::block_bytes(const Model& model, CacheType cache) {
+  return nn::KVPool::block_bytes(pool_config(model, 1, cache));
+}
+const Model& KVBlockPool::model() const { return *impl_->model; }
+CacheType KVBlockPool::cache() const { return impl_->pool->config().storage; }
+int64_t KVBlockPool::blocks() const { return impl_->pool->config().blocks; }
+int64_t KVBlockPool::available() const { return impl_->pool->available(); }
+int64_t KVBlockPool::in_use() const { return impl_->pool->in_use(); }
+int64_t KVBlockPool::cached() const { return impl_->pool->cached(); }
+int64_t KVBlockPool::memory_bytes() const { return impl_->pool->memory_bytes(); }
 
 Session::Session(const Model& model, const SessionOptions& options) {
   const ModelConfig& c = model.config();
@@ -57,12 +90,19 @@ Session::Session(const Model& model, const SessionOptions& options) {
         "classification: attend eval-classify)");
   check(c.architecture == Architecture::Decoder,
         "session: an encoder-decoder model decodes from a source (construct the session with the encoder's input)");
+  if (options.pool != nullptr) {
+    check(&options.pool->model() == &model, "session: the KV block pool was made for another model");
+    const nn::KVCacheConfig cc = cache_config(c, options);
+    state_ = std::make_unique<State>(model, options.pool->impl_->pool, cc.max_T);
+    return;
+  }
   state_ = std::make_unique<State>(model, cache_config(c, options));
 }
 
 Session::Session(const Model& model, std::span<const int32_t> source, const SessionOptions& options) {
   const ModelConfig& c = model.config();
   check(c.architecture == Architecture::EncoderDecoder, "session: only encoder-decoder models decode from a source");
+  check(options.pool == nullptr, "session: encoder-decoder sessions keep their own caches (no KV block pool)");
   state_ = std::make_unique<State>(model, cache_config(c, options));
   const Model::Impl& m = *model.impl_;
   const std::vector<int32_t> ids(source.begin(), source.end());
@@ -101,14 +141,51 @@ void Session::assign(const Session& other) {
   State& s = *state_;
   const State& o = *other.state_;
   check(s.model == o.model && s.cache.config().max_T == o.cache.config().max_T &&
-            s.cache.config().storage == o.cache.config().storage,
-        "session: assign takes a session of the same model, capacity and cache type");
+            s.cache.config().storage == o.cache.config().storage && s.cache.pool() == o.cache.pool(),
+        "session: assign takes a session of the same model, capacity, cache type and pool");
   if (this == &other) return;
   s.cache.copy_from(o.cache, o.position);
   s.position = o.position;
+  s.tokens = o.tokens;
   s.context_keys = Session::State::clones(o.context_keys);
   s.context_values = Session::State::clones(o.context_values);
   s.logits = o.logits;
+}
+
+std::span<const int32_t> Session::tokens() const { return state_->tokens; }
+
+int64_t Session::blocks_needed(int64_t more) const { return state_->cache.blocks_needed(state_->position + more); }
+
+int64_t Session::reuse_prefix(std::span<const int32_t> tokens, int64_t multiple) {
+  State& s = *state_;
+  check(s.cache.paged(), "session: reuse_prefix needs a session on a KV block pool");
+  check(s.position == 0, "session: reuse_prefix starts a session, but this one has run {} tokens", s.position);
+  check(multiple > 0 && multiple % nn::KVPool::kBlock == 0, "session: reuse_prefix's multiple must be a positive "
+        "multiple of {}, got {}", nn::KVPool::kBlock, multiple);
+  const auto n = static_cast<int64_t>(tokens.size());
+  // At most the whole multiples that leave a token to run, and that fit the cache.
+  const int64_t limit = std::min(n - 1, s.cache.config().max_T) / multiple * multiple;
+  if (limit <= 0) return 0;
+  std::vector<int32_t> blocks;
+  const int64_t found = s.cache.pool()->match(tokens.first(limit), blocks) * nn::KVPool::kBlock;
+  const int64_t keep = found / multiple * multiple;
+  for (size_t i = keep / nn::KVPool::kBlock; i < blocks.size(); ++i) s.cache.pool()->release(blocks[i]);
+  blocks.resize(keep / nn::KVPool::kBlock);
+  if (keep == 0) return 0;
+  s.cache.adopt(std::move(blocks));
+  s.position = keep;
+  s.tokens.assign(tokens.begin(), tokens.begin() + keep);
+  return keep;
+}
+
+void Session::share_prefix(int64_t positions) {
+  State& s = *state_;
+  check(s.cache.paged(), "session: share_prefix needs a session on a KV block pool");
+  check(positions >= 0 && positions <= s.position && positions % nn::KVPool::kBlock == 0,
+        "session: share_prefix takes whole blocks of {} positions run so far ({}), got {}", nn::KVPool::kBlock,
+        s.position, positions);
+  const std::vector<int32_t>& table = s.cache.blocks();
+  s.cache.pool()->publish(s.tokens, std::span(table).first(positions / nn::KVPool::kBlock));
 }
 
 void step(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens) {
@@ -144,6 +221,19 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
     sequences.push_back({&s.cache, s.position, n, s.context_keys.empty() ? nullptr : &s.context_keys,
                          s.context_values.empty() ? nullptr : &s.context_values});
   }
+  // Blocks from the sessions' pools, all or none.
+  std::vector<std::pair<nn::KVCache*, size_t>> taken;
+  for (int64_t i = 0; i < S; ++i) {
+    Session::State& s = *sessions[i]->state_;
+    const size_t before = s.cache.blocks().size();
+    if (!s.cache.reserve(s.position + static_cast<int64_t>(tokens[i].size()))) {
+      const int64_t need = s.cache.blocks_needed(s.position + static_cast<int64_t>(tokens[i].size()));
+      for (auto& [cache, size] : taken) cache->shrink_blocks(size);
+      throw Error(fmt::format("session step: session {} needs {} more KV blocks; the pool has {} free", i, need,
+                              s.cache.pool()->available()));
+    }
+    taken.emplace_back(&s.cache, before);
+  }
 
   const Tensor x = m.embed_rows(ids, positions);
   const Tensor top = m.decoder->step(x, sequences);
@@ -162,7 +252,36 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
     Session::State& s = *sessions[i]->state_;
     s.logits.assign(logits.data() + i * V, logits.data() + (i + 1) * V);
     s.position += sequences[i].rows;
+    s.tokens.insert(s.tokens.end(), tokens[i].begin(), tokens[i].end());
   }
+}
+
+void step_row_invariant(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens) {
+  check(sessions.size() == tokens.size(), "session step: {} sessions but {} token lists", sessions.size(),
+        tokens.size());
+  // What the steps below would refuse, refused before any of them runs: ids outside the vocabulary, too few
+  // blocks in a pool for all of them.
+  std::map<const nn::KVPool*, int64_t> blocks;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const Session::State& s = *sessions[i]->state_;
+    const int64_t V = s.model->config().vocab_size;
+    for (const int32_t t : tokens[i])
+      check(t >= 0 && t < V, "session step: session {}: token id {} is outside the vocabulary [0, {})", i, t, V);
+    if (s.cache.paged()) blocks[s.cache.pool()] += s.cache.blocks_needed(s.position + static_cast<int64_t>(tokens[i].size()));
+  }
+  for (const auto& [pool, need] : blocks)
+    check(need <= pool->available(), "session step: the sessions need {} more KV blocks; the pool has {} free", need,
+          pool->available());
+  std::vector<Session*> single;
+  std::vector<std::vector<int32_t>> single_tokens;
+  for (size_t i = 0; i < sessions.size(); ++i)
+    if (tokens[i].size() == 1) single.push_back(sessions[i]), single_tokens.push_back(tokens[i]);
+  if (!single.empty()) {
+    const nn::PerRowMatmuls rows;
+    step(single, single_tokens);
+  }
+  for (size_t i = 0; i < sessions.size(); ++i)
+    if (tokens[i].size() != 1) step({sessions[i]}, {tokens[i]});
 }
 
 }  // namespace attend

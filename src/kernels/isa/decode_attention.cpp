@@ -89,10 +89,13 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
       const int64_t j1 = std::min((w % n_blocks) * kBlock + kBlock, end);
       for (int64_t h = 0; h < H; ++h) part[h * stride + D + 1] = 0.0f;  // l = 0: nothing visible yet
       if (j0 >= j1) continue;
-      // Row (b, j, kvh) is at (b·rows + j)·Hkv + kvh: a position's heads are adjacent.
+      // Row (b, j, kvh) is at (b·rows + j)·Hkv + kvh: a position's heads are adjacent. A paged cache's block
+      // lies `shift` positions further.
+      const int64_t blk = w % n_blocks;
+      const int64_t shift = p.block_table != nullptr ? (static_cast<int64_t>(p.block_table[blk]) - blk) * kBlock : 0;
       for (int64_t j = j0; j < j1; ++j) {
         for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
-          const int64_t r = (b * rows + j) * Hkv + kvh;
+          const int64_t r = (b * rows + j + shift) * Hkv + kvh;
           const float row_scale = k_scales != nullptr ? scale * k_scales[r] : scale;
           for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
             scores[h * kBlock + j - j0] = row_scale * dot(q + (b * H + h) * D, k + r * D, D);
@@ -112,7 +115,7 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
       }
       for (int64_t j = j0; j < j1; ++j) {
         for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
-          const int64_t r = (b * rows + j) * Hkv + kvh;
+          const int64_t r = (b * rows + j + shift) * Hkv + kvh;
           const float row_scale = v_scales != nullptr ? v_scales[r] : 1.0f;
           for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
             if (part[h * stride + D + 1] > 0.0f) axpy(part + h * stride, scores[h * kBlock + j - j0] * row_scale, v + r * D, D);
