@@ -17,6 +17,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev   # formatting, JSON, the command line
   libicu-dev libpcre2-dev                      # Unicode classes/normalisation and regexes (tokenizers)
   libgtest-dev libbenchmark-dev                # tests and benchmarks
+  libcpp-httplib-dev                           # attend serve: HTTP (with its OpenSSL, zlib and Brotli headers)
   libopenblas-dev                              # only for bench/: OpenBLAS as a peer in the GEMM benchmark
 )
 if [[ "${1:-}" == "--with-peers" ]]; then
