@@ -171,8 +171,9 @@ TEST_F(EngineTest, AFullQueueRefusesAndCancellingFreesTheBlocks) {
   EXPECT_EQ(b.finish[0], "cancelled");
   for (int i = 0; i < 1000 && engine.stats().kv_blocks_used > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);
-  // A deadline passed ends a request the same way.
-  slow.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  // A deadline passed ends a request the same way (one already passed when it is submitted: this model makes its
+  // 200 tokens in milliseconds, too fast for a deadline to fall reliably inside them).
+  slow.deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
   EXPECT_EQ(collect(*engine.submit(slow), 1).finish[0], "deadline");
 }
 
