@@ -38,23 +38,10 @@ struct ChatSettings {
   std::string weights, kv_cache = "f16", eos_ids;
 };
 
-// The tokens that end a reply: the model directory's (generation_config.json, config.json), the template's
-// eos_token, and the tokenizer's EOS; or those of --eos.
-std::vector<int32_t> end_tokens(const ChatSettings& s, const Tokenizer& tok, const ChatTemplate& tmpl) {
-  if (!s.eos_ids.empty()) return parse_ids(s.eos_ids, "--eos");
-  std::vector<int32_t> ids = read_generation_defaults(s.model_dir).eos;
-  if (!tmpl.eos_token().empty())
-    if (const auto id = tok.token_to_id(tmpl.eos_token())) ids.push_back(*id);
-  if (const auto id = tok.special_id(SpecialRole::Eos)) ids.push_back(*id);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
-
 class Chat {
  public:
   Chat(const ChatSettings& s, const Model& model, const Tokenizer& tok, ChatTemplate tmpl)
-      : s_(s), model_(model), tok_(tok), tmpl_(std::move(tmpl)), eos_(end_tokens(s, tok, tmpl_)),
+      : s_(s), model_(model), tok_(tok), tmpl_(std::move(tmpl)), eos_(reply_end_tokens(s.model_dir, tok, &tmpl_, s.eos_ids)),
         rng_(s.sampling.seed) {
     reset();
   }
@@ -133,6 +120,34 @@ class Chat {
 
 }  // namespace
 
+ChatTemplate model_chat_template(const std::string& model, const Tokenizer& tok, const std::string& template_path,
+                                 const std::string& template_name) {
+  if (!template_path.empty())
+    return template_path.ends_with(".json")
+               ? ChatTemplate::from_tokenizer_config(read_file(template_path), template_path, template_name)
+               : ChatTemplate::from_string(read_file(template_path), template_path);
+  if (!is_gguf_file(model)) return ChatTemplate::from_model_dir(model, template_name);
+  // A GGUF file's tokenizer.chat_template, with the tokenizer's BOS and EOS as the template's.
+  const std::optional<std::string> source = gguf_chat_template(model);
+  check(source.has_value(), "{}: no tokenizer.chat_template in the file; give --template", model);
+  nlohmann::json config = {{"chat_template", *source}};
+  for (const auto& [role, key] : {std::pair{SpecialRole::Bos, "bos_token"}, {SpecialRole::Eos, "eos_token"}})
+    if (const std::optional<int32_t> id = tok.special_id(role)) config[key] = tok.id_to_token(*id);
+  return ChatTemplate::from_tokenizer_config(config.dump(), model + " (tokenizer.chat_template)", template_name);
+}
+
+std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer& tok, const ChatTemplate* tmpl,
+                                      const std::string& eos) {
+  if (!eos.empty()) return parse_ids(eos, "--eos");
+  std::vector<int32_t> ids = read_generation_defaults(model).eos;
+  if (tmpl != nullptr && !tmpl->eos_token().empty())
+    if (const auto id = tok.token_to_id(tmpl->eos_token())) ids.push_back(*id);
+  if (const auto id = tok.special_id(SpecialRole::Eos)) ids.push_back(*id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 void add_chat_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Talk with a chat model in the terminal: the model's chat template, streamed "
                                          "replies, the history kept (/reset clears it, /exit or end of input leaves)");
@@ -162,19 +177,7 @@ void add_chat_command(CLI::App& app) {
     std::optional<Tokenizer> own = s.tokenizer_path.empty() ? model_tokenizer(s.model_dir) : Tokenizer::load(s.tokenizer_path);
     check(own.has_value(), "{}: no tokenizer; give --tokenizer", s.model_dir);
     const Tokenizer tok = std::move(*own);
-    auto model_template = [&] {
-      if (!is_gguf_file(s.model_dir)) return ChatTemplate::from_model_dir(s.model_dir, s.template_name);
-      // A GGUF file's tokenizer.chat_template, with the tokenizer's BOS and EOS as the template's.
-      const std::optional<std::string> source = gguf_chat_template(s.model_dir);
-      check(source.has_value(), "{}: no tokenizer.chat_template in the file; give --template", s.model_dir);
-      nlohmann::json config = {{"chat_template", *source}};
-      for (const auto& [role, key] : {std::pair{SpecialRole::Bos, "bos_token"}, {SpecialRole::Eos, "eos_token"}})
-        if (const std::optional<int32_t> id = tok.special_id(role)) config[key] = tok.id_to_token(*id);
-      return ChatTemplate::from_tokenizer_config(config.dump(), s.model_dir + " (tokenizer.chat_template)", s.template_name);
-    };
-    ChatTemplate tmpl = s.template_path.empty()                    ? model_template()
-                        : s.template_path.ends_with(".json")       ? ChatTemplate::from_tokenizer_config(read_file(s.template_path), s.template_path, s.template_name)
-                                                                   : ChatTemplate::from_string(read_file(s.template_path), s.template_path);
+    ChatTemplate tmpl = model_chat_template(s.model_dir, tok, s.template_path, s.template_name);
     Chat chat(s, model, tok, std::move(tmpl));
     const bool interactive = ::isatty(STDIN_FILENO) != 0;
     if (interactive)

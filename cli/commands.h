@@ -11,6 +11,7 @@
 
 namespace attend {
 enum class WeightType;
+class ChatTemplate;
 class Model;
 class Tokenizer;
 struct GenerateOptions;
@@ -36,6 +37,15 @@ inline constexpr const char* kWeightsHelp =
 // The tokenizer a model carries: a GGUF file's tokenizer.ggml.*, or a directory's tokenizer.json (encoder.json +
 // vocab.bpe, tokenizer.model); nullopt when there is none.
 std::optional<Tokenizer> model_tokenizer(const std::string& model);
+// A model's chat template: --template (a .jinja file or a tokenizer_config.json) when given, else the model
+// directory's (chat_template.jinja, tokenizer_config.json) or a GGUF file's tokenizer.chat_template with the
+// tokenizer's BOS and EOS as the template's. An error says what was looked for.
+ChatTemplate model_chat_template(const std::string& model, const Tokenizer& tokenizer, const std::string& template_path,
+                                 const std::string& template_name);
+// The tokens that end a reply: the model's (generation_config.json, config.json), the template's eos_token and the
+// tokenizer's EOS; or the ids of `eos` ("1,2") when given.
+std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer& tokenizer, const ChatTemplate* tmpl,
+                                      const std::string& eos);
 // Empty: a model loaded with quantized matrices (a GGUF file) keeps them; any other gets `fallback`.
 void set_weights(Model& model, const std::string& weights, WeightType fallback);
 
@@ -58,5 +68,7 @@ void add_eval_command(CLI::App& app);
 void add_chat_template_command(CLI::App& app);
 // Adds `attend chat`.
 void add_chat_command(CLI::App& app);
+// Adds `attend serve`.
+void add_serve_command(CLI::App& app);
 
 }  // namespace attend::cli

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   attend::cli::add_eval_command(app);
   attend::cli::add_chat_template_command(app);
   attend::cli::add_chat_command(app);
+  attend::cli::add_serve_command(app);
 
   app.parse_complete_callback([&] {
     attend::log::set_level(attend::log::parse_level(log_level));

@@ -108,8 +108,10 @@ TEST_F(EngineTest, RequestsRunTogetherGiveTheTokensOfEachAlone) {
   const EngineStats s = many.stats();
   EXPECT_GT(s.cached_prompt_tokens, 0);
   EXPECT_EQ(s.kv_blocks_used, 0) << "every block goes back when its request ends";
-  EXPECT_LE(*std::max_element(s.batch_sequences.begin(), s.batch_sequences.end()), 4.0);
-  EXPECT_GT(*std::max_element(s.batch_sequences.begin(), s.batch_sequences.end()), 1.0);
+  EXPECT_LE(s.max_batch_sequences, 4);
+  EXPECT_GT(s.max_batch_sequences, 1);
+  EXPECT_EQ(s.batch_sequences.count, s.steps);
+  EXPECT_EQ(s.time_to_first_token.count, 8);
 }
 
 TEST_F(EngineTest, StopStringsEosAndBudgetsEndChoices) {

@@ -84,6 +84,9 @@ class EngineRequest {
  public:
   // Waits for the next event; false once every choice has finished and its events were taken.
   bool next(EngineEvent& event);
+  // The same, waiting at most `timeout` (a server probes its client meanwhile).
+  enum class Wait { Event, Timeout, Done };
+  Wait next_for(EngineEvent& event, std::chrono::milliseconds timeout);
   // Ends every choice at the next step ("cancelled"), its blocks freed: a client that went away.
   void cancel();
   int64_t prompt_tokens() const;
@@ -97,16 +100,27 @@ class EngineRequest {
   std::shared_ptr<State> state_;
 };
 
+// Counts of observations by upper bound (Prometheus's histogram, not cumulative here): counts[i] holds those
+// in (bounds[i − 1], bounds[i]], the last one those above every bound.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<int64_t> counts;
+  double sum = 0.0;
+  int64_t count = 0;
+  explicit Histogram(std::vector<double> upper = {}) : bounds(std::move(upper)), counts(bounds.size() + 1, 0) {}
+  void add(double x);
+};
+
 // Counters and gauges for /metrics.
 struct EngineStats {
   int64_t waiting = 0, running = 0;           // requests
   int64_t sequences = 0;                      // active sequences (choices)
   int64_t kv_blocks = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
-  int64_t last_batch_rows = 0, last_batch_sequences = 0;
-  std::vector<double> batch_sequences;        // sequences of each recent step (at most the last 1,024)
-  std::vector<double> time_to_first_token;    // seconds, recent requests (at most 1,024)
-  std::vector<double> inter_token_latency;    // seconds, recent tokens (at most 4,096)
+  int64_t last_batch_rows = 0, last_batch_sequences = 0, max_batch_sequences = 0;
+  Histogram batch_sequences{{1, 2, 4, 8, 16, 32, 64, 128}};  // sequences per step
+  Histogram time_to_first_token{{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};  // seconds from submission
+  Histogram inter_token_latency{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};     // seconds between a choice's tokens
 };
 
 class QueueFull : public std::runtime_error {
@@ -119,6 +133,8 @@ class Engine {
   // The model (a decoder) and tokenizer (nullable: ids only, no stop strings) must outlive the engine.
   Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options = {});
   ~Engine();  // ends every request ("cancelled") and stops the thread
+  // The same now: every request ends ("cancelled"), and submit() refuses from then on.
+  void stop();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 

@@ -54,6 +54,23 @@ bool EngineRequest::next(EngineEvent& event) {
   state_->events.pop_front();
   return true;
 }
+EngineRequest::Wait EngineRequest::next_for(EngineEvent& event, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(state_->mutex);
+  if (!state_->ready.wait_for(lock, timeout, [&] { return !state_->events.empty() || state_->open == 0; }))
+    return Wait::Timeout;
+  if (state_->events.empty()) return Wait::Done;
+  event = std::move(state_->events.front());
+  state_->events.pop_front();
+  return Wait::Event;
+}
+
+void Histogram::add(double x) {
+  const auto at = std::lower_bound(bounds.begin(), bounds.end(), x);
+  ++counts[static_cast<size_t>(at - bounds.begin())];
+  sum += x;
+  ++count;
+}
+
 void EngineRequest::cancel() { state_->cancelled = true; }
 int64_t EngineRequest::prompt_tokens() const { return static_cast<int64_t>(state_->params.prompt.size()); }
 int64_t EngineRequest::cached_tokens() const { return state_->cached; }
@@ -64,15 +81,8 @@ Clock::time_point EngineRequest::submitted() const { return state_->submitted; }
 namespace {
 
 constexpr int64_t kBlock = KVBlockPool::kBlockPositions;
-constexpr size_t kRecent = 1024;
 
 int64_t blocks_for(int64_t positions) { return (positions + kBlock - 1) / kBlock; }
-
-template <typename T>
-void keep_recent(std::vector<T>& v, T x, size_t most) {
-  if (v.size() >= most) v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() - most + 1));
-  v.push_back(x);
-}
 
 // One choice of a request: a sequence with its own sampler.
 struct Choice {
@@ -228,9 +238,9 @@ struct Engine::Impl {
       std::lock_guard lock(mutex);
       ++stats.generated_tokens;
       if (c.generated.empty() && c.index == 0)
-        keep_recent(stats.time_to_first_token, std::chrono::duration<double>(now - a.request->submitted).count(), kRecent);
+        stats.time_to_first_token.add(std::chrono::duration<double>(now - a.request->submitted).count());
       else if (!c.generated.empty())
-        keep_recent(stats.inter_token_latency, std::chrono::duration<double>(now - c.last_token).count(), 4 * kRecent);
+        stats.inter_token_latency.add(std::chrono::duration<double>(now - c.last_token).count());
     }
     c.last_token = now;
     if (std::find(p.eos.begin(), p.eos.end(), token) != p.eos.end()) return finish(a, c, "stop");  // not handed out
@@ -352,7 +362,8 @@ struct Engine::Impl {
       stats.prompt_tokens += prompt_rows;
       stats.last_batch_rows = rows;
       stats.last_batch_sequences = static_cast<int64_t>(sessions.size());
-      keep_recent(stats.batch_sequences, static_cast<double>(sessions.size()), kRecent);
+      stats.batch_sequences.add(static_cast<double>(sessions.size()));
+      stats.max_batch_sequences = std::max<int64_t>(stats.max_batch_sequences, static_cast<int64_t>(sessions.size()));
     }
     for (Active& a : active) {
       if (!a.prompt_done) {
@@ -424,13 +435,15 @@ struct Engine::Impl {
 Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
     : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
 
-Engine::~Engine() {
+Engine::~Engine() { stop(); }
+
+void Engine::stop() {
   {
     std::lock_guard lock(impl_->mutex);
     impl_->stopping = true;
   }
   impl_->wake.notify_all();
-  impl_->thread.join();
+  if (impl_->thread.joinable()) impl_->thread.join();
 }
 
 std::shared_ptr<EngineRequest> Engine::submit(CompletionParams params) {
@@ -458,6 +471,7 @@ std::shared_ptr<EngineRequest> Engine::submit(CompletionParams params) {
   state->open = state->params.n;
   {
     std::lock_guard lock(impl_->mutex);
+    check(!impl_->stopping, "the server is shutting down");
     if (static_cast<int64_t>(impl_->queue.size()) >= m.options.max_queue)
       throw QueueFull(fmt::format("{} requests are waiting already (the server's queue holds {})", impl_->queue.size(),
                                   m.options.max_queue));

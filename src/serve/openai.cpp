@@ -1,0 +1,234 @@
+#include "serve/openai.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace attend::serve {
+
+using nlohmann::json;
+
+std::string error_body(const std::string& message, std::string_view type, std::string_view param,
+                       std::string_view code) {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+
+// A short picture of a value for an error message (a huge array or string is not repeated back in full).
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+json parse_object(std::string_view body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad("", "the request body is not valid JSON");
+  if (!j.is_object()) bad("", fmt::format("the request body is {}, expected a JSON object", shown(j)));
+  return j;
+}
+
+// The field if present and not null.
+const json* field(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& j, const char* key, double fallback, double lo, double hi) {
+  const json* v = field(j, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_number()) bad(key, fmt::format("'{}' is {}, expected a number", key, shown(*v)));
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) bad(key, fmt::format("'{}' is {}, expected a number in [{}, {}]", key, x, lo, hi));
+  return x;
+}
+
+std::optional<int64_t> integer(const json& j, const char* key, int64_t lo, int64_t hi) {
+  const json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) bad(key, fmt::format("'{}' is {}, expected an integer", key, shown(*v)));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    bad(key, fmt::format("'{}' is {}, expected an integer in [{}, {}]", key, shown(*v), lo, hi));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) bad(key, fmt::format("'{}' is {}, expected an integer in [{}, {}]", key, x, lo, hi));
+  return x;
+}
+
+bool boolean(const json& j, const char* key, bool fallback) {
+  const json* v = field(j, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) bad(key, fmt::format("'{}' is {}, expected true or false", key, shown(*v)));
+  return v->get<bool>();
+}
+
+std::string string(const json& j, const char* key) {
+  const json* v = field(j, key);
+  if (v == nullptr) return {};
+  if (!v->is_string()) bad(key, fmt::format("'{}' is {}, expected a string", key, shown(*v)));
+  return v->get<std::string>();
+}
+
+std::vector<int32_t> ids(const json& v, const std::string& where) {
+  std::vector<int32_t> out;
+  out.reserve(v.size());
+  for (const json& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      bad(where, fmt::format("'{}' holds {}, expected token ids (non-negative integers)", where, shown(x)));
+    out.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return out;
+}
+
+constexpr size_t kMaxPrompts = 1024;
+
+// A string, a list of strings, a list of ids, or a list of lists of ids (OpenAI's prompt and input).
+std::vector<Prompt> prompts(const json& v, const char* key) {
+  std::vector<Prompt> out;
+  if (v.is_string()) return {v.get<std::string>()};
+  if (!v.is_array() || v.empty())
+    bad(key, fmt::format("'{}' is {}, expected a string, a list of strings, token ids or lists of token ids", key,
+                         shown(v)));
+  if (v.size() > kMaxPrompts) bad(key, fmt::format("'{}' holds {} items; at most {} are served at once", key, v.size(), kMaxPrompts));
+  if (v[0].is_number()) return {ids(v, key)};
+  for (const json& x : v) {
+    if (x.is_string()) out.emplace_back(x.get<std::string>());
+    else if (x.is_array() && !x.empty()) out.emplace_back(ids(x, key));
+    else bad(key, fmt::format("'{}' holds {}, expected strings or non-empty lists of token ids", key, shown(x)));
+  }
+  return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view body, bool chat) {
+  const json j = parse_object(body);
+  CompletionRequest r;
+  r.chat = chat;
+  r.model = string(j, "model");
+  if (chat) {
+    const json* m = field(j, "messages");
+    if (m == nullptr) bad("messages", "'messages' is required");
+    if (!m->is_array() || m->empty()) bad("messages", fmt::format("'messages' is {}, expected a non-empty list", shown(*m)));
+    for (const json& msg : *m) {
+      if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+        bad("messages", fmt::format("'messages' holds {}, expected objects with a string 'role'", shown(msg)));
+      const auto c = msg.find("content");
+      if (c != msg.end() && !c->is_null() && !c->is_string() && !c->is_array())
+        bad("messages", fmt::format("a message's 'content' is {}, expected a string or a list of parts", shown(*c)));
+    }
+    r.messages = *m;
+    if (const json* t = field(j, "tools")) {
+      if (!t->is_array()) bad("tools", fmt::format("'tools' is {}, expected a list", shown(*t)));
+      r.tools = *t;
+    }
+    if (const json* f = field(j, "response_format")) {
+      if (!f->is_object() || f->value("type", "") != "text")
+        bad("response_format", "only response_format {\"type\": \"text\"} is served (no constrained decoding)");
+    }
+  } else {
+    const json* p = field(j, "prompt");
+    if (p == nullptr) bad("prompt", "'prompt' is required");
+    r.prompts = prompts(*p, "prompt");
+    if (!string(j, "suffix").empty()) bad("suffix", "'suffix' (insertion) is not served");
+  }
+  r.max_tokens = integer(j, chat && field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens", 1,
+                         std::numeric_limits<int32_t>::max());
+  r.n = integer(j, "n", 1, 128).value_or(1);
+  if (const auto best_of = integer(j, "best_of", 1, 128); best_of && *best_of != r.n)
+    bad("best_of", "'best_of' other than n is not served");
+  r.temperature = number(j, "temperature", 1.0, 0.0, 2.0);
+  r.top_p = number(j, "top_p", 1.0, 0.0, 1.0);
+  if (r.top_p == 0.0) bad("top_p", "'top_p' is 0, expected a number in (0, 1]");
+  r.top_k = integer(j, "top_k", 0, std::numeric_limits<int32_t>::max()).value_or(0);
+  if (const json* s = field(j, "seed")) {
+    if (!s->is_number_integer()) bad("seed", fmt::format("'seed' is {}, expected an integer", shown(*s)));
+    r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+  }
+  if (const json* s = field(j, "stop")) {
+    if (s->is_string()) {
+      r.stop.push_back(s->get<std::string>());
+    } else if (s->is_array() && s->size() <= 16) {
+      for (const json& x : *s) {
+        if (!x.is_string()) bad("stop", fmt::format("'stop' holds {}, expected strings", shown(x)));
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("stop", fmt::format("'stop' is {}, expected a string or a list of at most 16 strings", shown(*s)));
+    }
+    for (const std::string& x : r.stop)
+      if (x.empty()) bad("stop", "'stop' holds an empty string");
+  }
+  r.presence_penalty = number(j, "presence_penalty", 0.0, -2.0, 2.0);
+  r.frequency_penalty = number(j, "frequency_penalty", 0.0, -2.0, 2.0);
+  if (const json* b = field(j, "logit_bias")) {
+    if (!b->is_object()) bad("logit_bias", fmt::format("'logit_bias' is {}, expected an object of token ids to biases", shown(*b)));
+    for (const auto& [key, value] : b->items()) {
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
+        bad("logit_bias", fmt::format("'logit_bias' has the key {}, expected token ids", shown(json(key))));
+      if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+        bad("logit_bias", fmt::format("'logit_bias' gives {} the bias {}, expected a number in [-100, 100]", key, shown(value)));
+      r.logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+    }
+  }
+  if (chat) {
+    const bool want = boolean(j, "logprobs", false);
+    const auto top = integer(j, "top_logprobs", 0, 20);
+    if (top && !want) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.logprobs = want ? top.value_or(0) : -1;
+  } else {
+    r.logprobs = integer(j, "logprobs", 0, 20).value_or(-1);
+    r.echo = boolean(j, "echo", false);
+    if (r.echo && r.logprobs >= 0) bad("echo", "'echo' with 'logprobs' (the prompt's log-probabilities) is not served");
+  }
+  r.stream = boolean(j, "stream", false);
+  if (const json* o = field(j, "stream_options")) {
+    if (!o->is_object()) bad("stream_options", fmt::format("'stream_options' is {}, expected an object", shown(*o)));
+    r.include_usage = boolean(*o, "include_usage", false);
+  }
+  r.user = string(j, "user");
+  return r;
+}
+
+EmbeddingRequest parse_embedding_request(std::string_view body) {
+  const json j = parse_object(body);
+  EmbeddingRequest r;
+  r.model = string(j, "model");
+  const json* input = field(j, "input");
+  if (input == nullptr) bad("input", "'input' is required");
+  r.inputs = prompts(*input, "input");
+  const std::string format = string(j, "encoding_format");
+  if (!format.empty() && format != "float" && format != "base64")
+    bad("encoding_format", fmt::format("'encoding_format' is \"{}\", expected \"float\" or \"base64\"", format));
+  r.base64 = format == "base64";
+  if (field(j, "dimensions") != nullptr) bad("dimensions", "'dimensions' (shortened embeddings) is not served");
+  return r;
+}
+
+TokenizeRequest parse_tokenize_request(std::string_view body) {
+  const json j = parse_object(body);
+  TokenizeRequest r;
+  const json* c = field(j, "content");
+  if (c == nullptr) c = field(j, "prompt");
+  if (c == nullptr || !c->is_string()) bad("content", "'content' is required: the text to tokenize");
+  r.content = c->get<std::string>();
+  r.add_special = boolean(j, "add_special", true);
+  r.with_pieces = boolean(j, "with_pieces", false);
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(std::string_view body) {
+  const json j = parse_object(body);
+  const json* t = field(j, "tokens");
+  if (t == nullptr || !t->is_array()) bad("tokens", "'tokens' is required: a list of token ids");
+  return ids(*t, "tokens");
+}
+
+}  // namespace attend::serve
