@@ -48,6 +48,7 @@ void add_serve_command(CLI::App& app) {
                                           "if set)")->envname("ATTEND_API_KEY");
   cmd->add_option("--alias", s.alias, "The model's id in the API (default: the directory's or file's name)");
   cmd->add_option("--timeout", o.request_timeout_s, "Seconds a completion may take before it ends")->capture_default_str();
+  cmd->add_option("--read-timeout", o.read_timeout_s, "Seconds a client may take to send its request")->capture_default_str();
   cmd->add_option("--max-body", o.max_body_bytes, "Largest request body in bytes (larger: 413)")->capture_default_str();
   cmd->add_option("--embedding-pooling", o.embedding_pooling, "Decoders' embeddings: last (the last token's state) "
                                                               "or mean")->check(CLI::IsMember({"last", "mean"}));

