@@ -18,6 +18,7 @@ packages=(
   libicu-dev libpcre2-dev                      # Unicode classes/normalisation and regexes (tokenizers)
   libgtest-dev libbenchmark-dev                # tests and benchmarks
   libcpp-httplib-dev                           # attend serve: HTTP (with its OpenSSL, zlib and Brotli headers)
+  chromium curl                                # tests of attend serve: its playground page in headless Chromium
   libopenblas-dev                              # only for bench/: OpenBLAS as a peer in the GEMM benchmark
 )
 if [[ "${1:-}" == "--with-peers" ]]; then

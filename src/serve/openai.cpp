@@ -120,7 +120,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
         bad("messages", fmt::format("'messages' holds {}, expected objects with a string 'role'", shown(msg)));
       const auto c = msg.find("content");
       if (c != msg.end() && !c->is_null() && !c->is_string() && !c->is_array())
-        bad("messages", fmt::format("a message's 'content' is {}, expected a string or a list of parts", shown(*c)));
+        bad("messages", fmt::format("'messages' holds a message whose 'content' is {}, expected a string or a list of parts", shown(*c)));
     }
     r.messages = *m;
     if (const json* t = field(j, "tools")) {

@@ -122,7 +122,13 @@ async function send() {
 }
 $("send").onclick = send;
 $("stop").onclick = () => controller && controller.abort();
+// A link can fill the form and send it: /?mode=completion&prompt=...&max_tokens=16&temperature=0&run=1
+const query = new URLSearchParams(location.search);
+if (query.get("mode") === "completion") $("mode-completion").checked = true;
+for (const id of ["prompt", "system", "max_tokens", "temperature", "top_p", "seed"])
+  if (query.has(id)) $(id).value = query.get(id);
 showMode();
+if (query.get("run") === "1") send();
 </script>
 </body>
 </html>

@@ -121,7 +121,7 @@ struct Server::Impl {
     } catch (const std::exception& e) {
       send_error(res, 500, std::string("internal error: ") + e.what(), "server_error");
     }
-    count(endpoint, res.status);
+    count(endpoint, res.status == -1 ? 200 : res.status);  // -1: not set yet, 200 when httplib writes it
   }
 
   void check_model(const std::string& name) const {

@@ -1,0 +1,213 @@
+// attend serve's HTTP side (attend/server.h, serve/openai.h): request bodies read field by field with errors that
+// name the field, /health answering 503 while the model loads, and a completion, its stream and /metrics over a
+// real connection (httplib's client). tests/serve/openai_client.mjs checks the rest with OpenAI's own client.
+#include "serve/openai.h"
+#include "testing.h"
+
+#include <attend/server.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace attend {
+namespace {
+
+using nlohmann::json;
+
+TEST(OpenAiRequests, CompletionFieldsAreReadWithTheirDefaults) {
+  const serve::CompletionRequest r = serve::parse_completion_request(
+      R"({"model":"m","prompt":["a",[1,2]],"max_tokens":5,"n":2,"temperature":0,"stop":"END","seed":7,
+          "logit_bias":{"3":-100},"logprobs":2,"stream":true,"stream_options":{"include_usage":true}})",
+      false);
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(r.prompts[0]), "a");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r.prompts[1]), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.temperature, 0.0);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.seed, 7u);
+  EXPECT_EQ(r.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, -100.0f}}));
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_TRUE(r.stream && r.include_usage);
+  const serve::CompletionRequest d = serve::parse_completion_request(R"({"prompt":[5,6,7]})", false);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(d.prompts.at(0)), (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_FALSE(d.max_tokens.has_value());
+  EXPECT_EQ(d.n, 1);
+  EXPECT_EQ(d.temperature, 1.0);
+  EXPECT_EQ(d.logprobs, -1);
+  const serve::CompletionRequest c = serve::parse_completion_request(
+      R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":9,"logprobs":true,"top_logprobs":4})", true);
+  EXPECT_EQ(c.messages.size(), 1u);
+  EXPECT_EQ(c.max_tokens, 9);
+  EXPECT_EQ(c.logprobs, 4);
+}
+
+// Each bad body: status 400 and the field named, in the param and in the message.
+TEST(OpenAiRequests, BadBodiesNameTheirField) {
+  const std::vector<std::tuple<std::string, bool, std::string>> cases = {
+      {"{not json", false, ""},
+      {"[1,2]", false, ""},
+      {R"({})", false, "prompt"},
+      {R"({"prompt":[]})", false, "prompt"},
+      {R"({"prompt":[1,-2]})", false, "prompt"},
+      {R"({"prompt":[[1],"a",3]})", false, "prompt"},
+      {R"({"prompt":"a","max_tokens":0})", false, "max_tokens"},
+      {R"({"prompt":"a","max_tokens":1.5})", false, "max_tokens"},
+      {R"({"prompt":"a","n":0})", false, "n"},
+      {R"({"prompt":"a","temperature":-1})", false, "temperature"},
+      {R"({"prompt":"a","top_p":0})", false, "top_p"},
+      {R"({"prompt":"a","stop":[1]})", false, "stop"},
+      {R"({"prompt":"a","stop":""})", false, "stop"},
+      {R"({"prompt":"a","logit_bias":{"x":1}})", false, "logit_bias"},
+      {R"({"prompt":"a","logit_bias":{"5":101}})", false, "logit_bias"},
+      {R"({"prompt":"a","presence_penalty":3})", false, "presence_penalty"},
+      {R"({"prompt":"a","stream":"yes"})", false, "stream"},
+      {R"({"prompt":"a","suffix":"b"})", false, "suffix"},
+      {R"({"prompt":"a","best_of":3})", false, "best_of"},
+      {R"({"prompt":"a","echo":true,"logprobs":1})", false, "echo"},
+      {R"({"prompt":"a","seed":"x"})", false, "seed"},
+      {R"({"prompt":"a","max_tokens":18446744073709551615})", false, "max_tokens"},
+      {R"({"messages":"hi"})", true, "messages"},
+      {R"({"messages":[{"content":"hi"}]})", true, "messages"},
+      {R"({"messages":[{"role":"user","content":5}]})", true, "messages"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true, "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", true, "response_format"},
+  };
+  for (const auto& [body, chat, param] : cases) {
+    try {
+      serve::parse_completion_request(body, chat);
+      ADD_FAILURE() << body << ": accepted";
+    } catch (const serve::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+      if (!param.empty()) EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << body << ": " << e.what();
+    }
+  }
+  EXPECT_THROW(serve::parse_embedding_request(R"({"input":"a","encoding_format":"hex"})"), serve::ApiError);
+  EXPECT_THROW(serve::parse_embedding_request(R"({"model":"m"})"), serve::ApiError);
+  EXPECT_THROW(serve::parse_tokenize_request(R"({"content":5})"), serve::ApiError);
+  EXPECT_THROW(serve::parse_detokenize_request(R"({"tokens":[1,"a"]})"), serve::ApiError);
+  const json e = json::parse(serve::error_body("bad", "invalid_request_error", "n"));
+  EXPECT_EQ(e["error"]["message"], "bad");
+  EXPECT_EQ(e["error"]["param"], "n");
+  EXPECT_TRUE(e["error"]["code"].is_null());
+}
+
+// A GET's response, or none when the server did not answer.
+std::optional<httplib::Response> get(httplib::Client& client, const char* path) {
+  auto r = client.Get(path);
+  if (!r) return std::nullopt;
+  return *r;
+}
+
+ServedModel tiny_model() {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the cat sat on the mat and the dog ran. ";
+  ServedModel m{Model([] {
+                  ModelConfig c;
+                  c.architecture = Architecture::Decoder, c.vocab_size = 300, c.d_model = 32, c.n_layers = 1;
+                  c.n_heads = 2, c.max_seq_len = 128;
+                  return c;
+                }()),
+                Tokenizer::train_from_text(text, {.kind = TokenizerKind::BPE, .vocab_size = 300}), std::nullopt, {}};
+  m.model.initialize(1);
+  return m;
+}
+
+// The server listens before the model is loaded: /health and the API answer 503 until it is, then 200.
+TEST(Server, AnswersLoadingUntilTheModelIsLoadedThenServes) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool release = false;
+  Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2}}, [&] {
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return release; });
+    return tiny_model();
+  });
+  std::thread runner([&] { server.run(); });
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(30, 0);
+  std::optional<httplib::Response> health;
+  for (int i = 0; i < 200 && !(health = get(client, "/health")); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(json::parse(health->body)["status"], "loading");
+  const auto early = client.Post("/v1/completions", R"({"prompt":"the cat"})", "application/json");
+  ASSERT_TRUE(early);
+  EXPECT_EQ(early->status, 503);
+  EXPECT_EQ(json::parse(early->body)["error"]["code"], "model_loading");
+  {
+    std::lock_guard lock(mutex);
+    release = true;
+  }
+  cv.notify_all();
+  for (int i = 0; i < 500 && client.Get("/health")->status != 200; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(client.Get("/health")->status, 200);
+
+  const auto done = client.Post("/v1/completions", R"({"prompt":"the cat","max_tokens":6,"temperature":0})", "application/json");
+  ASSERT_TRUE(done);
+  ASSERT_EQ(done->status, 200) << done->body;
+  const json body = json::parse(done->body);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(body["model"], "tiny");
+  // The same streamed: chunks whose texts add up to the same, then [DONE].
+  const auto streamed = client.Post("/v1/completions", R"({"prompt":"the cat","max_tokens":6,"temperature":0,"stream":true})",
+                                    "application/json");
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  std::string text;
+  size_t at = 0;
+  bool finished = false;
+  while ((at = streamed->body.find("data: ", at)) != std::string::npos) {
+    const size_t end = streamed->body.find("\n\n", at);
+    const std::string data = streamed->body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      finished = true;
+      break;
+    }
+    text += json::parse(data)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(text, body["choices"][0]["text"]);
+  // Chat without a template: a 400 that says so.
+  const auto chat = client.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})", "application/json");
+  EXPECT_EQ(chat->status, 400);
+  EXPECT_NE(chat->body.find("chat template"), std::string::npos);
+  // The metrics count what was answered.
+  const std::string metrics = client.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("attend_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("attend_requests_total{endpoint=\"/v1/completions\",status=\"503\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("attend_generated_tokens_total 12"), std::string::npos);
+  EXPECT_NE(metrics.find("# TYPE attend_time_to_first_token_seconds histogram"), std::string::npos);
+  server.stop();
+  runner.join();
+}
+
+TEST(Server, ALoadThatFailsIsReportedByHealthAndTheApi) {
+  Server server({.port = 0}, []() -> ServedModel { throw Error("model.safetensors: no such file"); });
+  std::thread runner([&] { server.run(); });
+  httplib::Client client("127.0.0.1", server.port());
+  std::optional<httplib::Response> health;
+  for (int i = 0; i < 500; ++i) {
+    health = get(client, "/health");
+    if (health && health->status == 503 && json::parse(health->body)["status"] == "error") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(health);
+  EXPECT_EQ(json::parse(health->body)["error"], "model.safetensors: no such file");
+  const auto api = client.Get("/v1/models");
+  EXPECT_EQ(api->status, 503);
+  EXPECT_NE(api->body.find("no such file"), std::string::npos);
+  server.stop();
+  runner.join();
+}
+
+}  // namespace
+}  // namespace attend
