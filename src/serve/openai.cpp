@@ -193,6 +193,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     if (!o->is_object()) bad("stream_options", fmt::format("'stream_options' is {}, expected an object", shown(*o)));
     r.include_usage = boolean(*o, "include_usage", false);
   }
+  r.ignore_eos = boolean(j, "ignore_eos", false);
   r.user = string(j, "user");
   return r;
 }

@@ -51,6 +51,7 @@ struct CompletionRequest {
   bool echo = false;                    // completions: the prompt before the completion
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
+  bool ignore_eos = false;              // an extension (vLLM, llama.cpp): generate past end-of-sequence tokens
   std::string user;
 };
 

@@ -197,7 +197,7 @@ struct Server::Impl {
       p.sampling.seed = r.seed ? *r.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
       p.presence_penalty = r.presence_penalty, p.frequency_penalty = r.frequency_penalty;
       p.logit_bias = r.logit_bias;
-      p.eos = served->eos;
+      if (!r.ignore_eos) p.eos = served->eos;
       p.stop = r.stop;
       p.top_logprobs = r.logprobs;
       p.deadline = Clock::now() + std::chrono::seconds(options.request_timeout_s);
