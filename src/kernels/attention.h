@@ -21,9 +21,11 @@ struct AttentionParams {
   int64_t B = 1, Tq = 1, Tk = 1;
   int64_t n_heads = 1, n_kv_heads = 1, d_head = 64;
   int64_t kv_capacity = 0;  // rows per sequence in k and v (≥ Tk): a KV cache's max_T; 0 means Tk
-  // Decoding (decode_attention_forward, B = 1) from a paged cache: key j lies at row block_table[j / 32]·32 +
-  // j % 32 of k and v (blocks of decode_layout::kBlock positions). nullptr: at row j.
+  // Decoding (decode_attention_forward) from paged caches: key j of sequence b lies at row
+  // block_table[b·block_table_stride + j / 32]·32 + j % 32 of k and v, whatever b (blocks of decode_layout::kBlock
+  // positions; each sequence's length in key_lengths). nullptr: at row b·kv_rows() + j.
   const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
   double scale = 0.125;  // 1/√d_head: keeps the scores' variance near 1 (002 §2.2)
 
   // Masks: a masked score is −∞. A query row with every key masked gives zeros and zero gradient.

@@ -293,11 +293,26 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
     linear_forward(q.data(), x.data(), w_q_, data_or_null(b_q_), N, C, H * D, Precision::F32);
   }
 
-  // Each sequence attends on its own: to its cache (self) or to its encoder output (cross).
+  // Each sequence attends on its own: to its cache (self) or to its encoder output (cross). Sequences that decode
+  // one token from paged caches of one pool attend in one kernel call instead (one parallel region for all of
+  // them; each its own numbers), where no window or position bias asks for each one's own position.
   Tensor attn({N, H, D});
   const int threads = kernels::num_threads();
+  const bool batchable_layer = !c.cross && c.kernel == AttentionKernel::Flash && c.window == 0 &&
+                               alibi_slopes_.empty() && data_or_null(t5_table()) == nullptr;
+  std::vector<size_t> batched;  // indices into sequences
+  if (batchable_layer) {
+    for (size_t i = 0; i < sequences.size(); ++i)
+      if (sequences[i].rows == 1 && sequences[i].cache->paged() &&
+          sequences[i].cache->pool() == sequences[0].cache->pool())
+        batched.push_back(i);
+    if (batched.size() < 2) batched.clear();
+  }
   int64_t r0 = 0;
+  size_t next_batched = 0;
   for (const CachedSequence& seq : sequences) {
+    const bool in_batch = next_batched < batched.size() && &sequences[batched[next_batched]] == &seq;
+    if (in_batch) ++next_batched;
     const int64_t n = seq.rows;
     float* qs = q.data() + r0 * H * D;
     float* out = attn.data() + r0 * H * D;
@@ -317,7 +332,9 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
       cache.write(layer, seq.position, ks, v.data() + r0 * Hkv * D, n);
       const int64_t Tk = seq.position + n;
       kernels::AttentionParams<float> p = kernel_params(1, n, Tk, seq.position, nullptr, nullptr);
-      if (n == 1 && c.kernel == AttentionKernel::Flash) {
+      if (in_batch) {
+        // below, with the others
+      } else if (n == 1 && c.kernel == AttentionKernel::Flash) {
         cache.attend(layer, out, qs, p);  // a generated token reads the cache as stored
       } else {
         const float* keys = cache.keys(layer, Tk);
@@ -340,6 +357,21 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
       }
     }
     r0 += n;
+  }
+  if (!batched.empty()) {
+    const auto B = static_cast<int64_t>(batched.size());
+    std::vector<KVCache*> caches;
+    std::vector<int32_t> lengths;
+    std::vector<int64_t> rows;  // each one's row in q and attn
+    for (size_t i = 0, r = 0, k = 0; i < sequences.size(); r += sequences[i].rows, ++i)
+      if (k < batched.size() && batched[k] == i) {
+        caches.push_back(sequences[i].cache), lengths.push_back(static_cast<int32_t>(sequences[i].position + 1));
+        rows.push_back(static_cast<int64_t>(r)), ++k;
+      }
+    std::vector<float> qb(B * H * D), ob(B * H * D);
+    for (int64_t b = 0; b < B; ++b) std::copy_n(q.data() + rows[b] * H * D, H * D, qb.data() + b * H * D);
+    KVCache::attend_paged(caches, lengths, layer, ob.data(), qb.data(), kernel_params(1, 1, 1, 0, nullptr, nullptr));
+    for (int64_t b = 0; b < B; ++b) std::copy_n(ob.data() + b * H * D, H * D, attn.data() + rows[b] * H * D);
   }
   Tensor y = Tensor::uninitialized({N, C});
   linear_forward(y.data(), attn.data(), w_o_, data_or_null(b_o_), N, H * D, C, Precision::F32);

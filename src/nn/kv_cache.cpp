@@ -206,6 +206,48 @@ void KVCache::attend(int64_t layer, float* out, const float* q, kernels::Attenti
   }
 }
 
+void KVCache::attend_paged(std::span<KVCache* const> caches, std::span<const int32_t> lengths, int64_t layer,
+                           float* out, const float* q, kernels::AttentionParams<float> p) {
+  check(!caches.empty() && caches.size() == lengths.size(), "KV cache: attend_paged takes a length per cache");
+  KVPool* pool = caches[0]->pool();
+  check(pool != nullptr, "KV cache: attend_paged takes paged caches");
+  const auto& c = caches[0]->config_;
+  check(layer >= 0 && layer < c.n_layers, "KV cache: layer {} out of range [0, {})", layer, c.n_layers);
+  check(p.Tq == 1 && p.n_kv_heads == c.n_kv_heads && p.d_head == c.d_head && p.window == 0 &&
+            p.alibi_slopes == nullptr && p.t5_table == nullptr && p.mask == nullptr,
+        "KV cache: attend_paged takes one query per sequence, no window and no position biases");
+  const auto B = static_cast<int64_t>(caches.size());
+  int64_t stride = 0, Tk = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    check(caches[b]->pool() == pool && lengths[b] >= 1 && caches[b]->blocks_needed(lengths[b]) == 0,
+          "KV cache: attend_paged's cache {} is on another pool or its {} positions are not all written", b, lengths[b]);
+    stride = std::max<int64_t>(stride, static_cast<int64_t>(caches[b]->table_.size()));
+    Tk = std::max<int64_t>(Tk, lengths[b]);
+  }
+  thread_local std::vector<int32_t> table;
+  table.assign(static_cast<size_t>(B * stride), 0);
+  for (int64_t b = 0; b < B; ++b) std::copy(caches[b]->table_.begin(), caches[b]->table_.end(), table.begin() + b * stride);
+  p.B = B, p.Tk = Tk, p.kv_capacity = Tk, p.q_offset = Tk - 1;  // every sequence's keys up to its length
+  p.key_lengths = lengths.data();
+  p.block_table = table.data(), p.block_table_stride = stride;
+  KVCache& first = *caches[0];
+  first.workspace_.resize(kernels::decode_attention_workspace_size(p, kernels::num_threads()));
+  KVStorage& s = pool->storage();
+  const int64_t keys = pool->row(layer, false, 0, 0), values = pool->row(layer, true, 0, 0);
+  switch (c.storage) {
+    case CacheType::F32:
+      kernels::decode_attention_forward(out, q, s.f32(keys), s.f32(values), nullptr, nullptr, p, first.workspace_.data());
+      break;
+    case CacheType::F16:
+      kernels::decode_attention_forward(out, q, s.f16(keys), s.f16(values), nullptr, nullptr, p, first.workspace_.data());
+      break;
+    case CacheType::Int8:
+      kernels::decode_attention_forward(out, q, s.i8(keys), s.i8(values), s.scales(keys), s.scales(values), p,
+                                        first.workspace_.data());
+      break;
+  }
+}
+
 const float* KVCache::keys(int64_t layer, int64_t length) { return read(layer, length, false); }
 const float* KVCache::values(int64_t layer, int64_t length) { return read(layer, length, true); }
 

@@ -76,6 +76,13 @@ class KVCache {
   // p describes the call (p.Tq = 1); its kv_capacity is set here.
   void attend(int64_t layer, float* out, const float* q, kernels::AttentionParams<float> p);
 
+  // Decoding's attention for several paged caches of one pool at once, one query each (out and q: (caches, 1,
+  // n_heads, d_head)), each over its first lengths[i] positions: one kernel call (one parallel region) for all of
+  // them, each sequence's numbers those of its own attend(). p describes the call as for one sequence (no window,
+  // no position biases); B, Tk, key lengths and the block table are set here.
+  static void attend_paged(std::span<KVCache* const> caches, std::span<const int32_t> lengths, int64_t layer,
+                           float* out, const float* q, kernels::AttentionParams<float> p);
+
   // Copies positions [0, length) of every layer and sequence from `other`, a cache of the same configuration,
   // into this one's storage (a session continuing from another's point: beam search). Paged: shares other's
   // full blocks and copies its last one.

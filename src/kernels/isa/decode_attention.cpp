@@ -92,7 +92,10 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
       // Row (b, j, kvh) is at (b·rows + j)·Hkv + kvh: a position's heads are adjacent. A paged cache's block
       // lies `shift` positions further.
       const int64_t blk = w % n_blocks;
-      const int64_t shift = p.block_table != nullptr ? (static_cast<int64_t>(p.block_table[blk]) - blk) * kBlock : 0;
+      const int64_t shift =
+          p.block_table != nullptr
+              ? (static_cast<int64_t>(p.block_table[b * p.block_table_stride + blk]) - blk) * kBlock - b * rows
+              : 0;
       for (int64_t j = j0; j < j1; ++j) {
         for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
           const int64_t r = (b * rows + j + shift) * Hkv + kvh;
