@@ -213,7 +213,8 @@ TEST(Quant, Q8_KMatchesItsSums) {
 }
 
 // The plain rule (ggml's reference quantizers without activation statistics): the extreme value on the extreme
-// level, every other value rounded. The search must never be worse in squared error, block by block.
+// level, every other value rounded. The search must never be worse in squared error, block by block (for Q4_0 and
+// Q5_0 the plain rule is one of its candidates).
 double plain_rule_error_32(QuantType type, const float* x) {
   double err = 0;
   const bool offset = type == QuantType::Q4_1 || type == QuantType::Q5_1;
@@ -259,7 +260,9 @@ TEST(Quant, SearchIsNeverWorseThanThePlainRule) {
       ASSERT_LE(err, plain * 1.01 + 1e-12) << quant_format(type).name << " block " << b;
       total += err, plain_total += plain;
     }
-    EXPECT_LT(total, 0.95 * plain_total) << quant_format(type).name << ": the search should gain on average";
+    // Q4_0 and Q5_0 search only scales that keep each block's extreme exact (quant.cpp says why): less to gain.
+    const bool symmetric = type == QuantType::Q4_0 || type == QuantType::Q5_0;
+    EXPECT_LT(total, (symmetric ? 0.99 : 0.95) * plain_total) << quant_format(type).name << ": the search should gain on average";
   }
 }
 

@@ -64,6 +64,40 @@ float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int n
   return best_d;
 }
 
+// x ≈ d·q with q ∈ [lo, hi] as above, but the extreme value always exactly on a level: the candidate scales put it
+// on lo, lo + 1, ... lo + nsteps (no least-squares refit, which would move it), and the one of least weighted error
+// wins. Q4_0 and Q5_0 take this: on a trained GPT (the Brown GPT at Q4_0, nine equivalent versions of it, see
+// docs/BENCHMARKS.md) the free least-squares fit left 7% less KL divergence than llama-quantize's plain rule but
+// raised perplexity by 0.10 more on average; with each block's extreme kept exact, the divergence stays 2% below the
+// plain rule's and the perplexity rise is the plain rule's (−0.013 ± 0.047 apart).
+float fit_symmetric_exact_extreme(const float* x, const float* w, int n, int lo, int hi, int nsteps, int8_t* q) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+  if (amax == 0) {
+    std::fill(q, q + n, int8_t{0});
+    return 0;
+  }
+  float best_d = 0;
+  double best_err = INFINITY;
+  int8_t trial[256];
+  for (int k = 0; k <= nsteps; ++k) {
+    const float d = max / static_cast<float>(lo + k), id = 1 / d;
+    double err = 0;
+    for (int i = 0; i < n; ++i) {
+      const int v = std::clamp(static_cast<int>(std::nearbyint(x[i] * id)), lo, hi);
+      trial[i] = static_cast<int8_t>(v);
+      const double e = x[i] - static_cast<double>(d) * v;
+      err += w[i] * e * e;
+    }
+    if (err < best_err) {
+      best_err = err, best_d = d;
+      std::memcpy(q, trial, static_cast<size_t>(n));
+    }
+  }
+  return best_d;
+}
+
 // x ≈ d·q + m with q ∈ [0, nmax]; with nonpositive_min, m ≤ 0 (the K types store −m / dmin unsigned).
 void fit_asymmetric(const float* x, const float* w, int n, int nmax, bool nonpositive_min, int nsteps, float* d_out,
                     float* m_out, uint8_t* q) {
@@ -137,7 +171,7 @@ void quantize_symmetric_32(uint8_t* b, const float* x, const float* importance, 
   float w[32];
   value_weights(w, x, 32, importance, mean_square(x, 32), true);
   int8_t q[32];
-  const float d = fit_symmetric(x, w, 32, -half, half - 1, 10, q);
+  const float d = fit_symmetric_exact_extreme(x, w, 32, -half, half - 1, 3, q);
   store_u16(b, to_half(d));
   uint8_t* qs = b + 2;
   if (bits == 5) {
