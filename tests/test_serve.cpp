@@ -78,6 +78,10 @@ TEST(OpenAiRequests, BadBodiesNameTheirField) {
       {R"({"messages":[{"role":"user","content":5}]})", true, "messages"},
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true, "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", true, "response_format"},
+      // Found by the fuzzer (openai_request, 7.3M executions in): a "type" that is not a string threw nlohmann's
+      // type_error out of the parser (a 500 from the server).
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":5}})", true, "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":"text"})", true, "response_format"},
   };
   for (const auto& [body, chat, param] : cases) {
     try {

@@ -128,7 +128,8 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
       r.tools = *t;
     }
     if (const json* f = field(j, "response_format")) {
-      if (!f->is_object() || f->value("type", "") != "text")
+      const auto type = f->is_object() ? f->find("type") : f->end();
+      if (type == f->end() || !type->is_string() || type->get<std::string>() != "text")
         bad("response_format", "only response_format {\"type\": \"text\"} is served (no constrained decoding)");
     }
   } else {
