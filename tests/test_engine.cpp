@@ -137,6 +137,23 @@ TEST_F(EngineTest, StopStringsEosAndBudgetsEndChoices) {
   EXPECT_EQ(ended.finish[0], "stop");
   const auto first = std::find(free.tokens[0].begin(), free.tokens[0].end(), free.tokens[0][4]);
   EXPECT_EQ(ended.tokens[0], std::vector<int32_t>(free.tokens[0].begin(), first));
+  // The start of a stop string that never comes is held back, then handed out when EOS ends the choice (a sampled
+  // text, whose tokens vary: the greedy one repeats a token).
+  CompletionParams sampled = base;
+  sampled.sampling = {.temperature = 1.0, .seed = 5};
+  const Outcome varied = collect(*engine.submit(sampled), 1);
+  const std::vector<int32_t>& t = varied.tokens[0];
+  size_t i = 1;
+  while (i < t.size() && std::find(t.begin(), t.begin() + i, t[i]) != t.begin() + i) ++i;
+  ASSERT_LT(i, t.size()) << "a token that the text has not made before";
+  const std::string before = tokenizer_->decode(std::vector<int32_t>(t.begin(), t.begin() + i), true);
+  ASSERT_FALSE(before.empty());
+  CompletionParams held = sampled;
+  held.stop = {before.substr(before.size() - 1) + "\x7f\x7f"};
+  held.eos = {t[i]};
+  const Outcome h = collect(*engine.submit(held), 1);
+  EXPECT_EQ(h.finish[0], "stop");
+  EXPECT_EQ(h.text[0], before) << "the held-back end of the text was lost";
 }
 
 TEST_F(EngineTest, BadRequestsAreRefusedByName) {

@@ -171,10 +171,11 @@ struct Engine::Impl {
     return s;
   }
 
-  void finish(Active& a, Choice& c, const std::string& reason, const std::string& error = {}) {
+  // Ends a choice. flush: hand out the text held back so far (the start of a stop string that did not come, a
+  // character cut short), which every end but a stop string's (whose text ends before it) and an error owes.
+  void finish(Active& a, Choice& c, const std::string& reason, const std::string& error = {}, bool flush = true) {
     if (c.finished) return;
-    // What the held-back text still owes (a stop string that did not come, a character cut short at the end).
-    if (tokenizer != nullptr && reason != "stop" && reason != "error") {
+    if (tokenizer != nullptr && flush && reason != "error") {
       const std::string text = tokenizer->decode(c.generated, /*skip_special=*/true);
       if (text.size() > c.sent) {
         EngineEvent e;
@@ -272,7 +273,7 @@ struct Engine::Impl {
       if (end > c.sent) e.text = text.substr(c.sent, end - c.sent), c.sent = end;
     }
     a.request->push(std::move(e));
-    if (stopped) return finish(a, c, "stop");
+    if (stopped) return finish(a, c, "stop", {}, /*flush=*/false);
     if (static_cast<int64_t>(c.generated.size()) >= p.max_tokens || c.session.position() >= a.total)
       return finish(a, c, "length");
     c.pending = token;
