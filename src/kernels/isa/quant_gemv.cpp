@@ -466,12 +466,25 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
     for (int64_t g = g0; g < g1; ++g) {
       const uint8_t* w = repacked + g * group_bytes;
       const float* b = bias != nullptr ? bias + 8 * g : nullptr;
-      for (int64_t n0 = 0; n0 < N; n0 += 4) {
-        const Act32* a[4];
-        float* o[4];
-        const int64_t rows = std::min<int64_t>(4, N - n0);
+      // Rows a pass over the group's blocks: eight where AVX-512's 32 vector registers hold their sums (each row's
+      // arithmetic is the same whatever the pass holds), four with AVX2's 16.
+#if defined(__AVX512F__)
+      constexpr int64_t kPass = 8;
+#else
+      constexpr int64_t kPass = 4;
+#endif
+      for (int64_t n0 = 0; n0 < N; n0 += kPass) {
+        const Act32* a[kPass];
+        float* o[kPass];
+        const int64_t rows = std::min<int64_t>(kPass, N - n0);
         for (int64_t n = 0; n < rows; ++n) a[n] = acts + (n0 + n) * blocks, o[n] = out + (n0 + n) * OC + 8 * g;
         switch (rows) {
+#if defined(__AVX512F__)
+          case 8: x8_rows<Type, 8>(w, a, blocks, b, o); break;
+          case 7: x8_rows<Type, 7>(w, a, blocks, b, o); break;
+          case 6: x8_rows<Type, 6>(w, a, blocks, b, o); break;
+          case 5: x8_rows<Type, 5>(w, a, blocks, b, o); break;
+#endif
           case 4: x8_rows<Type, 4>(w, a, blocks, b, o); break;
           case 3: x8_rows<Type, 3>(w, a, blocks, b, o); break;
           case 2: x8_rows<Type, 2>(w, a, blocks, b, o); break;
