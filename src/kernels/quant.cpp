@@ -32,12 +32,18 @@ void store_u16(uint8_t* p, uint16_t v) { p[0] = static_cast<uint8_t>(v), p[1] = 
 // error. The rounding decides the error far more than the scale, so a few dozen candidates find better blocks
 // than the single scale of max / levels.
 
-// x ≈ d·q with q ∈ [lo, hi] (lo = −hi − 1: the extreme value goes to the side with the extra level). Returns d.
-float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int nsteps, int8_t* q) {
+// The value of largest magnitude, with its sign (0 for a block of zeros).
+float signed_extreme(const float* x, int n) {
   float max = 0, amax = 0;
   for (int i = 0; i < n; ++i)
     if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
-  if (amax == 0) {
+  return max;
+}
+
+// x ≈ d·q with q ∈ [lo, hi] (lo = −hi − 1: the extreme value goes to the side with the extra level). Returns d.
+float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int nsteps, int8_t* q) {
+  const float max = signed_extreme(x, n);
+  if (max == 0) {
     std::fill(q, q + n, int8_t{0});
     return 0;
   }
@@ -69,12 +75,10 @@ float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int n
 // wins. Q4_0 and Q5_0 take this: on a trained GPT (the Brown GPT at Q4_0, nine equivalent versions of it, see
 // docs/BENCHMARKS.md) the free least-squares fit left 7% less KL divergence than llama-quantize's plain rule but
 // raised perplexity by 0.10 more on average; with each block's extreme kept exact, the divergence stays 2% below the
-// plain rule's and the perplexity rise is the plain rule's (−0.013 ± 0.047 apart).
+// plain rule's and the perplexity rise is the plain rule's (−0.013 ± 0.049 apart).
 float fit_symmetric_exact_extreme(const float* x, const float* w, int n, int lo, int hi, int nsteps, int8_t* q) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
-  if (amax == 0) {
+  const float max = signed_extreme(x, n);
+  if (max == 0) {
     std::fill(q, q + n, int8_t{0});
     return 0;
   }

@@ -300,19 +300,16 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
   const int threads = kernels::num_threads();
   const bool batchable_layer = !c.cross && c.kernel == AttentionKernel::Flash && c.window == 0 &&
                                alibi_slopes_.empty() && data_or_null(t5_table()) == nullptr;
-  std::vector<size_t> batched;  // indices into sequences
-  if (batchable_layer) {
-    for (size_t i = 0; i < sequences.size(); ++i)
-      if (sequences[i].rows == 1 && sequences[i].cache->paged() &&
-          sequences[i].cache->pool() == sequences[0].cache->pool())
-        batched.push_back(i);
-    if (batched.size() < 2) batched.clear();
-  }
+  auto joins = [&](const CachedSequence& s) {
+    return batchable_layer && s.rows == 1 && s.cache->paged() && s.cache->pool() == sequences[0].cache->pool();
+  };
+  const bool batch = std::count_if(sequences.begin(), sequences.end(), joins) >= 2;
+  std::vector<KVCache*> batched;  // the batch's caches, lengths and rows in q and attn
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> batched_rows;
   int64_t r0 = 0;
-  size_t next_batched = 0;
   for (const CachedSequence& seq : sequences) {
-    const bool in_batch = next_batched < batched.size() && &sequences[batched[next_batched]] == &seq;
-    if (in_batch) ++next_batched;
+    const bool in_batch = batch && joins(seq);
     const int64_t n = seq.rows;
     float* qs = q.data() + r0 * H * D;
     float* out = attn.data() + r0 * H * D;
@@ -332,8 +329,8 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
       cache.write(layer, seq.position, ks, v.data() + r0 * Hkv * D, n);
       const int64_t Tk = seq.position + n;
       kernels::AttentionParams<float> p = kernel_params(1, n, Tk, seq.position, nullptr, nullptr);
-      if (in_batch) {
-        // below, with the others
+      if (in_batch) {  // below, with the others
+        batched.push_back(&cache), lengths.push_back(static_cast<int32_t>(Tk)), batched_rows.push_back(r0);
       } else if (n == 1 && c.kernel == AttentionKernel::Flash) {
         cache.attend(layer, out, qs, p);  // a generated token reads the cache as stored
       } else {
@@ -360,18 +357,10 @@ Tensor MultiHeadAttention::step(const Tensor& x, std::span<const CachedSequence>
   }
   if (!batched.empty()) {
     const auto B = static_cast<int64_t>(batched.size());
-    std::vector<KVCache*> caches;
-    std::vector<int32_t> lengths;
-    std::vector<int64_t> rows;  // each one's row in q and attn
-    for (size_t i = 0, r = 0, k = 0; i < sequences.size(); r += sequences[i].rows, ++i)
-      if (k < batched.size() && batched[k] == i) {
-        caches.push_back(sequences[i].cache), lengths.push_back(static_cast<int32_t>(sequences[i].position + 1));
-        rows.push_back(static_cast<int64_t>(r)), ++k;
-      }
     std::vector<float> qb(B * H * D), ob(B * H * D);
-    for (int64_t b = 0; b < B; ++b) std::copy_n(q.data() + rows[b] * H * D, H * D, qb.data() + b * H * D);
-    KVCache::attend_paged(caches, lengths, layer, ob.data(), qb.data(), kernel_params(1, 1, 1, 0, nullptr, nullptr));
-    for (int64_t b = 0; b < B; ++b) std::copy_n(ob.data() + b * H * D, H * D, attn.data() + rows[b] * H * D);
+    for (int64_t b = 0; b < B; ++b) std::copy_n(q.data() + batched_rows[b] * H * D, H * D, qb.data() + b * H * D);
+    KVCache::attend_paged(batched, lengths, layer, ob.data(), qb.data(), kernel_params(1, 1, 1, 0, nullptr, nullptr));
+    for (int64_t b = 0; b < B; ++b) std::copy_n(ob.data() + b * H * D, H * D, attn.data() + batched_rows[b] * H * D);
   }
   Tensor y = Tensor::uninitialized({N, C});
   linear_forward(y.data(), attn.data(), w_o_, data_or_null(b_o_), N, H * D, C, Precision::F32);

@@ -183,25 +183,26 @@ void KVCache::attend(int64_t layer, float* out, const float* q, kernels::Attenti
         c.max_T, c.batch, c.n_kv_heads, c.d_head, p.Tq, p.Tk, p.B, p.n_kv_heads, p.d_head);
   check(blocks_needed(p.Tk) == 0, "KV cache: attending to {} positions, not all of them written", p.Tk);
   p.kv_capacity = c.max_T;
+  if (!paged()) return decode(own_, row(layer, false, 0, 0), row(layer, true, 0, 0), out, q, p, workspace_);
   // Paged: the keys are read where they lie, block by block (row (block·32 + offset)·heads of the layer's
   // keys, whose first row is block 0's).
-  int64_t keys = row(layer, false, 0, 0), values = row(layer, true, 0, 0);
-  if (paged()) {
-    p.block_table = table_.data();
-    keys = pool_->row(layer, false, 0, 0), values = pool_->row(layer, true, 0, 0);
-  }
-  workspace_.resize(kernels::decode_attention_workspace_size(p, kernels::num_threads()));
-  KVStorage& s = storage();
-  switch (c.storage) {
+  p.block_table = table_.data();
+  decode(pool_->storage(), pool_->row(layer, false, 0, 0), pool_->row(layer, true, 0, 0), out, q, p, workspace_);
+}
+
+void KVCache::decode(KVStorage& s, int64_t keys, int64_t values, float* out, const float* q,
+                     const kernels::AttentionParams<float>& p, std::vector<float>& workspace) {
+  workspace.resize(kernels::decode_attention_workspace_size(p, kernels::num_threads()));
+  switch (s.type()) {
     case CacheType::F32:
-      kernels::decode_attention_forward(out, q, s.f32(keys), s.f32(values), nullptr, nullptr, p, workspace_.data());
+      kernels::decode_attention_forward(out, q, s.f32(keys), s.f32(values), nullptr, nullptr, p, workspace.data());
       break;
     case CacheType::F16:
-      kernels::decode_attention_forward(out, q, s.f16(keys), s.f16(values), nullptr, nullptr, p, workspace_.data());
+      kernels::decode_attention_forward(out, q, s.f16(keys), s.f16(values), nullptr, nullptr, p, workspace.data());
       break;
     case CacheType::Int8:
       kernels::decode_attention_forward(out, q, s.i8(keys), s.i8(values), s.scales(keys), s.scales(values), p,
-                                        workspace_.data());
+                                        workspace.data());
       break;
   }
 }
@@ -230,22 +231,7 @@ void KVCache::attend_paged(std::span<KVCache* const> caches, std::span<const int
   p.B = B, p.Tk = Tk, p.kv_capacity = Tk, p.q_offset = Tk - 1;  // every sequence's keys up to its length
   p.key_lengths = lengths.data();
   p.block_table = table.data(), p.block_table_stride = stride;
-  KVCache& first = *caches[0];
-  first.workspace_.resize(kernels::decode_attention_workspace_size(p, kernels::num_threads()));
-  KVStorage& s = pool->storage();
-  const int64_t keys = pool->row(layer, false, 0, 0), values = pool->row(layer, true, 0, 0);
-  switch (c.storage) {
-    case CacheType::F32:
-      kernels::decode_attention_forward(out, q, s.f32(keys), s.f32(values), nullptr, nullptr, p, first.workspace_.data());
-      break;
-    case CacheType::F16:
-      kernels::decode_attention_forward(out, q, s.f16(keys), s.f16(values), nullptr, nullptr, p, first.workspace_.data());
-      break;
-    case CacheType::Int8:
-      kernels::decode_attention_forward(out, q, s.i8(keys), s.i8(values), s.scales(keys), s.scales(values), p,
-                                        first.workspace_.data());
-      break;
-  }
+  decode(pool->storage(), pool->row(layer, false, 0, 0), pool->row(layer, true, 0, 0), out, q, p, caches[0]->workspace_);
 }
 
 const float* KVCache::keys(int64_t layer, int64_t length) { return read(layer, length, false); }

@@ -97,6 +97,9 @@ class KVCache {
   template <typename F>
   void runs(int64_t pos, int64_t n, F&& f) const;
   void release_blocks();
+  // Decoding's attention on rows of `s` (the layer's keys and values from rows `keys` and `values`), by its type.
+  static void decode(KVStorage& s, int64_t keys, int64_t values, float* out, const float* q,
+                     const kernels::AttentionParams<float>& p, std::vector<float>& workspace);
 
   KVCacheConfig config_;
   KVStorage own_;                  // contiguous: every row

@@ -175,11 +175,11 @@ namespace {
 InputStatistics* recording = nullptr;  // RecordInputs's statistics, while one is alive
 std::mutex recording_mutex;
 
-// out (N, s.rows) = inp · the segment's rowsᵀ + bias: the repacked kernel where the segment has its rows repacked.
 thread_local bool per_row_matmuls = false;  // a PerRowMatmuls is alive on this thread
 // Rows up to which a quantized matrix that is not repacked multiplies with the int8 kernel (linear_forward says why).
 constexpr int64_t kQuantizedRowsLimit = 16;
 
+// out (N, s.rows) = inp · the segment's rowsᵀ + bias: the repacked kernel where the segment has its rows repacked.
 void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
   if (!s.repacked.empty())
     return kernels::matmul_forward_x8(quant_type(s.type), out, inp, s.repacked.data(), s.data, bias, N, C, s.rows);
@@ -334,7 +334,7 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
   const bool rows = N <= kernels::kGemvRows || per_row_matmuls;  // the per-row (decoding) kernels
   switch (weight.storage) {
     case WeightType::F32:
-      if (per_row_matmuls) return kernels::matmul_forward_rows(out, inp, weight.value.data(), bias, N, C, OC);
+      if (rows) return kernels::matmul_forward_rows(out, inp, weight.value.data(), bias, N, C, OC);
       return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
     case WeightType::Q8_0: case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
     case WeightType::Q4_K: case WeightType::Q5_K: case WeightType::Q6_K:

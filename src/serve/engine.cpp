@@ -44,6 +44,12 @@ struct EngineRequest::State {
     }
     ready.notify_all();
   }
+  // The end of choice `choice`: its last event.
+  void end(int64_t choice, const std::string& reason, const std::string& error = {}) {
+    EngineEvent e;
+    e.choice = choice, e.finished = true, e.finish_reason = reason, e.error = error;
+    push(std::move(e));
+  }
 };
 
 bool EngineRequest::next(EngineEvent& event) {
@@ -186,20 +192,14 @@ struct Engine::Impl {
     }
     c.finished = true;
     c.session = Session(model, {.max_T = 1, .pool = &pool});  // its blocks back now
-    EngineEvent e;
-    e.choice = c.index, e.finished = true, e.finish_reason = reason, e.error = error;
-    a.request->push(std::move(e));
+    a.request->end(c.index, reason, error);
   }
 
   void finish_all(Active& a, const std::string& reason, const std::string& error = {}) {
     if (!a.prompt_done) {  // the choices that never started end too
       const int64_t n = a.request->params.n;
       finish(a, a.choices[0], reason, error);
-      for (int64_t i = 1; i < n; ++i) {
-        EngineEvent e;
-        e.choice = i, e.finished = true, e.finish_reason = reason, e.error = error;
-        a.request->push(std::move(e));
-      }
+      for (int64_t i = 1; i < n; ++i) a.request->end(i, reason, error);
       return;
     }
     for (Choice& c : a.choices) finish(a, c, reason, error);
@@ -294,11 +294,7 @@ struct Engine::Impl {
           std::lock_guard lock(mutex);
           queue.pop_front();
         }
-        for (int64_t i = 0; i < p.n; ++i) {
-          EngineEvent e;
-          e.choice = i, e.finished = true, e.finish_reason = r->cancelled ? "cancelled" : "deadline";
-          r->push(std::move(e));
-        }
+        for (int64_t i = 0; i < p.n; ++i) r->end(i, r->cancelled ? "cancelled" : "deadline");
         continue;
       }
       if (sequences() + p.n > options.max_sequences) return;
@@ -428,11 +424,7 @@ struct Engine::Impl {
     active.clear();
     std::lock_guard lock(mutex);
     for (auto& r : queue)
-      for (int64_t i = 0; i < r->params.n; ++i) {
-        EngineEvent e;
-        e.choice = i, e.finished = true, e.finish_reason = "cancelled";
-        r->push(std::move(e));
-      }
+      for (int64_t i = 0; i < r->params.n; ++i) r->end(i, "cancelled");
     queue.clear();
     for (auto& job : jobs) job.second->set_exception(std::make_exception_ptr(Error("engine: shutting down")));
     jobs.clear();
