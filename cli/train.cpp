@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "progress.h"
 
+#include <attend/distributed.h>
 #include <attend/error.h>
 #include <attend/io.h>
 #include <attend/plot.h>
@@ -60,93 +61,131 @@ void on_signal(int) {
   if (g_stop.exchange(true)) std::_Exit(130);
 }
 
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> sets;
+  bool resume = false, help_config = false;
+};
+
+// One rank's (or the single process's) `attend train`.
+void train_command(const TrainArgs& args, Communicator* group) {
+  const int rank = group ? group->rank() : 0, ranks = group ? group->size() : 1;
+  const bool leader = rank == 0;
+  if (!leader) log::set_level(std::max(log::level(), log::Level::Warn));
+  RunConfig run = args.config_path.empty() ? RunConfig{} : RunConfig::from_json(read_file(args.config_path), args.config_path);
+  for (const std::string& s : args.sets) {
+    const size_t eq = s.find('=');
+    check(eq != std::string::npos && eq > 0, "--set '{}': expected SECTION.FIELD=VALUE", s);
+    run.set(s.substr(0, eq), s.substr(eq + 1));
+  }
+  if (!run.model_given && !run.train.init_from.empty()) {
+    // Fine-tuning a checkpoint (a downloaded Hugging Face one, say) without a model section: its own model, with
+    // the --set model.FIELD options on top (a new head's n_classes, the dropouts).
+    run.model = load_model_config(run.train.init_from);
+    for (const std::string& s : args.sets)
+      if (s.starts_with("model.")) run.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1));
+    log::info("model: train.init_from {}'s own ({}, {} layers, d_model {})", run.train.init_from,
+              architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
+  }
+  check(!run.data.tokenizer.empty(), "data.tokenizer is empty: name a tokenizer.json, .model or directory");
+  const Tokenizer tokenizer = Tokenizer::load(run.data.tokenizer);
+  if (run.model.vocab_size < tokenizer.vocab_size()) {
+    log::info("model.vocab_size {} is below the tokenizer's {}: using {}", run.model.vocab_size,
+              tokenizer.vocab_size(), tokenizer.vocab_size());
+    run.model.vocab_size = tokenizer.vocab_size();
+  }
+  if (run.train.precision == Precision::BF16 && !runtime_info().bf16_matmul) {
+    // Without bf16 dot products the GEMMs widen their operands to fp32 first: the same work plus the
+    // conversions (842 against 1,026 tokens/s on an AVX2 EPYC). fp32 is then both faster and more exact.
+    log::warn("train.precision=bf16: this CPU has no bf16 matmul (AVX-512 BF16), so bf16 would train slower "
+              "than fp32; training in fp32");
+    run.train.precision = Precision::F32;
+  }
+  run.validate();
+  check(run.data.batch_size >= ranks, "data.batch_size {} is below the {} ranks: each rank trains on its share of "
+        "every batch's sequences", run.data.batch_size, ranks);
+  const std::filesystem::path out = run.out;
+  std::filesystem::create_directories(out);
+  // Rank 0 tokenizes first and leaves the token cache; the other ranks then read it (on a shared file system)
+  // or make their own.
+  std::string summary;
+  std::unique_ptr<Dataset> data;
+  if (leader) data = make_dataset(run, tokenizer, out / "data", &summary);
+  if (group) barrier(*group);
+  if (!leader) data = make_dataset(run, tokenizer, out / "data", &summary);
+  if (leader) fmt::print(stderr, "data: {}\n", summary);
+  Model model(run.model);
+  if (leader)
+    fmt::print(stderr, "model: {} parameters ({}, {} layers, d_model {})\n", model.count().total(),
+               architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
+  if (leader && ranks > 1)
+    fmt::print(stderr, "data parallel: {} ranks ({}), {} gradients in buckets of {} MB{}\n", ranks,
+               group->transport(), run.train.allreduce == Precision::BF16 ? "bf16" : "f32", run.train.bucket_mb,
+               run.train.zero ? ", ZeRO-1 (optimizer state split across the ranks)" : "");
+  Trainer trainer(std::move(model), *data, run.train, out, args.resume, &tokenizer, group);
+  if (!leader) {  // the others train; rank 0 reports
+    trainer.run({}, &g_stop);
+    return;
+  }
+  write_file_atomic(out / "run.json", run.to_json());
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  ProgressBar bar("train");
+  // The rate counts the step's targets: tokens, but examples for classification (one label each).
+  const char* rate_unit = run.data.task == Task::Classify ? "examples/s" : "tok/s";
+  std::optional<double> last_val, last_val_per_byte;
+  trainer.run(
+      [&](const StepReport& r) {
+        if (r.val_loss) last_val = r.val_loss, last_val_per_byte = r.val_loss_per_byte;
+        bar.set_status(fmt::format("loss {:.3f}  lr {:.2e}  {:.0f} {}{}", r.loss, r.lr, r.tokens_per_s, rate_unit,
+                                   last_val ? fmt::format("  val {:.3f}", *last_val) : ""));
+        bar.update(r.step, r.steps);
+      },
+      &g_stop);
+  bar.finish();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (g_stop) fmt::print(stderr, "interrupted: checkpoint written at step {}\n", trainer.steps_done());
+  if (last_val)
+    fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));
+  if (last_val_per_byte)
+    fmt::print("per byte of text: {}\n", per_byte_summary(*last_val_per_byte));
+  // The curves, beside the metrics.
+  std::vector<Series> curves = read_metrics((out / "metrics.jsonl").string(), {"loss", "val_loss"}, "step");
+  curves[0].name = "train loss";
+  curves[1].name = "validation loss", curves[1].markers = true;
+  write_file_atomic(out / "loss.svg", line_plot_svg(curves, {.title = run.out, .x_label = "step", .y_label = "loss"}));
+  fmt::print("model: {}\nmetrics: {}\nplot: {}\n", (out / "checkpoint").string(), (out / "metrics.jsonl").string(),
+             (out / "loss.svg").string());
+}
+
 void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train", "Train a model from run.json: the model, the data and the optimisation (`--help-config` lists every field)");
-  static std::string config_path;
-  static std::vector<std::string> sets;
-  static bool resume = false, help_config = false;
-  cmd->add_option("--config", config_path, "run.json with model, data and train sections");
-  cmd->add_option("--set", sets, "Override one field: SECTION.FIELD=VALUE (repeatable), e.g. --set train.steps=200");
-  cmd->add_flag("--resume", resume, "Continue the run in the output directory from its last checkpoint");
-  cmd->add_flag("--help-config", help_config, "Print every field of run.json with its default and meaning");
+  static TrainArgs args;
+  cmd->add_option("--config", args.config_path, "run.json with model, data and train sections");
+  cmd->add_option("--set", args.sets, "Override one field: SECTION.FIELD=VALUE (repeatable), e.g. --set train.steps=200");
+  cmd->add_flag("--resume", args.resume, "Continue the run in the output directory from its last checkpoint");
+  cmd->add_flag("--help-config", args.help_config, "Print every field of run.json with its default and meaning");
   cmd->callback([] {
-    if (help_config) {
+    if (args.help_config) {
       fmt::print("{}", RunConfig::help());
       return;
     }
-    RunConfig run = config_path.empty() ? RunConfig{} : RunConfig::from_json(read_file(config_path), config_path);
-    for (const std::string& s : sets) {
-      const size_t eq = s.find('=');
-      check(eq != std::string::npos && eq > 0, "--set '{}': expected SECTION.FIELD=VALUE", s);
-      run.set(s.substr(0, eq), s.substr(eq + 1));
+    // Under mpirun this process is one rank of a data-parallel run: rank 0 reads and writes the run directory
+    // and prints; every rank's error stops them all.
+    std::unique_ptr<Communicator> group;
+    if (launched_by_mpirun()) group = mpi_communicator();
+    try {
+      train_command(args, group.get());
+    } catch (const Error& e) {
+      if (!group || group->size() == 1) throw;
+      group->abort(e.what());
     }
-    if (!run.model_given && !run.train.init_from.empty()) {
-      // Fine-tuning a checkpoint (a downloaded Hugging Face one, say) without a model section: its own model, with
-      // the --set model.FIELD options on top (a new head's n_classes, the dropouts).
-      run.model = load_model_config(run.train.init_from);
-      for (const std::string& s : sets)
-        if (s.starts_with("model.")) run.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1));
-      log::info("model: train.init_from {}'s own ({}, {} layers, d_model {})", run.train.init_from,
-                architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
-    }
-    check(!run.data.tokenizer.empty(), "data.tokenizer is empty: name a tokenizer.json, .model or directory");
-    const Tokenizer tokenizer = Tokenizer::load(run.data.tokenizer);
-    if (run.model.vocab_size < tokenizer.vocab_size()) {
-      log::info("model.vocab_size {} is below the tokenizer's {}: using {}", run.model.vocab_size,
-                tokenizer.vocab_size(), tokenizer.vocab_size());
-      run.model.vocab_size = tokenizer.vocab_size();
-    }
-    if (run.train.precision == Precision::BF16 && !runtime_info().bf16_matmul) {
-      // Without bf16 dot products the GEMMs widen their operands to fp32 first: the same work plus the
-      // conversions (842 against 1,026 tokens/s on an AVX2 EPYC). fp32 is then both faster and more exact.
-      log::warn("train.precision=bf16: this CPU has no bf16 matmul (AVX-512 BF16), so bf16 would train slower "
-                "than fp32; training in fp32");
-      run.train.precision = Precision::F32;
-    }
-    run.validate();
-    const std::filesystem::path out = run.out;
-    std::filesystem::create_directories(out);
-    std::string summary;
-    const std::unique_ptr<Dataset> data = make_dataset(run, tokenizer, out / "data", &summary);
-    fmt::print(stderr, "data: {}\n", summary);
-    Model model(run.model);
-    fmt::print(stderr, "model: {} parameters ({}, {} layers, d_model {})\n", model.count().total(),
-               architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
-    Trainer trainer(std::move(model), *data, run.train, out, resume, &tokenizer);
-    write_file_atomic(out / "run.json", run.to_json());
-
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
-    ProgressBar bar("train");
-    // The rate counts the step's targets: tokens, but examples for classification (one label each).
-    const char* rate_unit = run.data.task == Task::Classify ? "examples/s" : "tok/s";
-    std::optional<double> last_val, last_val_per_byte;
-    trainer.run(
-        [&](const StepReport& r) {
-          if (r.val_loss) last_val = r.val_loss, last_val_per_byte = r.val_loss_per_byte;
-          bar.set_status(fmt::format("loss {:.3f}  lr {:.2e}  {:.0f} {}{}", r.loss, r.lr, r.tokens_per_s, rate_unit,
-                                     last_val ? fmt::format("  val {:.3f}", *last_val) : ""));
-          bar.update(r.step, r.steps);
-        },
-        &g_stop);
-    bar.finish();
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    if (g_stop) fmt::print(stderr, "interrupted: checkpoint written at step {}\n", trainer.steps_done());
-    if (last_val)
-      fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));
-    if (last_val_per_byte)
-      fmt::print("per byte of text: {}\n", per_byte_summary(*last_val_per_byte));
-    // The curves, beside the metrics.
-    std::vector<Series> curves = read_metrics((out / "metrics.jsonl").string(), {"loss", "val_loss"}, "step");
-    curves[0].name = "train loss";
-    curves[1].name = "validation loss", curves[1].markers = true;
-    write_file_atomic(out / "loss.svg", line_plot_svg(curves, {.title = run.out, .x_label = "step", .y_label = "loss"}));
-    fmt::print("model: {}\nmetrics: {}\nplot: {}\n", (out / "checkpoint").string(), (out / "metrics.jsonl").string(),
-               (out / "loss.svg").string());
   });
 }
+
 
 void add_schedule(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "Print a learning-rate schedule step by step, or plot it as SVG");

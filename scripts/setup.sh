@@ -19,6 +19,8 @@ packages=(
   libgtest-dev libbenchmark-dev                # tests and benchmarks
   libcpp-httplib-dev                           # attend serve: HTTP (with its OpenSSL, zlib and Brotli headers)
   chromium curl                                # tests of attend serve: its playground page in headless Chromium
+  libopenmpi-dev openmpi-bin                   # mpirun -np N attend train: data parallelism across processes
+  iproute2                                     # tests of MPI across two network namespaces (ip netns, veth)
   libopenblas-dev                              # only for bench/: OpenBLAS as a peer in the GEMM benchmark
 )
 if [[ "${1:-}" == "--with-peers" ]]; then

@@ -267,7 +267,12 @@ class Model {
   Tensor hidden_states(const Batch& batch) const;
   // Adds scale × the gradient of that forward's loss into every parameter's grad. Gradient accumulation
   // weights each micro-batch by its share of the targets; fp16 training multiplies by the loss scale.
-  void backward(const ForwardState& state, double scale = 1.0);
+  // gradients_final(offset), when given, is called as backward goes (after each block) with an offset into
+  // gradient_buffer() from which on every gradient has its final value for this backward: data-parallel
+  // training starts sending those while the earlier layers are still being differentiated. The offsets
+  // decrease; the whole buffer is final when backward returns.
+  void backward(const ForwardState& state, double scale = 1.0,
+                const std::function<void(int64_t offset)>& gradients_final = {});
   // Tokens each expert took in that forward, per MoE block.
   std::vector<MoEStats> moe_stats(const ForwardState& state) const;
 

@@ -6,6 +6,7 @@
 //   trainer.run([](const attend::StepReport& r) { ... });   // progress, metrics
 #pragma once
 
+#include <attend/communicator.h>
 #include <attend/model.h>
 #include <attend/schedule.h>
 
@@ -48,6 +49,10 @@ class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual Batch train_batch(int64_t i) const = 0;
+  // Data parallelism: share `part` of `parts` of micro-batch i, its sequences [B·part/parts, B·(part+1)/parts)
+  // (padded to the whole batch's lengths, so that each row is what it is in train_batch). The default cuts
+  // train_batch(i); a dataset that can read only its share overrides it.
+  virtual Batch train_share(int64_t i, int part, int parts) const;
   virtual int64_t valid_batches() const = 0;
   virtual Batch valid_batch(int64_t i) const = 0;
 };
@@ -74,6 +79,9 @@ class EpochOrder {
   mutable std::vector<int64_t> order_;
 };
 
+// Rows [first, last) of a batch: every per-sequence field cut, the lengths T and src_T kept.
+Batch batch_rows(const Batch& batch, int64_t first, int64_t last);
+
 // Causal LM over a token stream (000 §8.1): the stream is cut into non-overlapping windows of T + 1 tokens;
 // each epoch visits them in a Fisher-Yates order drawn from (seed, epoch). Validation uses the valid
 // stream's windows in order.
@@ -81,6 +89,7 @@ class LmDataset : public Dataset {
  public:
   LmDataset(std::vector<int32_t> train, std::vector<int32_t> valid, const LmDataOptions& options);
   Batch train_batch(int64_t i) const override;
+  Batch train_share(int64_t i, int part, int parts) const override;  // reads only those windows
   int64_t valid_batches() const override;
   Batch valid_batch(int64_t i) const override;
   int64_t windows() const { return windows_; }
@@ -180,6 +189,13 @@ struct TrainConfig {
   Precision precision = Precision::F32;
   double loss_scale = 65536.0;        // F16: the starting scale (2^16)
   int64_t loss_scale_window = 2000;   // F16: clean steps before the scale doubles
+  // Data parallelism (a Trainer given a Communicator of several ranks; `mpirun -np N attend train`): each rank
+  // trains on its share of every micro-batch and the gradients are summed across ranks in buckets of
+  // bucket_mb megabytes, started while backward runs; F32 or BF16 on the wire. ZeRO-1 splits the optimizer
+  // state across the ranks (each updates its share of the parameters, then they are gathered).
+  bool zero = false;
+  Precision allreduce = Precision::F32;
+  double bucket_mb = 25.0;            // 0: one bucket, sent after the whole backward
 };
 
 // What a run trains the model to do, which fixes the architecture it needs and how the data files read.
@@ -268,6 +284,10 @@ struct StepReport {
   bool overflow = false;              // F16: the scaled gradients overflowed (skipped; the scale was halved)
   double loss_scale = 0.0;            // F16: the scale this step's backward used; 0 otherwise
   std::vector<MoEStats> moe;          // MoE models: tokens per expert and refusals of the last micro-batch
+  // Data parallelism: what this rank sent to the others this step, the time it waited for them after backward
+  // (the communication not hidden behind it) and the time of forward and backward before that wait.
+  int64_t comm_bytes = 0;
+  double comm_wait_s = 0.0, compute_s = 0.0;
 };
 
 class Trainer {
@@ -275,8 +295,16 @@ class Trainer {
   // Trains `model` on `data` and writes DIR/metrics.jsonl and DIR/checkpoint/ (the model directory plus
   // optimizer.safetensors and trainer.json). With resume, the model, optimiser and step come from
   // DIR/checkpoint, which must hold the same model configuration.
+  //
+  // With a group of several ranks (attend/communicator.h), this is one rank of a data-parallel run: every rank
+  // builds the Trainer with the same model configuration, data and config; rank 0 alone reads and writes DIR
+  // (the checkpoint, metrics) and sends the others the starting parameters and optimizer state. Each step
+  // trains on this rank's share of every micro-batch (Dataset::train_share) and sums the gradients across
+  // ranks (config.allreduce, bucket_mb, zero), so that the update is the one a single process makes from
+  // the whole batch (summed in another order: equal to rounding). Checkpoints hold the whole state, so a run
+  // resumes with any number of ranks.
   Trainer(Model model, const Dataset& data, const TrainConfig& config, std::filesystem::path dir, bool resume = false,
-          const Tokenizer* tokenizer = nullptr);
+          const Tokenizer* tokenizer = nullptr, Communicator* group = nullptr);
   ~Trainer();
 
   // Runs until config.steps, or until *stop becomes true (Ctrl-C), then writes a checkpoint. Calls

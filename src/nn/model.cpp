@@ -592,7 +592,7 @@ ForwardResult Model::forward(const Batch& batch, ForwardState& state, const RunO
   return result;
 }
 
-void Model::backward(const ForwardState& state, double scale) {
+void Model::backward(const ForwardState& state, double scale, const std::function<void(int64_t)>& gradients_final) {
   Impl& w = *impl_;
   const ForwardState::Impl& m = *state.impl_;
   const ModelConfig& c = w.config;
@@ -654,18 +654,28 @@ void Model::backward(const ForwardState& state, double scale) {
   }
 
   const double daux = c.n_experts > 0 ? scale * c.moe_aux_loss_weight : 0.0;
+  // A stack's blocks lie in the buffer in order, after the embeddings and before the heads, and the encoder's
+  // before the decoder's; what several blocks share (T5's relative bias) lives in the first. So once block i
+  // is done, every gradient from its first parameter on is final; the embeddings are last.
+  auto reporter = [&](const nn::Stack& stack) {
+    return std::function<void(size_t)>([&, stack_ptr = &stack](size_t i) {
+      gradients_final(stack_ptr->first_parameter(i).grad.data() - w.grads.data());
+    });
+  };
+  const bool report = static_cast<bool>(gradients_final);
   if (c.architecture == Architecture::Encoder) {
-    Tensor dx = w.encoder->backward(dtop, daux, nullptr, m.encoder);
+    Tensor dx = w.encoder->backward(dtop, daux, nullptr, m.encoder, report ? reporter(*w.encoder) : nullptr);
     w.embed_backward(m.enc_embed, dx);
     return;
   }
   Tensor dcontext;
   if (c.architecture == Architecture::EncoderDecoder) dcontext = Tensor({B, m.src_T, C});
-  Tensor dx = w.decoder->backward(dtop, daux, dcontext.numel() ? &dcontext : nullptr, m.decoder);
+  Tensor dx = w.decoder->backward(dtop, daux, dcontext.numel() ? &dcontext : nullptr, m.decoder,
+                                  report ? reporter(*w.decoder) : nullptr);
   w.embed_backward(m.dec_embed, dx);
   if (c.architecture == Architecture::EncoderDecoder) {
     dcontext.reshape({B * m.src_T, C});
-    Tensor dsrc = w.encoder->backward(dcontext, daux, nullptr, m.encoder);
+    Tensor dsrc = w.encoder->backward(dcontext, daux, nullptr, m.encoder, report ? reporter(*w.encoder) : nullptr);
     w.embed_backward(m.enc_embed, dsrc);
   }
 }

@@ -257,10 +257,20 @@ Tensor Stack::step(const Tensor& x, std::span<const CachedSequence> sequences) c
   return final_norm_ ? final_norm_->forward(h, nullptr) : std::move(h);
 }
 
-Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext, const Saved& saved) {
+Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext, const Saved& saved,
+                       const std::function<void(size_t)>& after_block) {
   Tensor d = final_norm_ ? final_norm_->backward(dout, saved.final_norm) : dout.clone();
-  for (size_t i = blocks_.size(); i-- > 0;) d = blocks_[i]->backward(std::move(d), daux, dcontext, saved.blocks[i]);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    d = blocks_[i]->backward(std::move(d), daux, dcontext, saved.blocks[i]);
+    if (after_block) after_block(i);
+  }
   return d;
+}
+
+const Parameter& Stack::first_parameter(size_t block) const {
+  std::vector<Parameter*> params;
+  blocks_.at(block)->collect(params);
+  return *params.front();
 }
 
 void Stack::project_context(const Tensor& context, std::vector<Tensor>& keys, std::vector<Tensor>& values) const {

@@ -16,6 +16,7 @@
 #include <attend/model.h>
 #include <attend/session.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -103,8 +104,12 @@ class Stack {
 
   Tensor forward(const Tensor& x, const StackCall& call, Saved* saved) const;  // blocks, then the final norm (pre-LN)
   Tensor step(const Tensor& x, std::span<const CachedSequence> sequences) const;
-  Tensor backward(const Tensor& dout, double daux, Tensor* dcontext, const Saved& saved);
+  // after_block(i) is called once block i's backward is done (blocks from the last to the first).
+  Tensor backward(const Tensor& dout, double daux, Tensor* dcontext, const Saved& saved,
+                  const std::function<void(size_t)>& after_block = {});
   void collect(std::vector<Parameter*>& out);
+  // Block i's first parameter in collect's order (its parameters follow it without a gap).
+  const Parameter& first_parameter(size_t block) const;
   double aux(const Saved& saved) const;
   void moe_stats(const Saved& saved, std::vector<MoEStats>& out) const;
   // Sessions of encoder-decoder models: every block's cross-attention keys and values of the encoder output

@@ -6,9 +6,11 @@
 
 namespace attend::train {
 
-double global_grad_norm(std::span<const float> grads) {
-  return std::sqrt(kernels::sum_squares(grads.data(), static_cast<int64_t>(grads.size())));
+double sum_of_squares(std::span<const float> grads) {
+  return kernels::sum_squares(grads.data(), static_cast<int64_t>(grads.size()));
 }
+
+double global_grad_norm(std::span<const float> grads) { return std::sqrt(sum_of_squares(grads)); }
 
 void scale_grads(std::span<float> grads, double factor) {
   kernels::scale(grads.data(), static_cast<int64_t>(grads.size()), static_cast<float>(factor));

@@ -9,6 +9,8 @@ namespace attend::train {
 
 // ‖g‖₂, summed in double.
 double global_grad_norm(std::span<const float> grads);
+// Σ g², in double (data parallelism with ZeRO-1: each rank's share of ‖g‖²).
+double sum_of_squares(std::span<const float> grads);
 
 // g ← factor·g (dividing out the loss scale of f16 training).
 void scale_grads(std::span<float> grads, double factor);

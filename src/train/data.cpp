@@ -47,10 +47,14 @@ Batch LmDataset::window_batch(const std::vector<int32_t>& tokens, const std::vec
 }
 
 // Sequence i of the run (counting from 0) is window order(i): epoch by epoch, each a shuffle of the windows.
-Batch LmDataset::train_batch(int64_t micro) const {
+Batch LmDataset::train_batch(int64_t micro) const { return train_share(micro, 0, 1); }
+
+Batch LmDataset::train_share(int64_t micro, int part, int parts) const {
+  const int64_t B = options_.batch_size;
+  check(parts >= 1 && part >= 0 && part < parts, "train_share: part {} of {}", part, parts);
   std::vector<int64_t> starts;
-  for (int64_t b = 0; b < options_.batch_size; ++b)
-    starts.push_back(order_(micro * options_.batch_size + b) * options_.seq_len);
+  for (int64_t b = B * part / parts; b < B * (part + 1) / parts; ++b)
+    starts.push_back(order_(micro * B + b) * options_.seq_len);
   return window_batch(train_, starts);
 }
 
@@ -225,6 +229,33 @@ Batch ExampleDataset::valid_batch(int64_t i) const {
   for (int64_t k = i * options_.batch_size; k < std::min<int64_t>(valid_.size(), (i + 1) * options_.batch_size); ++k)
     batch.push_back(&valid_[k]);
   return collate(batch);
+}
+
+Batch Dataset::train_share(int64_t i, int part, int parts) const {
+  check(parts >= 1 && part >= 0 && part < parts, "train_share: part {} of {}", part, parts);
+  const Batch whole = train_batch(i);
+  return batch_rows(whole, whole.B * part / parts, whole.B * (part + 1) / parts);
+}
+
+Batch batch_rows(const Batch& batch, int64_t first, int64_t last) {
+  check(0 <= first && first <= last && last <= batch.B, "batch_rows: rows [{}, {}) of a batch of {}", first, last,
+        batch.B);
+  auto cut = [&](const std::vector<int32_t>& v, int64_t per_row) {
+    if (v.empty()) return std::vector<int32_t>();
+    return std::vector<int32_t>(v.begin() + first * per_row, v.begin() + last * per_row);
+  };
+  Batch out;
+  out.B = last - first;
+  out.T = batch.T;
+  out.src_T = batch.src_T;
+  out.ids = cut(batch.ids, batch.T);
+  out.lengths = cut(batch.lengths, 1);
+  out.targets = cut(batch.targets, batch.T);
+  out.token_types = cut(batch.token_types, batch.T);
+  out.labels = cut(batch.labels, 1);
+  out.src_ids = cut(batch.src_ids, batch.src_T);
+  out.src_lengths = cut(batch.src_lengths, 1);
+  return out;
 }
 
 }  // namespace attend

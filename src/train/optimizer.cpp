@@ -37,8 +37,19 @@ bool decays(const Parameter& p, const OptimizerConfig& config) {
   return true;
 }
 
+namespace {
+std::vector<Segment> whole_parameters(const std::vector<Parameter*>& params) {
+  std::vector<Segment> out;
+  for (Parameter* p : params) out.push_back({p, 0, p->numel()});
+  return out;
+}
+}  // namespace
+
 Optimizer::Optimizer(const OptimizerConfig& config, std::vector<Parameter*> params)
-    : config_(config), params_(std::move(params)) {
+    : Optimizer(config, whole_parameters(params)) {}
+
+Optimizer::Optimizer(const OptimizerConfig& config, std::vector<Segment> segments)
+    : config_(config), segments_(std::move(segments)) {
   const auto& c = config_;
   check(c.beta1 >= 0.0 && c.beta1 < 1.0 && c.beta2 >= 0.0 && c.beta2 < 1.0 && c.momentum >= 0.0 && c.momentum < 1.0,
         "optimizer: beta1, beta2 and momentum must be in [0, 1), got {}, {}, {}", c.beta1, c.beta2, c.momentum);
@@ -46,12 +57,70 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<Parameter*> para
   check(c.beta2_initial == 0.0 || (c.beta2_initial > 0.0 && c.beta2_initial < 1.0 && c.beta2_warmup_steps > 0),
         "optimizer: beta2 warm-up needs beta2_initial in (0, 1) and beta2_warmup_steps > 0, got {} and {}",
         c.beta2_initial, c.beta2_warmup_steps);
-  const bool two_moments = c.kind == OptimizerKind::Adam || c.kind == OptimizerKind::AdamW;
-  for (const Parameter* p : params_) {
-    m_.emplace_back(c.kind == OptimizerKind::SGD ? Shape{0} : p->value.shape());
-    v_.emplace_back(two_moments ? p->value.shape() : Shape{0});
+  const int states = states_per_element();
+  for (const Segment& s : segments_) {
+    check(s.begin >= 0 && s.length >= 0 && s.begin + s.length <= s.param->numel(),
+          "optimizer: elements [{}, {}) of {} are outside its {} elements", s.begin, s.begin + s.length,
+          s.param->name, s.param->numel());
+    const bool whole = s.begin == 0 && s.length == s.param->numel();
+    whole_ = whole_ && whole;
+    const Shape shape = whole ? s.param->value.shape() : Shape{s.length};
+    m_.emplace_back(states >= 1 ? shape : Shape{0});
+    v_.emplace_back(states >= 2 ? shape : Shape{0});
   }
 }
+
+int Optimizer::states_per_element() const {
+  switch (config_.kind) {
+    case OptimizerKind::SGD: return 0;
+    case OptimizerKind::Momentum: return 1;
+    case OptimizerKind::Adam:
+    case OptimizerKind::AdamW: return 2;
+  }
+  return 0;
+}
+
+void Optimizer::set_counters(int64_t steps, double beta2_product) {
+  step_ = steps;
+  beta2_product_ = beta2_product;
+}
+
+std::pair<float*, int64_t> Optimizer::state_of(const Segment& segment, int which) const {
+  // The segment of ours that holds `segment`.
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& own = segments_[i];
+    if (own.param == segment.param && segment.begin >= own.begin && segment.begin + segment.length <= own.begin + own.length) {
+      const Tensor& t = which == 0 ? m_[i] : v_[i];
+      return {const_cast<float*>(t.data()) + (segment.begin - own.begin), segment.length};
+    }
+  }
+  throw Error(fmt::format("optimizer: no state for elements [{}, {}) of {}", segment.begin,
+                          segment.begin + segment.length, segment.param->name));
+}
+
+std::vector<float> Optimizer::pack(const std::vector<Segment>& segments) const {
+  std::vector<float> out;
+  for (const Segment& s : segments)
+    for (int which = 0; which < states_per_element(); ++which) {
+      const auto [data, n] = state_of(s, which);
+      out.insert(out.end(), data, data + n);
+    }
+  return out;
+}
+
+void Optimizer::unpack(const std::vector<Segment>& segments, std::span<const float> packed) {
+  size_t at = 0;
+  for (const Segment& s : segments)
+    for (int which = 0; which < states_per_element(); ++which) {
+      const auto [data, n] = state_of(s, which);
+      check(at + n <= packed.size(), "optimizer: {} packed state floats, too few for the segments", packed.size());
+      std::copy(packed.begin() + at, packed.begin() + at + n, data);
+      at += n;
+    }
+  check(at == packed.size(), "optimizer: {} packed state floats, the segments hold {}", packed.size(), at);
+}
+
+void Optimizer::unpack(std::span<const float> packed) { unpack(segments_, packed); }
 
 double Optimizer::beta2_at(int64_t t) const {
   const auto& c = config_;
@@ -65,16 +134,18 @@ void Optimizer::step(double lr) {
   ++step_;
   const double beta2 = beta2_at(step_);
   beta2_product_ *= beta2;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Parameter& p = *params_[i];
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    Parameter& p = *segments_[i].param;
     const float decay = decays(p, c) ? static_cast<float>(c.weight_decay) : 0.0f;
-    const int64_t n = p.numel();
+    const int64_t n = segments_[i].length;
+    float* value = p.value.data() + segments_[i].begin;
+    const float* grad = p.grad.data() + segments_[i].begin;
     switch (c.kind) {
       case OptimizerKind::SGD:
-        kernels::sgd_update(p.value.data(), p.grad.data(), n, static_cast<float>(lr), decay);
+        kernels::sgd_update(value, grad, n, static_cast<float>(lr), decay);
         break;
       case OptimizerKind::Momentum:
-        kernels::momentum_update(p.value.data(), m_[i].data(), p.grad.data(), n, static_cast<float>(lr),
+        kernels::momentum_update(value, m_[i].data(), grad, n, static_cast<float>(lr),
                                  static_cast<float>(c.momentum),
                                  c.momentum_ema ? static_cast<float>(1.0 - c.momentum) : 1.0f, decay);
         break;
@@ -89,7 +160,7 @@ void Optimizer::step(double lr) {
                             1.0 - std::pow(c.beta1, double(step_)),
                             1.0 - beta2_product_};
         (c.kind == OptimizerKind::AdamW ? s.decoupled : s.l2) = decay;
-        kernels::adam_update(p.value.data(), m_[i].data(), v_[i].data(), p.grad.data(), n, s);
+        kernels::adam_update(value, m_[i].data(), v_[i].data(), grad, n, s);
         break;
       }
     }
@@ -99,18 +170,20 @@ void Optimizer::step(double lr) {
 template <typename F>
 void Optimizer::for_each_state(F&& f) {
   const bool adam = config_.kind == OptimizerKind::Adam || config_.kind == OptimizerKind::AdamW;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (config_.kind == OptimizerKind::Momentum) f(params_[i]->name + ".velocity", m_[i]);
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const std::string& name = segments_[i].param->name;
+    if (config_.kind == OptimizerKind::Momentum) f(i, name + ".velocity", m_[i]);
     if (adam) {
-      f(params_[i]->name + ".m", m_[i]);
-      f(params_[i]->name + ".v", v_[i]);
+      f(i, name + ".m", m_[i]);
+      f(i, name + ".v", v_[i]);
     }
   }
 }
 
 std::vector<NamedTensor> Optimizer::state_tensors() {
+  check(whole_, "optimizer: a checkpoint's state tensors need every parameter's whole state (ZeRO-1 gathers it first)");
   std::vector<NamedTensor> out;
-  for_each_state([&](std::string name, Tensor& t) { out.push_back({std::move(name), &t}); });
+  for_each_state([&](size_t, std::string name, Tensor& t) { out.push_back({std::move(name), &t}); });
   return out;
 }
 
@@ -146,7 +219,16 @@ void Optimizer::load_state(const SafetensorsReader& reader) {
         "product of betas in [0, 1]", reader.origin(), beta2_product);
   step_ = step;
   beta2_product_ = beta2_product;
-  for_each_state([&](const std::string& name, Tensor& t) { reader.load_into(name, t.view()); });
+  for_each_state([&](size_t i, const std::string& name, Tensor& t) {
+    const Segment& s = segments_[i];
+    if (s.begin == 0 && s.length == s.param->numel()) {
+      reader.load_into(name, t.view());
+      return;
+    }
+    Tensor whole(s.param->value.shape());  // a segment: its run of the parameter's whole state
+    reader.load_into(name, whole.view());
+    std::copy(whole.data() + s.begin, whole.data() + s.begin + s.length, t.data());
+  });
 }
 
 }  // namespace attend::train

@@ -75,6 +75,9 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("precision", t.precision, "matmul operands: f32, bf16 (mixed precision, fast with AVX-512 BF16) or f16 (loss-scaled)");
   f("loss_scale", t.loss_scale, "f16: the starting loss scale (halved on overflow)");
   f("loss_scale_window", t.loss_scale_window, "f16: steps without overflow before the scale doubles");
+  f("zero", t.zero, "mpirun: ZeRO-1, each rank holds and updates 1/N of the optimizer state");
+  f("allreduce", t.allreduce, "mpirun: the gradients' type on the wire, f32 or bf16 (half the bytes)");
+  f("bucket_mb", t.bucket_mb, "mpirun: megabytes of fp32 gradients per bucket, sent while backward runs; 0: one bucket at the end");
 }
 
 }  // namespace
@@ -145,6 +148,8 @@ void RunConfig::validate() const {
   check(train.loss_scale >= 1.0 && train.loss_scale_window >= 1,
         "run: train.loss_scale must be at least 1 and train.loss_scale_window positive, got {} and {}",
         train.loss_scale, train.loss_scale_window);
+  check(train.allreduce != Precision::F16, "run: train.allreduce must be f32 or bf16, got f16");
+  check(train.bucket_mb >= 0.0, "run: train.bucket_mb must be non-negative, got {}", train.bucket_mb);
   train::Schedule s = train.schedule;
   if (s.total_steps == 0) s.total_steps = train.steps;
   s.validate();

@@ -11,6 +11,7 @@
 
 #include "core/json_fields.h"
 #include "train/clip.h"
+#include "train/collective.h"
 #include "train/optimizer.h"
 #include "train/resume.h"
 
@@ -125,15 +126,105 @@ struct Trainer::State {
   double elapsed_s = 0.0;     // over every run of this training, resumes included
   std::ofstream metrics;      // DIR/metrics.jsonl, a JSON object per step, appended
   std::vector<int32_t> token_bytes;  // per id, the bytes it decodes to (validation loss per byte)
+  // Data parallelism: the group (null, or one rank: a single process) and the gradient reduction.
+  Communicator* group = nullptr;
+  std::unique_ptr<train::GradientReducer> reducer;
 
-  State(Model m, const Dataset& d, const TrainConfig& c, fs::path p, const Tokenizer* t)
-      : model(std::move(m)), data(d), config(c), dir(std::move(p)), tokenizer(t) {}
+  State(Model m, const Dataset& d, const TrainConfig& c, fs::path p, const Tokenizer* t, Communicator* g)
+      : model(std::move(m)), data(d), config(c), dir(std::move(p)), tokenizer(t), group(g) {}
   fs::path checkpoint() const { return dir / "checkpoint"; }
+  bool parallel() const { return group != nullptr && group->size() > 1; }
+  int rank() const { return group ? group->rank() : 0; }
+  int ranks() const { return group ? group->size() : 1; }
+  bool leader() const { return rank() == 0; }
+  // The optimizer segments of what `rank` owns under ZeRO-1, or every parameter whole.
+  std::vector<train::Segment> segments_of(int rank);
+  // Rank 0's checkpointed optimizer state to every rank's optimizer (a run resumed with any number of ranks).
+  void share_optimizer_state(const SafetensorsReader* reader);
+  // Every rank's optimizer state on rank 0, as one optimizer of whole parameters (ZeRO-1's checkpoint).
+  std::unique_ptr<train::Optimizer> gather_optimizer_state();
 };
 
+std::vector<train::Segment> Trainer::State::segments_of(int r) {
+  std::vector<train::Segment> out;
+  const std::vector<Parameter*> params = model.parameters();
+  if (!parallel() || !config.zero) {
+    for (Parameter* p : params) out.push_back({p, 0, p->numel()});
+    return out;
+  }
+  const float* base = model.parameter_buffer().data();
+  for (const train::Range& range : reducer->owned_by(r))
+    for (Parameter* p : params) {
+      const int64_t begin = p->value.data() - base, end = begin + p->numel();
+      const int64_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
+      if (lo < hi) out.push_back({p, lo - begin, hi - lo});
+    }
+  return out;
+}
+
+namespace {
+constexpr int kStateTag = 7;
+// Long runs of floats in messages MPI can count (int): pieces of 256 MiB.
+template <typename F>
+void in_pieces(std::span<float> data, F&& f) {
+  constexpr size_t kPiece = size_t{64} << 20;
+  for (size_t at = 0; at < data.size(); at += kPiece) f(data.subspan(at, std::min(kPiece, data.size() - at)));
+}
+void send_floats(Communicator& group, int peer, std::span<float> data) {
+  in_pieces(data, [&](std::span<float> piece) { group.wait(group.send(peer, std::as_bytes(piece), kStateTag)); });
+}
+void receive_floats(Communicator& group, int peer, std::span<float> data) {
+  in_pieces(data, [&](std::span<float> piece) {
+    group.wait(group.receive(peer, std::as_writable_bytes(piece), kStateTag));
+  });
+}
+}  // namespace
+
+void Trainer::State::share_optimizer_state(const SafetensorsReader* reader) {
+  if (!parallel()) {
+    optimizer->load_state(*reader);
+    return;
+  }
+  double counters[2] = {0.0, 0.0};
+  if (leader()) {
+    train::Optimizer whole(config.optimizer, model.parameters());
+    whole.load_state(*reader);
+    counters[0] = double(whole.steps()), counters[1] = whole.beta2_product();
+    for (int r = 1; r < ranks(); ++r) {
+      std::vector<float> packed = whole.pack(segments_of(r));
+      send_floats(*group, r, packed);
+    }
+    optimizer->unpack(whole.pack(optimizer->segments()));
+  } else {
+    std::vector<float> packed(optimizer->pack(optimizer->segments()).size());
+    receive_floats(*group, 0, packed);
+    optimizer->unpack(packed);
+  }
+  train::broadcast(*group, std::as_writable_bytes(std::span(counters)));
+  optimizer->set_counters(static_cast<int64_t>(counters[0]), counters[1]);
+}
+
+std::unique_ptr<train::Optimizer> Trainer::State::gather_optimizer_state() {
+  if (!leader()) {
+    std::vector<float> packed = optimizer->pack(optimizer->segments());
+    send_floats(*group, 0, packed);
+    return nullptr;
+  }
+  auto whole = std::make_unique<train::Optimizer>(config.optimizer, model.parameters());
+  whole->set_counters(optimizer->steps(), optimizer->beta2_product());
+  whole->unpack(optimizer->segments(), optimizer->pack(optimizer->segments()));
+  for (int r = 1; r < ranks(); ++r) {
+    const std::vector<train::Segment> theirs = segments_of(r);
+    std::vector<float> packed(whole->pack(theirs).size());
+    receive_floats(*group, r, packed);
+    whole->unpack(theirs, packed);
+  }
+  return whole;
+}
+
 Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs::path dir, bool resume,
-                 const Tokenizer* tokenizer)
-    : s_(std::make_unique<State>(std::move(model), data, config, std::move(dir), tokenizer)) {
+                 const Tokenizer* tokenizer, Communicator* group)
+    : s_(std::make_unique<State>(std::move(model), data, config, std::move(dir), tokenizer, group)) {
   State& s = *s_;
   TrainConfig& c = s.config;
   check(c.steps >= 1, "train: steps must be at least 1, got {}", c.steps);
@@ -141,32 +232,68 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   check(c.loss_scale >= 1.0 && c.loss_scale_window >= 1,
         "train: loss_scale must be at least 1 and loss_scale_window positive, got {} and {}", c.loss_scale,
         c.loss_scale_window);
+  check(c.grad_accum >= 1, "train: grad_accum must be at least 1, got {}", c.grad_accum);
+  check(c.allreduce != Precision::F16 && c.bucket_mb >= 0.0,
+        "train: allreduce must be f32 or bf16 and bucket_mb non-negative");
   s.loss_scale = c.precision == Precision::F16 ? c.loss_scale : 1.0;
   if (c.schedule.total_steps == 0) c.schedule.total_steps = c.steps;
   c.schedule.d_model = s.model.config().d_model;  // inverse_sqrt's d_model^(-1/2) is the model's width
   c.schedule.validate();
-  std::error_code ec;
-  fs::create_directories(s.dir, ec);
-  check(fs::is_directory(s.dir), "{}: cannot create the run directory: {}", s.dir.string(), ec.message());
-  // A crash between the two renames of save_checkpoint leaves only checkpoint.old: it is the last good one.
-  if (!fs::exists(s.checkpoint()) && fs::exists(s.dir / "checkpoint.old"))
-    fs::rename(s.dir / "checkpoint.old", s.checkpoint());
 
-  if (resume) {
-    check(fs::exists(s.checkpoint() / "trainer.json"), "{}: no checkpoint to resume from", s.checkpoint().string());
-    Model saved = load_model(s.checkpoint());
-    const std::string want = s.model.config().to_json(), have = saved.config().to_json();
-    check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
-          first_difference(have, want));
-    s.model = std::move(saved);
+  // Rank 0 alone reads and writes the run directory; the others get what it read.
+  std::string state_text;  // trainer.json, on resume
+  std::optional<SafetensorsReader> optimizer_file;
+  if (s.leader()) {
+    std::error_code ec;
+    fs::create_directories(s.dir, ec);
+    check(fs::is_directory(s.dir), "{}: cannot create the run directory: {}", s.dir.string(), ec.message());
+    // A crash between the two renames of save_checkpoint leaves only checkpoint.old: it is the last good one.
+    if (!fs::exists(s.checkpoint()) && fs::exists(s.dir / "checkpoint.old"))
+      fs::rename(s.dir / "checkpoint.old", s.checkpoint());
+    if (resume) {
+      check(fs::exists(s.checkpoint() / "trainer.json"), "{}: no checkpoint to resume from", s.checkpoint().string());
+      Model saved = load_model(s.checkpoint());
+      const std::string want = s.model.config().to_json(), have = saved.config().to_json();
+      check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
+            first_difference(have, want));
+      s.model = std::move(saved);
+      optimizer_file.emplace(s.checkpoint() / "optimizer.safetensors");
+      state_text = read_file(s.checkpoint() / "trainer.json");
+    } else {
+      check(!fs::exists(s.checkpoint()), "{}: already holds a checkpoint; resume it, or train into another directory",
+            s.dir.string());
+      if (!c.init_from.empty()) {
+        Model source = load_model(c.init_from);
+        source.ensure_values();  // a GGUF file's quantized matrices start the run as their blocks' values
+        std::vector<std::string> kept;
+        try {
+          kept = s.model.copy_parameters_from(source);
+        } catch (const Error& e) {
+          throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
+        }
+        log::info("init_from {}: {} of {} parameters copied; new: {}", c.init_from,
+                  s.model.parameters().size() - kept.size(), s.model.parameters().size(),
+                  kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(kept, ", ")));
+      }
+    }
   }
-  s.optimizer = std::make_unique<train::Optimizer>(c.optimizer, s.model.parameters());
-  check(c.grad_accum >= 1, "train: grad_accum must be at least 1, got {}", c.grad_accum);
+  if (s.parallel()) {
+    // Every rank must build the same model; then all start from rank 0's parameters.
+    const std::string mine = s.model.config().to_json(), leaders = train::broadcast(*group, mine);
+    check(mine == leaders, "rank {}: the model differs from rank 0's: {}", s.rank(), first_difference(leaders, mine));
+    train::broadcast(*group, s.model.parameter_buffer());
+    const double bucket = c.bucket_mb * 1e6 / sizeof(float);
+    s.reducer = std::make_unique<train::GradientReducer>(
+        *group, static_cast<int64_t>(s.model.parameter_buffer().size()),
+        train::ReducerOptions{.zero = c.zero, .bf16_wire = c.allreduce == Precision::BF16,
+                              .bucket_elements = static_cast<int64_t>(bucket)});
+  }
+  s.optimizer = std::make_unique<train::Optimizer>(c.optimizer, s.segments_of(s.rank()));
   if (resume) {
-    const fs::path ckpt = s.checkpoint();
-    s.optimizer->load_state(SafetensorsReader(ckpt / "optimizer.safetensors"));
-    const fs::path state_path = ckpt / "trainer.json", metrics_path = s.dir / "metrics.jsonl";
-    const train::SavedState state = train::parse_trainer_state(read_file(state_path), state_path.string());
+    s.share_optimizer_state(optimizer_file ? &*optimizer_file : nullptr);
+    if (s.parallel()) state_text = train::broadcast(*group, state_text);
+    const fs::path state_path = s.checkpoint() / "trainer.json";
+    const train::SavedState state = train::parse_trainer_state(state_text, state_path.string());
     s.step = state.step;
     s.bad_streak = state.bad_streak;
     s.loss_average = state.loss_average;
@@ -175,30 +302,20 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       s.loss_scale = *state.loss_scale;
       s.clean_steps = state.clean_steps;
     }
+  }
+  if (!s.leader()) return;
+  const fs::path metrics_path = s.dir / "metrics.jsonl";
+  if (resume) {
     // Keep the metrics up to the checkpoint's step: the steps after it are trained again.
     const std::string kept =
         fs::exists(metrics_path) ? train::metrics_up_to(read_file(metrics_path), metrics_path.string(), s.step) : "";
     write_file_atomic(metrics_path, kept);
-    log::info("resuming {} at step {}", ckpt.string(), s.step);
+    log::info("resuming {} at step {}{}", s.checkpoint().string(), s.step,
+              s.parallel() ? fmt::format(" on {} ranks", s.ranks()) : "");
   } else {
-    check(!fs::exists(s.checkpoint()), "{}: already holds a checkpoint; resume it, or train into another directory",
-          s.dir.string());
-    if (!c.init_from.empty()) {
-      Model source = load_model(c.init_from);
-      source.ensure_values();  // a GGUF file's quantized matrices start the run as their blocks' values
-      std::vector<std::string> kept;
-      try {
-        kept = s.model.copy_parameters_from(source);
-      } catch (const Error& e) {
-        throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
-      }
-      log::info("init_from {}: {} of {} parameters copied; new: {}", c.init_from,
-                s.model.parameters().size() - kept.size(), s.model.parameters().size(),
-                kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(kept, ", ")));
-    }
-    write_file_atomic(s.dir / "metrics.jsonl", "");
+    write_file_atomic(metrics_path, "");
   }
-  s.metrics.open(s.dir / "metrics.jsonl", std::ios::app);
+  s.metrics.open(metrics_path, std::ios::app);
   check(s.metrics.good(), "{}: cannot append to metrics.jsonl", s.dir.string());
 }
 
@@ -217,14 +334,24 @@ StepReport Trainer::step() {
   r.steps = c.steps;
 
   // Each micro-batch's mean loss is weighted by its share of the step's targets, so K micro-batches give
-  // the gradient of the big batch's mean loss.
+  // the gradient of the big batch's mean loss. Across ranks: each rank's share of a micro-batch is weighted
+  // by its targets over the whole step's (every rank's) targets, and the sum over ranks is that gradient.
   std::vector<Batch> micro;
-  std::vector<int64_t> counts;
+  std::vector<double> counts;
   for (int64_t k = 0; k < c.grad_accum; ++k) {
-    micro.push_back(s.data.train_batch((t - 1) * c.grad_accum + k));
-    counts.push_back(count_targets(micro.back()));
-    r.tokens += counts.back();
+    const int64_t index = (t - 1) * c.grad_accum + k;
+    micro.push_back(s.parallel() ? s.data.train_share(index, s.rank(), s.ranks()) : s.data.train_batch(index));
+    check(micro.back().B > 0, "train: rank {} has no sequences of micro-batch {}: data.batch_size is below the {} ranks",
+          s.rank(), index, s.ranks());
+    counts.push_back(double(count_targets(micro.back())));
   }
+  double all_targets = 0.0;
+  {
+    std::vector<double> totals = counts;
+    if (s.parallel()) train::sum_in_rank_order(*s.group, totals);
+    for (double n : totals) all_targets += n;
+  }
+  r.tokens = static_cast<int64_t>(all_targets);
   check(r.tokens > 0, "train: step {} has no targets (every position is padding or ignored)", t);
   // F16: the loss (so every gradient) is multiplied by the scale, lifting small gradients out of fp16's
   // underflow; the gradients are divided by it again before clipping and the update.
@@ -232,22 +359,51 @@ StepReport Trainer::step() {
   const double scale = scaling ? s.loss_scale : 1.0;
   if (scaling) r.loss_scale = scale;
   s.model.zero_grad();
+  const std::span<float> grads = s.model.gradient_buffer();
+  if (s.reducer) s.reducer->start(grads);
   for (int64_t k = 0; k < c.grad_accum; ++k) {
-    const double share = double(counts[k]) / double(r.tokens);
-    // Dropout's stream: a window of 2^32 numbers per micro-batch, so a step's masks depend only on (seed, t, k).
-    // The forward checks that its masks fit the window (B·H·T² per layer can pass 2^32 for big micro-batches);
-    // Philox's counter takes the whole 64-bit index, so windows past 2^32 do not wrap.
+    const double share = counts[k] / all_targets;
+    // Dropout's stream: a window of 2^32 numbers per micro-batch (per rank's share of it), so a step's masks
+    // depend only on (seed, t, k, rank). The forward checks that its masks fit the window (B·H·T² per layer can
+    // pass 2^32 for big micro-batches); Philox's counter takes the whole 64-bit index, so windows past 2^32 do
+    // not wrap.
     constexpr uint64_t kDropoutWindow = uint64_t{1} << 32;
+    const uint64_t window = static_cast<uint64_t>(((t - 1) * c.grad_accum + k) * s.ranks() + s.rank());
     const RunOptions options{.training = true, .label_smoothing = c.label_smoothing, .seed = c.seed,
-                             .offset = static_cast<uint64_t>((t - 1) * c.grad_accum + k) * kDropoutWindow,
-                             .rng_window = kDropoutWindow, .precision = c.precision};
+                             .offset = window * kDropoutWindow, .rng_window = kDropoutWindow,
+                             .precision = c.precision};
     r.loss += share * s.model.forward(micro[k], s.activations, options).loss;
-    s.model.backward(s.activations, share * scale);
+    // The last micro-batch's backward finishes the gradients: their buckets start as its blocks are done.
+    const bool last = k + 1 == c.grad_accum;
+    s.model.backward(s.activations, share * scale,
+                     last && s.reducer ? std::function<void(int64_t)>([&](int64_t from) { s.reducer->ready(from); })
+                                       : nullptr);
   }
   r.moe = s.model.moe_stats(s.activations);
-  const std::span<float> grads = s.model.gradient_buffer();
-  if (scaling) train::scale_grads(grads, 1.0 / scale);
-  r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(grads, c.clip_norm) : train::global_grad_norm(grads);
+  // Owned: the gradients this rank holds summed over ranks (with ZeRO-1 its own ranges, otherwise all).
+  std::vector<std::span<float>> owned;
+  if (s.reducer) {
+    r.compute_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    s.reducer->finish();
+    if (c.zero)
+      for (const train::Range& range : s.reducer->owned()) owned.push_back(grads.subspan(range.begin, range.size()));
+    double loss = r.loss;
+    train::sum_in_rank_order(*s.group, std::span(&loss, 1));
+    r.loss = loss;
+  }
+  if (owned.empty()) owned.push_back(grads);
+  if (scaling)
+    for (std::span<float> g : owned) train::scale_grads(g, 1.0 / scale);
+  if (owned.size() == 1 && owned[0].size() == grads.size()) {
+    r.grad_norm = c.clip_norm > 0.0 ? train::clip_grad_norm(grads, c.clip_norm) : train::global_grad_norm(grads);
+  } else {  // ZeRO-1: ‖g‖² summed over the ranks' shares
+    double squares = 0.0;
+    for (std::span<float> g : owned) squares += train::sum_of_squares(g);
+    train::sum_in_rank_order(*s.group, std::span(&squares, 1));
+    r.grad_norm = std::sqrt(squares);
+    if (c.clip_norm > 0.0 && std::isfinite(r.grad_norm) && r.grad_norm > c.clip_norm)
+      for (std::span<float> g : owned) train::scale_grads(g, c.clip_norm / r.grad_norm);
+  }
   r.lr = c.schedule.at(t);
   // F16 overflow: a finite loss whose scaled gradients overflowed. The scale is too large; halve it and skip
   // the step (the divergence guard does not count it unless the scale is already at its floor of 1).
@@ -256,13 +412,16 @@ StepReport Trainer::step() {
     r.skipped = r.overflow = true;
     s.loss_scale = std::max(1.0, s.loss_scale / 2.0);
     s.clean_steps = 0;
-    log::info("step {}: f16 gradients overflowed at loss scale {}: step skipped, scale now {}", t, scale,
-              s.loss_scale);
+    if (s.leader())
+      log::info("step {}: f16 gradients overflowed at loss scale {}: step skipped, scale now {}", t, scale,
+                s.loss_scale);
   } else if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     r.skipped = true;
     ++s.bad_streak;
-    log::warn("step {}: non-finite {} ({}): step skipped ({} in a row)", t, std::isfinite(r.loss) ? "gradient norm" : "loss",
-              std::isfinite(r.loss) ? r.grad_norm : r.loss, s.bad_streak);
+    if (s.leader())
+      log::warn("step {}: non-finite {} ({}): step skipped ({} in a row)", t,
+                std::isfinite(r.loss) ? "gradient norm" : "loss", std::isfinite(r.loss) ? r.grad_norm : r.loss,
+                s.bad_streak);
     if (s.bad_streak >= c.max_bad_steps) {
       throw Error(fmt::format("training diverged: {} steps in a row had a non-finite loss or gradient (step {}); "
                               "the last good checkpoint is {}; lower the learning rate or clip_norm and resume",
@@ -271,15 +430,22 @@ StepReport Trainer::step() {
   } else {
     s.bad_streak = 0;
     s.optimizer->step(r.lr);
+    if (s.reducer && c.zero) s.reducer->gather_values(s.model.parameter_buffer());
     if (scaling && ++s.clean_steps >= c.loss_scale_window) {
       s.loss_scale *= 2.0;
       s.clean_steps = 0;
     }
     // Near zero loss one batch can triple without meaning anything: a spike must also rise 0.5 nats.
     constexpr double kSpikeRise = 0.5;
-    if (std::isfinite(s.loss_average) && r.loss > c.spike_factor * s.loss_average && r.loss > s.loss_average + kSpikeRise)
+    if (s.leader() && std::isfinite(s.loss_average) && r.loss > c.spike_factor * s.loss_average &&
+        r.loss > s.loss_average + kSpikeRise)
       log::warn("step {}: loss spike: {:.4f} against a running average of {:.4f}", t, r.loss, s.loss_average);
     s.loss_average = std::isfinite(s.loss_average) ? 0.95 * s.loss_average + 0.05 * r.loss : r.loss;
+  }
+  if (s.reducer) {
+    const train::ReducerStats stats = s.reducer->take_stats();
+    r.comm_bytes = stats.bytes_sent;
+    r.comm_wait_s = stats.wait_s;
   }
   s.step = t;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -296,30 +462,39 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
   if (count_bytes && s.token_bytes.empty())
     for (int32_t id = 0; id < s.tokenizer->vocab_size(); ++id)
       s.token_bytes.push_back(static_cast<int32_t>(s.tokenizer->text_bytes(id)));
-  double sum = 0.0;
-  int64_t n = 0, bytes = 0;
-  for (int64_t i = 0; i < s.data.valid_batches(); ++i) {
+  // Several ranks take the batches in turn and add up their sums.
+  double totals[3] = {0.0, 0.0, 0.0};  // Σ nll, targets, bytes
+  for (int64_t i = s.rank(); i < s.data.valid_batches(); i += s.ranks()) {
     const Batch b = s.data.valid_batch(i);
     const ForwardResult r = s.model.forward(b, s.activations, {.precision = s.config.precision});
-    sum += r.ce_loss * double(r.n_targets);
-    n += r.n_targets;
+    totals[0] += r.ce_loss * double(r.n_targets);
+    totals[1] += double(r.n_targets);
     if (count_bytes)
       for (int64_t j = 0; j < static_cast<int64_t>(b.targets.size()); ++j)
-        if (is_scored(b, j)) bytes += s.token_bytes.at(static_cast<size_t>(b.targets[j]));
+        if (is_scored(b, j)) totals[2] += s.token_bytes.at(static_cast<size_t>(b.targets[j]));
   }
-  if (count_bytes && bytes > 0) *per_byte = sum / double(bytes);
-  return n > 0 ? sum / double(n) : NAN;
+  if (s.parallel()) train::sum_in_rank_order(*s.group, totals);
+  if (count_bytes && totals[2] > 0) *per_byte = totals[0] / totals[2];
+  return totals[1] > 0 ? totals[0] / totals[1] : NAN;
 }
 
 // DIR/checkpoint.tmp is written whole, then swapped in: checkpoint → checkpoint.old, checkpoint.tmp →
 // checkpoint, checkpoint.old removed. At every moment a complete checkpoint exists under one of the names.
+// Data parallelism: rank 0 writes it; with ZeRO-1 the others send it their shares of the optimizer state first.
 void Trainer::save_checkpoint() {
   State& s = *s_;
+  std::unique_ptr<train::Optimizer> gathered;
+  if (s.parallel() && s.config.zero) {
+    gathered = s.gather_optimizer_state();
+    if (!s.leader()) return;
+  }
+  if (!s.leader()) return;
+  train::Optimizer& optimizer = gathered ? *gathered : *s.optimizer;
   const fs::path tmp = s.dir / "checkpoint.tmp", old = s.dir / "checkpoint.old";
   fs::remove_all(tmp);
   save_model(s.model, tmp, s.tokenizer);
-  auto meta = s.optimizer->state_metadata();
-  write_safetensors(tmp / "optimizer.safetensors", s.optimizer->state_tensors(), meta);
+  auto meta = optimizer.state_metadata();
+  write_safetensors(tmp / "optimizer.safetensors", optimizer.state_tensors(), meta);
   json state = {{"step", s.step},
                 {"bad_streak", s.bad_streak},
                 {"loss_average", std::isfinite(s.loss_average) ? json(s.loss_average) : json(nullptr)},
@@ -346,6 +521,12 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
     if (r.skipped) line["skipped"] = true;
     if (r.overflow) line["overflow"] = true;
     if (r.loss_scale > 0.0) line["loss_scale"] = r.loss_scale;
+    if (s.parallel()) {
+      line["ranks"] = s.ranks();
+      line["comm_bytes"] = r.comm_bytes;
+      line["comm_wait_s"] = r.comm_wait_s;
+      line["compute_s"] = r.compute_s;
+    }
     if (!r.moe.empty()) {  // routing: tokens per expert of each MoE block, and choices refused for capacity
       json tokens = json::array();
       int64_t refused = 0;
@@ -357,11 +538,19 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
       if (v.is_number_float() && !std::isfinite(v.get<double>())) v = nullptr;  // JSON has no NaN
     s.metrics << line.dump() << "\n" << std::flush;
   };
-  while (s.step < c.steps && !(stop && stop->load())) {
+  // Whether to stop after this step: any rank's Ctrl-C stops every rank at the same step.
+  auto stopping = [&] {
+    double asked = stop && stop->load() ? 1.0 : 0.0;
+    if (s.parallel()) train::sum_in_rank_order(*s.group, std::span(&asked, 1));
+    return asked > 0.0;
+  };
+  bool stopped = stopping();
+  while (s.step < c.steps && !stopped) {
     StepReport r = step();
-    const bool last = s.step == c.steps || (stop && stop->load());
+    stopped = stopping();
+    const bool last = s.step == c.steps || stopped;
     if ((c.eval_every > 0 && s.step % c.eval_every == 0) || last) r.val_loss = validation_loss(&r.val_loss_per_byte);
-    append_metrics(r);
+    if (s.leader()) append_metrics(r);
     if (on_step) on_step(r);
     if ((c.checkpoint_every > 0 && s.step % c.checkpoint_every == 0) || last) save_checkpoint();
   }
