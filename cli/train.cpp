@@ -176,7 +176,10 @@ void add_train(CLI::App& app) {
     // Under mpirun this process is one rank of a data-parallel run: rank 0 reads and writes the run directory
     // and prints; every rank's error stops them all.
     std::unique_ptr<Communicator> group;
-    if (launched_by_mpirun()) group = mpi_communicator();
+    if (launched_by_mpirun()) {
+      const char* timeout = std::getenv("ATTEND_MPI_CONNECT_TIMEOUT");  // seconds for every rank to answer
+      group = mpi_communicator(timeout ? std::atof(timeout) : 60.0);
+    }
     try {
       train_command(args, group.get());
     } catch (const Error& e) {

@@ -15,7 +15,7 @@ namespace attend {
 bool launched_by_mpirun();
 
 // Joins the MPI job (MPI_Init once per process) and checks that every rank can reach every other: a rank
-// that gets no answer within connect_timeout_s (ATTEND_MPI_CONNECT_TIMEOUT overrides it) is an error naming
+// that gets no answer within connect_timeout_s is an error naming
 // the ranks that did not answer. MPI_Finalize when the last communicator goes.
 std::unique_ptr<Communicator> mpi_communicator(double connect_timeout_s = 60.0);
 

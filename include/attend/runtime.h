@@ -7,7 +7,8 @@ namespace attend {
 
 const char* version();
 
-// Threads used by every kernel and by the GEMM backend; n <= 0 means all cores.
+// Threads used by every kernel and by the GEMM backend; n <= 0 means OMP_NUM_THREADS when set, otherwise
+// every core this process may use (shared among the MPI ranks on this host).
 void set_num_threads(int n);
 int num_threads();
 

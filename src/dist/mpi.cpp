@@ -116,7 +116,6 @@ class MpiCommunicator final : public Communicator {
   // One byte to and from every other rank, polled against a deadline: Open MPI connects lazily, so a rank
   // that cannot reach another would otherwise wait forever at its first gradient.
   void handshake(double timeout_s) {
-    if (const char* env = std::getenv("ATTEND_MPI_CONNECT_TIMEOUT")) timeout_s = std::atof(env);
     std::vector<char> in(size_, 0), out(size_, 1);
     std::vector<MPI_Request> sends, receives;
     std::vector<int> from;
