@@ -285,9 +285,10 @@ struct StepReport {
   double loss_scale = 0.0;            // F16: the scale this step's backward used; 0 otherwise
   std::vector<MoEStats> moe;          // MoE models: tokens per expert and refusals of the last micro-batch
   // Data parallelism: what this rank sent to the others this step, the time it waited for them after backward
-  // (the communication not hidden behind it) and the time of forward and backward before that wait.
+  // (the communication not hidden behind it, and any wait for a slower rank), the time of forward and
+  // backward before that wait, and the part of it spent moving transfers on from backward's hook.
   int64_t comm_bytes = 0;
-  double comm_wait_s = 0.0, compute_s = 0.0;
+  double comm_wait_s = 0.0, compute_s = 0.0, comm_overlap_s = 0.0;
 };
 
 class Trainer {

@@ -88,6 +88,7 @@ struct GradientReducer::Bucket {
   std::vector<Communicator::Request> sends, receives;
   std::vector<float> incoming;      // fp32 wire: every other rank's contribution to my chunk, in rank order
   std::vector<uint16_t> outgoing16, incoming16;  // bf16 wire: the bucket rounded; the others' chunks
+  std::vector<float> acc, widened;                // bf16 wire: the sum, and one contribution widened
   Range chunk(int p) const { return {cut[p], cut[p + 1]}; }
 };
 
@@ -164,46 +165,43 @@ void GradientReducer::launch(size_t index) {
   b.phase = Bucket::Phase::Reducing;
 }
 
-// My chunk = Σ_p contribution_p in rank order; on the bf16 wire every contribution (mine too) is its bf16
-// rounding, and the sum is rounded once more, as the others receive it.
+// My chunk = Σ_p contribution_p in rank order: acc = c₀, then acc += c₁, …, c_{N−1}, one pass over memory per
+// contribution and no allocation (acc is my chunk itself when I am rank 0, else rank 0's received copy). On
+// the bf16 wire every contribution (mine too) is its bf16 rounding, and the sum is rounded once more, as the
+// others receive it.
 void GradientReducer::sum_own_chunk(size_t index) {
   Bucket& b = buckets_[index];
   const int n = group_.size(), me = group_.rank();
   const Range mine = b.chunk(me);
   const int64_t len = mine.size();
   float* out = grads_.data() + mine.begin;
-  std::vector<float> own;
-  if (options_.bf16_wire) {
-    own.resize(len);
-    kernels::bf16_to_float(own.data(), b.outgoing16.data() + (mine.begin - b.range.begin), len);
+  auto add = [len](float* acc, const float* c) {
+    for (int64_t i = 0; i < len; ++i) acc[i] += c[i];
+  };
+  if (!options_.bf16_wire) {
+    // Contributions: mine is `out`; rank p's (p ≠ me) is slot p − (p > me) of incoming.
+    auto contribution = [&](int p) { return p == me ? out : b.incoming.data() + (p - (p > me)) * len; };
+    float* acc = contribution(0);
+    for (int p = 1; p < n; ++p) add(acc, contribution(p));
+    if (acc != out) std::copy(acc, acc + len, out);
+    return;
   }
-  std::vector<float> widened(options_.bf16_wire ? len : 0);
-  std::vector<float> sum(len);
-  for (int p = 0, slot = 0; p < n; ++p) {
-    const float* c;
-    if (p == me) {
-      c = options_.bf16_wire ? own.data() : out;
-    } else {
-      if (options_.bf16_wire) {
-        kernels::bf16_to_float(widened.data(), b.incoming16.data() + slot * len, len);
-        c = widened.data();
-      } else {
-        c = b.incoming.data() + slot * len;
-      }
-      ++slot;
-    }
-    if (p == 0)
-      std::copy(c, c + len, sum.begin());
-    else
-      for (int64_t i = 0; i < len; ++i) sum[i] += c[i];
+  b.acc.resize(len);
+  b.widened.resize(len);
+  auto widen = [&](int p, float* into) {
+    const uint16_t* c = p == me ? b.outgoing16.data() + (mine.begin - b.range.begin)
+                                : b.incoming16.data() + (p - (p > me)) * len;
+    kernels::bf16_to_float(into, c, len);
+  };
+  widen(0, b.acc.data());
+  for (int p = 1; p < n; ++p) {
+    widen(p, b.widened.data());
+    add(b.acc.data(), b.widened.data());
   }
-  if (options_.bf16_wire) {
-    std::vector<uint16_t> rounded(len);
-    kernels::float_to_bf16(rounded.data(), sum.data(), len);
-    kernels::bf16_to_float(out, rounded.data(), len);
-  } else {
-    std::copy(sum.begin(), sum.end(), out);
-  }
+  std::vector<uint16_t>& rounded = b.outgoing16;  // the reduce phase's sends are done: reused for the gather
+  rounded.resize(len);
+  kernels::float_to_bf16(rounded.data(), b.acc.data(), len);
+  kernels::bf16_to_float(out, rounded.data(), len);
 }
 
 bool GradientReducer::advance(size_t index) {
@@ -226,11 +224,7 @@ bool GradientReducer::advance(size_t index) {
         return true;
       }
       const Range mine = b.chunk(me);
-      if (options_.bf16_wire) {
-        b.outgoing16.resize(mine.size());
-        kernels::float_to_bf16(b.outgoing16.data(), grads_.data() + mine.begin, mine.size());  // exact: already bf16
-        b.incoming16.resize(b.range.size());
-      }
+      if (options_.bf16_wire) b.incoming16.resize(b.range.size());  // outgoing16 holds my rounded sum
       for (int p = 0; p < n; ++p) {
         if (p == me) continue;
         const Range theirs = b.chunk(p);
@@ -268,14 +262,16 @@ bool GradientReducer::advance(size_t index) {
 
 void GradientReducer::ready(int64_t from) {
   if (group_.size() == 1) return;
+  const auto start = std::chrono::steady_clock::now();
   while (launched_ < buckets_.size() && buckets_[launched_].range.begin >= from) launch(launched_++);
   for (size_t b = 0; b < launched_; ++b) advance(b);
+  if (from > 0) stats_.overlap_s += seconds_since(start);
 }
 
 void GradientReducer::finish() {
   if (group_.size() == 1) return;
-  ready(0);
   const auto start = std::chrono::steady_clock::now();
+  ready(0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     while (!advance(b)) {
       // Block on one transfer of this bucket rather than spin; the others move on meanwhile.

@@ -42,6 +42,7 @@ struct ReducerOptions {
 struct ReducerStats {
   int64_t bytes_sent = 0;   // this rank, since the last take_stats
   double wait_s = 0.0;      // time finish() and gather_values() waited: communication not hidden
+  double overlap_s = 0.0;   // time spent moving transfers on from backward's hook (ready)
 };
 
 class GradientReducer {

@@ -446,6 +446,7 @@ StepReport Trainer::step() {
     const train::ReducerStats stats = s.reducer->take_stats();
     r.comm_bytes = stats.bytes_sent;
     r.comm_wait_s = stats.wait_s;
+    r.comm_overlap_s = stats.overlap_s;
   }
   s.step = t;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -526,6 +527,7 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
       line["comm_bytes"] = r.comm_bytes;
       line["comm_wait_s"] = r.comm_wait_s;
       line["compute_s"] = r.compute_s;
+      line["comm_overlap_s"] = r.comm_overlap_s;
     }
     if (!r.moe.empty()) {  // routing: tokens per expert of each MoE block, and choices refused for capacity
       json tokens = json::array();
