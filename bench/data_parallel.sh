@@ -77,3 +77,4 @@ for name in ("dp", "end", "bf16", "zero"):
           f"  wait {span([r['comm_wait_s'] for r in rs], '{:.3f}')} s  share in the hook {span(hidden, '{:.2f}')}"
           f"  sent {rs[0]['comm_bytes'] / 1e6:.0f} MB/step/rank")
 print(f"one   tokens/s {span([r['tokens_per_s'] for r in runs['one']])}")
+PY

@@ -465,6 +465,37 @@ TEST(DataParallel, ResumesBitForBitAndOnAnotherNumberOfRanks) {
   }
 }
 
+// The divergence guard sees every rank's loss and gradients: a NaN on one rank skips the step on all (no weight
+// changes anywhere), and enough of them stop every rank with the same error.
+TEST(DataParallel, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
+  const auto tokens = pattern_tokens();
+  LmDataset data(tokens, {}, {.batch_size = 4, .seq_len = 12, .seed = 3});
+  for (bool zero : {false, true}) {
+    SCOPED_TRACE(zero ? "ZeRO-1" : "plain");
+    TrainConfig config = parallel_config(20);
+    config.max_bad_steps = 2;
+    config.zero = zero;
+    const fs::path dir = fresh_dir(fmt::format("guard_{}", zero));
+    on_ranks(2, [&](int rank, Communicator& group) {
+      Trainer t(Model(tiny(Architecture::Decoder)), data, config, rank == 0 ? dir : dir / "unused", false, nullptr,
+                &group);
+      t.step();
+      Parameter* w = t.model().find("decoder.layers.0.ffn.up.weight");
+      const float saved = w->value[0];
+      const std::vector<float> before(t.model().parameter_buffer().begin(), t.model().parameter_buffer().end());
+      if (rank == 1) w->value[0] = NAN;
+      EXPECT_TRUE(t.step().skipped) << "rank " << rank;
+      w->value[0] = saved;
+      const std::vector<float> after(t.model().parameter_buffer().begin(), t.model().parameter_buffer().end());
+      EXPECT_TRUE(after == before) << "rank " << rank << ": a skipped step changed a weight";
+      EXPECT_FALSE(t.step().skipped) << "rank " << rank;
+      if (rank == 1) w->value[0] = NAN;
+      EXPECT_TRUE(t.step().skipped);
+      testing::expect_error_mentions<Error>([&] { t.step(); }, {"training diverged", "2 steps in a row"});
+    });
+  }
+}
+
 // One rank's error must not leave the others waiting: the local group's abort wakes them with an error.
 TEST(DataParallel, ARanksAbortStopsTheOthers) {
   EXPECT_THROW(on_ranks(2,
