@@ -392,18 +392,20 @@ TEST_P(DataParallelTrainer, FollowsTheSingleProcessRun) {
   ASSERT_EQ(one.steps.size(), many.steps.size());
   // bf16 on the wire rounds every gradient to 8 bits of mantissa: the run is another run, close but not equal.
   // Mixed precision rounds the weights to 16 bits at every matmul: weights that differ by an fp32 ulp after
-  // one step round apart wherever they lie near a 16-bit rounding boundary, so the runs drift apart faster.
-  const double bound = t.bf16 ? 2e-2 : t.precision != Precision::F32 ? 1e-3 : 1e-6;
+  // one step round apart wherever they lie near a 16-bit rounding boundary, and the runs drift apart by
+  // chance (about 1% after six steps here). Their first step, before any update, is still the same sum.
+  const bool exact = !t.bf16 && t.precision == Precision::F32;
+  const double bound = exact ? 1e-6 : 5e-2;
+  EXPECT_NEAR(many.steps[0].loss, one.steps[0].loss, 1e-6 * one.steps[0].loss) << "the first step";
   for (size_t i = 0; i < one.steps.size(); ++i) {
     const StepReport &a = one.steps[i], &b = many.steps[i];
     EXPECT_NEAR(b.loss, a.loss, bound * a.loss) << "step " << a.step;
     EXPECT_EQ(b.tokens, a.tokens) << "step " << a.step;
-    if (!t.bf16 && t.precision == Precision::F32)
-      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << "step " << a.step;
+    if (exact) EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << "step " << a.step;
     ASSERT_EQ(a.val_loss.has_value(), b.val_loss.has_value());
     if (a.val_loss) EXPECT_NEAR(*b.val_loss, *a.val_loss, bound * *a.val_loss) << "step " << a.step;
     EXPECT_GT(b.comm_bytes, 0);
-    EXPECT_EQ(b.loss_scale, a.loss_scale) << "step " << a.step;
+    EXPECT_EQ(b.loss_scale, a.loss_scale) << "step " << a.step;  // f16: the same overflows on the same steps
     EXPECT_EQ(b.skipped, a.skipped) << "step " << a.step;
   }
   EXPECT_LT(many.steps.back().loss, many.steps.front().loss) << "it learns";
@@ -444,7 +446,8 @@ TEST(DataParallel, ResumesBitForBitAndOnAnotherNumberOfRanks) {
   TrainConfig first = config;
   first.steps = 5;
   const fs::path dir = fresh_dir("resume_two"), other = fresh_dir("resume_one");
-  train_on(2, model, data, first, dir);
+  const RunResult head = train_on(2, model, data, first, dir);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(head.steps[i].loss, straight.steps[i].loss) << "step " << i + 1;
   fs::copy(dir, other, fs::copy_options::recursive);
   const RunResult resumed = train_on(2, model, data, config, dir, /*resume=*/true);
   ASSERT_EQ(resumed.steps.size(), 5u);

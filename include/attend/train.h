@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -65,10 +66,16 @@ struct LmDataOptions {
 };
 
 // Item i of a run visits items in epochs, each a Fisher-Yates order of [0, n) drawn from (seed, epoch): a
-// pure function of i, so any position of the run can be recomputed.
+// pure function of i, so any position of the run can be recomputed. The last epoch's order is kept, under a
+// lock: a dataset's const methods may be called from several threads (ranks of a local group).
 class EpochOrder {
  public:
   EpochOrder(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
+  EpochOrder(const EpochOrder& other) : n_(other.n_), seed_(other.seed_) {}
+  EpochOrder& operator=(const EpochOrder& other) {
+    n_ = other.n_, seed_ = other.seed_, epoch_ = -1;
+    return *this;
+  }
   int64_t operator()(int64_t i) const;  // the item at position i of the run
   int64_t size() const { return n_; }
 
@@ -77,6 +84,7 @@ class EpochOrder {
   uint64_t seed_;
   mutable int64_t epoch_ = -1;
   mutable std::vector<int64_t> order_;
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
 };
 
 // Rows [first, last) of a batch: every per-sequence field cut, the lengths T and src_T kept.

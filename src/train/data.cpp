@@ -4,12 +4,14 @@
 #include <attend/train.h>
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 
 namespace attend {
 
 int64_t EpochOrder::operator()(int64_t i) const {
   const int64_t epoch = i / n_;
+  std::lock_guard lock(*mutex_);
   if (epoch != epoch_) {
     order_.resize(n_);
     std::iota(order_.begin(), order_.end(), 0);
