@@ -499,6 +499,36 @@ TEST(DataParallel, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
   }
 }
 
+// Frozen parameters (LoRA's base) have no gradients to send: the buckets cover the trainable ones, backward's
+// hook reports their offsets, and the run follows one process's. ZeRO-1 refuses them, saying why.
+TEST(DataParallel, TrainsOnlyTheUnfrozenParameters) {
+  const auto tokens = pattern_tokens();
+  LmDataset data(tokens, {}, {.batch_size = 6, .seq_len = 12, .seed = 3});
+  TrainConfig config = parallel_config(8);
+  config.bucket_mb = 0.002;
+  auto frozen = [](const Parameter& p) { return p.name.find(".attn.") == std::string::npos; };
+  auto run = [&](int ranks, const fs::path& dir) {
+    RunResult out;
+    auto one = [&](Communicator* group) {
+      const bool leader = group == nullptr || group->rank() == 0;
+      Model model(tiny(Architecture::Decoder));
+      model.freeze(frozen);
+      Trainer t(std::move(model), data, config, leader ? dir : dir / "unused", false, nullptr, group);
+      std::vector<StepReport> reports;
+      t.run([&](const StepReport& r) { reports.push_back(r); });
+      if (leader) out.steps = reports;
+    };
+    if (ranks == 1) one(nullptr);
+    else on_ranks(ranks, [&](int, Communicator& g) { one(&g); });
+    return out;
+  };
+  const RunResult a = run(1, fresh_dir("frozen_one")), b = run(2, fresh_dir("frozen_two"));
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_NEAR(b.steps[i].loss, a.steps[i].loss, 1e-6 * a.steps[i].loss);
+  config.zero = true;
+  testing::expect_error_mentions<Error>([&] { run(2, fresh_dir("frozen_zero")); }, {"train.zero", "frozen"});
+}
+
 // One rank's error must not leave the others waiting: the local group's abort wakes them with an error.
 TEST(DataParallel, ARanksAbortStopsTheOthers) {
   EXPECT_THROW(on_ranks(2,

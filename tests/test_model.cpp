@@ -777,3 +777,49 @@ TEST(ModelMoE, ReportsTokensPerExpertAndRefusals) {
 
 }  // namespace
 }  // namespace attend
+
+namespace attend {
+namespace {
+
+// Frozen parameters (LoRA's base weights) keep no gradient and backward computes none for them; every other
+// gradient is the one of the unfrozen model, bit for bit (the same sums: skipping a weight's own gradient
+// changes nothing that flows through it). The gradient buffer holds the trainable ones alone, in order.
+TEST(ModelGradients, FrozenParametersKeepNoGradientAndLeaveTheOthersExact) {
+  for (const std::string name : {"gpt", "llama", "bert", "t5", "moe"}) {
+    SCOPED_TRACE(name);
+    Model full = smooth_model(name), part = smooth_model(name);
+    const json golden = json::parse(read_file(kModels / name / "golden.json"));
+    const Batch batch = batch_from_json(golden["cases"][0]["batch"]);
+    // Freeze every other parameter, the token embedding and every norm gain among them.
+    int64_t index = 0;
+    part.freeze([&](const Parameter& p) {
+      return index++ % 2 == 0 || p.role == Role::TokenEmbedding || is_norm_gain(p.role);
+    });
+    full.zero_grad();
+    part.zero_grad();
+    full.forward(batch);
+    full.backward();
+    part.forward(batch);
+    part.backward();
+    int64_t trainable = 0;
+    const std::vector<Parameter*> a = full.parameters(), b = part.parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (b[i]->frozen) {
+        EXPECT_EQ(b[i]->grad.numel(), 0) << b[i]->name;
+        continue;
+      }
+      trainable += b[i]->numel();
+      ASSERT_EQ(b[i]->grad.data(), part.gradient_buffer().data() + (trainable - b[i]->numel())) << b[i]->name;
+      for (int64_t k = 0; k < b[i]->numel(); ++k) ASSERT_EQ(b[i]->grad[k], a[i]->grad[k]) << b[i]->name << " at " << k;
+    }
+    EXPECT_EQ(static_cast<int64_t>(part.gradient_buffer().size()), trainable);
+    EXPECT_EQ(part.trainable_parameters().size(), static_cast<size_t>(std::count_if(
+        b.begin(), b.end(), [](const Parameter* p) { return !p->frozen; })));
+    // Unfreezing gives every parameter its gradient again.
+    part.freeze([](const Parameter&) { return false; });
+    EXPECT_EQ(part.gradient_buffer().size(), full.gradient_buffer().size());
+  }
+}
+
+}  // namespace
+}  // namespace attend

@@ -1000,3 +1000,52 @@ TEST(TrainerGolden, TenAdamWStepsMatchPyTorch) {
 
 }  // namespace
 }  // namespace attend::train
+
+namespace attend::train {
+namespace {
+
+// A model with frozen parameters trains only the others: the frozen values stay as they were, the optimizer
+// holds state for the trainable ones alone (so does its checkpoint), and a resumed run keeps them frozen.
+TEST(Trainer, FrozenParametersStayAsTheyWereAndHaveNoOptimizerState) {
+  const auto tokens = pattern_tokens(4);
+  LmDataset data(tokens, {}, {.batch_size = 2, .seq_len = 16});
+  auto frozen = [](const Parameter& p) { return p.name.find(".ffn.") == std::string::npos; };
+  Model model(tiny_gpt());
+  model.freeze(frozen);
+  const std::vector<float> before = weights(model);
+  const fs::path dir = run_dir("frozen");
+  TrainConfig c = quick_config(4);
+  {
+    Trainer t(std::move(model), data, c, dir);
+    t.run();
+    const std::vector<Parameter*> params = t.model().parameters();
+    const std::vector<float> after = weights(t.model());
+    int64_t at = 0, changed = 0;
+    for (const Parameter* p : params) {
+      for (int64_t k = 0; k < p->numel(); ++k, ++at) {
+        if (p->frozen) ASSERT_EQ(after[at], before[at]) << p->name << " moved";
+        changed += after[at] != before[at];
+      }
+    }
+    EXPECT_GT(changed, 0) << "the FFN weights trained";
+  }
+  const SafetensorsReader state(dir / "checkpoint" / "optimizer.safetensors");
+  EXPECT_FALSE(state.tensors().empty());
+  for (const TensorInfo& info : state.tensors())
+    EXPECT_NE(info.name.find(".ffn."), std::string::npos) << info.name << ": state for a frozen parameter";
+  // Resume: the loaded checkpoint's parameters are frozen as the run's model says.
+  Model again(tiny_gpt());
+  again.freeze(frozen);
+  c.steps = 6;
+  Trainer resumed(std::move(again), data, c, dir, /*resume=*/true);
+  const std::vector<float> at_resume = weights(resumed.model());
+  resumed.run();
+  const std::vector<float> end = weights(resumed.model());
+  int64_t at = 0;
+  for (const Parameter* p : resumed.model().parameters())
+    for (int64_t k = 0; k < p->numel(); ++k, ++at)
+      if (p->frozen) ASSERT_EQ(end[at], at_resume[at]) << p->name << " moved after the resume";
+}
+
+}  // namespace
+}  // namespace attend::train

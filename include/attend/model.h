@@ -238,7 +238,8 @@ class Model {
   const Parameter* find(std::string_view name) const;
   ParameterCount count() const;
   // Every parameter's value, and every gradient, as one array each: parameters() in order, each one's slice
-  // right after the one before (the layout of model.safetensors' data as save_model writes it in f32).
+  // right after the one before (the layout of model.safetensors' data as save_model writes it in f32); the
+  // gradients of the parameters that train only (all of them unless some are frozen).
   // Clipping, the optimiser and (across processes) the gradient all-reduce work on these; each Parameter's
   // value and grad are views into them. The gradients are allocated on first use (gradient_buffer,
   // zero_grad, backward): a model that only runs never holds them.
@@ -246,6 +247,12 @@ class Model {
   std::span<const float> parameter_buffer() const;
   std::span<float> gradient_buffer();
   void zero_grad();
+  // Freezes the parameters `which` picks and unfreezes the others (Parameter::frozen): only the unfrozen keep
+  // gradients, so gradient_buffer() holds theirs alone, in parameters() order (a frozen matrix may then be
+  // held as quantized blocks only), and backward skips every frozen weight's own gradient.
+  void freeze(const std::function<bool(const Parameter&)>& which);
+  // The parameters that train (not frozen), in parameters() order.
+  std::vector<Parameter*> trainable_parameters();
   // Loading without a copy: the parameter values become `values` (laid out as parameter_buffer), memory that
   // `owner` keeps alive, such as a private writable mapping of model.safetensors (pages are read from the
   // file when first touched and copied only if written: training such a model never changes the file).

@@ -101,6 +101,9 @@ struct Parameter {
   int64_t stack_blocks = 0;  // blocks of the stack (encoder or decoder) it belongs to; 0 outside the stacks
   Tensor value;
   Tensor grad;
+  // Excluded from training (Model::freeze; LoRA's base weights): no gradient is kept (grad stays empty),
+  // backward computes none for it, and the optimiser never sees it. Gradients still flow through it.
+  bool frozen = false;
   // How the weight is stored for running (Model::set_storage). F32: the matmuls read `value`. BF16 or F16:
   // the matrix is also kept packed in that type (`packed`), which the matmuls read (half the bytes), and
   // `value` holds exactly the same numbers widened, which lookups, norms and training read.

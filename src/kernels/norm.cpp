@@ -64,8 +64,10 @@ template <typename T>
 // dγ += dy ⊙ x̂ and dβ += dy (when dbias is given) over channels [c0, c1) of one row.
 template <typename T>
 [[gnu::noinline]] void norm_param_grads_row(T* dweight, T* dbias, const T* dy, const T* x, T mu, T r, int64_t c0, int64_t c1) {
+  if (dweight != nullptr) {  // nullptr: a frozen gain
 #pragma omp simd
-  for (int64_t c = c0; c < c1; ++c) dweight[c] += dy[c] * ((x[c] - mu) * r);
+    for (int64_t c = c0; c < c1; ++c) dweight[c] += dy[c] * ((x[c] - mu) * r);
+  }
   if (dbias != nullptr) {
 #pragma omp simd
     for (int64_t c = c0; c < c1; ++c) dbias[c] += dy[c];
@@ -81,6 +83,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     for (int64_t n = n0; n < n1; ++n)
       norm_backward_row(dinp + n * C, dout + n * C, inp + n * C, weight, mean[n], rstd[n], true, C);
   });
+  if (dweight == nullptr && dbias == nullptr) return;  // frozen
   reduce_rows_by_channel_block(N, C, [&](int64_t n, int64_t c0, int64_t c1) {
     norm_param_grads_row(dweight, dbias, dout + n * C, inp + n * C, mean[n], rstd[n], c0, c1);
   });
@@ -108,6 +111,7 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     for (int64_t n = n0; n < n1; ++n)
       norm_backward_row(dinp + n * C, dout + n * C, inp + n * C, weight, T(0), rstd[n], false, C);
   });
+  if (dweight == nullptr) return;  // frozen
   reduce_rows_by_channel_block(N, C, [&](int64_t n, int64_t c0, int64_t c1) {
     norm_param_grads_row(dweight, static_cast<T*>(nullptr), dout + n * C, inp + n * C, T(0), rstd[n], c0, c1);
   });

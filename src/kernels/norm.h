@@ -21,7 +21,7 @@ void layernorm_forward(T* out,           // (N, C)
 // (term 1: the direct path; term 2: through μ; term 3: through σ²).
 template <typename T>
 void layernorm_backward(T* dinp,          // (N, C), accumulated
-                        T* dweight,       // (C), accumulated
+                        T* dweight,       // (C), accumulated, or nullptr (a frozen gain)
                         T* dbias,         // (C), accumulated, or nullptr
                         const T* dout,    // (N, C)
                         const T* inp,     // (N, C)
@@ -41,7 +41,7 @@ void rmsnorm_forward(T* out,           // (N, C)
 // With x̂ = x·rstd and g = dout ⊙ γ:  dγ += Σ_n dout ⊙ x̂,  dx += rstd · (g − x̂ · mean(g ⊙ x̂)).
 template <typename T>
 void rmsnorm_backward(T* dinp,          // (N, C), accumulated
-                      T* dweight,       // (C), accumulated
+                      T* dweight,       // (C), accumulated, or nullptr (a frozen gain)
                       const T* dout,    // (N, C)
                       const T* inp,     // (N, C)
                       const T* weight,  // (C)

@@ -130,20 +130,20 @@ void Model::Impl::embed_backward(const nn::Embedded& e, Tensor& dx) {
   const int64_t C = config.d_model;
   embedding_dropout.backward(dx, e.dropout);
   if (embed_norm) dx = embed_norm->backward(dx, e.norm);
-  if (config.type_vocab_size > 0) {  // S[type] takes each row's gradient
+  if (config.type_vocab_size > 0 && !token_types.frozen) {  // S[type] takes each row's gradient
     const std::vector<int32_t> zeros = e.types.empty() ? std::vector<int32_t>(e.B * e.T, 0) : std::vector<int32_t>();
     kernels::embedding_backward(token_types.grad.data(), dx.data(), e.types.empty() ? zeros.data() : e.types.data(),
                                 e.B * e.T, C);
   }
   if (config.position == PositionKind::Learned) {
     Tensor unused({e.B * e.T, C});  // the table's gradient only; dx passes through unchanged
-    kernels::add_positions_backward(unused.data(), positions.grad.data(), dx.data(), e.B, e.T, C);
+    if (!positions.frozen) kernels::add_positions_backward(unused.data(), positions.grad.data(), dx.data(), e.B, e.T, C);
   }
   if (config.scale_embeddings) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
     kernels::scale(dx.data(), dx.numel(), s);
   }
-  kernels::embedding_backward(tokens.grad.data(), dx.data(), e.ids.data(), e.B * e.T, C);
+  if (!tokens.frozen) kernels::embedding_backward(tokens.grad.data(), dx.data(), e.ids.data(), e.B * e.T, C);
 }
 
 // ---- Model -----------------------------------------------------------------------------------------
@@ -279,6 +279,7 @@ void Model::Impl::lay_out(const std::function<bool(const Parameter&)>& blocks_on
     if (is_norm_gain(p.role) && p.has_values()) p.value.fill(config.norm_unit_offset ? 0.0f : 1.0f);  // a gain of 1
     p.grad = Tensor();  // until ensure_gradients
   }
+  gradients_laid_out = false;
 }
 
 void Model::Impl::relay_out(const std::function<bool(const Parameter&)>& blocks_only) {
@@ -305,6 +306,7 @@ void Model::Impl::relay_out(const std::function<bool(const Parameter&)>& blocks_
   offsets = std::move(next);
   grads = Tensor();
   for (Parameter* p : params) p->grad = Tensor();
+  gradients_laid_out = false;
   release_cached_memory();  // the buffer the values moved out of
 }
 
@@ -315,13 +317,36 @@ void Model::ensure_values() {
 }
 
 void Model::Impl::ensure_gradients() {
-  if (grads.numel() == values.numel()) return;
-  for (const Parameter* p : params)
+  if (gradients_laid_out) return;
+  int64_t total = 0;
+  for (const Parameter* p : params) {
+    if (p->frozen) continue;
     check(p->has_values(), "'{}' is held as quantized blocks only: training needs its float values "
-          "(Model::ensure_values)", p->name);
-  grads = Tensor({values.numel()});
-  for (size_t i = 0; i < params.size(); ++i)
-    params[i]->grad = Tensor::borrowing(grads.data() + offsets[i], params[i]->value.shape());
+          "(Model::ensure_values, or freeze it)", p->name);
+    total += p->numel();
+  }
+  grads = Tensor({total});
+  total = 0;
+  for (Parameter* p : params) {
+    p->grad = p->frozen ? Tensor() : Tensor::borrowing(grads.data() + total, p->value.shape());
+    if (!p->frozen) total += p->numel();
+  }
+  gradients_laid_out = true;
+}
+
+void Model::freeze(const std::function<bool(const Parameter&)>& which) {
+  Impl& m = *impl_;
+  for (Parameter* p : m.params) p->frozen = which(*p);
+  m.grads = Tensor();
+  for (Parameter* p : m.params) p->grad = Tensor();
+  m.gradients_laid_out = false;
+}
+
+std::vector<Parameter*> Model::trainable_parameters() {
+  std::vector<Parameter*> out;
+  for (Parameter* p : impl_->params)
+    if (!p->frozen) out.push_back(p);
+  return out;
 }
 
 std::vector<MoEStats> Model::moe_stats(const ForwardState& state) const {
@@ -657,9 +682,13 @@ void Model::backward(const ForwardState& state, double scale, const std::functio
   // A stack's blocks lie in the buffer in order, after the embeddings and before the heads, and the encoder's
   // before the decoder's; what several blocks share (T5's relative bias) lives in the first. So once block i
   // is done, every gradient from its first parameter on is final; the embeddings are last.
+  // Frozen parameters have no gradient: the offset is that of the first trainable one from the block on.
   auto reporter = [&](const nn::Stack& stack) {
     return std::function<void(size_t)>([&, stack_ptr = &stack](size_t i) {
-      gradients_final(stack_ptr->first_parameter(i).grad.data() - w.grads.data());
+      const Parameter* first = &stack_ptr->first_parameter(i);
+      auto at = std::find(w.params.begin(), w.params.end(), first);
+      while (at != w.params.end() && (*at)->frozen) ++at;
+      gradients_final(at == w.params.end() ? w.grads.numel() : (*at)->grad.data() - w.grads.data());
     });
   };
   const bool report = static_cast<bool>(gradients_final);

@@ -164,6 +164,7 @@ struct Model::Impl {
   // that `mapping` keeps alive (adopt_parameter_buffer). The gradients are allocated on first use
   // (ensure_gradients): running a model never touches them.
   Tensor values, grads;
+  bool gradients_laid_out = false;  // grads holds every unfrozen parameter's gradient (ensure_gradients)
   std::shared_ptr<const void> mapping;
   std::vector<int64_t> offsets;  // params[i]'s slice starts at offsets[i]; -1 for one without values
   // Lays every parameter's value out in `values` (zero; norm gains 1), except those blocks_only picks, which

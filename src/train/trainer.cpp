@@ -23,6 +23,7 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 namespace attend {
@@ -147,15 +148,15 @@ struct Trainer::State {
 
 std::vector<train::Segment> Trainer::State::segments_of(int r) {
   std::vector<train::Segment> out;
-  const std::vector<Parameter*> params = model.parameters();
+  const std::vector<Parameter*> params = model.trainable_parameters();
   if (!parallel() || !config.zero) {
     for (Parameter* p : params) out.push_back({p, 0, p->numel()});
     return out;
   }
-  const float* base = model.parameter_buffer().data();
+  const float* base = model.gradient_buffer().data();  // ranges of the gradient buffer: the trainable ones'
   for (const train::Range& range : reducer->owned_by(r))
     for (Parameter* p : params) {
-      const int64_t begin = p->value.data() - base, end = begin + p->numel();
+      const int64_t begin = p->grad.data() - base, end = begin + p->numel();
       const int64_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
       if (lo < hi) out.push_back({p, lo - begin, hi - lo});
     }
@@ -187,7 +188,7 @@ void Trainer::State::share_optimizer_state(const SafetensorsReader* reader) {
   }
   double counters[2] = {0.0, 0.0};
   if (leader()) {
-    train::Optimizer whole(config.optimizer, model.parameters());
+    train::Optimizer whole(config.optimizer, model.trainable_parameters());
     whole.load_state(*reader);
     counters[0] = double(whole.steps()), counters[1] = whole.beta2_product();
     for (int r = 1; r < ranks(); ++r) {
@@ -210,7 +211,7 @@ std::unique_ptr<train::Optimizer> Trainer::State::gather_optimizer_state() {
     send_floats(*group, 0, packed);
     return nullptr;
   }
-  auto whole = std::make_unique<train::Optimizer>(config.optimizer, model.parameters());
+  auto whole = std::make_unique<train::Optimizer>(config.optimizer, model.trainable_parameters());
   whole->set_counters(optimizer->steps(), optimizer->beta2_product());
   whole->unpack(optimizer->segments(), optimizer->pack(optimizer->segments()));
   for (int r = 1; r < ranks(); ++r) {
@@ -256,6 +257,10 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       const std::string want = s.model.config().to_json(), have = saved.config().to_json();
       check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
             first_difference(have, want));
+      std::set<std::string> frozen;  // the run's choice of what trains holds for the loaded weights too
+      for (const Parameter* p : s.model.parameters())
+        if (p->frozen) frozen.insert(p->name);
+      if (!frozen.empty()) saved.freeze([&](const Parameter& p) { return frozen.count(p.name) > 0; });
       s.model = std::move(saved);
       optimizer_file.emplace(s.checkpoint() / "optimizer.safetensors");
       state_text = read_file(s.checkpoint() / "trainer.json");
@@ -282,9 +287,12 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     const std::string mine = s.model.config().to_json(), leaders = train::broadcast(*group, mine);
     check(mine == leaders, "rank {}: the model differs from rank 0's: {}", s.rank(), first_difference(leaders, mine));
     train::broadcast(*group, s.model.parameter_buffer());
+    const bool frozen = s.model.trainable_parameters().size() != s.model.parameters().size();
+    check(!(c.zero && frozen), "train.zero: ZeRO-1 splits the state of every parameter, and some are frozen (their "
+          "optimizer state is small then: leave train.zero off)");
     const double bucket = c.bucket_mb * 1e6 / sizeof(float);
     s.reducer = std::make_unique<train::GradientReducer>(
-        *group, static_cast<int64_t>(s.model.parameter_buffer().size()),
+        *group, static_cast<int64_t>(s.model.gradient_buffer().size()),
         train::ReducerOptions{.zero = c.zero, .bf16_wire = c.allreduce == Precision::BF16,
                               .bucket_elements = static_cast<int64_t>(bucket)});
   }
