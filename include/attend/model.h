@@ -192,8 +192,21 @@ struct MoEStats {
 
 // Parameters by part, and the memory training needs (fp32 weights, grads, and AdamW's two moments).
 struct ParameterCount {
-  int64_t embeddings = 0, attention = 0, ffn = 0, norms = 0, heads = 0;
-  int64_t total() const { return embeddings + attention + ffn + norms + heads; }
+  int64_t embeddings = 0, attention = 0, ffn = 0, norms = 0, heads = 0, adapters = 0;
+  int64_t total() const { return embeddings + attention + ffn + norms + heads + adapters; }
+};
+
+// LoRA (Hu et al. 2021, as PEFT does it): W x + (alpha/r)·B A x on the chosen projections, A (r, in)
+// Kaiming-uniform and B (out, r) zero at the start; rsLoRA scales by alpha/√r instead.
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 16.0;
+  // Projections: q, k, v, o (attention, self and cross), up, gate, down (the FFN; gate in gated FFNs only).
+  std::vector<std::string> targets = {"q", "v"};
+  bool rslora = false;
+  uint64_t seed = 0;  // A's draw
+  double scale() const;  // alpha / r or alpha / √r
+  void validate() const;  // r ≥ 1, alpha > 0, known targets: errors name the field
 };
 
 // What one forward keeps for its backward, and its logits. The trainer owns one per micro-batch; evaluation
@@ -253,6 +266,13 @@ class Model {
   void freeze(const std::function<bool(const Parameter&)>& which);
   // The parameters that train (not frozen), in parameters() order.
   std::vector<Parameter*> trainable_parameters();
+  // LoRA: adapters on config.targets of every block (each in the block's parameters, after its weight), A
+  // drawn from config.seed and B zero, and every other parameter frozen. The values move into a new buffer
+  // (a mapped checkpoint's are copied). merge_lora folds each adapter into its weight (W += scale·B·A) and
+  // drops them. A model holds one set of adapters at a time.
+  void add_lora(const LoraConfig& config);
+  void merge_lora();
+  bool has_lora() const;
   // Loading without a copy: the parameter values become `values` (laid out as parameter_buffer), memory that
   // `owner` keeps alive, such as a private writable mapping of model.safetensors (pages are read from the
   // file when first touched and copied only if written: training such a model never changes the file).

@@ -64,10 +64,12 @@ enum class Role : uint8_t {
   HeadBias,
   HeadNormGain,          // the MLM head's norm
   HeadNormBias,
+  LoraA,                 // a LoRA adapter's down projection A (r, in): Kaiming-uniform, as PEFT starts it
+  LoraB,                 // its up projection B (rows, r): zero at the start, so the adapter starts as nothing
 };
 
 // The parts `attend inspect` counts parameters by.
-enum class Part { Embeddings, Attention, Ffn, Norms, Heads };
+enum class Part { Embeddings, Attention, Ffn, Norms, Heads, Adapters };
 constexpr Part part_of(Role r) {
   switch (r) {
     case Role::TokenEmbedding: case Role::PositionTable: return Part::Embeddings;
@@ -76,6 +78,7 @@ constexpr Part part_of(Role r) {
     case Role::FfnIn: case Role::FfnOut: case Role::FfnBias: case Role::Router: return Part::Ffn;
     case Role::NormGain: case Role::NormBias: return Part::Norms;
     case Role::HeadMatrix: case Role::HeadBias: case Role::HeadNormGain: case Role::HeadNormBias: return Part::Heads;
+    case Role::LoraA: case Role::LoraB: return Part::Adapters;
   }
   return Part::Ffn;
 }
@@ -91,6 +94,18 @@ constexpr bool is_projection(Role r) {
 }
 const char* role_name(Role r);  // "token_embedding", "attention_qkv", ...
 
+struct Parameter;
+
+// A low-rank update (LoRA, Hu et al. 2021) of a weight W (out, in): its output rows [row0, row0 + rows) gain
+// scale · (x·Aᵀ)·Bᵀ, A (r, in), B (rows, r). The layer that owns W owns A and B; every matmul with W applies
+// it (nn::linear_forward and linear_backward), in fp32.
+struct LowRankUpdate {
+  Parameter* A = nullptr;
+  Parameter* B = nullptr;
+  int64_t row0 = 0;
+  double scale = 1.0;  // lora_alpha / r, or lora_alpha / √r (rsLoRA)
+};
+
 struct Parameter {
   Parameter() = default;
   // A zero value and gradient of `shape`; without memory while a DeferParameterStorage is alive.
@@ -104,6 +119,8 @@ struct Parameter {
   // Excluded from training (Model::freeze; LoRA's base weights): no gradient is kept (grad stays empty),
   // backward computes none for it, and the optimiser never sees it. Gradients still flow through it.
   bool frozen = false;
+  // LoRA adapters on this weight (Model::add_lora), applied wherever it multiplies.
+  std::vector<LowRankUpdate> lora;
   // How the weight is stored for running (Model::set_storage). F32: the matmuls read `value`. BF16 or F16:
   // the matrix is also kept packed in that type (`packed`), which the matmuls read (half the bytes), and
   // `value` holds exactly the same numbers widened, which lookups, norms and training read.

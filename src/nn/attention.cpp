@@ -10,6 +10,7 @@
 
 #include <attend/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -131,8 +132,26 @@ void MultiHeadAttention::share_t5_table(MultiHeadAttention& owner) {
 std::vector<Parameter*> MultiHeadAttention::parameters() {
   std::vector<Parameter*> all;
   for (Parameter* p : {&w_qkv_, &b_qkv_, &q_norm_, &k_norm_, &w_q_, &b_q_, &w_kv_, &b_kv_, &w_o_, &b_o_, &t5_table_})
-    if (has(*p)) all.push_back(p);
+    if (has(*p)) {
+      all.push_back(p);
+      lora_.collect(*p, all);
+    }
   return all;
+}
+
+void MultiHeadAttention::add_lora(const LoraConfig& lora) {
+  auto wants = [&](const char* t) { return std::find(lora.targets.begin(), lora.targets.end(), t) != lora.targets.end(); };
+  const int64_t q = config_.n_heads * config_.d_head(), kv = config_.kv_heads() * config_.d_head();
+  if (has(w_qkv_)) {  // self-attention: rows q, then k, then v
+    if (wants("q")) lora_.add(w_qkv_, "q.", 0, q, lora);
+    if (wants("k")) lora_.add(w_qkv_, "k.", q, kv, lora);
+    if (wants("v")) lora_.add(w_qkv_, "v.", q + kv, kv, lora);
+  } else {  // cross-attention: q, and k then v in one matrix
+    if (wants("q")) lora_.add(w_q_, "", 0, q, lora);
+    if (wants("k")) lora_.add(w_kv_, "k.", 0, kv, lora);
+    if (wants("v")) lora_.add(w_kv_, "v.", kv, kv, lora);
+  }
+  if (wants("o")) lora_.add(w_o_, "", 0, config_.d_model, lora);
 }
 
 kernels::AttentionParams<float> MultiHeadAttention::kernel_params(int64_t B, int64_t Tq, int64_t Tk, int64_t position,

@@ -11,6 +11,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/position.h"
+#include "nn/lora.h"
 
 #include <attend/model.h>
 #include <attend/parameter.h>
@@ -103,7 +104,10 @@ class MultiHeadAttention {
   MultiHeadAttention(std::string name, const AttentionConfig& config);
 
   const AttentionConfig& config() const { return config_; }
-  std::vector<Parameter*> parameters();
+  std::vector<Parameter*> parameters();  // each weight followed by its LoRA adapters
+  // LoRA on the projections config.targets names (q, k, v: rows of the fused matrices; o).
+  void add_lora(const LoraConfig& config);
+  void merge_lora() { lora_.merge(); }
 
   // x (B, Tq, d_model) → (B, Tq, d_model). Cross-attention also takes context (B, Tk, d_model). Keeps what
   // backward needs in *saved (nullptr: nothing kept).
@@ -139,6 +143,7 @@ class MultiHeadAttention {
   // qkv (self) or q + kv (cross), o, and T5's relative_attention_bias (num_buckets, H).
   Parameter w_qkv_, b_qkv_, w_q_, b_q_, w_kv_, b_kv_, w_o_, b_o_, t5_table_;
   Parameter q_norm_, k_norm_;  // qk_norm: the gains (d_head) of the per-head q and k norms
+  LoraAdapters lora_;
   Parameter* t5_owner_ = nullptr;  // share_t5_table: the layer whose table this one reads
   const Parameter& t5_table() const { return t5_owner_ != nullptr ? *t5_owner_ : t5_table_; }
   Parameter& t5_table() { return t5_owner_ != nullptr ? *t5_owner_ : t5_table_; }

@@ -37,7 +37,8 @@ constexpr EnumName<Role> kRoles[] = {
     {Role::FfnBias, "ffn_bias"},               {Role::Router, "router"},
     {Role::NormGain, "norm_gain"},             {Role::NormBias, "norm_bias"},
     {Role::HeadMatrix, "head"},                {Role::HeadBias, "head_bias"},
-    {Role::HeadNormGain, "head_norm_gain"},    {Role::HeadNormBias, "head_norm_bias"}};
+    {Role::HeadNormGain, "head_norm_gain"},    {Role::HeadNormBias, "head_norm_bias"},
+    {Role::LoraA, "lora_a"},                   {Role::LoraB, "lora_b"}};
 constexpr EnumName<AttentionKernel> kAttentionKernels[] = {
     {AttentionKernel::Flash, "flash"}, {AttentionKernel::Reference, "reference"}, {AttentionKernel::Linear, "linear"}};
 constexpr EnumName<Pooling> kPoolings[] = {{Pooling::CLS, "cls"}, {Pooling::Mean, "mean"}};

@@ -3,6 +3,8 @@
 
 #include "kernels/random_fill.h"
 
+#include <attend/rng.h>
+
 #include <cmath>
 
 namespace attend {
@@ -24,6 +26,17 @@ void Model::initialize(uint64_t seed) {
     }
     if (is_norm_gain(p->role)) {
       v.fill(c.norm_unit_offset ? 0.0f : 1.0f);  // a gain of 1 either way
+      continue;
+    }
+    if (p->role == Role::LoraB) {  // an adapter starts as nothing
+      v.zero();
+      continue;
+    }
+    if (p->role == Role::LoraA) {  // Kaiming-uniform (a = √5), as PEFT: U(−1/√in, 1/√in)
+      const float bound = 1.0f / std::sqrt(static_cast<float>(v.size(1)));
+      random_uniforms(seed, offset, v.numel(), v.data());
+      for (float& x : v.span()) x = (2.0f * x - 1.0f) * bound;
+      offset += static_cast<uint64_t>(v.numel()) + 2;
       continue;
     }
     double std = c.init_std;

@@ -1,4 +1,5 @@
 #include "nn/layers.h"
+#include "nn/lora.h"
 
 #include "kernels/activation.h"
 #include "kernels/convert.h"
@@ -282,8 +283,20 @@ RecordInputs::~RecordInputs() { nn::recording = nullptr; }
 
 namespace attend::nn {
 
+namespace {
+void linear_forward_as_stored(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N,
+                              int64_t C, int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded);
+}  // namespace
+
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
+  linear_forward_as_stored(out, inp, weight, bias, N, C, OC, precision, w_rounded);
+  if (!weight.lora.empty()) lora_forward(out, inp, weight, N, C, OC);
+}
+
+namespace {
+void linear_forward_as_stored(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N,
+                              int64_t C, int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
   if (recording != nullptr) record_inputs(weight, inp, N, C);
   precision = precision_for(weight, precision);
   // A quantized weight: the int8 gemv on its blocks for decoding; a prompt's rows dequantize the blocks piece
@@ -357,6 +370,7 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
                                      weight.value.data(), bias, N, C, OC);
   }
 }
+}  // namespace
 
 PerRowMatmuls::PerRowMatmuls() : outer_(!per_row_matmuls) { per_row_matmuls = true; }
 PerRowMatmuls::~PerRowMatmuls() {
@@ -397,6 +411,7 @@ Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved) const
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
                      int64_t C, int64_t OC, Precision precision, const std::vector<uint16_t>* w_rounded) {
   precision = precision_for(weight, precision);
+  if (!weight.lora.empty()) lora_backward(dinp, weight, dout, inp, N, C, OC);
   check(weight.has_values(), "linear '{}': held as quantized blocks only; training needs its float values "
         "(Model::ensure_values)", weight.name);
   if (precision == Precision::F32)
@@ -417,6 +432,7 @@ Tensor Linear::backward(const Tensor& dout, const Saved& saved) {
   } else {
     check(saved.x_rounded.size() == static_cast<size_t>(N * in()), "linear '{}': backward without its forward",
           weight.name);
+    check(weight.lora.empty(), "linear '{}': LoRA adapters train in fp32 (train.precision=f32)", weight.name);
     kernels::matmul_backward_half(half_of(saved.precision), dx.data(), weight.grad.data(), dbias, dout.data(),
                                   rounded(0, saved.precision, dout.data(), N * out()), saved.x_rounded.data(),
                                   saved.w_rounded.data(), N, in(), out());
@@ -426,6 +442,7 @@ Tensor Linear::backward(const Tensor& dout, const Saved& saved) {
 
 void Linear::collect(std::vector<Parameter*>& out) {
   out.push_back(&weight);
+  lora.collect(weight, out);
   if (bias.numel()) out.push_back(&bias);
 }
 
@@ -539,6 +556,17 @@ Tensor FeedForward::backward(const Tensor& dout, const Saved& s) {
   }
   kernels::activation_backward(activation_of(kind_), du.data(), dh.data(), s.u.data(), dh.numel());
   return up_.backward(du, s.up);
+}
+
+void FeedForward::add_lora(const LoraConfig& config) {
+  auto wants = [&](const char* t) { return std::find(config.targets.begin(), config.targets.end(), t) != config.targets.end(); };
+  if (wants("up")) up_.lora.add(up_.weight, "", 0, up_.out(), config);
+  if (wants("gate") && is_gated(kind_)) gate_.lora.add(gate_.weight, "", 0, gate_.out(), config);
+  if (wants("down")) down_.lora.add(down_.weight, "", 0, down_.out(), config);
+}
+
+void FeedForward::merge_lora() {
+  for (Linear* l : {&up_, &gate_, &down_}) l->lora.merge();
 }
 
 void FeedForward::collect(std::vector<Parameter*>& out) {

@@ -12,6 +12,7 @@
 #include <attend/tensor.h>
 
 #include "kernels/quant.h"
+#include "nn/lora.h"
 
 #include <span>
 #include <string>
@@ -96,6 +97,7 @@ class Linear {
   int64_t out() const { return weight.value.size(0); }
 
   Parameter weight, bias;
+  LoraAdapters lora;  // on weight (Model::add_lora)
 };
 
 // The gain a norm multiplies by: γ itself, or 1 + γ (computed in fp32, as Hugging Face's Gemma RMSNorm does)
@@ -160,6 +162,8 @@ class FeedForward {
   Tensor forward(const Tensor& x, bool training, Rng* rng, Precision precision, Saved* saved) const;  // (N, C)
   Tensor backward(const Tensor& dout, const Saved& saved);
   void collect(std::vector<Parameter*>& out);
+  void add_lora(const LoraConfig& config);  // on its up, gate and down projections, as config.targets says
+  void merge_lora();
 
  private:
   FfnKind kind_ = FfnKind::GELU;

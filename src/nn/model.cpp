@@ -12,6 +12,8 @@
 
 #include <attend/error.h>
 
+#include <attend/rng.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,10 +27,8 @@ Model::Impl::Impl(const ModelConfig& c)
       tokens("embed.tokens.weight", {c.vocab_size, c.d_model}, Role::TokenEmbedding),
       embedding_dropout(c.embedding_dropout) {
   config.validate();
-  params.push_back(&tokens);
   if (c.position == PositionKind::Learned) {
     positions = Parameter("embed.positions.weight", {c.max_seq_len, c.d_model}, Role::PositionTable);
-    params.push_back(&positions);
   }
   if (c.position == PositionKind::Sinusoidal) {
     sinusoid = Tensor({c.max_seq_len, c.d_model});
@@ -36,24 +36,19 @@ Model::Impl::Impl(const ModelConfig& c)
   }
   if (c.type_vocab_size > 0) {
     token_types = Parameter("embed.token_types.weight", {c.type_vocab_size, c.d_model}, Role::TokenEmbedding);
-    params.push_back(&token_types);
   }
   if (c.embedding_norm) {
     embed_norm.emplace("embed.norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset);
-    embed_norm->collect(params);
   }
   if (c.has_encoder()) {
     encoder = std::make_unique<nn::Stack>("encoder", c, c.n_layers, /*causal=*/false, /*cross=*/false);
-    encoder->collect(params);
   }
   if (c.has_decoder()) {
     decoder = std::make_unique<nn::Stack>("decoder", c, c.decoder_layers(), /*causal=*/true,
                                           /*cross=*/c.architecture == Architecture::EncoderDecoder);
-    decoder->collect(params);
   }
   if (!c.tie_embeddings) {
     lm_head = Parameter("lm_head.weight", {c.vocab_size, c.d_model}, Role::HeadMatrix);
-    params.push_back(&lm_head);
   }
   if (c.architecture == Architecture::Encoder) {
     if (c.mlm_head) {
@@ -61,18 +56,37 @@ Model::Impl::Impl(const ModelConfig& c)
       mlm_norm.emplace("mlm.norm", c.norm, c.d_model, c.norm_eps, c.norm_unit_offset, Role::HeadNormGain,
                        Role::HeadNormBias);
       mlm_bias = Parameter("mlm.bias", {c.vocab_size}, Role::HeadBias);
+    }
+    if (c.pooler) {
+      pooler = nn::Linear("pooler.dense", c.d_model, c.d_model, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
+    }
+    if (c.n_classes > 0) {
+      classifier = nn::Linear("classifier", c.d_model, c.n_classes, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
+    }
+  }
+  collect_parameters();
+}
+
+// Every parameter in the model's fixed order (model.safetensors'): the embeddings, the stacks block by block
+// (each weight followed by its LoRA adapters), the heads.
+void Model::Impl::collect_parameters() {
+  const ModelConfig& c = config;
+  params.clear();
+  params.push_back(&tokens);
+  if (c.position == PositionKind::Learned) params.push_back(&positions);
+  if (c.type_vocab_size > 0) params.push_back(&token_types);
+  if (embed_norm) embed_norm->collect(params);
+  if (encoder) encoder->collect(params);
+  if (decoder) decoder->collect(params);
+  if (!c.tie_embeddings) params.push_back(&lm_head);
+  if (c.architecture == Architecture::Encoder) {
+    if (c.mlm_head) {
       mlm_dense.collect(params);
       mlm_norm->collect(params);
       params.push_back(&mlm_bias);
     }
-    if (c.pooler) {
-      pooler = nn::Linear("pooler.dense", c.d_model, c.d_model, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
-      pooler.collect(params);
-    }
-    if (c.n_classes > 0) {
-      classifier = nn::Linear("classifier", c.d_model, c.n_classes, /*bias=*/true, Role::HeadMatrix, Role::HeadBias);
-      classifier.collect(params);
-    }
+    if (c.pooler) pooler.collect(params);
+    if (c.n_classes > 0) classifier.collect(params);
   }
 }
 
@@ -342,6 +356,45 @@ void Model::freeze(const std::function<bool(const Parameter&)>& which) {
   m.gradients_laid_out = false;
 }
 
+void Model::add_lora(const LoraConfig& config) {
+  config.validate();
+  check(!has_lora(), "lora: the model has adapters already (merge_lora folds them in)");
+  Impl& m = *impl_;
+  const bool ffn = std::any_of(config.targets.begin(), config.targets.end(),
+                               [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
+  check(!(ffn && m.config.n_experts > 0),
+        "lora: targets up, gate or down on a Mixture-of-Experts FFN are not supported (adapt q, k, v, o)");
+  if (m.encoder) m.encoder->add_lora(config);
+  if (m.decoder) m.decoder->add_lora(config);
+  m.collect_parameters();
+  m.relay_out([](const Parameter& p) { return !p.has_values(); });  // quantized-only weights stay so
+  // A: PyTorch's nn.Linear default that PEFT keeps, Kaiming-uniform with a = √5: U(−1/√in, 1/√in). B: 0.
+  uint64_t offset = 0;
+  for (Parameter* p : m.params) {
+    if (p->role != Role::LoraA) continue;
+    const float bound = 1.0f / std::sqrt(static_cast<float>(p->value.size(1)));
+    random_uniforms(config.seed, offset, p->numel(), p->value.data());
+    for (float& x : p->value.span()) x = (2.0f * x - 1.0f) * bound;
+    offset += static_cast<uint64_t>(p->numel());
+  }
+  freeze([](const Parameter& p) { return p.role != Role::LoraA && p.role != Role::LoraB; });
+}
+
+void Model::merge_lora() {
+  Impl& m = *impl_;
+  if (!has_lora()) return;
+  if (m.encoder) m.encoder->merge_lora();
+  if (m.decoder) m.decoder->merge_lora();
+  m.collect_parameters();
+  m.relay_out([](const Parameter& p) { return !p.has_values(); });
+  freeze([](const Parameter&) { return false; });
+}
+
+bool Model::has_lora() const {
+  return std::any_of(impl_->params.begin(), impl_->params.end(),
+                     [](const Parameter* p) { return p->role == Role::LoraA; });
+}
+
 std::vector<Parameter*> Model::trainable_parameters() {
   std::vector<Parameter*> out;
   for (Parameter* p : impl_->params)
@@ -423,6 +476,7 @@ ParameterCount Model::count() const {
       case Part::Ffn: n.ffn += p->numel(); break;
       case Part::Norms: n.norms += p->numel(); break;
       case Part::Heads: n.heads += p->numel(); break;
+      case Part::Adapters: n.adapters += p->numel(); break;
     }
   }
   return n;

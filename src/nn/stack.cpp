@@ -216,6 +216,21 @@ Tensor Block::backward(Tensor dout, double daux, Tensor* dcontext, const Saved& 
       saved.attn_sub);
 }
 
+void Block::add_lora(const LoraConfig& config) {
+  attn_.add_lora(config);
+  if (cross_) cross_->add_lora(config);
+  const bool ffn = std::any_of(config.targets.begin(), config.targets.end(),
+                               [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
+  check(!(ffn && moe_), "lora: targets up, gate or down on a Mixture-of-Experts FFN are not supported");
+  if (ffn_) ffn_->add_lora(config);
+}
+
+void Block::merge_lora() {
+  attn_.merge_lora();
+  if (cross_) cross_->merge_lora();
+  if (ffn_) ffn_->merge_lora();
+}
+
 void Block::collect(std::vector<Parameter*>& out) {
   attn_sub_.norm.collect(out);
   for (Parameter* p : attn_.parameters()) out.push_back(p);
@@ -265,6 +280,14 @@ Tensor Stack::backward(const Tensor& dout, double daux, Tensor* dcontext, const 
     if (after_block) after_block(i);
   }
   return d;
+}
+
+void Stack::add_lora(const LoraConfig& config) {
+  for (auto& b : blocks_) b->add_lora(config);
+}
+
+void Stack::merge_lora() {
+  for (auto& b : blocks_) b->merge_lora();
 }
 
 const Parameter& Stack::first_parameter(size_t block) const {

@@ -62,6 +62,8 @@ class Block {
   Tensor backward(Tensor dout, double daux, Tensor* dcontext, const Saved& saved);
   void collect(std::vector<Parameter*>& out);
   double aux(const Saved& saved) const { return moe_ ? saved.moe.aux : 0.0; }
+  void add_lora(const LoraConfig& config);
+  void merge_lora();
   const MixtureOfExperts* moe() const { return moe_ ? &*moe_ : nullptr; }
   const MultiHeadAttention* cross_attention() const { return cross_ ? &*cross_ : nullptr; }
   MultiHeadAttention& self_attention() { return attn_; }
@@ -110,6 +112,8 @@ class Stack {
   void collect(std::vector<Parameter*>& out);
   // Block i's first parameter in collect's order (its parameters follow it without a gap).
   const Parameter& first_parameter(size_t block) const;
+  void add_lora(const LoraConfig& config);
+  void merge_lora();
   double aux(const Saved& saved) const;
   void moe_stats(const Saved& saved, std::vector<MoEStats>& out) const;
   // Sessions of encoder-decoder models: every block's cross-attention keys and values of the encoder output
@@ -174,6 +178,8 @@ struct Model::Impl {
   // keeps them (or gets its blocks' values). The gradients go.
   void relay_out(const std::function<bool(const Parameter&)>& blocks_only);
   void ensure_gradients();
+  // params from the layers, in the model's order (the constructor; again when adapters come or go).
+  void collect_parameters();
   // The model's own forward state, for Model::forward(batch) and Model::backward(scale).
   std::unique_ptr<ForwardState> own_state;
 

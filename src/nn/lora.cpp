@@ -1,0 +1,96 @@
+#include "nn/lora.h"
+
+#include "kernels/gemm.h"
+
+#include <attend/error.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace attend {
+
+namespace {
+const std::string kTargets[] = {"q", "k", "v", "o", "up", "gate", "down"};
+}  // namespace
+
+double LoraConfig::scale() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
+
+void LoraConfig::validate() const {
+  check(r >= 1 && r <= 65536, "lora: r is {}, expected a rank from 1 to 65536", r);
+  check(alpha > 0.0 && std::isfinite(alpha), "lora: alpha is {}, expected a positive number", alpha);
+  check(!targets.empty(), "lora: targets is empty: name projections among q, k, v, o, up, gate, down");
+  for (const std::string& t : targets)
+    check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
+          "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
+}
+
+}  // namespace attend
+
+namespace attend::nn {
+
+void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC) {
+  thread_local std::vector<float> xa;
+  for (const LowRankUpdate& u : weight.lora) {
+    const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
+    xa.resize(static_cast<size_t>(N * r));
+    kernels::gemm<float>(false, true, N, r, C, 1.0f, inp, C, u.A->value.data(), C, 0.0f, xa.data(), r);
+    kernels::gemm<float>(false, true, N, rows, r, static_cast<float>(u.scale), xa.data(), r, u.B->value.data(), r,
+                         1.0f, out + u.row0, OC);
+  }
+}
+
+void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
+                   int64_t OC) {
+  thread_local std::vector<float> xa, t;
+  for (const LowRankUpdate& u : weight.lora) {
+    const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
+    const auto s = static_cast<float>(u.scale);
+    const float* dy = dout + u.row0;  // the adapter's output columns, rows OC apart
+    if (u.B->grad.data() != nullptr) {
+      xa.resize(static_cast<size_t>(N * r));
+      kernels::gemm<float>(false, true, N, r, C, 1.0f, inp, C, u.A->value.data(), C, 0.0f, xa.data(), r);
+      kernels::gemm<float>(true, false, rows, r, N, s, dy, OC, xa.data(), r, 1.0f, u.B->grad.data(), r);
+    }
+    t.resize(static_cast<size_t>(N * r));
+    kernels::gemm<float>(false, false, N, r, rows, 1.0f, dy, OC, u.B->value.data(), r, 0.0f, t.data(), r);
+    if (u.A->grad.data() != nullptr)
+      kernels::gemm<float>(true, false, r, C, N, s, t.data(), r, inp, C, 1.0f, u.A->grad.data(), C);
+    if (dinp != nullptr) kernels::gemm<float>(false, false, N, C, r, s, t.data(), r, u.A->value.data(), C, 1.0f, dinp, C);
+  }
+}
+
+void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0, int64_t rows,
+                       const LoraConfig& config) {
+  check(weight.value.rank() == 2 && row0 >= 0 && rows >= 1 && row0 + rows <= weight.value.size(0),
+        "lora: rows [{}, {}) of '{}' ({})", row0, row0 + rows, weight.name, weight.value.shape());
+  std::string base = weight.name;
+  if (base.ends_with(".weight")) base.resize(base.size() - 7);
+  const int64_t in = weight.value.size(1);
+  Entry e{&weight, std::make_unique<Parameter>(base + "." + label + "lora_A.weight", Shape{config.r, in}, Role::LoraA),
+          std::make_unique<Parameter>(base + "." + label + "lora_B.weight", Shape{rows, config.r}, Role::LoraB)};
+  e.A->stack_blocks = e.B->stack_blocks = weight.stack_blocks;
+  weight.lora.push_back({e.A.get(), e.B.get(), row0, config.scale()});
+  entries_.push_back(std::move(e));
+}
+
+void LoraAdapters::collect(const Parameter& weight, std::vector<Parameter*>& out) const {
+  for (const Entry& e : entries_)
+    if (e.weight == &weight) out.push_back(e.A.get()), out.push_back(e.B.get());
+}
+
+void LoraAdapters::merge() {
+  for (Entry& e : entries_) {
+    Parameter& w = *e.weight;
+    check(w.has_values(), "lora: merging into '{}', held as quantized blocks only", w.name);
+    const auto it = std::find_if(w.lora.begin(), w.lora.end(), [&](const LowRankUpdate& u) { return u.A == e.A.get(); });
+    check(it != w.lora.end(), "lora: '{}' lost its adapter", w.name);
+    const int64_t r = e.A->value.size(0), rows = e.B->value.size(0), in = w.value.size(1);
+    // W[row0:row0+rows, :] += s · B·A
+    kernels::gemm<float>(false, false, rows, in, r, static_cast<float>(it->scale), e.B->value.data(), r,
+                         e.A->value.data(), in, 1.0f, w.value.data() + it->row0 * in, in);
+    w.lora.erase(it);
+  }
+  entries_.clear();
+}
+
+}  // namespace attend::nn

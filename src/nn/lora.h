@@ -1,0 +1,42 @@
+// LoRA adapters (Hu et al. 2021; PEFT's layout): the layers that own a weight own its adapters too
+// (LoraAdapters), and every matmul with the weight applies them (lora_forward, lora_backward, called by
+// linear_forward and linear_backward), in fp32:
+//
+//   y[:, row0:row0+rows] += s · (x·Aᵀ)·Bᵀ                          A (r, in), B (rows, r), s = alpha/r
+//   ∂B += s · dy_rowsᵀ·(x·Aᵀ);   t = dy_rows·B;   ∂A += s · tᵀ·x;   ∂x += s · t·A
+#pragma once
+
+#include <attend/model.h>
+#include <attend/parameter.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attend::nn {
+
+void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC);
+void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
+                   int64_t OC);
+
+// The adapters a layer owns. Adding one registers it on its weight (Parameter::lora).
+class LoraAdapters {
+ public:
+  // An adapter on `weight`'s output rows [row0, row0 + rows), named "<weight without .weight>.<label>lora_A.weight"
+  // (label "" or "q." for a part of a fused matrix).
+  void add(Parameter& weight, const std::string& label, int64_t row0, int64_t rows, const LoraConfig& config);
+  // `weight`'s adapters' parameters, A then B each, in the order they were added.
+  void collect(const Parameter& weight, std::vector<Parameter*>& out) const;
+  // W += s·B·A for each adapter, which then goes.
+  void merge();
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  struct Entry {
+    Parameter* weight;
+    std::unique_ptr<Parameter> A, B;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace attend::nn

@@ -1,0 +1,193 @@
+// LoRA adapters (Model::add_lora): W x + s·B(A x) on the chosen projections of every block. Checked against
+// the merged model (W + s·B·A), finite differences of A and B, PEFT's initialisation, and the frozen rest.
+#include "testing.h"
+
+#include <attend/error.h>
+#include <attend/model.h>
+#include <attend/rng.h>
+#include <attend/session.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace attend {
+namespace {
+
+ModelConfig family(const std::string& name) {
+  ModelConfig c;
+  c.vocab_size = 40, c.d_model = 16, c.n_layers = 2, c.n_heads = 4, c.max_seq_len = 16, c.seed = 3;
+  c.activation = FfnKind::GELUTanh;  // smooth: finite differences never straddle a kink
+  if (name == "llama") {
+    c.norm = NormKind::RMSNorm, c.position = PositionKind::RoPE, c.activation = FfnKind::SwiGLU;
+    c.n_kv_heads = 2, c.bias = false, c.tie_embeddings = false;
+  }
+  if (name == "t5") {
+    c.architecture = Architecture::EncoderDecoder, c.position = PositionKind::T5, c.norm = NormKind::RMSNorm;
+    c.bias = false;
+  }
+  if (name == "bert") {
+    c.architecture = Architecture::Encoder, c.n_classes = 3, c.pooler = true, c.mlm_head = false;
+    c.type_vocab_size = 2;
+  }
+  return c;
+}
+
+Batch batch_for(const ModelConfig& c, uint64_t seed) {
+  Rng rng(seed);
+  Batch b;
+  b.B = 2, b.T = 6;
+  for (int64_t i = 0; i < b.B * b.T; ++i) {
+    b.ids.push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+    b.targets.push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+  }
+  if (c.architecture == Architecture::Encoder) b.targets.clear(), b.labels = {2, 0}, b.lengths = {6, 4};
+  if (c.architecture == Architecture::EncoderDecoder) {
+    b.src_T = 5;
+    for (int64_t i = 0; i < b.B * b.src_T; ++i) b.src_ids.push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+  }
+  return b;
+}
+
+const std::vector<std::string> kEvery = {"q", "k", "v", "o", "up", "gate", "down"};
+
+// B random instead of zero, so that the adapters do something.
+void randomize_b(Model& m, uint64_t seed) {
+  Rng rng(seed);
+  for (Parameter* p : m.parameters())
+    if (p->role == Role::LoraB)
+      for (float& x : p->value.span()) x = 0.2f * static_cast<float>(rng.normal());
+}
+
+std::vector<float> logits_of(Model& m, const Batch& b) {
+  const Tensor& l = (m.forward(b), m.logits());
+  return std::vector<float>(l.span().begin(), l.span().end());
+}
+
+TEST(Lora, AdaptersStartAsNothingAndAloneTrain) {
+  for (const std::string name : {"gpt", "llama", "t5", "bert"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig c = family(name);
+    Model m(c);
+    const Batch b = batch_for(c, 1);
+    const std::vector<float> before = logits_of(m, b);
+    const ParameterCount base = m.count();
+    m.add_lora({.r = 4, .alpha = 8, .targets = kEvery, .seed = 9});
+    EXPECT_TRUE(m.has_lora());
+    EXPECT_EQ(logits_of(m, b), before) << "B starts at zero: the adapted model is the model";
+    // r·(in + out) per adapted projection: q, k, v (rows of the fused matrices), o, and the FFN's.
+    const int64_t C = c.d_model, H = c.n_heads * c.d_head(), KV = c.kv_heads() * c.d_head(), F = c.ffn_hidden();
+    const int64_t r = 4, blocks = c.architecture == Architecture::EncoderDecoder ? c.n_layers + c.decoder_layers() : c.n_layers;
+    const int64_t attention = r * (C + H) + 2 * r * (C + KV) + r * (H + C);
+    const int64_t ffn = r * (C + F) * (is_gated(c.activation) ? 2 : 1) + r * (F + C);
+    const int64_t cross = c.architecture == Architecture::EncoderDecoder ? c.decoder_layers() * attention : 0;
+    EXPECT_EQ(m.count().adapters, blocks * (attention + ffn) + cross);
+    EXPECT_EQ(m.count().total(), base.total() + m.count().adapters);
+    for (Parameter* p : m.parameters()) {
+      EXPECT_EQ(p->frozen, p->role != Role::LoraA && p->role != Role::LoraB) << p->name;
+      if (p->role == Role::LoraA) {  // U(−1/√in, 1/√in), as PEFT's Kaiming-uniform with a = √5
+        const float bound = 1.0f / std::sqrt(static_cast<float>(p->value.size(1)));
+        for (float x : p->value.span()) ASSERT_LE(std::abs(x), bound) << p->name;
+      }
+      if (p->role == Role::LoraB)
+        for (float x : p->value.span()) ASSERT_EQ(x, 0.0f) << p->name;
+    }
+    EXPECT_EQ(static_cast<int64_t>(m.gradient_buffer().size()), m.count().adapters);
+  }
+}
+
+// W x + s·B(A x) against (W + s·B·A) x: the same products summed in another order. Each logit is a sum of
+// fp32 products through the network; the two orders differ by a few ulps of the largest magnitudes
+// involved, far below 1e-4 of the largest logit for these sizes.
+TEST(Lora, LogitsEqualTheMergedModelsAndSessionsApplyThem) {
+  for (const std::string name : {"gpt", "llama", "t5", "bert"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig c = family(name);
+    for (bool rslora : {false, true}) {
+      Model adapted(c);
+      adapted.add_lora({.r = 4, .alpha = 8, .targets = kEvery, .rslora = rslora, .seed = 9});
+      randomize_b(adapted, 4);
+      const Batch b = batch_for(c, 2);
+      const std::vector<float> with = logits_of(adapted, b);
+      Model plain(c);
+      EXPECT_NE(logits_of(plain, b), with) << "the adapters change the model";
+      adapted.merge_lora();
+      EXPECT_FALSE(adapted.has_lora());
+      EXPECT_EQ(adapted.parameters().size(), plain.parameters().size());
+      EXPECT_EQ(adapted.trainable_parameters().size(), plain.parameters().size());
+      const std::vector<float> merged = logits_of(adapted, b);
+      double largest = 0.0;
+      for (float x : with) largest = std::max(largest, double(std::abs(x)));
+      testing::expect_all_close(merged, with, 1e-4 * largest, name + ": merged against adapted logits");
+    }
+    if (c.architecture != Architecture::Decoder) continue;
+    // Decoding through the KV cache applies the adapters too: its last logits are the forward's.
+    Model adapted(c);
+    adapted.add_lora({.r = 4, .alpha = 8, .targets = kEvery, .seed = 9});
+    randomize_b(adapted, 4);
+    Batch one = batch_for(c, 3);
+    one.B = 1, one.ids.resize(6), one.targets.resize(6);
+    const std::vector<float> full = logits_of(adapted, one);
+    Session session(adapted);
+    const std::span<const float> last = session.step(one.ids);
+    std::vector<float> want(full.end() - c.vocab_size, full.end());
+    testing::expect_all_close(std::vector<float>(last.begin(), last.end()), want, 1e-4, name + ": session logits");
+  }
+}
+
+// ∂loss/∂A and ∂loss/∂B against central differences (a five-point stencil), entry by entry and along a random
+// direction; the rest of the model is frozen and keeps no gradient.
+TEST(Lora, GradientsOfAAndBAgreeWithFiniteDifferences) {
+  for (const std::string name : {"gpt", "llama", "t5", "bert"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig c = family(name);
+    Model m(c);
+    m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 9});
+    randomize_b(m, 5);
+    const Batch b = batch_for(c, 6);
+    m.zero_grad();
+    m.forward(b);
+    m.backward();
+    auto loss_at = [&](float* x, float value) {
+      const float saved = *x;
+      *x = value;
+      const double l = m.forward(b).loss;
+      *x = saved;
+      return l;
+    };
+    const double h = 1e-2;
+    Rng rng(7);
+    int checked = 0;
+    for (Parameter* p : m.trainable_parameters()) {
+      for (int probe = 0; probe < 2; ++probe) {
+        const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(p->numel())));
+        float* x = p->value.data() + i;
+        const float x0 = *x;
+        const double numeric = (8 * (loss_at(x, x0 + float(h)) - loss_at(x, x0 - float(h))) -
+                                (loss_at(x, x0 + float(2 * h)) - loss_at(x, x0 - float(2 * h)))) /
+                               (12 * h);
+        EXPECT_NEAR(p->grad[i], numeric, 3e-4 + 2e-2 * std::abs(numeric)) << p->name << "[" << i << "]";
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 20);
+    for (const Parameter* p : m.parameters())
+      if (p->frozen) EXPECT_EQ(p->grad.numel(), 0) << p->name;
+  }
+}
+
+TEST(Lora, BadConfigurationsNameTheField) {
+  Model m(family("gpt"));
+  testing::expect_error_mentions<Error>([&] { m.add_lora({.r = 0}); }, {"r is 0"});
+  testing::expect_error_mentions<Error>([&] { m.add_lora({.alpha = -1}); }, {"alpha"});
+  testing::expect_error_mentions<Error>([&] { m.add_lora({.targets = {"qq"}}); }, {"unknown target 'qq'"});
+  m.add_lora({});
+  testing::expect_error_mentions<Error>([&] { m.add_lora({}); }, {"adapters already"});
+  ModelConfig moe = family("gpt");
+  moe.n_experts = 2, moe.moe_every = 1;
+  Model experts(moe);
+  testing::expect_error_mentions<Error>([&] { experts.add_lora({.targets = {"up"}}); }, {"Mixture-of-Experts"});
+}
+
+}  // namespace
+}  // namespace attend
