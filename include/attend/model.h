@@ -47,6 +47,19 @@ enum class AttentionKernel { Flash, Reference, Linear };
 // (relative error ≤ 2⁻¹¹ per element); Int8 keeps one byte per element and a scale per (position, head).
 enum class CacheType { F32, F16, Int8 };
 
+// LoRA (Hu et al. 2021, as PEFT does it): W x + (alpha/r)·B A x on the chosen projections, A (r, in)
+// Kaiming-uniform and B (out, r) zero at the start; rsLoRA scales by alpha/√r instead.
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 16.0;
+  // Projections: q, k, v, o (attention, self and cross), up, gate, down (the FFN; gate in gated FFNs only).
+  std::vector<std::string> targets = {"q", "v"};
+  bool rslora = false;
+  uint64_t seed = 0;  // A's draw
+  double scale() const;  // alpha / r or alpha / √r
+  void validate() const;  // r ≥ 1, alpha > 0, known targets: errors name the field
+};
+
 struct ModelConfig {
   Architecture architecture = Architecture::Decoder;
   int64_t vocab_size = 256;       // V, e.g. 50257
@@ -111,6 +124,13 @@ struct ModelConfig {
   double init_std = 0.02;
   double init_qk_scale = 1.0;     // multiplies the σ of W_Q and W_K
   uint64_t seed = 0;
+  // LoRA adapters (Model::add_lora) on every block: r > 0 gives the model them, with every other parameter
+  // frozen; a checkpoint of a LoRA run holds them beside the base weights.
+  int64_t lora_r = 0;
+  double lora_alpha = 16.0;
+  std::vector<std::string> lora_targets = {"q", "v"};
+  bool lora_rslora = false;
+  LoraConfig lora() const;  // the fields above, A drawn from seed
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
@@ -194,19 +214,6 @@ struct MoEStats {
 struct ParameterCount {
   int64_t embeddings = 0, attention = 0, ffn = 0, norms = 0, heads = 0, adapters = 0;
   int64_t total() const { return embeddings + attention + ffn + norms + heads + adapters; }
-};
-
-// LoRA (Hu et al. 2021, as PEFT does it): W x + (alpha/r)·B A x on the chosen projections, A (r, in)
-// Kaiming-uniform and B (out, r) zero at the start; rsLoRA scales by alpha/√r instead.
-struct LoraConfig {
-  int64_t r = 8;
-  double alpha = 16.0;
-  // Projections: q, k, v, o (attention, self and cross), up, gate, down (the FFN; gate in gated FFNs only).
-  std::vector<std::string> targets = {"q", "v"};
-  bool rslora = false;
-  uint64_t seed = 0;  // A's draw
-  double scale() const;  // alpha / r or alpha / √r
-  void validate() const;  // r ≥ 1, alpha > 0, known targets: errors name the field
 };
 
 // What one forward keeps for its backward, and its logits. The trainer owns one per micro-batch; evaluation

@@ -1,6 +1,8 @@
 // ModelConfig: config.json in and out, and the consistency checks. Every field is listed once, in
 // for_each_field; reading, writing and `--set` all walk that list.
 #include <attend/error.h>
+
+#include <algorithm>
 #include <attend/model.h>
 
 #include "core/json_fields.h"
@@ -134,6 +136,10 @@ void for_each_field(Config& c, F&& f) {
   f("init_std", c.init_std, "σ of the GPT-2 initialisation and of the embeddings");
   f("init_qk_scale", c.init_qk_scale, "multiplies the σ of W_Q and W_K (below 1 keeps early attention from collapsing, 004 §8.1)");
   f("seed", c.seed, "the initialisation's random stream");
+  f("lora_r", c.lora_r, "LoRA: the adapters' rank on every block (0: none); every other parameter is then frozen");
+  f("lora_alpha", c.lora_alpha, "LoRA: the adapters' output is scaled by lora_alpha / lora_r");
+  f("lora_targets", c.lora_targets, "LoRA: the projections adapted, among q, k, v, o (attention), up, gate, down (FFN)");
+  f("lora_rslora", c.lora_rslora, "LoRA: scale by lora_alpha / √lora_r (rsLoRA) instead");
 }
 
 }  // namespace
@@ -194,7 +200,19 @@ int64_t ModelConfig::decoder_layers() const {
   return architecture == Architecture::EncoderDecoder && n_decoder_layers > 0 ? n_decoder_layers : n_layers;
 }
 
+LoraConfig ModelConfig::lora() const {
+  return {.r = lora_r, .alpha = lora_alpha, .targets = lora_targets, .rslora = lora_rslora, .seed = seed};
+}
+
 void ModelConfig::validate() const {
+  check(lora_r >= 0, "model: lora_r is {}, expected 0 (no adapters) or a rank", lora_r);
+  if (lora_r > 0) {
+    lora().validate();
+    const bool ffn = std::any_of(lora_targets.begin(), lora_targets.end(),
+                                 [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
+    check(!(ffn && n_experts > 0), "model: lora_targets up, gate or down on a Mixture-of-Experts FFN are not "
+          "supported (adapt q, k, v, o)");
+  }
   // Sizes past these would overflow what the model derives from them (4·d_model, V·C, the parameter count) long
   // before any machine could hold the weights; they name a broken file, not a model.
   for (auto [name, value, limit] : {std::tuple{"vocab_size", vocab_size, int64_t{1} << 31},

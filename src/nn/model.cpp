@@ -47,6 +47,10 @@ Model::Impl::Impl(const ModelConfig& c)
     decoder = std::make_unique<nn::Stack>("decoder", c, c.decoder_layers(), /*causal=*/true,
                                           /*cross=*/c.architecture == Architecture::EncoderDecoder);
   }
+  if (c.lora_r > 0) {  // adapters, in their blocks
+    if (encoder) encoder->add_lora(c.lora());
+    if (decoder) decoder->add_lora(c.lora());
+  }
   if (!c.tie_embeddings) {
     lm_head = Parameter("lm_head.weight", {c.vocab_size, c.d_model}, Role::HeadMatrix);
   }
@@ -211,6 +215,8 @@ std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::functio
     impl = std::make_unique<Model::Impl>(config);
   }
   impl->lay_out(blocks_only);
+  if (config.lora_r > 0)  // a LoRA model trains its adapters alone
+    for (Parameter* p : impl->params) p->frozen = p->role != Role::LoraA && p->role != Role::LoraB;
   return impl;
 }
 
@@ -368,6 +374,8 @@ void Model::add_lora(const LoraConfig& config) {
   if (m.decoder) m.decoder->add_lora(config);
   m.collect_parameters();
   m.relay_out([](const Parameter& p) { return !p.has_values(); });  // quantized-only weights stay so
+  m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
+  m.config.lora_rslora = config.rslora;  // config.json says so: the saved model loads with its adapters
   // A: PyTorch's nn.Linear default that PEFT keeps, Kaiming-uniform with a = √5: U(−1/√in, 1/√in). B: 0.
   uint64_t offset = 0;
   for (Parameter* p : m.params) {
@@ -387,6 +395,7 @@ void Model::merge_lora() {
   if (m.decoder) m.decoder->merge_lora();
   m.collect_parameters();
   m.relay_out([](const Parameter& p) { return !p.has_values(); });
+  m.config.lora_r = 0;
   freeze([](const Parameter&) { return false; });
 }
 
