@@ -11,6 +11,7 @@
 #include <attend/model_dir.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -80,18 +81,24 @@ void add_inspect(CLI::App& app) {
     const ModelConfig& c = model.config();
     const ParameterCount n = model.count();
     const double weights = 4.0 * double(n.total());
+    // What trains: everything, or a LoRA model's adapters alone (their gradients and moments are all it adds).
+    int64_t trainable_count = 0;
+    for (const Parameter* p : model.parameters())
+      if (!p->frozen) trainable_count += p->numel();
+    const double trainable = 4.0 * double(trainable_count);
     const bool enc_dec = c.architecture == Architecture::EncoderDecoder;
     if (json_output) {
       nlohmann::ordered_json j;
       j["architecture"] = architecture_name(c.architecture);
       j["parameters"] = {{"embeddings", n.embeddings}, {"attention", n.attention}, {"ffn", n.ffn},
-                         {"norms", n.norms},           {"heads", n.heads},         {"total", n.total()}};
+                         {"norms", n.norms},           {"heads", n.heads},         {"adapters", n.adapters},
+                         {"total", n.total()},         {"trainable", trainable_count}};
       j["tensors"] = nlohmann::ordered_json::array();
       for (const Parameter* p : model.parameters())
         j["tensors"].push_back({{"name", p->name},
                                 {"shape", std::vector<int64_t>(p->value.shape().begin(), p->value.shape().end())},
                                 {"role", role_name(p->role)}});
-      j["memory_bytes"] = {{"weights", weights}, {"gradients", weights}, {"adamw_moments", 2 * weights}};
+      j["memory_bytes"] = {{"weights", weights}, {"gradients", trainable}, {"adamw_moments", 2 * trainable}};
       fmt::print("{}\n", j.dump(2));
       return;
     }
@@ -121,9 +128,13 @@ void add_inspect(CLI::App& app) {
                is_gated(c.activation) ? 3 : 2, c.n_experts > 0 ? " (× experts in MoE blocks)" : "");
     fmt::print("{:<12} {:>14}\n", "norms", grouped(n.norms));
     fmt::print("{:<12} {:>14}   {}\n", "heads", grouped(n.heads), c.tie_embeddings ? "LM head tied to the embedding" : "");
+    if (n.adapters > 0)
+      fmt::print("{:<12} {:>14}   LoRA r = {} on {}: {:.2f}% of the model, the only part that trains\n", "adapters",
+                 grouped(n.adapters), c.lora_r, fmt::join(c.lora_targets, ", "),
+                 100.0 * double(n.adapters) / double(n.total()));
     fmt::print("{:<12} {:>14}\n", "total", grouped(n.total()));
     fmt::print("\nmemory (fp32): weights {}, gradients {}, AdamW moments {}; training {} before activations\n",
-               bytes(weights), bytes(weights), bytes(2 * weights), bytes(4 * weights));
+               bytes(weights), bytes(trainable), bytes(2 * trainable), bytes(weights + 3 * trainable));
   });
 }
 

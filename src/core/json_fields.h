@@ -122,10 +122,22 @@ bool set_field(std::string_view key, std::string_view value, std::string_view wh
   }
   bool found = false;
   for_each([&](const char* k, auto& field, const char*) {
-    if (key == k) {
-      read_field(field, v, fmt::format("{}: '{}'", where, k));
-      found = true;
+    if (key != k) return;
+    nlohmann::json given = v;
+    // A list on the command line: q,v (or JSON's ["q","v"]).
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::vector<std::string>>) {
+      if (v.is_string()) {
+        given = nlohmann::json::array();
+        const std::string text = v.get<std::string>();
+        for (size_t at = 0; at <= text.size();) {
+          const size_t comma = std::min(text.find(',', at), text.size());
+          given.push_back(text.substr(at, comma - at));
+          at = comma + 1;
+        }
+      }
     }
+    read_field(field, given, fmt::format("{}: '{}'", where, k));
+    found = true;
   });
   return found;
 }
