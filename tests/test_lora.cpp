@@ -5,6 +5,8 @@
 #include <attend/error.h>
 #include <attend/model.h>
 #include <attend/rng.h>
+#include <attend/io.h>
+#include <attend/safetensors.h>
 #include <attend/model_dir.h>
 #include <attend/session.h>
 #include <attend/train.h>
@@ -13,6 +15,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
 
 namespace attend {
 namespace {
@@ -252,6 +256,107 @@ TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
     ASSERT_NE(q, nullptr) << p->name;
     for (int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(p->value[i], q->value[i]) << p->name << " moved";
   }
+}
+
+// PEFT's files for the Llama family: PEFT's names and shapes, read back to the same logits bit for bit; and an
+// independent check of B's rows, whose order RoPE's permutation changes: W + s·B·A formed from the file's
+// tensors in Hugging Face's own layout (as PEFT's merge does), loaded by the Hugging Face reader, gives the
+// adapted model's logits.
+TEST(Lora, PeftFilesOfTheLlamaFamilyRoundTripAndMergeAsHuggingFaceWould) {
+  for (const std::string variant : {"mistral", "qwen3"}) {  // one-file checkpoints
+    SCOPED_TRACE(variant);
+    const fs::path hf = fs::path(ATTEND_TEST_DATA) / "hf-llama" / variant;
+    Model m = load_model(hf);
+    m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 3});
+    randomize_b(m, 8);
+    const ModelConfig& c = m.config();
+    Batch b;
+    b.B = 1, b.T = 5, b.ids = {1, 7, 3, 9, 4};
+    const std::vector<float> adapted = logits_of(m, b);
+    const fs::path dir = fresh("peft_" + variant);
+    save_peft_adapter(m, dir);
+    const auto config = nlohmann::json::parse(read_file(dir / "adapter_config.json"));
+    EXPECT_EQ(config["peft_type"], "LORA");
+    EXPECT_EQ(config["r"], 2);
+    EXPECT_EQ(config["lora_alpha"], 4.0);
+    EXPECT_EQ(config["target_modules"],
+              nlohmann::json({"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj"}));
+    const SafetensorsReader file(dir / "adapter_model.safetensors");
+    const TensorInfo* qb = file.find("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+    ASSERT_NE(qb, nullptr);
+    EXPECT_EQ(qb->shape, (Shape{c.n_heads * c.d_head(), 2}));
+    EXPECT_EQ(file.find("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight")->shape, (Shape{2, c.ffn_hidden()}));
+    EXPECT_EQ(static_cast<int64_t>(file.tensors().size()), 2 * 7 * c.n_layers);
+
+    Model again = load_model(hf);
+    load_peft_adapter(again, dir);
+    EXPECT_EQ(again.config().lora_r, 2);
+    EXPECT_EQ(logits_of(again, b), adapted);
+
+    // W ← W + s·B·A in Hugging Face's layout, summed in double.
+    const SafetensorsReader base(hf / "model.safetensors");
+    std::vector<Tensor> tensors;
+    tensors.reserve(base.tensors().size());
+    std::vector<NamedTensor> named;
+    const double s = 4.0 / 2.0;
+    for (const TensorInfo& t : base.tensors()) {
+      tensors.push_back(base.load(t.name));
+      Tensor& w = tensors.back();
+      const std::string prefix = t.name.substr(0, t.name.size() - std::string(".weight").size());
+      if (const TensorInfo* a_info = file.find("base_model.model." + prefix + ".lora_A.weight")) {
+        const Tensor a = file.load(a_info->name), bb = file.load("base_model.model." + prefix + ".lora_B.weight");
+        const int64_t rows = w.size(0), cols = w.size(1);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) {
+            double sum = 0.0;
+            for (int64_t k = 0; k < 2; ++k) sum += double(bb[i * 2 + k]) * double(a[k * cols + j]);
+            w[i * cols + j] = static_cast<float>(double(w[i * cols + j]) + s * sum);
+          }
+      }
+      named.push_back({t.name, &w});
+    }
+    const fs::path merged = fresh("peft_merged_" + variant);
+    fs::create_directories(merged);
+    fs::copy_file(hf / "config.json", merged / "config.json");
+    write_safetensors(merged / "model.safetensors", named, {{"format", "pt"}});
+    Model by_hf = load_model(merged);
+    double largest = 0.0;
+    for (float x : adapted) largest = std::max(largest, double(std::abs(x)));
+    testing::expect_all_close(logits_of(by_hf, b), adapted, 1e-4 * largest, variant + ": merged in HF's layout");
+  }
+}
+
+TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
+  const fs::path hf = fs::path(ATTEND_TEST_DATA) / "hf-llama" / "tied-llama3";
+  Model m = load_model(hf);
+  m.add_lora({.r = 2, .alpha = 4, .targets = {"q", "v"}, .seed = 3});
+  const fs::path dir = fresh("peft_bad");
+  save_peft_adapter(m, dir);
+  const std::string good = read_file(dir / "adapter_config.json");
+  auto with = [&](const std::string& key, const nlohmann::json& value) {
+    auto j = nlohmann::json::parse(good);
+    j[key] = value;
+    write_file_atomic(dir / "adapter_config.json", j.dump());
+  };
+  auto fails = [&](const std::vector<std::string>& needles) {
+    Model fresh_model = load_model(hf);
+    testing::expect_error_mentions<Error>([&] { load_peft_adapter(fresh_model, dir); }, needles);
+  };
+  with("peft_type", "IA3");
+  fails({"peft_type", "LORA"});
+  with("use_dora", true);
+  fails({"DoRA"});
+  with("target_modules", "q_proj|v_proj");
+  fails({"target_modules", "regular expression"});
+  with("target_modules", nlohmann::json({"q_proj", "c_attn"}));
+  fails({"'c_attn'"});
+  with("r", 3);
+  fails({"shape", "lora_A"});
+  with("target_modules", nlohmann::json({"q_proj", "v_proj", "o_proj"}));
+  fails({"no tensor", "o_proj"});
+  Model gpt(family("gpt"));
+  gpt.add_lora({});
+  testing::expect_error_mentions<Error>([&] { save_peft_adapter(gpt, fresh("peft_gpt")); }, {"Llama family"});
 }
 
 TEST(Lora, BadConfigurationsNameTheField) {
