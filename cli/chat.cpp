@@ -31,7 +31,7 @@ namespace attend::cli {
 namespace {
 
 struct ChatSettings {
-  std::string model_dir, tokenizer_path, template_path, template_name, system;
+  std::string model_dir, tokenizer_path, template_path, template_name, system, lora;
   int64_t max_new_tokens = 512;
   int64_t context = 4096;
   SamplingOptions sampling{.temperature = 0.7, .top_p = 0.9};
@@ -167,10 +167,12 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--top-p", s.sampling.top_p, "Sample from the smallest set of probability ≥ p")->capture_default_str();
   cmd->add_option("--seed", s.sampling.seed, "Seed of the sampling")->capture_default_str();
   cmd->add_option("--weights", s.weights, std::string(kWeightsHelp) + " (default: bf16, or as a GGUF file stores them)");
+  cmd->add_option("--lora", s.lora, kLoraHelp);
   cmd->add_option("--kv-cache", s.kv_cache, "f32, f16 or int8: the KV cache's storage")->capture_default_str();
   cmd->add_option("--eos", s.eos_ids, "End a reply at these token ids (default: the model's end-of-turn tokens)");
   cmd->callback([] {
     Model model = load_model(s.model_dir);
+    apply_lora(model, s.lora);
     check(model.config().architecture == Architecture::Decoder, "chat: {} is an {} model; chat needs a decoder",
           s.model_dir, architecture_name(model.config().architecture));
     set_weights(model, s.weights, WeightType::BF16);

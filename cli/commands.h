@@ -48,6 +48,10 @@ std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer&
                                       const std::string& eos);
 // Empty: a model loaded with quantized matrices (a GGUF file) keeps them; any other gets `fallback`.
 void set_weights(Model& model, const std::string& weights, WeightType fallback);
+// --lora DIR: a PEFT LoRA adapter directory whose adapters the model runs with (nothing when empty).
+inline constexpr const char* kLoraHelp =
+    "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to run the model with";
+void apply_lora(Model& model, const std::string& dir);
 
 // "loss L nats (B bits), perplexity P" for a loss per byte of text in nats (`attend train`, `attend eval`).
 std::string per_byte_summary(double loss_per_byte);

@@ -202,6 +202,8 @@ void add_eval_command(CLI::App& app) {
   static EvalOptions options;
   static bool json_output = false;
   cmd->add_option("--model", model_dir, "A model directory (with its tokenizer for --data)")->required();
+  static std::string lora;
+  cmd->add_option("--lora", lora, kLoraHelp);
   auto* text = cmd->add_option("--data", data, "A text file, tokenised with the model's tokenizer");
   auto* ids = cmd->add_option("--tokens", token_file, "A file of whitespace-separated token ids");
   text->excludes(ids);
@@ -214,6 +216,7 @@ void add_eval_command(CLI::App& app) {
   cmd->callback([] {
     check(!data.empty() || !token_file.empty(), "give the data with --data TEXTFILE or --tokens IDSFILE");
     Model model = load_model(model_dir);
+    apply_lora(model, lora);
     std::vector<int32_t> tokens;
     int64_t bytes = 0;  // --data: the bytes of the scored tokens' text, for the figures per byte
     if (data.empty()) {

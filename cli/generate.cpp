@@ -2,12 +2,14 @@
 #include "commands.h"
 
 #include <attend/error.h>
+#include <attend/log.h>
 #include <attend/generate.h>
 #include <attend/model.h>
 #include <attend/tokenizer.h>
 #include <attend/model_dir.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -25,6 +27,12 @@ void set_weights(Model& model, const std::string& weights, WeightType fallback) 
   check(parse_weight_type(weights, type),
         "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
   model.set_storage(type);
+}
+
+void apply_lora(Model& model, const std::string& dir) {
+  if (dir.empty()) return;
+  load_peft_adapter(model, dir);
+  log::info("--lora {}: r = {} on {}", dir, model.config().lora_r, fmt::join(model.config().lora_targets, ", "));
 }
 
 std::optional<Tokenizer> model_tokenizer(const std::string& model) {
@@ -96,8 +104,9 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
-  static std::string weights;
+  static std::string weights, lora;
   cmd->add_option("--weights", weights, std::string(kWeightsHelp) + " (default: f32, or as a GGUF file stores them)");
+  cmd->add_option("--lora", lora, kLoraHelp);
   static std::string kv_cache = "f32";
   cmd->add_option("--kv-cache", kv_cache, "f32, f16 or int8: how the KV cache stores keys and values (f16 halves its memory and reads)")
       ->capture_default_str();
@@ -108,6 +117,7 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
     Model model = load_model(model_dir);
+    apply_lora(model, lora);
     set_weights(model, weights, WeightType::F32);
     options.cache = parse_cache_type(kv_cache);
     // Without a tokenizer the model still runs on ids: --prompt-ids in, ids out.

@@ -152,10 +152,11 @@ void add_export(CLI::App& app) {
       "export", "Write a model in a Hugging Face layout: its family's (hf), or one named (hf-gpt2: GPT2LMHeadModel; "
                 "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; "
                 "hf-t5: T5ForConditionalGeneration; hf-bert: BertForMaskedLM, BertForSequenceClassification, BertModel); "
-                "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2, qwen3, gemma3, bert)");
+                "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2, qwen3, gemma3, bert); or a LoRA model's "
+                "adapters as PEFT saves them (peft: the Llama family so far)");
   static std::string dir, out, format = "hf", type;
   cmd->add_option("--model", dir, "A model directory or GGUF file")->required();
-  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert or gguf")
+  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf or peft")
       ->capture_default_str();
   cmd->add_option("--type", type, "gguf: the weights' type: f32, f16, bf16, or a quantization (see `attend quantize`); "
                                   "default: as the model holds them");
@@ -163,6 +164,12 @@ void add_export(CLI::App& app) {
   cmd->callback([] {
     Model model = load_model(dir);
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
+    if (format == "peft") {  // a LoRA model's adapters alone, as PEFT saves them
+      save_peft_adapter(model, out);
+      fmt::print("{}: PEFT LoRA adapter (r = {} on {})\n", out, model.config().lora_r,
+                 fmt::join(model.config().lora_targets, ", "));
+      return;
+    }
     if (format != "gguf") model.ensure_values();  // Hugging Face's layouts hold float values
     if (format == "gguf") {
       export_gguf(model, out, tok ? &*tok : nullptr, {.type = type, .chat_template = model_chat_template(dir)});
@@ -176,7 +183,7 @@ void add_export(CLI::App& app) {
         {"hf", export_hf},           {"hf-gpt2", export_hf_gpt2}, {"hf-llama", export_hf_llama},
         {"hf-gemma3", export_hf_gemma3}, {"hf-t5", export_hf_t5},  {"hf-bert", export_hf_bert}};
     const auto it = std::find_if(std::begin(formats), std::end(formats), [](const auto& f) { return format == f.first; });
-    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert or gguf",
+    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf or peft",
           format);
     it->second(model, out, tok ? &*tok : nullptr);
     const std::string architecture =

@@ -57,6 +57,7 @@ struct LoraConfig {
   bool rslora = false;
   uint64_t seed = 0;  // A's draw
   double scale() const;  // alpha / r or alpha / √r
+  bool adapts_ffn() const;  // a target is up, gate or down
   void validate() const;  // r ≥ 1, alpha > 0, known targets: errors name the field
 };
 

@@ -208,9 +208,7 @@ void ModelConfig::validate() const {
   check(lora_r >= 0, "model: lora_r is {}, expected 0 (no adapters) or a rank", lora_r);
   if (lora_r > 0) {
     lora().validate();
-    const bool ffn = std::any_of(lora_targets.begin(), lora_targets.end(),
-                                 [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
-    check(!(ffn && n_experts > 0), "model: lora_targets up, gate or down on a Mixture-of-Experts FFN are not "
+    check(!(lora().adapts_ffn() && n_experts > 0), "model: lora_targets up, gate or down on a Mixture-of-Experts FFN are not "
           "supported (adapt q, k, v, o)");
   }
   // Sizes past these would overflow what the model derives from them (4·d_model, V·C, the parameter count) long

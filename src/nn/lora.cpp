@@ -15,6 +15,10 @@ const std::string kTargets[] = {"q", "k", "v", "o", "up", "gate", "down"};
 
 double LoraConfig::scale() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
 
+bool LoraConfig::adapts_ffn() const {
+  return std::any_of(targets.begin(), targets.end(), [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
+}
+
 void LoraConfig::validate() const {
   check(r >= 1 && r <= 65536, "lora: r is {}, expected a rank from 1 to 65536", r);
   check(alpha > 0.0 && std::isfinite(alpha), "lora: alpha is {}, expected a positive number", alpha);

@@ -366,9 +366,7 @@ void Model::add_lora(const LoraConfig& config) {
   config.validate();
   check(!has_lora(), "lora: the model has adapters already (merge_lora folds them in)");
   Impl& m = *impl_;
-  const bool ffn = std::any_of(config.targets.begin(), config.targets.end(),
-                               [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
-  check(!(ffn && m.config.n_experts > 0),
+  check(!(config.adapts_ffn() && m.config.n_experts > 0),
         "lora: targets up, gate or down on a Mixture-of-Experts FFN are not supported (adapt q, k, v, o)");
   if (m.encoder) m.encoder->add_lora(config);
   if (m.decoder) m.decoder->add_lora(config);

@@ -219,10 +219,7 @@ Tensor Block::backward(Tensor dout, double daux, Tensor* dcontext, const Saved& 
 void Block::add_lora(const LoraConfig& config) {
   attn_.add_lora(config);
   if (cross_) cross_->add_lora(config);
-  const bool ffn = std::any_of(config.targets.begin(), config.targets.end(),
-                               [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
-  check(!(ffn && moe_), "lora: targets up, gate or down on a Mixture-of-Experts FFN are not supported");
-  if (ffn_) ffn_->add_lora(config);
+  if (ffn_) ffn_->add_lora(config);  // MoE blocks take none (ModelConfig::validate and Model::add_lora refuse)
 }
 
 void Block::merge_lora() {

@@ -277,10 +277,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
           throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
         }
         // A LoRA model's adapters are new by design: named by count, not one by one.
-        const size_t adapters = static_cast<size_t>(std::count_if(kept.begin(), kept.end(), [](const std::string& n) {
-          return n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos;
-        }));
-        std::erase_if(kept, [](const std::string& n) {
+        const size_t adapters = std::erase_if(kept, [](const std::string& n) {
           return n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos;
         });
         log::info("init_from {}: {} of {} parameters copied; new: {}{}", c.init_from,
