@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static fuzz::MemoryFile file("model.safetensors");
   // An AdamW state of two small parameters: "w.m", "w.v" [2, 3] and "b.m", "b.v" [3].
   static Parameter w("w", Shape{2, 3}, Role::FfnIn), b("b", Shape{3}, Role::FfnBias);
-  static train::Optimizer optimizer(train::OptimizerConfig{}, {&w, &b});
+  static train::Optimizer optimizer(train::OptimizerConfig{}, std::vector<Parameter*>{&w, &b});
   file.write(fuzz::text(data, size));
   try {
     const SafetensorsReader reader(file.path());

@@ -22,6 +22,8 @@ bool decays(const Parameter& p, const OptimizerConfig& config);
 
 // Elements [begin, begin + length) of one parameter (flattened): ZeRO-1 gives each rank such runs.
 struct Segment {
+  // Three values always (a braced list of Parameter pointers stays the whole-parameter constructor's).
+  Segment(Parameter* p, int64_t first, int64_t n) : param(p), begin(first), length(n) {}
   Parameter* param = nullptr;
   int64_t begin = 0, length = 0;
 };
