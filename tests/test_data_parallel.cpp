@@ -214,7 +214,11 @@ TEST(Datasets, SharesOfAMicroBatchAreItsRows) {
   for (int i = 0; i < 40; ++i)
     examples.push_back({std::vector<int32_t>(1 + i % 7, 3), std::vector<int32_t>(1 + i % 5, 4), i % 3});
   ExampleDataset s2s(ExampleDataset::Kind::Seq2Seq, examples, {}, {.batch_size = 5, .bos_id = 1, .eos_id = 2});
-  for (const Dataset* d : {static_cast<const Dataset*>(&lm), static_cast<const Dataset*>(&s2s)})
+  ExampleDataset classify(ExampleDataset::Kind::Classify, examples, {}, {.batch_size = 5});
+  MlmDataset mlm(tokens, {}, {.batch_size = 5, .seq_len = 8, .seed = 2, .mask_id = 1, .vocab_size = 23,
+                              .special_ids = {0, 1}});
+  for (const Dataset* d : {static_cast<const Dataset*>(&lm), static_cast<const Dataset*>(&s2s),
+                           static_cast<const Dataset*>(&classify), static_cast<const Dataset*>(&mlm)})
     for (int parts : {1, 2, 3})
       for (int64_t i : {0, 7}) {
         const Batch whole = d->train_batch(i);
@@ -228,6 +232,8 @@ TEST(Datasets, SharesOfAMicroBatchAreItsRows) {
           EXPECT_EQ(share.lengths, rows.lengths);
           EXPECT_EQ(share.src_ids, rows.src_ids);
           EXPECT_EQ(share.src_lengths, rows.src_lengths);
+          EXPECT_EQ(share.labels, rows.labels);
+          EXPECT_EQ(share.src_T, whole.src_T);
           row += share.B;
         }
         EXPECT_EQ(row, whole.B) << parts << " parts";

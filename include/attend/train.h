@@ -52,7 +52,7 @@ class Dataset {
   virtual Batch train_batch(int64_t i) const = 0;
   // Data parallelism: share `part` of `parts` of micro-batch i, its sequences [B·part/parts, B·(part+1)/parts)
   // (padded to the whole batch's lengths, so that each row is what it is in train_batch). The default cuts
-  // train_batch(i); a dataset that can read only its share overrides it.
+  // train_batch(i); the datasets here read only their share (the windows, or the examples, of its rows).
   virtual Batch train_share(int64_t i, int part, int parts) const;
   virtual int64_t valid_batches() const = 0;
   virtual Batch valid_batch(int64_t i) const = 0;
@@ -126,6 +126,7 @@ class MlmDataset : public Dataset {
  public:
   MlmDataset(std::vector<int32_t> train, std::vector<int32_t> valid, const MlmOptions& options);
   Batch train_batch(int64_t i) const override;
+  Batch train_share(int64_t i, int part, int parts) const override;  // masks only its windows
   int64_t valid_batches() const override;
   Batch valid_batch(int64_t i) const override;
 
@@ -161,11 +162,13 @@ class ExampleDataset : public Dataset {
   enum class Kind { Seq2Seq, Classify };
   ExampleDataset(Kind kind, std::vector<Example> train, std::vector<Example> valid, const ExampleOptions& options);
   Batch train_batch(int64_t i) const override;
+  Batch train_share(int64_t i, int part, int parts) const override;  // collates only its examples
   int64_t valid_batches() const override;
   Batch valid_batch(int64_t i) const override;
 
  private:
-  Batch collate(const std::vector<const Example*>& examples) const;
+  // The examples as a batch, padded to the longest of `batch` (the whole batch they are a share of) or their own.
+  Batch collate(const std::vector<const Example*>& examples, const std::vector<const Example*>* batch = nullptr) const;
   // Batch i's examples, as indices into train_ (length-bucketed).
   std::vector<int64_t> batch_items(int64_t i) const;
   Kind kind_;

@@ -124,9 +124,14 @@ Batch MlmDataset::masked(const std::vector<int32_t>& tokens, const std::vector<i
   return b;
 }
 
-Batch MlmDataset::train_batch(int64_t i) const {
+Batch MlmDataset::train_batch(int64_t i) const { return train_share(i, 0, 1); }
+
+// A window's masks are drawn from (seed, window): a share's rows are those of the whole batch.
+Batch MlmDataset::train_share(int64_t i, int part, int parts) const {
+  check(parts >= 1 && part >= 0 && part < parts, "train_share: part {} of {}", part, parts);
+  const int64_t B = options_.batch_size;
   std::vector<int64_t> windows;
-  for (int64_t b = 0; b < options_.batch_size; ++b) windows.push_back(order_(i * options_.batch_size + b));
+  for (int64_t b = B * part / parts; b < B * (part + 1) / parts; ++b) windows.push_back(order_(i * B + b));
   return masked(train_, windows, 0);
 }
 
@@ -153,7 +158,8 @@ ExampleDataset::ExampleDataset(Kind kind, std::vector<Example> train, std::vecto
         "data: batch_size and max_source_len must be positive and max_target_len at least 2");
 }
 
-Batch ExampleDataset::collate(const std::vector<const Example*>& examples) const {
+Batch ExampleDataset::collate(const std::vector<const Example*>& examples,
+                              const std::vector<const Example*>* batch) const {
   Batch b;
   b.B = static_cast<int64_t>(examples.size());
   auto source_len = [&](const Example* e) {
@@ -162,8 +168,8 @@ Batch ExampleDataset::collate(const std::vector<const Example*>& examples) const
   auto target_len = [&](const Example* e) {  // y₁ … y_n, leaving room for BOS / EOS
     return std::min<int64_t>(static_cast<int64_t>(e->target.size()), options_.max_target_len - 1);
   };
-  int64_t S = 0, T = 0;
-  for (const Example* e : examples) S = std::max(S, source_len(e)), T = std::max(T, target_len(e) + 1);
+  int64_t S = 0, T = 0;  // padded to the whole batch's longest (a share's rows are the batch's rows)
+  for (const Example* e : batch ? *batch : examples) S = std::max(S, source_len(e)), T = std::max(T, target_len(e) + 1);
   // The source: the encoder's input (seq2seq) or the whole input (classification); an empty one is one pad.
   std::vector<int32_t> source(b.B * S, 0), source_lengths;
   for (int64_t k = 0; k < b.B; ++k) {
@@ -215,10 +221,15 @@ std::vector<int64_t> ExampleDataset::batch_items(int64_t i) const {
   return std::vector<int64_t>(items.begin() + chunk * B, items.begin() + (chunk + 1) * B);
 }
 
-Batch ExampleDataset::train_batch(int64_t i) const {
+Batch ExampleDataset::train_batch(int64_t i) const { return train_share(i, 0, 1); }
+
+Batch ExampleDataset::train_share(int64_t i, int part, int parts) const {
+  check(parts >= 1 && part >= 0 && part < parts, "train_share: part {} of {}", part, parts);
   std::vector<const Example*> batch;
   for (int64_t k : batch_items(i)) batch.push_back(&train_[k]);
-  return collate(batch);
+  const auto B = static_cast<int64_t>(batch.size());
+  const std::vector<const Example*> share(batch.begin() + B * part / parts, batch.begin() + B * (part + 1) / parts);
+  return collate(share, &batch);
 }
 
 int64_t ExampleDataset::valid_batches() const {
