@@ -7,7 +7,8 @@
 
 same: a tiny GPT (LM, 200 steps; ZeRO-1 off and on) and a tiny T5-style encoder-decoder (seq2seq, 100 steps,
 ZeRO-1 on) trained by one process and by two ranks with the same global batch: every step's loss within
-1e-6 of the single process's (issue 23's bound), the validation losses too.
+1e-6 of the single process's (issue 23's bound), the validation losses too, and the final weights within
+AdamW's 2·Σ lr (the largest difference printed).
 
 death: two ranks checkpointing every 5 steps; rank 1 is killed with SIGKILL. mpirun must end the job within
 10 s with a message naming the rank, the checkpoint must load (`attend inspect`), and `--resume` on two ranks
@@ -123,6 +124,41 @@ def compare(one, many, what, bound=1e-6):
     print(f"{what}: {len(a)} steps, largest relative loss difference {worst:.2e} (bound {bound:g})")
 
 
+def safetensors_f32(path):
+    """{name: array('f')} of an F32 safetensors file (Attend's model.safetensors)."""
+    import array
+    with open(path, "rb") as f:
+        data = f.read()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            fail(f"{path}: {name} is {info['dtype']}, expected F32")
+        begin, end = info["data_offsets"]
+        values = array.array("f")
+        values.frombytes(data[8 + n + begin:8 + n + end])
+        out[name] = values
+    return out
+
+
+def compare_weights(one, many, what, steps, peak_lr):
+    """The final weights of the two runs. AdamW moves a weight by at most about lr per step (m̂/√v̂ is at most 1 in
+    size for steady gradients), and a weight whose gradient is zero up to rounding can move either way in the two
+    runs, so 2·Σ lr bounds any difference; the runs stay far inside it (the measured largest is printed)."""
+    a = safetensors_f32(os.path.join(one, "checkpoint", "model.safetensors"))
+    b = safetensors_f32(os.path.join(many, "checkpoint", "model.safetensors"))
+    if a.keys() != b.keys():
+        fail(f"{what}: the checkpoints hold different tensors")
+    worst = max(abs(x - y) for name in a for x, y in zip(a[name], b[name]))
+    bound = 2 * steps * peak_lr
+    if worst > bound:
+        fail(f"{what}: a weight differs by {worst:.3e} between one process and the ranks (bound {bound:g})")
+    print(f"{what}: largest weight difference {worst:.2e} (bound 2·steps·lr = {bound:g})")
+
+
 def mpirun(n=2):
     return ["mpirun", "-np", str(n), "--oversubscribe"]
 
@@ -133,10 +169,12 @@ def same(args, tok, text, pairs):
         run(lm_command(args, tok, text, one, 200, ["--set", f"train.zero={zero}"]), "one process")
         run(mpirun() + lm_command(args, tok, text, two, 200, ["--set", f"train.zero={zero}"]), "mpirun -np 2")
         compare(one, two, f"lm, zero={zero}")
+        compare_weights(one, two, f"lm, zero={zero}", 200, 3e-4)  # train.lr's default
     one, two = os.path.join(args.work, "s2s_one"), os.path.join(args.work, "s2s_two")
     run(seq2seq_command(args, tok, pairs, one, 100), "one process")
     run(mpirun() + seq2seq_command(args, tok, pairs, two, 100, ["--set", "train.zero=true"]), "mpirun -np 2")
     compare(one, two, "seq2seq, zero=true")
+    compare_weights(one, two, "seq2seq, zero=true", 100, 3e-4)
 
 
 def rank_pid(parent, rank):
