@@ -90,8 +90,26 @@ def main():
 
     if evaluate(f"{lora}/checkpoint") != evaluate(f"{base}/checkpoint", "--lora", peft):
         fail("attend eval with --lora differs from the LoRA checkpoint's")
+    # merge-lora: W + s·B·A written as a plain model, from the checkpoint and from the base with the PEFT files.
+    merged, merged_peft = os.path.join(work, "merged"), os.path.join(work, "merged_peft")
+    run([attend, "merge-lora", "--model", f"{lora}/checkpoint", "-o", merged])
+    run([attend, "merge-lora", "--model", f"{base}/checkpoint", "--lora", peft, "-o", merged_peft])
+    for m in (merged, merged_peft):
+        if "adapters" in run([attend, "inspect", m, "--summary"]):
+            fail(f"{m}: the merged model still has adapters")
+
+    def perplexity(model, *extra):
+        line = evaluate(model, *extra)[0]
+        return float(line.split("perplexity")[1].split()[0].strip(",:"))
+
+    # The same sums in another order (W x + s·B(A x) against (W + s·B·A) x): equal to fp32 rounding.
+    want = perplexity(f"{lora}/checkpoint")
+    for m in (merged, merged_peft):
+        got = perplexity(m)
+        if abs(got - want) > 1e-3 * want:
+            fail(f"{m}: perplexity {got}, the LoRA checkpoint's {want}")
     print(f"lora_cli: greedy tokens with --lora equal the LoRA checkpoint's ({'different from' if plain != own else 'the same as'} "
-          f"the base's); eval equal; every check passed")
+          f"the base's); eval equal; merge-lora's models evaluate alike; every check passed")
 
 
 if __name__ == "__main__":
