@@ -5,10 +5,11 @@
 # Per run: the median tokens/s over its steps (the first dropped); attend inspect gives the trainable share and
 # the gradient and moment memory.
 #
-#   bench/lora.sh              # ROUNDS=3 STEPS=5; WORK=/tmp/attend_lora_bench
+#   bench/lora.sh                    # ROUNDS=3 STEPS=5 PRECISION=f32; WORK=/tmp/attend_lora_bench
+#   PRECISION=bf16 bench/lora.sh     # both in mixed precision (the base's matmuls bf16; adapters stay fp32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${ROUNDS:-3} steps=${STEPS:-5}
+rounds=${ROUNDS:-3} steps=${STEPS:-5} precision=${PRECISION:-f32}
 work=${WORK:-/tmp/attend_lora_bench}
 mkdir -p "$work"
 export OMP_NUM_THREADS=2
@@ -26,7 +27,8 @@ run() {  # full | lora
   local extra=()
   [[ $1 == lora ]] && extra=(--set model.lora_r=8 --set model.lora_alpha=16 --set model.lora_targets=q,v)
   build/attend train --set train.init_from="$work/base/checkpoint" "${extra[@]}" "${data[@]}" \
-    --set train.steps="$steps" --set out="$out" >/dev/null 2>"$out/stderr" || { cat "$out/stderr"; exit 1; }
+    --set train.steps="$steps" --set train.precision="$precision" --set out="$out" >/dev/null 2>"$out/stderr" ||
+    { cat "$out/stderr"; exit 1; }
   python3 - "$1" "$out/metrics.jsonl" <<'PY' | tee -a "$work/results.jsonl"
 import json, statistics, sys
 name, path = sys.argv[1:]
@@ -35,6 +37,7 @@ print(json.dumps({"run": name, "tokens_per_s": statistics.median(s["tokens_per_s
 PY
 }
 rm -f "$work/results.jsonl"
+echo "precision: $precision"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(grep -o 'avx512f\|avx512_bf16\|avx512_vnni\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' '))"
 for round in $(seq "$rounds"); do run full; run lora; done
 build/attend inspect "$work/lora/checkpoint" --summary | tail -4

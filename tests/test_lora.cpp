@@ -359,6 +359,37 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   testing::expect_error_mentions<Error>([&] { save_peft_adapter(gpt, fresh("peft_gpt")); }, {"Llama family"});
 }
 
+// Mixed precision: the base's matmuls in bf16, the adapters in fp32 on the fp32 input (attention's projections
+// and the FFN's alike). The adapters' gradients follow the fp32 model's to bf16's rounding of the base.
+TEST(Lora, AdaptersTrainUnderMixedPrecision) {
+  for (const std::string name : {"gpt", "llama"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig c = family(name);
+    Model m(c);
+    m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 9});
+    randomize_b(m, 5);
+    const Batch b = batch_for(c, 6);
+    auto grads = [&](Precision p) {
+      m.zero_grad();
+      ForwardState state;
+      m.forward(b, state, {.precision = p});
+      m.backward(state);
+      const auto g = m.gradient_buffer();
+      return std::vector<float>(g.begin(), g.end());
+    };
+    const std::vector<float> f32 = grads(Precision::F32), bf16 = grads(Precision::BF16);
+    double largest = 0.0, diff = 0.0, dot = 0.0, n32 = 0.0, n16 = 0.0;
+    for (size_t i = 0; i < f32.size(); ++i) {
+      largest = std::max(largest, double(std::abs(f32[i])));
+      diff = std::max(diff, double(std::abs(f32[i] - bf16[i])));
+      dot += double(f32[i]) * bf16[i], n32 += double(f32[i]) * f32[i], n16 += double(bf16[i]) * bf16[i];
+    }
+    // bf16 keeps 8 bits: the gradients agree to a few percent of the largest, and point the same way.
+    EXPECT_LT(diff, 0.05 * largest);
+    EXPECT_GT(dot / std::sqrt(n32 * n16), 0.999);
+  }
+}
+
 TEST(Lora, BadConfigurationsNameTheField) {
   Model m(family("gpt"));
   testing::expect_error_mentions<Error>([&] { m.add_lora({.r = 0}); }, {"r is 0"});

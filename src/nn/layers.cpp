@@ -405,6 +405,10 @@ Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved) const
   kernels::round_to_half(half_of(precision), saved->w_rounded.data(), weight.value.data(), weight.numel());
   kernels::matmul_forward_half(half_of(precision), y.data(), saved->x_rounded.data(), saved->w_rounded.data(), b, N,
                                in(), out());
+  if (!weight.lora.empty()) {  // adapters stay fp32, on the fp32 input (kept for their backward)
+    saved->x = x.clone();
+    lora_forward(y.data(), x.data(), weight, N, in(), out());
+  }
   return y;
 }
 
@@ -432,7 +436,7 @@ Tensor Linear::backward(const Tensor& dout, const Saved& saved) {
   } else {
     check(saved.x_rounded.size() == static_cast<size_t>(N * in()), "linear '{}': backward without its forward",
           weight.name);
-    check(weight.lora.empty(), "linear '{}': LoRA adapters train in fp32 (train.precision=f32)", weight.name);
+    if (!weight.lora.empty()) lora_backward(dx.data(), weight, dout.data(), saved.x.data(), N, in(), out());
     kernels::matmul_backward_half(half_of(saved.precision), dx.data(), weight.grad.data(), dbias, dout.data(),
                                   rounded(0, saved.precision, dout.data(), N * out()), saved.x_rounded.data(),
                                   saved.w_rounded.data(), N, in(), out());
