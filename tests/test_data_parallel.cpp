@@ -316,12 +316,15 @@ struct RunResult {
 };
 
 // Trains config on `ranks` threads (1: a plain single process, no group at all) and returns rank 0's reports.
+// `frozen`, when given, picks the parameters each rank's model freezes.
 RunResult train_on(int ranks, const ModelConfig& model, const Dataset& data, const TrainConfig& config, const fs::path& dir,
-             bool resume = false) {
+             bool resume = false, const std::function<bool(const Parameter&)>& frozen = {}) {
   RunResult out;
   auto one = [&](Communicator* group) {
     const bool leader = group == nullptr || group->rank() == 0;
-    Trainer trainer(Model(model), data, config, leader ? dir : dir / "unused", resume, nullptr, group);
+    Model m(model);
+    if (frozen) m.freeze(frozen);
+    Trainer trainer(std::move(m), data, config, leader ? dir : dir / "unused", resume, nullptr, group);
     std::vector<StepReport> reports;
     trainer.run([&](const StepReport& r) { reports.push_back(r); });
     if (leader) {
@@ -517,19 +520,7 @@ TEST(DataParallel, TrainsOnlyTheUnfrozenParameters) {
   config.bucket_mb = 0.002;
   auto frozen = [](const Parameter& p) { return p.name.find(".attn.") == std::string::npos; };
   auto run = [&](int ranks, const fs::path& dir) {
-    RunResult out;
-    auto one = [&](Communicator* group) {
-      const bool leader = group == nullptr || group->rank() == 0;
-      Model model(tiny(Architecture::Decoder));
-      model.freeze(frozen);
-      Trainer t(std::move(model), data, config, leader ? dir : dir / "unused", false, nullptr, group);
-      std::vector<StepReport> reports;
-      t.run([&](const StepReport& r) { reports.push_back(r); });
-      if (leader) out.steps = reports;
-    };
-    if (ranks == 1) one(nullptr);
-    else on_ranks(ranks, [&](int, Communicator& g) { one(&g); });
-    return out;
+    return train_on(ranks, tiny(Architecture::Decoder), data, config, dir, false, frozen);
   };
   const RunResult a = run(1, fresh_dir("frozen_one")), b = run(2, fresh_dir("frozen_two"));
   ASSERT_EQ(a.steps.size(), b.steps.size());

@@ -1,5 +1,6 @@
 // LoRA adapters (Model::add_lora): W x + s·B(A x) on the chosen projections of every block. Checked against
 // the merged model (W + s·B·A), finite differences of A and B, PEFT's initialisation, and the frozen rest.
+#include "fixtures.h"
 #include "testing.h"
 
 #include <attend/error.h>
@@ -66,6 +67,14 @@ void randomize_b(Model& m, uint64_t seed) {
       for (float& x : p->value.span()) x = 0.2f * static_cast<float>(rng.normal());
 }
 
+// Adapters of rank 2 on every projection, with B random: the model the gradient tests probe.
+Model adapted(const ModelConfig& c) {
+  Model m(c);
+  m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 9});
+  randomize_b(m, 5);
+  return m;
+}
+
 std::vector<float> logits_of(Model& m, const Batch& b) {
   const Tensor& l = (m.forward(b), m.logits());
   return std::vector<float>(l.span().begin(), l.span().end());
@@ -91,7 +100,7 @@ TEST(Lora, AdaptersStartAsNothingAndAloneTrain) {
     EXPECT_EQ(m.count().adapters, blocks * (attention + ffn) + cross);
     EXPECT_EQ(m.count().total(), base.total() + m.count().adapters);
     for (Parameter* p : m.parameters()) {
-      EXPECT_EQ(p->frozen, p->role != Role::LoraA && p->role != Role::LoraB) << p->name;
+      EXPECT_EQ(p->frozen, !is_adapter(p->role)) << p->name;
       if (p->role == Role::LoraA) {  // U(−1/√in, 1/√in), as PEFT's Kaiming-uniform with a = √5
         const float bound = 1.0f / std::sqrt(static_cast<float>(p->value.size(1)));
         for (float x : p->value.span()) ASSERT_LE(std::abs(x), bound) << p->name;
@@ -148,38 +157,13 @@ TEST(Lora, GradientsOfAAndBAgreeWithFiniteDifferences) {
   for (const std::string name : {"gpt", "llama", "t5", "bert"}) {
     SCOPED_TRACE(name);
     const ModelConfig c = family(name);
-    Model m(c);
-    m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 9});
-    randomize_b(m, 5);
-    const Batch b = batch_for(c, 6);
-    m.zero_grad();
-    m.forward(b);
-    m.backward();
-    auto loss_at = [&](float* x, float value) {
-      const float saved = *x;
-      *x = value;
-      const double l = m.forward(b).loss;
-      *x = saved;
-      return l;
-    };
-    const double h = 1e-2;
-    Rng rng(7);
-    int checked = 0;
-    for (Parameter* p : m.trainable_parameters()) {
-      for (int probe = 0; probe < 2; ++probe) {
-        const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(p->numel())));
-        float* x = p->value.data() + i;
-        const float x0 = *x;
-        const double numeric = (8 * (loss_at(x, x0 + float(h)) - loss_at(x, x0 - float(h))) -
-                                (loss_at(x, x0 + float(2 * h)) - loss_at(x, x0 - float(2 * h)))) /
-                               (12 * h);
-        EXPECT_NEAR(p->grad[i], numeric, 3e-4 + 2e-2 * std::abs(numeric)) << p->name << "[" << i << "]";
-        ++checked;
-      }
-    }
-    EXPECT_GT(checked, 20);
-    for (const Parameter* p : m.parameters())
+    Model m = adapted(c);
+    testing::expect_finite_differences(m, batch_for(c, 6), {}, name);
+    EXPECT_GT(m.trainable_parameters().size(), 10u) << "A and B of every adapted projection are probed";
+    for (const Parameter* p : m.parameters()) {
+      EXPECT_EQ(p->frozen, !is_adapter(p->role)) << p->name;
       if (p->frozen) EXPECT_EQ(p->grad.numel(), 0) << p->name;
+    }
   }
 }
 
@@ -365,9 +349,7 @@ TEST(Lora, AdaptersTrainUnderMixedPrecision) {
   for (const std::string name : {"gpt", "llama"}) {
     SCOPED_TRACE(name);
     const ModelConfig c = family(name);
-    Model m(c);
-    m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 9});
-    randomize_b(m, 5);
+    Model m = adapted(c);
     const Batch b = batch_for(c, 6);
     auto grads = [&](Precision p) {
       m.zero_grad();

@@ -30,6 +30,7 @@ using testing::expect_error_mentions;
 
 using testing::batch_from_json;
 using testing::kModels;
+using testing::expect_finite_differences;
 
 fs::path temp_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("attend_test_" + name);
@@ -88,60 +89,6 @@ INSTANTIATE_TEST_SUITE_P(Models, ModelGolden,
                          [](const auto& info) { return info.param; });
 
 // ---- Finite differences ----------------------------------------------------------------------------
-
-// Central differences of the fp32 model's loss (summed in double). With h = 1e-2 the truncation error is
-// O(h²) ≈ 1e-5 and the rounding error about 1e-6/h = 1e-4 on a loss of O(5), so a right gradient agrees to
-// ~2e-4 and a wrong one is off by its own size. Every parameter tensor is probed at three entries, and the
-// whole gradient along one random direction (where the errors of all entries would add up).
-// `hd` is the step along the random direction; a sharply curved loss (T5's unscaled scores) needs a smaller one.
-void expect_finite_differences(Model& model, const Batch& batch, const RunOptions& options, const std::string& what,
-                               double hd = 1e-2) {
-  model.zero_grad();
-  model.forward(batch, options);
-  model.backward();
-  const double h = 1e-2;
-  auto loss_at = [&](float* x, float value) {
-    const float saved = *x;
-    *x = value;
-    const double l = model.forward(batch, options).loss;
-    *x = saved;
-    return l;
-  };
-  Rng rng(7);
-  for (Parameter* p : model.parameters()) {
-    for (int probe = 0; probe < 3; ++probe) {
-      const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(p->numel())));
-      float* x = p->value.data() + i;
-      const float x0 = *x;
-      const double numeric = (8 * (loss_at(x, x0 + float(h)) - loss_at(x, x0 - float(h))) -
-                              (loss_at(x, x0 + float(2 * h)) - loss_at(x, x0 - float(2 * h)))) /
-                             (12 * h);
-      EXPECT_NEAR(p->grad[i], numeric, 3e-4 + 2e-2 * std::abs(numeric)) << what << ": " << p->name << "[" << i << "]";
-    }
-  }
-  // Along a random direction u: ⟨∇L, u⟩ = (L(θ + hu) − L(θ − hu)) / 2h.
-  std::vector<std::vector<float>> saved, direction;
-  double analytic = 0.0;
-  for (Parameter* p : model.parameters()) {
-    saved.emplace_back(p->value.span().begin(), p->value.span().end());
-    direction.emplace_back(p->numel());
-    for (int64_t i = 0; i < p->numel(); ++i) {
-      direction.back()[i] = rng.uniform() - 0.5f;
-      analytic += double(p->grad[i]) * direction.back()[i];
-    }
-  }
-  auto shifted_loss = [&](double step) {
-    auto params = model.parameters();
-    for (size_t k = 0; k < params.size(); ++k)
-      for (int64_t i = 0; i < params[k]->numel(); ++i)
-        params[k]->value[i] = saved[k][i] + static_cast<float>(step) * direction[k][i];
-    return model.forward(batch, options).loss;
-  };
-  const double numeric =
-      (8 * (shifted_loss(hd) - shifted_loss(-hd)) - (shifted_loss(2 * hd) - shifted_loss(-2 * hd))) / (12 * hd);
-  shifted_loss(0.0);
-  EXPECT_NEAR(analytic, numeric, 1e-3 + 1e-2 * std::abs(numeric)) << what << ": directional derivative";
-}
 
 // The fixture model with ReLU replaced by GELU: a step of h must not cross ReLU's kink, where the loss has
 // no derivative (the smallest |ReLU input| in the t5 fixture is 2e-4).

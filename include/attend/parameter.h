@@ -87,6 +87,7 @@ constexpr bool is_bias(Role r) {
          r == Role::HeadNormBias;
 }
 constexpr bool is_norm_gain(Role r) { return r == Role::NormGain || r == Role::HeadNormGain; }
+constexpr bool is_adapter(Role r) { return r == Role::LoraA || r == Role::LoraB; }
 // A matrix multiplied with the activations (not a table looked up by index, not a vector).
 constexpr bool is_projection(Role r) {
   return r == Role::AttentionQkv || r == Role::AttentionQuery || r == Role::AttentionKeyValue ||

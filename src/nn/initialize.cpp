@@ -2,8 +2,7 @@
 #include "nn/transformer.h"
 
 #include "kernels/random_fill.h"
-
-#include <attend/rng.h>
+#include "nn/lora.h"
 
 #include <cmath>
 
@@ -32,10 +31,8 @@ void Model::initialize(uint64_t seed) {
       v.zero();
       continue;
     }
-    if (p->role == Role::LoraA) {  // Kaiming-uniform (a = √5), as PEFT: U(−1/√in, 1/√in)
-      const float bound = 1.0f / std::sqrt(static_cast<float>(v.size(1)));
-      random_uniforms(seed, offset, v.numel(), v.data());
-      for (float& x : v.span()) x = (2.0f * x - 1.0f) * bound;
+    if (p->role == Role::LoraA) {  // Kaiming-uniform (a = √5), as PEFT
+      nn::draw_lora_a(*p, seed, offset);
       offset += static_cast<uint64_t>(v.numel()) + 2;
       continue;
     }

@@ -3,6 +3,7 @@
 #include "kernels/gemm.h"
 
 #include <attend/error.h>
+#include <attend/rng.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,12 @@ void LoraConfig::validate() const {
 }  // namespace attend
 
 namespace attend::nn {
+
+void draw_lora_a(Parameter& a, uint64_t seed, uint64_t offset) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(a.value.size(1)));
+  random_uniforms(seed, offset, a.numel(), a.value.data());
+  for (float& x : a.value.span()) x = (2.0f * x - 1.0f) * bound;
+}
 
 void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC) {
   thread_local std::vector<float> xa;

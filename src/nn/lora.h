@@ -15,6 +15,10 @@
 
 namespace attend::nn {
 
+// A's start: PyTorch's nn.Linear default that PEFT keeps, Kaiming-uniform with a = √5, U(−1/√in, 1/√in), from
+// numbers offset… of stream `seed`.
+void draw_lora_a(Parameter& a, uint64_t seed, uint64_t offset);
+
 void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC);
 void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
                    int64_t OC);

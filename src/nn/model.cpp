@@ -216,7 +216,7 @@ std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::functio
   }
   impl->lay_out(blocks_only);
   if (config.lora_r > 0)  // a LoRA model trains its adapters alone
-    for (Parameter* p : impl->params) p->frozen = p->role != Role::LoraA && p->role != Role::LoraB;
+    for (Parameter* p : impl->params) p->frozen = !is_adapter(p->role);
   return impl;
 }
 
@@ -374,16 +374,13 @@ void Model::add_lora(const LoraConfig& config) {
   m.relay_out([](const Parameter& p) { return !p.has_values(); });  // quantized-only weights stay so
   m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
   m.config.lora_rslora = config.rslora;  // config.json says so: the saved model loads with its adapters
-  // A: PyTorch's nn.Linear default that PEFT keeps, Kaiming-uniform with a = √5: U(−1/√in, 1/√in). B: 0.
-  uint64_t offset = 0;
+  uint64_t offset = 0;  // A drawn as PEFT draws it; B stays 0
   for (Parameter* p : m.params) {
     if (p->role != Role::LoraA) continue;
-    const float bound = 1.0f / std::sqrt(static_cast<float>(p->value.size(1)));
-    random_uniforms(config.seed, offset, p->numel(), p->value.data());
-    for (float& x : p->value.span()) x = (2.0f * x - 1.0f) * bound;
+    nn::draw_lora_a(*p, config.seed, offset);
     offset += static_cast<uint64_t>(p->numel());
   }
-  freeze([](const Parameter& p) { return p.role != Role::LoraA && p.role != Role::LoraB; });
+  freeze([](const Parameter& p) { return !is_adapter(p.role); });
 }
 
 void Model::merge_lora() {

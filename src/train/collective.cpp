@@ -15,15 +15,13 @@ namespace {
 // Tags of the messages: a small operation's, and per bucket its reduce and gather phases and the parameter
 // gather. Messages with one tag between two ranks arrive in the order they were sent, so operations that
 // follow each other may share a tag.
-constexpr int kSmallTag = 1, kBroadcastTag = 2, kBucketTag = 16;
+constexpr int kSmallTag = 1, kBroadcastTag = 2, kFloatsTag = 4, kBucketTag = 16;
 
-template <typename T>
-std::span<const std::byte> bytes_of(std::span<T> s) {
-  return std::as_bytes(s);
-}
-template <typename T>
-std::span<std::byte> writable_bytes_of(std::span<T> s) {
-  return std::as_writable_bytes(s);
+// Messages are counted in int by MPI: long runs of floats go in pieces of 256 MiB.
+template <typename F>
+void for_each_piece(std::span<float> data, F&& f) {
+  constexpr size_t kPiece = size_t{64} << 20;
+  for (size_t at = 0; at < data.size(); at += kPiece) f(data.subspan(at, std::min(kPiece, data.size() - at)));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -40,8 +38,8 @@ void sum_in_rank_order(Communicator& group, std::span<double> values) {
   std::vector<Communicator::Request> pending;
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    pending.push_back(group.send(p, bytes_of(std::span<const double>(values)), kSmallTag));
-    pending.push_back(group.receive(p, writable_bytes_of(std::span(all).subspan(p * values.size(), values.size())),
+    pending.push_back(group.send(p, std::as_bytes(values), kSmallTag));
+    pending.push_back(group.receive(p, std::as_writable_bytes(std::span(all).subspan(p * values.size(), values.size())),
                                     kSmallTag));
   }
   for (Communicator::Request r : pending) group.wait(r);
@@ -66,17 +64,24 @@ void broadcast(Communicator& group, std::span<std::byte> data, int root) {
 }
 
 void broadcast(Communicator& group, std::span<float> data, int root) {
-  // Messages are counted in int by MPI: send a large buffer in pieces of 256 MiB.
-  constexpr size_t kPiece = size_t{64} << 20;
-  for (size_t at = 0; at < data.size(); at += kPiece)
-    broadcast(group, writable_bytes_of(data.subspan(at, std::min(kPiece, data.size() - at))), root);
+  for_each_piece(data, [&](std::span<float> piece) { broadcast(group, std::as_writable_bytes(piece), root); });
+}
+
+void send_floats(Communicator& group, int peer, std::span<float> data) {
+  for_each_piece(data, [&](std::span<float> piece) { group.wait(group.send(peer, std::as_bytes(piece), kFloatsTag)); });
+}
+
+void receive_floats(Communicator& group, int peer, std::span<float> data) {
+  for_each_piece(data, [&](std::span<float> piece) {
+    group.wait(group.receive(peer, std::as_writable_bytes(piece), kFloatsTag));
+  });
 }
 
 std::string broadcast(Communicator& group, const std::string& text, int root) {
   uint64_t size = text.size();
-  broadcast(group, writable_bytes_of(std::span(&size, 1)), root);
+  broadcast(group, std::as_writable_bytes(std::span(&size, 1)), root);
   std::string out = group.rank() == root ? text : std::string(size, '\0');
-  broadcast(group, writable_bytes_of(std::span(out.data(), out.size())), root);
+  broadcast(group, std::as_writable_bytes(std::span(out.data(), out.size())), root);
   return out;
 }
 
@@ -151,13 +156,13 @@ void GradientReducer::launch(size_t index) {
     const Range theirs = b.chunk(p);
     if (options_.bf16_wire) {
       b.sends.push_back(group_.send(
-          p, bytes_of(std::span<const uint16_t>(b.outgoing16).subspan(theirs.begin - b.range.begin, theirs.size())), tag));
+          p, std::as_bytes(std::span<const uint16_t>(b.outgoing16).subspan(theirs.begin - b.range.begin, theirs.size())), tag));
       b.receives.push_back(group_.receive(
-          p, writable_bytes_of(std::span(b.incoming16).subspan(slot * mine.size(), mine.size())), tag));
+          p, std::as_writable_bytes(std::span(b.incoming16).subspan(slot * mine.size(), mine.size())), tag));
     } else {
-      b.sends.push_back(group_.send(p, bytes_of(std::span<const float>(grads_).subspan(theirs.begin, theirs.size())), tag));
+      b.sends.push_back(group_.send(p, std::as_bytes(std::span<const float>(grads_).subspan(theirs.begin, theirs.size())), tag));
       b.receives.push_back(
-          group_.receive(p, writable_bytes_of(std::span(b.incoming).subspan(slot * mine.size(), mine.size())), tag));
+          group_.receive(p, std::as_writable_bytes(std::span(b.incoming).subspan(slot * mine.size(), mine.size())), tag));
     }
     stats_.bytes_sent += theirs.size() * (options_.bf16_wire ? 2 : 4);
     ++slot;
@@ -229,13 +234,13 @@ bool GradientReducer::advance(size_t index) {
         if (p == me) continue;
         const Range theirs = b.chunk(p);
         if (options_.bf16_wire) {
-          b.sends.push_back(group_.send(p, bytes_of(std::span<const uint16_t>(b.outgoing16)), tag));
+          b.sends.push_back(group_.send(p, std::as_bytes(std::span<const uint16_t>(b.outgoing16)), tag));
           b.receives.push_back(group_.receive(
-              p, writable_bytes_of(std::span(b.incoming16).subspan(theirs.begin - b.range.begin, theirs.size())), tag));
+              p, std::as_writable_bytes(std::span(b.incoming16).subspan(theirs.begin - b.range.begin, theirs.size())), tag));
         } else {
-          b.sends.push_back(group_.send(p, bytes_of(std::span<const float>(grads_).subspan(mine.begin, mine.size())), tag));
+          b.sends.push_back(group_.send(p, std::as_bytes(std::span<const float>(grads_).subspan(mine.begin, mine.size())), tag));
           b.receives.push_back(
-              group_.receive(p, writable_bytes_of(grads_.subspan(theirs.begin, theirs.size())), tag));
+              group_.receive(p, std::as_writable_bytes(grads_.subspan(theirs.begin, theirs.size())), tag));
         }
         stats_.bytes_sent += mine.size() * (options_.bf16_wire ? 2 : 4);
       }
@@ -300,8 +305,8 @@ void GradientReducer::gather_values(std::span<float> values) {
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       const Range theirs = b.chunk(p);
-      pending.push_back(group_.send(p, bytes_of(std::span<const float>(values).subspan(mine.begin, mine.size())), tag));
-      pending.push_back(group_.receive(p, writable_bytes_of(values.subspan(theirs.begin, theirs.size())), tag));
+      pending.push_back(group_.send(p, std::as_bytes(std::span<const float>(values).subspan(mine.begin, mine.size())), tag));
+      pending.push_back(group_.receive(p, std::as_writable_bytes(values.subspan(theirs.begin, theirs.size())), tag));
       stats_.bytes_sent += mine.size() * 4;
     }
   }

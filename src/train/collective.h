@@ -32,6 +32,9 @@ void sum_in_rank_order(Communicator& group, std::span<double> values);
 void broadcast(Communicator& group, std::span<std::byte> data, int root = 0);
 void broadcast(Communicator& group, std::span<float> data, int root = 0);
 std::string broadcast(Communicator& group, const std::string& text, int root = 0);
+// A run of floats to one rank, and from one (the receiver knows the length), waited for.
+void send_floats(Communicator& group, int peer, std::span<float> data);
+void receive_floats(Communicator& group, int peer, std::span<float> data);
 
 struct ReducerOptions {
   bool zero = false;             // ZeRO-1: each rank keeps only its own chunks' sums (and optimizer state)

@@ -163,24 +163,6 @@ std::vector<train::Segment> Trainer::State::segments_of(int r) {
   return out;
 }
 
-namespace {
-constexpr int kStateTag = 7;
-// Long runs of floats in messages MPI can count (int): pieces of 256 MiB.
-template <typename F>
-void in_pieces(std::span<float> data, F&& f) {
-  constexpr size_t kPiece = size_t{64} << 20;
-  for (size_t at = 0; at < data.size(); at += kPiece) f(data.subspan(at, std::min(kPiece, data.size() - at)));
-}
-void send_floats(Communicator& group, int peer, std::span<float> data) {
-  in_pieces(data, [&](std::span<float> piece) { group.wait(group.send(peer, std::as_bytes(piece), kStateTag)); });
-}
-void receive_floats(Communicator& group, int peer, std::span<float> data) {
-  in_pieces(data, [&](std::span<float> piece) {
-    group.wait(group.receive(peer, std::as_writable_bytes(piece), kStateTag));
-  });
-}
-}  // namespace
-
 void Trainer::State::share_optimizer_state(const SafetensorsReader* reader) {
   if (!parallel()) {
     optimizer->load_state(*reader);
@@ -193,12 +175,12 @@ void Trainer::State::share_optimizer_state(const SafetensorsReader* reader) {
     counters[0] = double(whole.steps()), counters[1] = whole.beta2_product();
     for (int r = 1; r < ranks(); ++r) {
       std::vector<float> packed = whole.pack(segments_of(r));
-      send_floats(*group, r, packed);
+      train::send_floats(*group, r, packed);
     }
     optimizer->unpack(whole.pack(optimizer->segments()));
   } else {
     std::vector<float> packed(optimizer->pack(optimizer->segments()).size());
-    receive_floats(*group, 0, packed);
+    train::receive_floats(*group, 0, packed);
     optimizer->unpack(packed);
   }
   train::broadcast(*group, std::as_writable_bytes(std::span(counters)));
@@ -208,7 +190,7 @@ void Trainer::State::share_optimizer_state(const SafetensorsReader* reader) {
 std::unique_ptr<train::Optimizer> Trainer::State::gather_optimizer_state() {
   if (!leader()) {
     std::vector<float> packed = optimizer->pack(optimizer->segments());
-    send_floats(*group, 0, packed);
+    train::send_floats(*group, 0, packed);
     return nullptr;
   }
   auto whole = std::make_unique<train::Optimizer>(config.optimizer, model.trainable_parameters());
@@ -217,7 +199,7 @@ std::unique_ptr<train::Optimizer> Trainer::State::gather_optimizer_state() {
   for (int r = 1; r < ranks(); ++r) {
     const std::vector<train::Segment> theirs = segments_of(r);
     std::vector<float> packed(whole->pack(theirs).size());
-    receive_floats(*group, r, packed);
+    train::receive_floats(*group, r, packed);
     whole->unpack(theirs, packed);
   }
   return whole;
@@ -277,9 +259,8 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
           throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
         }
         // A LoRA model's adapters are new by design: named by count, not one by one.
-        const size_t adapters = std::erase_if(kept, [](const std::string& n) {
-          return n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos;
-        });
+        const size_t adapters =
+            std::erase_if(kept, [&](const std::string& n) { return is_adapter(s.model.find(n)->role); });
         log::info("init_from {}: {} of {} parameters copied; new: {}{}", c.init_from,
                   s.model.parameters().size() - kept.size() - adapters, s.model.parameters().size(),
                   kept.empty() && adapters == 0 ? std::string("none") : fmt::format("{}", fmt::join(kept, ", ")),
@@ -498,10 +479,7 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
 void Trainer::save_checkpoint() {
   State& s = *s_;
   std::unique_ptr<train::Optimizer> gathered;
-  if (s.parallel() && s.config.zero) {
-    gathered = s.gather_optimizer_state();
-    if (!s.leader()) return;
-  }
+  if (s.parallel() && s.config.zero) gathered = s.gather_optimizer_state();  // every rank takes part
   if (!s.leader()) return;
   train::Optimizer& optimizer = gathered ? *gathered : *s.optimizer;
   const fs::path tmp = s.dir / "checkpoint.tmp", old = s.dir / "checkpoint.old";
