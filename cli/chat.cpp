@@ -31,7 +31,8 @@ namespace attend::cli {
 namespace {
 
 struct ChatSettings {
-  std::string model_dir, tokenizer_path, template_path, template_name, system, lora;
+  std::string model_dir, tokenizer_path, template_path, template_name, system;
+  std::vector<std::string> lora;
   int64_t max_new_tokens = 512;
   int64_t context = 4096;
   SamplingOptions sampling{.temperature = 0.7, .top_p = 0.9};

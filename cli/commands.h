@@ -48,10 +48,12 @@ std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer&
                                       const std::string& eos);
 // Empty: a model loaded with quantized matrices (a GGUF file) keeps them; any other gets `fallback`.
 void set_weights(Model& model, const std::string& weights, WeightType fallback);
-// --lora DIR: a PEFT LoRA adapter directory whose adapters the model runs with (nothing when empty).
+// --lora [NAME=]DIR[:SCALE], repeatable: PEFT LoRA adapter directories the model runs with, each's output times
+// SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name) and slot (Model::adapters).
 inline constexpr const char* kLoraHelp =
-    "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to run the model with";
-void apply_lora(Model& model, const std::string& dir);
+    "[NAME=]DIR[:SCALE]: a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to run the "
+    "model with, its output times SCALE (default 1); repeat for several at once";
+std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs);
 
 // "loss L nats (B bits), perplexity P" for a loss per byte of text in nats (`attend train`, `attend eval`).
 std::string per_byte_summary(double loss_per_byte);

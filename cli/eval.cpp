@@ -202,7 +202,7 @@ void add_eval_command(CLI::App& app) {
   static EvalOptions options;
   static bool json_output = false;
   cmd->add_option("--model", model_dir, "A model directory (with its tokenizer for --data)")->required();
-  static std::string lora;
+  static std::vector<std::string> lora;
   cmd->add_option("--lora", lora, kLoraHelp);
   auto* text = cmd->add_option("--data", data, "A text file, tokenised with the model's tokenizer");
   auto* ids = cmd->add_option("--tokens", token_file, "A file of whitespace-separated token ids");

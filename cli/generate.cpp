@@ -12,7 +12,9 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -29,10 +31,39 @@ void set_weights(Model& model, const std::string& weights, WeightType fallback) 
   model.set_storage(type);
 }
 
-void apply_lora(Model& model, const std::string& dir) {
-  if (dir.empty()) return;
-  load_peft_adapter(model, dir);
-  log::info("--lora {}: r = {} on {}", dir, model.config().lora_r, fmt::join(model.config().lora_targets, ", "));
+std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs) {
+  std::vector<std::pair<std::string, int>> loaded;
+  for (const std::string& spec : specs) {
+    // NAME= before the path (a name holds no '/'), :SCALE after it (a number, else part of the path).
+    std::string dir = spec, name;
+    const size_t eq = dir.find('=');
+    if (eq != std::string::npos && dir.substr(0, eq).find('/') == std::string::npos)
+      name = dir.substr(0, eq), dir = dir.substr(eq + 1);
+    double scale = 1.0;
+    if (const size_t colon = dir.rfind(':'); colon != std::string::npos) {
+      const std::string tail = dir.substr(colon + 1);
+      char* end = nullptr;
+      const double x = std::strtod(tail.c_str(), &end);
+      if (!tail.empty() && end == tail.c_str() + tail.size()) {
+        check(std::isfinite(x), "--lora '{}': the scale '{}' is not a finite number", spec, tail);
+        scale = x, dir = dir.substr(0, colon);
+      }
+    }
+    check(!dir.empty(), "--lora '{}': expected [NAME=]DIR[:SCALE]", spec);
+    if (name.empty()) {  // the directory's own name ("runs/mine/" → "mine")
+      std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+      if (p.filename().empty()) p = p.parent_path();
+      name = p.filename().string();
+    }
+    for (const auto& [other, slot] : loaded)
+      check(other != name, "--lora '{}': a second adapter named '{}' (give NAME=DIR)", spec, name);
+    // The first adapter of a model without any becomes its own (merge-lora, inspect); the others sit beside it.
+    const std::string slot_name = model.adapters().empty() ? "" : fmt::format("adapter{}", model.adapters().size());
+    const int slot = load_peft_adapter(model, dir, slot_name, scale);
+    log::info("--lora {}: adapter '{}' (slot {}), scale ×{}", dir, name, slot, scale);
+    loaded.emplace_back(name, slot);
+  }
+  return loaded;
 }
 
 std::optional<Tokenizer> model_tokenizer(const std::string& model) {
@@ -104,7 +135,8 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
   cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
-  static std::string weights, lora;
+  static std::string weights;
+  static std::vector<std::string> lora;
   cmd->add_option("--weights", weights, std::string(kWeightsHelp) + " (default: f32, or as a GGUF file stores them)");
   cmd->add_option("--lora", lora, kLoraHelp);
   static std::string kv_cache = "f32";

@@ -246,7 +246,8 @@ void add_merge_lora(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "merge-lora", "Fold LoRA adapters into the weights (W + (alpha/r)·B·A) and write a plain model: a LoRA run's "
                     "checkpoint, or a base with a PEFT adapter (--lora)");
-  static std::string dir, lora, out;
+  static std::string dir, out;
+  static std::vector<std::string> lora;
   cmd->add_option("--model", dir, "A model directory: a LoRA run's checkpoint, or the base of --lora")->required();
   cmd->add_option("--lora", lora, kLoraHelp);
   cmd->add_option("-o,--output", out, "The directory to write")->required();
@@ -254,13 +255,15 @@ void add_merge_lora(CLI::App& app) {
     Model model = load_model(dir);
     apply_lora(model, lora);
     check(model.has_lora(), "{}: the model has no LoRA adapters to merge (give --lora DIR for a PEFT adapter)", dir);
+    const size_t sets = model.adapters().size();
     const int64_t r = model.config().lora_r;
     const std::vector<std::string> targets = model.config().lora_targets;
     model.merge_lora();
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
     save_model(model, out, tok ? &*tok : nullptr);
-    fmt::print("{}: merged LoRA r = {} on {}; {} parameters{}\n", out, r, fmt::join(targets, ", "),
-               grouped(model.count().total()), tok ? ", with its tokenizer" : "");
+    fmt::print("{}: merged {} LoRA adapter set{} (the first r = {} on {}); {} parameters{}\n", out, sets,
+               sets == 1 ? "" : "s", r, fmt::join(targets, ", "), grouped(model.count().total()),
+               tok ? ", with its tokenizer" : "");
   });
 }
 

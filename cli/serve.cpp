@@ -21,6 +21,7 @@ namespace {
 
 struct ServeSettings {
   std::string model, tokenizer_path, template_path, template_name, weights, kv_cache = "f16", alias, eos_ids;
+  std::vector<std::string> lora;
   ServerOptions server;
 };
 
@@ -55,6 +56,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--tokenizer", s.tokenizer_path, "The tokenizer, if not in the model directory");
   cmd->add_option("--template", s.template_path, "A chat template (.jinja, or a tokenizer_config.json), if not the model's");
   cmd->add_option("--template-name", s.template_name, "Which of a config's named templates (e.g. tool_use)");
+  cmd->add_option("--lora", s.lora, std::string(kLoraHelp) + ". Each adapter is a model of its own in the API (its "
+                  "NAME, or the directory's name): a request naming it runs with it alone, one naming the base "
+                  "model without adapters, one naming none with all of them; requests for different adapters are "
+                  "batched together");
   cmd->add_option("--weights", s.weights, std::string(kWeightsHelp) + " (default: bf16, or as a GGUF file stores them)");
   cmd->add_option("--eos", s.eos_ids, "End completions at these token ids (default: the model's end tokens)");
   cmd->callback([] {
@@ -62,7 +67,10 @@ void add_serve_command(CLI::App& app) {
     o.model_name = !s.alias.empty() ? s.alias : std::filesystem::path(s.model).filename().string();
     if (o.model_name.empty()) o.model_name = std::filesystem::path(s.model).parent_path().filename().string();
     auto load = [] {
-      ServedModel m{load_model(s.model), std::nullopt, std::nullopt, {}};
+      ServedModel m{load_model(s.model), std::nullopt, std::nullopt, {}, {}};
+      m.adapters = apply_lora(m.model, s.lora);
+      for (const auto& [name, slot] : m.adapters)
+        check(name != o.model_name, "--lora: the adapter '{}' has the model's own name (give NAME=DIR or --alias)", name);
       set_weights(m.model, s.weights, WeightType::BF16);
       m.tokenizer = s.tokenizer_path.empty() ? model_tokenizer(s.model) : Tokenizer::load(s.tokenizer_path);
       if (m.tokenizer) {

@@ -112,6 +112,106 @@ TEST(Lora, AdaptersStartAsNothingAndAloneTrain) {
   }
 }
 
+// Several adapter sets at once (`--lora A --lora B:0.5`): the model's own and a named one, each with its scale,
+// add up; the merged model (both folded in) gives the same logits to fp32 rounding, and a set at scale 0 is no
+// set at all, bit for bit.
+TEST(Lora, SeveralAdapterSetsAddUpEachWithItsScale) {
+  for (const std::string name : {"gpt", "llama", "t5", "bert"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig c = family(name);
+    const Batch b = batch_for(c, 2);
+    Model m(c);
+    EXPECT_EQ(m.add_lora({.r = 4, .alpha = 8, .targets = {"q", "v"}, .seed = 9}), 0);
+    EXPECT_EQ(m.add_lora({.r = 2, .alpha = 2, .targets = kEvery, .seed = 7, .name = "other", .multiplier = 0.5}), 1);
+    EXPECT_EQ(m.adapters(), (std::vector<std::string>{"", "other"}));
+    EXPECT_NE(m.find((name == "bert" ? "encoder" : "decoder") + std::string(".layers.0.attn.o.lora_A.other.weight")),
+              nullptr);
+    randomize_b(m, 4);
+    EXPECT_THROW(m.add_lora({.r = 2, .name = "other"}), Error) << "a second set of the same name";
+    EXPECT_THROW(m.add_lora({.r = 2}), Error) << "a second set of the model's own";
+    EXPECT_THROW(m.add_lora({.r = 2, .name = "a.b"}), Error) << "a name that cannot go into tensor names";
+    const std::vector<float> with = logits_of(m, b);
+    m.merge_lora();
+    EXPECT_TRUE(m.adapters().empty());
+    double largest = 0.0;
+    for (float x : with) largest = std::max(largest, double(std::abs(x)));
+    testing::expect_all_close(logits_of(m, b), with, 1e-4 * largest, name + ": both sets merged");
+
+    Model one(c), two(c);
+    one.add_lora({.r = 4, .alpha = 8, .targets = kEvery, .seed = 9});
+    two.add_lora({.r = 4, .alpha = 8, .targets = kEvery, .seed = 9});
+    randomize_b(one, 4), randomize_b(two, 4);
+    two.add_lora({.r = 2, .alpha = 2, .targets = kEvery, .seed = 7, .name = "silent", .multiplier = 0.0});
+    for (Parameter* p : two.parameters())  // the silent set's B not zero either
+      if (p->name.find("lora_B.silent") != std::string::npos) p->value.fill(0.5f);
+    EXPECT_EQ(logits_of(two, b), logits_of(one, b)) << "a set at scale 0 adds nothing";
+  }
+}
+
+// A server's requests: sessions with different adapter sets (none, the model's own, a named one, both) step
+// together, and each gets exactly what it gets stepping alone; a session without adapters is the bare model's;
+// the prefix cache shares blocks only between sessions of the same sets.
+TEST(Lora, SessionsWithDifferentAdaptersStepTogetherAsAlone) {
+  for (const std::string name : {"gpt", "llama"}) {
+    SCOPED_TRACE(name);
+    ModelConfig c = family(name);
+    c.max_seq_len = 80;
+    Model plain(c), m(c);
+    m.add_lora({.r = 4, .alpha = 8, .targets = {"q", "k", "v", "o"}, .seed = 9});
+    m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 7, .name = "b"});
+    randomize_b(m, 4);
+    const std::vector<uint64_t> masks = {0, 1, 2, 3};
+    Rng rng(6);
+    std::vector<std::vector<int32_t>> prompts(masks.size());
+    for (size_t i = 0; i < masks.size(); ++i)
+      for (size_t t = 0; t < 3 + i; ++t) prompts[i].push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+    // Together: the prompts in one step, then three one-token steps of all four.
+    std::vector<Session> together;
+    for (uint64_t mask : masks) together.emplace_back(m, SessionOptions{.adapters = mask});
+    std::vector<Session*> all;
+    for (Session& s : together) all.push_back(&s);
+    std::vector<std::vector<std::vector<float>>> got(masks.size());
+    std::vector<std::vector<int32_t>> tokens = prompts;
+    for (int step = 0; step < 4; ++step) {
+      step_row_invariant(all, tokens);
+      for (size_t i = 0; i < masks.size(); ++i) {
+        got[i].emplace_back(together[i].logits().begin(), together[i].logits().end());
+        tokens[i] = {static_cast<int32_t>(1 + (step * 7 + i * 3) % (c.vocab_size - 1))};
+      }
+    }
+    for (size_t i = 0; i < masks.size(); ++i) {
+      SCOPED_TRACE("adapters " + std::to_string(masks[i]));
+      Session alone(m, {.adapters = masks[i]});
+      Session bare(plain);
+      std::vector<int32_t> t = prompts[i];
+      for (int step = 0; step < 4; ++step) {
+        step_row_invariant({&alone}, {t});
+        EXPECT_EQ(std::vector<float>(alone.logits().begin(), alone.logits().end()), got[i][step]) << "step " << step;
+        if (masks[i] == 0) {
+          step_row_invariant({&bare}, {t});
+          EXPECT_EQ(std::vector<float>(bare.logits().begin(), bare.logits().end()), got[i][step])
+              << "no adapters: the bare model, step " << step;
+        } else {
+          EXPECT_NE(got[i][step], got[0][step]) << "the adapters change the logits, step " << step;
+        }
+        t = {static_cast<int32_t>(1 + (step * 7 + i * 3) % (c.vocab_size - 1))};
+      }
+    }
+    // Prefix cache: 64 positions published under the own set are reused by the own set alone.
+    KVBlockPool pool(m, 16);
+    std::vector<int32_t> prompt(70);
+    for (int32_t& x : prompt) x = 1 + static_cast<int32_t>(rng.below(c.vocab_size - 1));
+    Session first(m, {.pool = &pool, .adapters = 1});
+    step_row_invariant({&first}, {std::vector<int32_t>(prompt.begin(), prompt.begin() + 64)});
+    first.share_prefix(64);
+    Session other(m, {.pool = &pool, .adapters = 2}), bare(m, {.pool = &pool, .adapters = 0}),
+        same(m, {.pool = &pool, .adapters = 1});
+    EXPECT_EQ(other.reuse_prefix(prompt, 32), 0);
+    EXPECT_EQ(bare.reuse_prefix(prompt, 32), 0);
+    EXPECT_EQ(same.reuse_prefix(prompt, 32), 64);
+  }
+}
+
 // W x + s·B(A x) against (W + s·B·A) x: the same products summed in another order. Each logit is a sum of
 // fp32 products through the network; the two orders differ by a few ulps of the largest magnitudes
 // involved, far below 1e-4 of the largest logit for these sizes.

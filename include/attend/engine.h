@@ -57,6 +57,9 @@ struct CompletionParams {
   std::vector<std::string> stop;    // the text reaching one of these ends the choice ("stop"), cut before it
   int64_t top_logprobs = -1;        // ≥ 0: each token's log-probability and this many alternatives (≤ 20)
   std::optional<std::chrono::steady_clock::time_point> deadline;  // unfinished then: ends with "deadline"
+  // The LoRA adapter sets it runs with (SessionOptions::adapters: bit k for the model's slot k): requests with
+  // different sets are decoded in the same steps, each with its own.
+  uint64_t adapters = ~uint64_t{0};
 };
 
 struct TokenLogprob {

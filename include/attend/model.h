@@ -56,7 +56,12 @@ struct LoraConfig {
   std::vector<std::string> targets = {"q", "v"};
   bool rslora = false;
   uint64_t seed = 0;  // A's draw
-  double scale() const;  // alpha / r or alpha / √r
+  // "": the model's own adapters (trained, recorded in config.json as lora_*, tensors "….lora_A.weight"). A
+  // name: further adapters beside them for running (several --lora at once; the server's per-request
+  // adapters), tensors "….lora_A.<name>.weight", not recorded in config.json.
+  std::string name;
+  double multiplier = 1.0;  // DIR:SCALE on the command line: scale()'s factor
+  double scale() const;  // (alpha / r or alpha / √r) · multiplier
   bool adapts_ffn() const;  // a target is up, gate or down
   void validate() const;  // r ≥ 1, alpha > 0, known targets: errors name the field
 };
@@ -277,10 +282,13 @@ class Model {
   // LoRA: adapters on config.targets of every block (each in the block's parameters, after its weight), A
   // drawn from config.seed and B zero, and every other parameter frozen. The values move into a new buffer
   // (a mapped checkpoint's are copied). merge_lora folds each adapter into its weight (W += scale·B·A) and
-  // drops them. A model holds one set of adapters at a time.
-  void add_lora(const LoraConfig& config);
+  // drops them. A model holds one unnamed set (its own) and any number of named ones (LoraConfig::name), each
+  // with its slot: the index in adapters() that a session's adapter mask selects by (SessionOptions::adapters).
+  // Returns the new adapters' slot.
+  int add_lora(const LoraConfig& config);
   void merge_lora();
   bool has_lora() const;
+  const std::vector<std::string>& adapters() const;  // by slot: "" for the model's own, else the name
   // Loading without a copy: the parameter values become `values` (laid out as parameter_buffer), memory that
   // `owner` keeps alive, such as a private writable mapping of model.safetensors (pages are read from the
   // file when first touched and copied only if written: training such a model never changes the file).
@@ -298,8 +306,9 @@ class Model {
   // sequence longer than max_seq_len). Const: many forwards may run at once, each with its own state.
   ForwardResult forward(const Batch& batch, ForwardState& state, const RunOptions& options = {}) const;
   // The last stack's output (B, T, C) (after its final norm when pre-LN): the states the heads read, and what
-  // embeddings are pooled from. Encoder-only and decoder-only models; batch.ids, lengths and token_types.
-  Tensor hidden_states(const Batch& batch) const;
+  // embeddings are pooled from. Encoder-only and decoder-only models; batch.ids, lengths and token_types; with
+  // the LoRA adapter sets whose slot bits `adapters` has (SessionOptions::adapters).
+  Tensor hidden_states(const Batch& batch, uint64_t adapters = ~uint64_t{0}) const;
   // Adds scale × the gradient of that forward's loss into every parameter's grad. Gradient accumulation
   // weights each micro-batch by its share of the targets; fp16 training multiplies by the loss scale.
   // gradients_final(offset), when given, is called as backward goes (after each block) with an offset into

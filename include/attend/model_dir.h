@@ -101,10 +101,13 @@ void export_hf(const Model& model, const std::filesystem::path& dir, const Token
 
 // LoRA adapters in PEFT's files (adapter_config.json, adapter_model.safetensors with PEFT's names, as
 // `PeftModel.save_pretrained` writes them), for models of the Llama family's layout so far. save writes the
-// model's adapters (Model::add_lora, or a LoRA run's checkpoint); load adds the directory's adapters to a model
-// without any (its r, lora_alpha, target_modules, use_rslora). Errors name the file and the field or tensor.
+// model's own adapters (Model::add_lora, or a LoRA run's checkpoint); load adds the directory's adapters (its r,
+// lora_alpha, target_modules, use_rslora) to the model, as its own (name "") or beside them (LoraConfig::name),
+// their scale times `multiplier`, and returns their slot (Model::adapters). Errors name the file and the field
+// or tensor.
 void save_peft_adapter(const Model& model, const std::filesystem::path& dir, const std::string& base_model = "");
-void load_peft_adapter(Model& model, const std::filesystem::path& dir);
+int load_peft_adapter(Model& model, const std::filesystem::path& dir, const std::string& name = "",
+                      double multiplier = 1.0);
 // adapter_config.json's text to the adapters it describes (load_peft_adapter reads it so; fuzz/ reaches it).
 LoraConfig parse_peft_config(std::string_view text, std::string_view origin);
 

@@ -104,7 +104,8 @@ struct LowRankUpdate {
   Parameter* A = nullptr;
   Parameter* B = nullptr;
   int64_t row0 = 0;
-  double scale = 1.0;  // lora_alpha / r, or lora_alpha / √r (rsLoRA)
+  double scale = 1.0;  // lora_alpha / r, or lora_alpha / √r (rsLoRA), times the user's multiplier
+  int32_t adapter = 0;  // the adapter set's slot in the model (Model::adapters; a session's mask selects by it)
 };
 
 struct Parameter {

@@ -27,13 +27,17 @@ struct ServedModel {
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
   std::vector<int32_t> eos;  // the tokens that end a completion (EOS, end of turn)
+  // LoRA adapters (`attend serve --lora NAME=DIR`) with their slots in the model (Model::adapters). Each is a
+  // model of its own in the API: a request naming it runs with that adapter alone, one naming the base model
+  // without them, one naming none with all of them; requests for different adapters share the engine's steps.
+  std::vector<std::pair<std::string, int>> adapters;
 };
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                    // 0: any free port (port() says which)
   std::string api_key;                // non-empty: /v1/*, /tokenize and /detokenize need "Authorization: Bearer KEY"
-  std::string model_name = "attend";  // the id /v1/models lists; requests naming another model get 404
+  std::string model_name = "attend";  // the id /v1/models lists (with the adapters'); requests naming another get 404
   EngineOptions engine;
   size_t max_body_bytes = 8u << 20;   // larger request bodies get 413
   int request_timeout_s = 600;        // a completion's deadline

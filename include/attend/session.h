@@ -62,6 +62,10 @@ struct SessionOptions {
   int64_t max_T = 0;                   // positions the cache holds; 0: the model's context (max_seq_len)
   CacheType cache = CacheType::F32;    // the KV cache's storage (a pool's own when pool is set)
   const KVBlockPool* pool = nullptr;   // decoder-only models: take the cache's blocks from this pool
+  // LoRA adapter sets the session runs with, bit k for slot k of Model::adapters(): all of them by default, 0 for
+  // the bare model. Sessions with different sets step together, each with its own (a server's requests); the
+  // prefix cache shares blocks only between sessions of the same set.
+  uint64_t adapters = ~uint64_t{0};
 };
 
 class Session {
@@ -82,6 +86,7 @@ class Session {
   int64_t position() const;   // tokens run so far
   int64_t capacity() const;   // positions the cache holds
   int64_t cache_bytes() const;
+  uint64_t adapters() const;  // SessionOptions::adapters, of the slots the model has
 
   // Runs `tokens` (at least one) at the next positions and returns the logits after the last (V). Errors
   // name what does not fit: an id outside the vocabulary, more tokens than the cache has room for.

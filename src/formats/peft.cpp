@@ -45,13 +45,14 @@ struct AdapterNames {
   int64_t rope_heads = 0;
 };
 
-AdapterNames names_of(const ModelConfig& c, int64_t i, const std::string& t) {
+AdapterNames names_of(const ModelConfig& c, int64_t i, const std::string& t, const std::string& name = "") {
   const std::string block = fmt::format("decoder.layers.{}.", i);
+  const std::string suffix = name.empty() ? ".weight" : "." + name + ".weight";
   const std::string attend = t == "q" || t == "k" || t == "v" ? block + "attn.qkv." + t + "."
                              : t == "o"                         ? block + "attn.o."
                                                                 : block + "ffn." + t + ".";
   const std::string peft = fmt::format("base_model.model.model.layers.{}.{}.", i, module_of(t));
-  return {attend + "lora_A.weight", attend + "lora_B.weight", peft + "lora_A.weight", peft + "lora_B.weight",
+  return {attend + "lora_A" + suffix, attend + "lora_B" + suffix, peft + "lora_A.weight", peft + "lora_B.weight",
           t == "q" ? c.n_heads : t == "k" ? c.kv_heads() : 0};
 }
 
@@ -168,22 +169,22 @@ LoraConfig parse_peft_config(std::string_view text, std::string_view origin) {
   return lora;
 }
 
-void load_peft_adapter(Model& model, const fs::path& dir) {
+int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name, double multiplier) {
   const fs::path config_path = dir / "adapter_config.json";
   check(fs::exists(config_path), "{}: no adapter_config.json (a PEFT adapter directory holds it and "
         "adapter_model.safetensors)", dir.string());
   const std::string where = config_path.string();
-  const LoraConfig lora = parse_peft_config(read_file(config_path), where);
+  LoraConfig lora = parse_peft_config(read_file(config_path), where);
+  lora.name = name, lora.multiplier = multiplier;
   const ModelConfig& c = model.config();
   check_llama_layout(c, where);
-  check(!model.has_lora(), "{}: the model has adapters already", dir.string());
-  model.add_lora(lora);
+  const int slot = model.add_lora(lora);
   const SafetensorsReader file(dir / "adapter_model.safetensors");
   std::set<std::string> used;
   for (int64_t i = 0; i < c.n_layers; ++i)
     for (const std::string& t : lora.targets) {
       if (t == "gate" && !is_gated(c.activation)) continue;
-      const AdapterNames n = names_of(model.config(), i, t);
+      const AdapterNames n = names_of(model.config(), i, t, name);
       Parameter* a = model.find(n.a);
       Parameter* b = model.find(n.b);
       for (const auto& [name, p] : {std::pair{n.peft_a, a}, std::pair{n.peft_b, b}}) {
@@ -204,6 +205,7 @@ void load_peft_adapter(Model& model, const fs::path& dir) {
   for (const TensorInfo& t : file.tensors())
     check(used.count(t.name) > 0, "{}: tensor '{}' is not one of the adapters adapter_config.json describes",
           file.origin(), t.name);
+  return slot;
 }
 
 }  // namespace attend

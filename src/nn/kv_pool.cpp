@@ -155,9 +155,9 @@ uint64_t KVPool::chain(uint64_t parent_key, std::span<const int32_t> tokens) con
   return h == 0 ? 1 : h;
 }
 
-int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out) {
+int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out, uint64_t salt) {
   std::lock_guard lock(mutex_);
-  uint64_t key = 0;
+  uint64_t key = salt;
   int32_t parent = -1;
   int64_t k = 0;
   for (; (k + 1) * kBlock <= static_cast<int64_t>(tokens.size()); ++k) {
@@ -167,7 +167,7 @@ int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out
     if (it == by_key_.end()) break;
     const int32_t b = it->second;
     const Cached& c = cached_[b];  // the key is a hash: check what the block really holds and follows
-    if (c.parent != parent || (parent >= 0 && c.parent_generation != generation_[parent]) ||
+    if (c.parent != parent || (parent >= 0 && c.parent_generation != generation_[parent]) || c.salt != salt ||
         !std::equal(t.begin(), t.end(), c.tokens.begin()))
       break;
     if (refs_[b]++ == 0) {
@@ -180,11 +180,11 @@ int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out
   return k;
 }
 
-void KVPool::publish(std::span<const int32_t> tokens, std::span<const int32_t> blocks) {
+void KVPool::publish(std::span<const int32_t> tokens, std::span<const int32_t> blocks, uint64_t salt) {
   check(tokens.size() >= blocks.size() * kBlock, "KV pool: publishing {} blocks of {} tokens", blocks.size(),
         tokens.size());
   std::lock_guard lock(mutex_);
-  uint64_t key = 0;
+  uint64_t key = salt;
   int32_t parent = -1;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const int32_t b = blocks[i];
@@ -196,12 +196,12 @@ void KVPool::publish(std::span<const int32_t> tokens, std::span<const int32_t> b
       parent = it->second;
       if (it->second != b) {
         const Cached& c = cached_[it->second];
-        if (!std::equal(t.begin(), t.end(), c.tokens.begin())) return;  // a hash collision: stop publishing here
+        if (c.salt != salt || !std::equal(t.begin(), t.end(), c.tokens.begin())) return;  // a hash collision: stop publishing here
       }
       continue;
     }
     if (cached_[b].key != 0) return;  // the block is cached under other content: it cannot follow this chain
-    cached_[b] = Cached{key, parent, parent >= 0 ? generation_[parent] : 0, std::vector<int32_t>(t.begin(), t.end())};
+    cached_[b] = Cached{key, parent, parent >= 0 ? generation_[parent] : 0, salt, std::vector<int32_t>(t.begin(), t.end())};
     by_key_[key] = b;
     ++cached_count_;
     parent = b;

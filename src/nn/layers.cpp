@@ -177,6 +177,7 @@ InputStatistics* recording = nullptr;  // RecordInputs's statistics, while one i
 std::mutex recording_mutex;
 
 thread_local bool per_row_matmuls = false;  // a PerRowMatmuls is alive on this thread
+thread_local std::span<const uint64_t> row_adapters;  // a SelectAdapters's masks, while one is alive
 // Rows up to which a quantized matrix that is not repacked multiplies with the int8 kernel (linear_forward says why).
 constexpr int64_t kQuantizedRowsLimit = 16;
 
@@ -291,7 +292,10 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
   linear_forward_as_stored(out, inp, weight, bias, N, C, OC, precision, w_rounded);
-  if (!weight.lora.empty()) lora_forward(out, inp, weight, N, C, OC);
+  if (weight.lora.empty()) return;
+  check(row_adapters.empty() || static_cast<int64_t>(row_adapters.size()) == N,
+        "linear '{}': {} rows, but the adapters were selected for {}", weight.name, N, row_adapters.size());
+  lora_forward(out, inp, weight, N, C, OC, row_adapters.empty() ? nullptr : row_adapters.data(), per_row_matmuls);
 }
 
 namespace {
@@ -371,6 +375,9 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
   }
 }
 }  // namespace
+
+SelectAdapters::SelectAdapters(std::span<const uint64_t> row_masks) : outer_(row_adapters) { row_adapters = row_masks; }
+SelectAdapters::~SelectAdapters() { row_adapters = outer_; }
 
 PerRowMatmuls::PerRowMatmuls() : outer_(!per_row_matmuls) { per_row_matmuls = true; }
 PerRowMatmuls::~PerRowMatmuls() {

@@ -40,6 +40,19 @@ class PerRowMatmuls {
  private:
   bool outer_;
 };
+// While one is alive, linear_forward on this thread applies LoRA adapters row by row: row n of every matmul (of
+// row_masks.size() rows, the step's) takes the adapter sets whose slot bit (LowRankUpdate::adapter) row_masks[n]
+// has. Without one, every adapter applies to every row. A session step over requests with different adapters.
+class SelectAdapters {
+ public:
+  explicit SelectAdapters(std::span<const uint64_t> row_masks);
+  ~SelectAdapters();
+  SelectAdapters(const SelectAdapters&) = delete;
+  SelectAdapters& operator=(const SelectAdapters&) = delete;
+
+ private:
+  std::span<const uint64_t> outer_;
+};
 // The precision a matmul with `weight` runs in a forward of `precision`: routers stay fp32 (Switch
 // Transformer's selective precision).
 inline Precision precision_for(const Parameter& weight, Precision precision) {

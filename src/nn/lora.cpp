@@ -6,6 +6,7 @@
 #include <attend/rng.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 namespace attend {
@@ -14,7 +15,7 @@ namespace {
 const std::string kTargets[] = {"q", "k", "v", "o", "up", "gate", "down"};
 }  // namespace
 
-double LoraConfig::scale() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
+double LoraConfig::scale() const { return (rslora ? alpha / std::sqrt(double(r)) : alpha / double(r)) * multiplier; }
 
 bool LoraConfig::adapts_ffn() const {
   return std::any_of(targets.begin(), targets.end(), [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
@@ -27,6 +28,11 @@ void LoraConfig::validate() const {
   for (const std::string& t : targets)
     check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
           "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
+  check(std::isfinite(multiplier), "lora: the scale multiplier is {}, expected a finite number", multiplier);
+  // The name goes into tensor names: "….lora_A.<name>.weight".
+  check(name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+        }), "lora: adapter name '{}': expected up to 64 letters, digits, '_' or '-'", name);
 }
 
 }  // namespace attend
@@ -39,14 +45,27 @@ void draw_lora_a(Parameter& a, uint64_t seed, uint64_t offset) {
   for (float& x : a.value.span()) x = (2.0f * x - 1.0f) * bound;
 }
 
-void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC) {
+void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC,
+                  const uint64_t* row_masks, bool per_row) {
   thread_local std::vector<float> xa;
   for (const LowRankUpdate& u : weight.lora) {
     const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
-    xa.resize(static_cast<size_t>(N * r));
-    kernels::gemm<float>(false, true, N, r, C, 1.0f, inp, C, u.A->value.data(), C, 0.0f, xa.data(), r);
-    kernels::gemm<float>(false, true, N, rows, r, static_cast<float>(u.scale), xa.data(), r, u.B->value.data(), r,
-                         1.0f, out + u.row0, OC);
+    const uint64_t bit = uint64_t{1} << u.adapter;
+    // Runs of consecutive rows that take this adapter (all N without masks), one row at a time when per_row.
+    for (int64_t n0 = 0; n0 < N;) {
+      if (row_masks != nullptr && (row_masks[n0] & bit) == 0) {
+        ++n0;
+        continue;
+      }
+      int64_t n1 = n0 + 1;
+      while (!per_row && n1 < N && (row_masks == nullptr || (row_masks[n1] & bit) != 0)) ++n1;
+      const int64_t n = n1 - n0;
+      xa.resize(static_cast<size_t>(n * r));
+      kernels::gemm<float>(false, true, n, r, C, 1.0f, inp + n0 * C, C, u.A->value.data(), C, 0.0f, xa.data(), r);
+      kernels::gemm<float>(false, true, n, rows, r, static_cast<float>(u.scale), xa.data(), r, u.B->value.data(), r,
+                           1.0f, out + n0 * OC + u.row0, OC);
+      n0 = n1;
+    }
   }
 }
 
@@ -77,8 +96,9 @@ void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0
   std::string base = weight.name;
   if (base.ends_with(".weight")) base.resize(base.size() - 7);
   const int64_t in = weight.value.size(1);
-  Entry e{&weight, std::make_unique<Parameter>(base + "." + label + "lora_A.weight", Shape{config.r, in}, Role::LoraA),
-          std::make_unique<Parameter>(base + "." + label + "lora_B.weight", Shape{rows, config.r}, Role::LoraB)};
+  const std::string suffix = config.name.empty() ? ".weight" : "." + config.name + ".weight";
+  Entry e{&weight, std::make_unique<Parameter>(base + "." + label + "lora_A" + suffix, Shape{config.r, in}, Role::LoraA),
+          std::make_unique<Parameter>(base + "." + label + "lora_B" + suffix, Shape{rows, config.r}, Role::LoraB)};
   e.A->stack_blocks = e.B->stack_blocks = weight.stack_blocks;
   weight.lora.push_back({e.A.get(), e.B.get(), row0, config.scale()});
   entries_.push_back(std::move(e));

@@ -19,7 +19,11 @@ namespace attend::nn {
 // numbers offset… of stream `seed`.
 void draw_lora_a(Parameter& a, uint64_t seed, uint64_t offset);
 
-void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC);
+// row_masks (N, or nullptr for every adapter on every row): row n takes the adapters whose slot bit it has.
+// per_row: each row through its own products, so that a row's output is that row's alone, bit for bit
+// (PerRowMatmuls).
+void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC,
+                  const uint64_t* row_masks = nullptr, bool per_row = false);
 void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
                    int64_t OC);
 

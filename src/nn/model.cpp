@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 namespace attend {
 
@@ -47,9 +48,10 @@ Model::Impl::Impl(const ModelConfig& c)
     decoder = std::make_unique<nn::Stack>("decoder", c, c.decoder_layers(), /*causal=*/true,
                                           /*cross=*/c.architecture == Architecture::EncoderDecoder);
   }
-  if (c.lora_r > 0) {  // adapters, in their blocks
+  if (c.lora_r > 0) {  // adapters, in their blocks: slot 0
     if (encoder) encoder->add_lora(c.lora());
     if (decoder) decoder->add_lora(c.lora());
+    adapters.push_back("");
   }
   if (!c.tie_embeddings) {
     lm_head = Parameter("lm_head.weight", {c.vocab_size, c.d_model}, Role::HeadMatrix);
@@ -362,25 +364,39 @@ void Model::freeze(const std::function<bool(const Parameter&)>& which) {
   m.gradients_laid_out = false;
 }
 
-void Model::add_lora(const LoraConfig& config) {
+int Model::add_lora(const LoraConfig& config) {
   config.validate();
-  check(!has_lora(), "lora: the model has adapters already (merge_lora folds them in)");
   Impl& m = *impl_;
+  const bool taken = std::find(m.adapters.begin(), m.adapters.end(), config.name) != m.adapters.end();
+  check(!taken || !config.name.empty(), "lora: the model has its own adapters already (merge_lora folds them in; "
+        "further ones need a name)");
+  check(!taken, "lora: the model has adapters named '{}' already", config.name);
+  check(m.adapters.size() < 64, "lora: a model holds at most 64 adapter sets");
   check(!(config.adapts_ffn() && m.config.n_experts > 0),
         "lora: targets up, gate or down on a Mixture-of-Experts FFN are not supported (adapt q, k, v, o)");
+  std::set<const Parameter*> before;
+  for (const Parameter* p : m.params)
+    if (p->role == Role::LoraA) before.insert(p);
   if (m.encoder) m.encoder->add_lora(config);
   if (m.decoder) m.decoder->add_lora(config);
   m.collect_parameters();
   m.relay_out([](const Parameter& p) { return !p.has_values(); });  // quantized-only weights stay so
-  m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
-  m.config.lora_rslora = config.rslora;  // config.json says so: the saved model loads with its adapters
-  uint64_t offset = 0;  // A drawn as PEFT draws it; B stays 0
+  const auto slot = static_cast<int32_t>(m.adapters.size());
+  m.adapters.push_back(config.name);
+  if (config.name.empty()) {  // config.json says so: the saved model loads with its adapters
+    m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
+    m.config.lora_rslora = config.rslora;
+  }
+  uint64_t offset = 0;  // the new A drawn as PEFT draws it; B stays 0
   for (Parameter* p : m.params) {
-    if (p->role != Role::LoraA) continue;
+    for (LowRankUpdate& u : p->lora)
+      if (!before.count(u.A)) u.adapter = slot;
+    if (p->role != Role::LoraA || before.count(p)) continue;
     nn::draw_lora_a(*p, config.seed, offset);
     offset += static_cast<uint64_t>(p->numel());
   }
   freeze([](const Parameter& p) { return !is_adapter(p.role); });
+  return slot;
 }
 
 void Model::merge_lora() {
@@ -391,8 +407,11 @@ void Model::merge_lora() {
   m.collect_parameters();
   m.relay_out([](const Parameter& p) { return !p.has_values(); });
   m.config.lora_r = 0;
+  m.adapters.clear();
   freeze([](const Parameter&) { return false; });
 }
+
+const std::vector<std::string>& Model::adapters() const { return impl_->adapters; }
 
 bool Model::has_lora() const {
   return std::any_of(impl_->params.begin(), impl_->params.end(),
@@ -486,7 +505,7 @@ ParameterCount Model::count() const {
   return n;
 }
 
-Tensor Model::hidden_states(const Batch& batch) const {
+Tensor Model::hidden_states(const Batch& batch, uint64_t adapters) const {
   const Impl& w = *impl_;
   const ModelConfig& c = w.config;
   check(c.architecture != Architecture::EncoderDecoder,
@@ -502,6 +521,10 @@ Tensor Model::hidden_states(const Batch& batch) const {
   const std::vector<uint8_t> valid = valid_mask(lengths, B, T);
   const Tensor x = w.embed(nullptr, batch.ids, batch.token_types, B, T, false, nullptr);
   const StackCall call{B, T, lengths.data(), valid.data()};
+  const uint64_t all = w.adapters.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << w.adapters.size()) - 1;
+  std::vector<uint64_t> rows;  // every row with `adapters`, where that is not all of them
+  if ((adapters & all) != all) rows.assign(static_cast<size_t>(B * T), adapters);
+  const nn::SelectAdapters select(rows);
   Tensor top = (c.has_encoder() ? *w.encoder : *w.decoder).forward(x, call, nullptr);
   top.reshape({B, T, c.d_model});
   return top;

@@ -33,6 +33,7 @@ struct Session::State {
   const Model::Impl* network = nullptr;  // the model's weights (Session is Model's friend; step is not)
   nn::KVCache cache;
   int64_t position = 0;
+  uint64_t adapters = 0;        // SessionOptions::adapters, of the model's slots
   std::vector<int32_t> tokens;  // run so far
   // Encoder-decoder models: every decoder block's cross-attention keys and values of the source.
   std::vector<Tensor> context_keys, context_values;
@@ -42,7 +43,7 @@ struct Session::State {
   State(const Model& m, std::shared_ptr<nn::KVPool> pool, int64_t max_T)
       : model(&m), network(m.impl_.get()), cache(std::move(pool), max_T) {}
   State(const State& o)
-      : model(o.model), network(o.network), cache(o.cache), position(o.position), tokens(o.tokens),
+      : model(o.model), network(o.network), cache(o.cache), position(o.position), adapters(o.adapters), tokens(o.tokens),
         context_keys(clones(o.context_keys)), context_values(clones(o.context_values)), logits(o.logits) {}
 
   static std::vector<Tensor> clones(const std::vector<Tensor>& tensors) {
@@ -59,6 +60,11 @@ nn::KVCacheConfig cache_config(const ModelConfig& c, const SessionOptions& o) {
   check(o.max_T >= 0 && max_T <= c.max_seq_len,
         "session: max_T must be in [1, max_seq_len = {}] (0 for the whole context), got {}", c.max_seq_len, o.max_T);
   return {c.decoder_layers(), 1, max_T, c.kv_heads(), c.d_head(), o.cache};
+}
+
+uint64_t adapter_mask(const Model& model, uint64_t wanted) {
+  const size_t n = model.adapters().size();
+  return n >= 64 ? wanted : wanted & ((uint64_t{1} << n) - 1);
 }
 
 nn::KVPoolConfig pool_config(const Model& model, int64_t blocks, CacheType cache) {
@@ -94,9 +100,10 @@ Session::Session(const Model& model, const SessionOptions& options) {
     check(&options.pool->model() == &model, "session: the KV block pool was made for another model");
     const nn::KVCacheConfig cc = cache_config(c, options);
     state_ = std::make_unique<State>(model, options.pool->impl_->pool, cc.max_T);
-    return;
+  } else {
+    state_ = std::make_unique<State>(model, cache_config(c, options));
   }
-  state_ = std::make_unique<State>(model, cache_config(c, options));
+  state_->adapters = adapter_mask(model, options.adapters);
 }
 
 Session::Session(const Model& model, std::span<const int32_t> source, const SessionOptions& options) {
@@ -104,6 +111,7 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   check(c.architecture == Architecture::EncoderDecoder, "session: only encoder-decoder models decode from a source");
   check(options.pool == nullptr, "session: encoder-decoder sessions keep their own caches (no KV block pool)");
   state_ = std::make_unique<State>(model, cache_config(c, options));
+  state_->adapters = adapter_mask(model, options.adapters);
   const Model::Impl& m = *model.impl_;
   const std::vector<int32_t> ids(source.begin(), source.end());
   const auto T = static_cast<int64_t>(ids.size());
@@ -130,6 +138,7 @@ const Model& Session::model() const { return *state_->model; }
 int64_t Session::position() const { return state_->position; }
 int64_t Session::capacity() const { return state_->cache.config().max_T; }
 int64_t Session::cache_bytes() const { return state_->cache.memory_bytes(); }
+uint64_t Session::adapters() const { return state_->adapters; }
 std::span<const float> Session::logits() const { return state_->logits; }
 
 std::span<const float> Session::step(std::span<const int32_t> tokens) {
@@ -141,8 +150,9 @@ void Session::assign(const Session& other) {
   State& s = *state_;
   const State& o = *other.state_;
   check(s.model == o.model && s.cache.config().max_T == o.cache.config().max_T &&
-            s.cache.config().storage == o.cache.config().storage && s.cache.pool() == o.cache.pool(),
-        "session: assign takes a session of the same model, capacity, cache type and pool");
+            s.cache.config().storage == o.cache.config().storage && s.cache.pool() == o.cache.pool() &&
+            s.adapters == o.adapters,
+        "session: assign takes a session of the same model, capacity, cache type, pool and adapters");
   if (this == &other) return;
   s.cache.copy_from(o.cache, o.position);
   s.position = o.position;
@@ -167,7 +177,7 @@ int64_t Session::reuse_prefix(std::span<const int32_t> tokens, int64_t multiple)
   const int64_t limit = std::min(n - 1, s.cache.config().max_T) / multiple * multiple;
   if (limit <= 0) return 0;
   std::vector<int32_t> blocks;
-  const int64_t found = s.cache.pool()->match(tokens.first(limit), blocks) * nn::KVPool::kBlock;
+  const int64_t found = s.cache.pool()->match(tokens.first(limit), blocks, s.adapters) * nn::KVPool::kBlock;
   const int64_t keep = found / multiple * multiple;
   for (size_t i = keep / nn::KVPool::kBlock; i < blocks.size(); ++i) s.cache.pool()->release(blocks[i]);
   blocks.resize(keep / nn::KVPool::kBlock);
@@ -185,7 +195,7 @@ void Session::share_prefix(int64_t positions) {
         "session: share_prefix takes whole blocks of {} positions run so far ({}), got {}", nn::KVPool::kBlock,
         s.position, positions);
   const std::vector<int32_t>& table = s.cache.blocks();
-  s.cache.pool()->publish(s.tokens, std::span(table).first(positions / nn::KVPool::kBlock));
+  s.cache.pool()->publish(s.tokens, std::span(table).first(positions / nn::KVPool::kBlock), s.adapters);
 }
 
 void step(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens) {
@@ -235,6 +245,12 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
     taken.emplace_back(&s.cache, before);
   }
 
+  // Each row with its session's adapters, where the sessions do not all run with every one.
+  std::vector<uint64_t> row_adapters;
+  const uint64_t all = adapter_mask(model, ~uint64_t{0});
+  if (std::any_of(sessions.begin(), sessions.end(), [&](const Session* s) { return s->state_->adapters != all; }))
+    for (int64_t i = 0; i < S; ++i) row_adapters.insert(row_adapters.end(), tokens[i].size(), sessions[i]->state_->adapters);
+  const nn::SelectAdapters select(row_adapters);
   const Tensor x = m.embed_rows(ids, positions);
   const Tensor top = m.decoder->step(x, sequences);
   // The LM head on each sequence's last row.

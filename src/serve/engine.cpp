@@ -301,7 +301,7 @@ struct Engine::Impl {
       Active a;
       a.request = r;
       a.total = std::min<int64_t>(context, static_cast<int64_t>(p.prompt.size()) + p.max_tokens);
-      Choice first{.index = 0, .session = Session(model, {.max_T = context, .pool = &pool}), .rng = Rng(p.sampling.seed)};
+      Choice first{.index = 0, .session = Session(model, {.max_T = context, .pool = &pool, .adapters = p.adapters}), .rng = Rng(p.sampling.seed)};
       a.choices.reserve(static_cast<size_t>(p.n));  // the first choice stays where it is while the others copy it
       a.choices.push_back(std::move(first));
       const int64_t reused = options.prefix_cache ? a.choices[0].session.reuse_prefix(p.prompt, options.chunk) : 0;

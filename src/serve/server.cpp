@@ -124,10 +124,23 @@ struct Server::Impl {
     count(endpoint, res.status == -1 ? 200 : res.status);  // -1: not set yet, 200 when httplib writes it
   }
 
-  void check_model(const std::string& name) const {
-    if (!name.empty() && name != options.model_name)
-      throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", name, options.model_name),
-                     "model", "invalid_request_error", "model_not_found");
+  // The adapter slots a request's "model" selects (ServedModel::adapters): none named, every one; the base
+  // model's id, the model's own adapters alone (a LoRA checkpoint's); an adapter's, that one beside them.
+  uint64_t check_model(const std::string& name) const {
+    if (name.empty()) return ~uint64_t{0};
+    uint64_t listed = 0;
+    for (const auto& [id, slot] : served->adapters) listed |= uint64_t{1} << slot;
+    if (name == options.model_name) return ~listed;
+    for (const auto& [id, slot] : served->adapters)
+      if (name == id) return ~listed | uint64_t{1} << slot;
+    std::string ids = "'" + options.model_name + "'";
+    for (const auto& [id, slot] : served->adapters) ids += ", '" + id + "'";
+    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves {}", name, ids), "model",
+                   "invalid_request_error", "model_not_found");
+  }
+
+  const std::string& model_id(const std::string& requested) const {
+    return requested.empty() ? options.model_name : requested;  // responses name the model the request named
   }
 
   const Tokenizer& tokenizer() const {
@@ -154,7 +167,7 @@ struct Server::Impl {
       throw ApiError(400, fmt::format("this model is an {} model: it does not generate (try /v1/embeddings)",
                                       architecture_name(served->model.config().architecture)), "model");
     const serve::CompletionRequest r = serve::parse_completion_request(req.body, chat);
-    check_model(r.model);
+    const uint64_t adapters = check_model(r.model);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> prompt_texts;  // for echo
     if (chat) {
@@ -201,6 +214,7 @@ struct Server::Impl {
       p.stop = r.stop;
       p.top_logprobs = r.logprobs;
       p.deadline = Clock::now() + std::chrono::seconds(options.request_timeout_s);
+      p.adapters = adapters;
       params.push_back(std::move(p));
     }
     std::vector<std::shared_ptr<EngineRequest>> handles;
@@ -325,7 +339,7 @@ struct Server::Impl {
       if (done) {
         if (request.include_usage) {
           json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-                    {"model", server->options.model_name}, {"choices", json::array()}, {"usage", usage()}};
+                    {"model", server->model_id(request.model)}, {"choices", json::array()}, {"usage", usage()}};
           if (!write(sink, "data: " + dump(u) + "\n\n")) return false;
         }
         write(sink, "data: [DONE]\n\n");
@@ -354,7 +368,7 @@ struct Server::Impl {
       if (chat) choice["delta"] = delta;
       else choice["text"] = delta;
       return {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-              {"model", server->options.model_name}, {"system_fingerprint", "attend"}, {"choices", json::array({choice})}};
+              {"model", server->model_id(request.model)}, {"system_fingerprint", "attend"}, {"choices", json::array({choice})}};
     }
 
     bool whole(httplib::DataSink& sink) {
@@ -394,7 +408,7 @@ struct Server::Impl {
         choices.push_back(choice);
       }
       const json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
-                         {"model", server->options.model_name}, {"system_fingerprint", "attend"}, {"choices", choices},
+                         {"model", server->model_id(request.model)}, {"system_fingerprint", "attend"}, {"choices", choices},
                          {"usage", usage()}};
       write(sink, dump(body));
       sink.done();
@@ -406,7 +420,7 @@ struct Server::Impl {
 
   void embeddings(const httplib::Request& req, httplib::Response& res) {
     const serve::EmbeddingRequest r = serve::parse_embedding_request(req.body);
-    check_model(r.model);
+    const uint64_t adapters = check_model(r.model);
     const Model& model = served->model;
     const ModelConfig& c = model.config();
     json data = json::array();
@@ -422,7 +436,7 @@ struct Server::Impl {
       auto forward = [&] {
         Batch b;
         b.B = 1, b.T = T, b.ids = ids;
-        const Tensor h = model.hidden_states(b);  // (1, T, C)
+        const Tensor h = model.hidden_states(b, adapters);  // (1, T, C)
         const std::string pooling = c.architecture == Architecture::Encoder
                                         ? (c.pooling == Pooling::Mean ? "mean" : "cls")
                                         : (options.embedding_pooling.empty() ? "last" : options.embedding_pooling);
@@ -447,7 +461,7 @@ struct Server::Impl {
       item["embedding"] = r.base64 ? json(base64(pooled.data(), pooled.size() * sizeof(float))) : json(pooled);
       data.push_back(item);
     }
-    res.set_content(dump({{"object", "list"}, {"data", data}, {"model", options.model_name},
+    res.set_content(dump({{"object", "list"}, {"data", data}, {"model", model_id(r.model)},
                           {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}),
                     "application/json");
   }
@@ -473,8 +487,10 @@ struct Server::Impl {
     res.set_content(dump({{"content", tok.decode(ids)}}), "application/json");
   }
 
-  json model_entry() const {
-    return {{"id", options.model_name}, {"object", "model"}, {"created", created}, {"owned_by", "attend"}};
+  json model_entry(const std::string& id) const {
+    json e = {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "attend"}};
+    if (id != options.model_name) e["parent"] = options.model_name;  // a LoRA adapter on it (vLLM says so too)
+    return e;
   }
 
   std::string metrics() {
@@ -540,13 +556,15 @@ struct Server::Impl {
     });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/v1/models", [&] {
-        res.set_content(dump({{"object", "list"}, {"data", json::array({model_entry()})}}), "application/json");
+        json data = json::array({model_entry(options.model_name)});
+        for (const auto& [id, slot] : served->adapters) data.push_back(model_entry(id));
+        res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
       });
     });
     http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/v1/models/{id}", [&] {
         check_model(req.matches[1]);
-        res.set_content(dump(model_entry()), "application/json");
+        res.set_content(dump(model_entry(req.matches[1])), "application/json");
       });
     });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
