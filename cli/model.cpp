@@ -153,17 +153,32 @@ void add_export(CLI::App& app) {
                 "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; "
                 "hf-t5: T5ForConditionalGeneration; hf-bert: BertForMaskedLM, BertForSequenceClassification, BertModel); "
                 "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2, qwen3, gemma3, bert); or a LoRA model's "
-                "adapters as PEFT saves them (peft: the Llama family so far)");
+                "adapters as PEFT saves them (peft: the Llama family so far) or as a GGUF LoRA for llama.cpp's --lora "
+                "(gguf-lora)");
   static std::string dir, out, format = "hf", type;
+  static std::vector<std::string> lora;
   cmd->add_option("--model", dir, "A model directory or GGUF file")->required();
-  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf or peft")
+  cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf, "
+                                      "peft or gguf-lora")
       ->capture_default_str();
+  cmd->add_option("--lora", lora, "peft, gguf-lora: a PEFT adapter directory on the model to write instead of the "
+                                  "model's own adapters (PEFT to GGUF LoRA)");
   cmd->add_option("--type", type, "gguf: the weights' type: f32, f16, bf16, or a quantization (see `attend quantize`); "
                                   "default: as the model holds them");
   cmd->add_option("-o,--output", out, "The directory to write (gguf: the file)")->required();
   cmd->callback([] {
     Model model = load_model(dir);
+    check(lora.size() <= 1 && (lora.empty() || !model.has_lora()), "--lora: export writes one set of adapters: a "
+          "LoRA checkpoint's own, or one PEFT directory's on a base");
+    check(lora.empty() || format == "peft" || format == "gguf-lora", "--lora is an option of --format peft and gguf-lora");
+    apply_lora(model, lora);
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
+    if (format == "gguf-lora") {
+      export_gguf_lora(model, out);
+      fmt::print("{}: GGUF LoRA for {} (r = {} on {})\n", out, gguf_architecture(model.config()), model.config().lora_r,
+                 fmt::join(model.config().lora_targets, ", "));
+      return;
+    }
     if (format == "peft") {  // a LoRA model's adapters alone, as PEFT saves them
       save_peft_adapter(model, out);
       fmt::print("{}: PEFT LoRA adapter (r = {} on {})\n", out, model.config().lora_r,
@@ -183,8 +198,8 @@ void add_export(CLI::App& app) {
         {"hf", export_hf},           {"hf-gpt2", export_hf_gpt2}, {"hf-llama", export_hf_llama},
         {"hf-gemma3", export_hf_gemma3}, {"hf-t5", export_hf_t5},  {"hf-bert", export_hf_bert}};
     const auto it = std::find_if(std::begin(formats), std::end(formats), [](const auto& f) { return format == f.first; });
-    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf or peft",
-          format);
+    check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf, peft "
+          "or gguf-lora", format);
     it->second(model, out, tok ? &*tok : nullptr);
     const std::string architecture =
         nlohmann::json::parse(read_file(std::filesystem::path(out) / "config.json"))["architectures"][0];

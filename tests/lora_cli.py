@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
 """LoRA from the command line: a Llama-style base trained, LoRA adapters trained on it (train.init_from with
 model.lora_r), exported as PEFT's files, and run on the base with --lora: the same greedy tokens and the same
-evaluation loss as the LoRA run's own checkpoint.
+evaluation loss as the LoRA run's own checkpoint. A second adapter: --lora DIR:0 is the base; `attend serve` with
+both adapters answers requests for each (and for the base) batched together exactly as one at a time.
 
   python3 tests/lora_cli.py --attend build/attend --work /tmp/attend_lora_cli
 
 Exits 0 when every check passed, 1 with the first failure.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 
 
 def fail(message):
@@ -108,8 +113,88 @@ def main():
         got = perplexity(m)
         if abs(got - want) > 1e-3 * want:
             fail(f"{m}: perplexity {got}, the LoRA checkpoint's {want}")
+    # A second adapter (other targets and rank), for several at once and for the server.
+    lora2 = os.path.join(work, "lora2")
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "model.lora_r=2",
+         "--set", "model.lora_alpha=4", "--set", "model.lora_targets=q,v,down", "--set", "train.lr=2e-2",
+         "--set", "train.seed=5", *common, "--set", f"out={lora2}"])
+    peft2 = os.path.join(work, "peft2")
+    run([attend, "export", "--model", f"{lora2}/checkpoint", "--format", "peft", "-o", peft2])
+    if generate(f"{base}/checkpoint", "--lora", f"{peft}:0") != plain:
+        fail("--lora DIR:0 is not the base model")
+    if generate(f"{base}/checkpoint", "--lora", peft, "--lora", f"{peft2}:0") != own:
+        fail("a second adapter at scale 0 changed the first's tokens")
+    serve_batches_adapters(attend, f"{base}/checkpoint", peft, peft2)
+
     print(f"lora_cli: greedy tokens with --lora equal the LoRA checkpoint's ({'different from' if plain != own else 'the same as'} "
           f"the base's); eval equal; merge-lora's models evaluate alike; every check passed")
+
+
+def serve_batches_adapters(attend, model, peft, peft2):
+    """`attend serve --lora one=... --lora two=...`: /v1/models lists both; requests for one, two, the base and
+    no model named, sent at once (decoded in the same steps), get the log-probabilities each gets alone."""
+    server = subprocess.Popen([attend, "serve", "--model", model, "--alias", "base", "--port", "0", "--parallel", "4",
+                               "--weights", "f32", "--lora", f"one={peft}", "--lora", f"two={peft2}:1.5"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in server.stderr:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        if port is None:
+            fail("attend serve did not say where it listens")
+        url = f"http://127.0.0.1:{port}"
+
+        def get(path):
+            with urllib.request.urlopen(url + path, timeout=30) as r:
+                return json.loads(r.read())
+
+        for _ in range(300):
+            try:
+                if get("/health").get("status") == "ok":
+                    break
+            except Exception:
+                pass
+            time.sleep(0.1)
+        ids = sorted(m["id"] for m in get("/v1/models")["data"])
+        if ids != ["base", "one", "two"]:
+            fail(f"/v1/models lists {ids}, expected base, one, two")
+
+        def complete(model):
+            body = {"prompt": "the jury said", "max_tokens": 10, "temperature": 0, "logprobs": 1}
+            if model:
+                body["model"] = model
+            req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                answer = json.loads(r.read())
+            if model and answer["model"] != model:
+                fail(f"a request for '{model}' was answered as '{answer['model']}'")
+            return answer["choices"][0]["logprobs"]["token_logprobs"], answer["choices"][0]["text"]
+
+        models = ["one", "two", "base", None]
+        alone = [complete(m) for m in models]
+        with concurrent.futures.ThreadPoolExecutor(len(models)) as pool:
+            together = list(pool.map(complete, models * 2))
+        for i, m in enumerate(models * 2):
+            if together[i] != alone[i % len(models)]:
+                fail(f"serve: the request for {m} batched with the others got {together[i]}, alone {alone[i % 4]}")
+        print(f"lora_cli: serve: {[a[1] for a in alone]}")
+        if len({json.dumps(a) for a in alone}) != len(models):
+            fail(f"serve: the four models (one, two, base, both) should differ; got {alone}")
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps({"model": "three", "prompt": "a"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=30)
+            fail("serve: a request for an unknown adapter was answered")
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                fail(f"serve: an unknown adapter got {e.code}, expected 404")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,10 @@ std::vector<std::string> gguf_export_types();  // the types above but ""
 std::string gguf_architecture(const ModelConfig& c);
 void export_gguf(const Model& model, const std::filesystem::path& file, const Tokenizer* tokenizer = nullptr,
                  const GgufExportOptions& options = {});
+// The model's own LoRA adapters as a GGUF LoRA file that llama.cpp applies with --lora to the model's GGUF file
+// (export_gguf's, or its converter's): "<tensor>.lora_a" and ".lora_b" beside adapter.lora.alpha. A GGUF tensor
+// that holds several adapted projections (gpt2's attn_qkv) gets them as one adapter of their summed rank.
+void export_gguf_lora(const Model& model, const std::filesystem::path& file);
 // Writes DIR/config.json, DIR/model.safetensors and, given one, DIR/tokenizer.json; each atomically.
 // Weights are stored as F32 (bit-exact), or rounded to BF16 or F16 (half the size).
 void save_model(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,

@@ -415,3 +415,72 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
 }
 
 }  // namespace attend
+
+namespace attend {
+
+// llama.cpp's LoRA adapters (llama-adapter.cpp): general.type "adapter", adapter.type "lora", adapter.lora.alpha,
+// and for each adapted tensor of the base file "<name>.lora_a" (ggml [in, R]: R rows of the input) and
+// "<name>.lora_b" ([R, out]), applied as W x + (alpha / R)·B(A x) with R the tensor's own rank. A GGUF tensor
+// that holds several of Attend's adapters (gpt2's fused attn_qkv: q and v) takes them as one adapter of their
+// summed rank, A stacked and B block-diagonal, each block scaled so that alpha / R gives the block its own scale.
+void export_gguf_lora(const Model& model, const std::filesystem::path& file) {
+  const ModelConfig& c = model.config();
+  check(model.has_lora() && c.lora_r > 0, "export gguf-lora: the model has no LoRA adapters of its own (a LoRA run's "
+        "checkpoint, or a base with --lora DIR)");
+  const std::string arch = gguf_architecture(c);
+  check(arch != "bert", "export gguf-lora: llama.cpp applies LoRA adapters to generating models (gpt2, llama, qwen2, "
+        "qwen3, gemma3), not to bert");
+  const int64_t slot = std::find(model.adapters().begin(), model.adapters().end(), "") - model.adapters().begin();
+  // alpha as the file holds it: alpha / r is the scale of an unfused tensor (rsLoRA's alpha / √r as alpha·√r / r).
+  const double alpha = c.lora_rslora ? c.lora_alpha * std::sqrt(static_cast<double>(c.lora_r)) : c.lora_alpha;
+  gguf::Writer w;
+  w.set_string("general.architecture", arch);
+  w.set_string("general.type", "adapter");
+  w.set_string("general.name", "attend");
+  w.set_string("adapter.type", "lora");
+  w.set_float32("adapter.lora.alpha", static_cast<float>(alpha));
+  const int64_t D = c.d_head();
+  int64_t written = 0;
+  for (const GgufPlace& place : formats::gguf_places(c, arch, arch == "gpt2" || !c.tie_embeddings)) {
+    const Parameter* p = model.find(place.attend);
+    check(p != nullptr, "export gguf-lora: the model has no '{}'", place.attend);
+    std::vector<const LowRankUpdate*> updates;
+    for (const LowRankUpdate& u : p->lora) {
+      if (u.adapter != slot) continue;
+      const int64_t rows = u.B->value.size(0);
+      if (u.row0 + rows <= place.row || u.row0 >= place.row + place.rows) continue;
+      check(u.row0 >= place.row && u.row0 + rows <= place.row + place.rows, "export gguf-lora: the adapter of rows "
+            "[{}, {}) of '{}' straddles GGUF's {}", u.row0, u.row0 + rows, p->name, place.gguf);
+      updates.push_back(&u);
+    }
+    if (updates.empty()) continue;
+    const int64_t in = p->value.size(1);
+    int64_t R = 0;
+    for (const LowRankUpdate* u : updates) R += u->A->value.size(0);
+    std::vector<float> a(static_cast<size_t>(R * in)), b(static_cast<size_t>(place.rows * R), 0.0f);
+    int64_t k = 0;  // the first of this adapter's columns in the stacked rank
+    for (const LowRankUpdate* u : updates) {
+      const int64_t r = u->A->value.size(0), rows = u->B->value.size(0);
+      std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
+      const auto factor = static_cast<float>(u->scale / (alpha / static_cast<double>(R)));
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < r; ++j) b[(u->row0 - place.row + i) * R + k + j] = factor * u->B->value[i * r + j];
+      k += r;
+    }
+    if (place.rope_heads > 0) {  // B's rows in the file's order, as the weight's (qwen2, qwen3, gemma3)
+      const std::vector<float> pairs = b;
+      formats::rope_rows_to_hf(b.data(), pairs.data(), place.rope_heads, D, R);
+    }
+    std::string base = place.gguf;  // "blk.0.attn_q.weight.lora_a"
+    std::vector<uint8_t> a_bytes(a.size() * sizeof(float)), b_bytes(b.size() * sizeof(float));
+    std::memcpy(a_bytes.data(), a.data(), a_bytes.size());
+    std::memcpy(b_bytes.data(), b.data(), b_bytes.size());
+    w.add_tensor(base + ".lora_a", {in, R}, tt::F32, std::move(a_bytes));
+    w.add_tensor(base + ".lora_b", {R, place.rows}, tt::F32, std::move(b_bytes));
+    ++written;
+  }
+  check(written > 0, "export gguf-lora: none of the model's adapters is on a tensor of the GGUF file");
+  w.write(file);
+}
+
+}  // namespace attend

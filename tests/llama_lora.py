@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Attend's GGUF LoRA files in llama.cpp: for a llama-layout and a gpt2-layout model (gpt2's fused attn_qkv takes
+the q and v adapters as one adapter of rank 2r), a base trained, LoRA adapters trained on it, the base exported
+with `attend export --format gguf` and the adapters with `--format gguf-lora`; llama.cpp's llama-server loads the
+base with --lora and generates greedily from token ids: the tokens Attend generates from the base with the PEFT
+adapter (--lora), and, with the adapter's scale set to 0 in the request, the base's own tokens.
+
+  python3 tests/llama_lora.py --attend build/attend --llama-bin /path/to/llama.cpp/build/bin --work /tmp/w
+
+Without --llama-bin (or ATTEND_LLAMA_BIN) it exits 77: CTest's "skipped". Exits 0 when every check passed.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def fail(message):
+    print(f"llama_lora: FAILED: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        fail(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def llama_tokens(llama_bin, base, adapter, prompts, n):
+    """llama-server's greedy continuations of each prompt (ids), with the adapter at scale 1 and at 0."""
+    port = free_port()
+    server = subprocess.Popen([os.path.join(llama_bin, "llama-server"), "-m", base, "--lora", adapter, "--port",
+                               str(port), "--host", "127.0.0.1", "-t", "2", "-c", "64", "-np", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            if server.poll() is not None:
+                fail(f"llama-server exited with {server.returncode}:\n{server.stderr.read()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                    if json.loads(r.read()).get("status") == "ok":
+                        break
+            except Exception:
+                pass
+            time.sleep(0.1)
+        out = {}
+        for scale in (1.0, 0.0):
+            for prompt in prompts:
+                body = {"prompt": prompt, "n_predict": n, "temperature": 0, "top_k": 1, "cache_prompt": False,
+                        "return_tokens": True, "lora": [{"id": 0, "scale": scale}]}
+                req = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    out[(scale, tuple(prompt))] = json.loads(r.read())["tokens"]
+        return out
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--attend", required=True)
+    parser.add_argument("--llama-bin", default="")
+    parser.add_argument("--work", required=True)
+    args = parser.parse_args()
+    args.llama_bin = args.llama_bin or os.environ.get("ATTEND_LLAMA_BIN", "")
+    if not args.llama_bin or not os.path.exists(os.path.join(args.llama_bin, "llama-server")):
+        print("llama_lora: no llama.cpp build (give --llama-bin or ATTEND_LLAMA_BIN): skipped")
+        sys.exit(77)
+    attend, work = os.path.abspath(args.attend), os.path.abspath(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    words = ("the jury said it did find that many of the new laws were not clear and the city was to pay "
+             "for its own work on a plan which would take place in two years if they could get money").split()
+    rng = random.Random(0)
+    text = os.path.join(work, "corpus.txt")
+    with open(text, "w") as f:
+        for i in range(2000):
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(5, 14))) + "\n")
+    tok = os.path.join(work, "tokenizer.json")
+    run([attend, "tokenizer", "train", "--kind", "bpe", "--vocab-size", "300", "--input", text, "-o", tok])
+    common = ["--set", f"data.train={text}", "--set", f"data.tokenizer={tok}", "--set", "data.batch_size=4",
+              "--set", "data.seq_len=32", "--set", "data.max_valid_batches=2", "--set", "train.eval_every=0",
+              "--set", "train.warmup_steps=2"]
+    layouts = {
+        "llama": ["--set", "model.position=rope", "--set", "model.norm=rmsnorm", "--set", "model.activation=swiglu",
+                  "--set", "model.bias=false", "--set", "model.n_kv_heads=2"],
+        "gpt2": ["--set", "model.position=learned", "--set", "model.norm=layernorm",
+                 "--set", "model.activation=gelu_tanh", "--set", "model.bias=true"],
+    }
+    prompts = [[5, 17, 40], [100, 3, 9, 12, 60]]
+    n = 16
+    for layout, options in layouts.items():
+        base, lora, peft = (os.path.join(work, f"{layout}-{k}") for k in ("base", "lora", "peft"))
+        run([attend, "train", "--set", "model.d_model=64", "--set", "model.n_layers=2", "--set", "model.n_heads=4",
+             "--set", "model.max_seq_len=64", *options, *common, "--set", "train.steps=400", "--set", "train.lr=3e-3", "--set", f"out={base}"])
+        run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "model.lora_r=4",
+             "--set", "model.lora_alpha=8", "--set", "model.lora_targets=q,v,o,up,down", "--set", "train.lr=2e-2",
+             *common, "--set", "train.steps=200", "--set", f"out={lora}"])
+        base_gguf, lora_gguf = os.path.join(work, f"{layout}.gguf"), os.path.join(work, f"{layout}-lora.gguf")
+        run([attend, "export", "--model", f"{base}/checkpoint", "--format", "gguf", "--type", "f32", "-o", base_gguf])
+        run([attend, "export", "--model", f"{lora}/checkpoint", "--format", "gguf-lora", "-o", lora_gguf])
+        if layout == "llama":  # the same file from the PEFT files on the base
+            run([attend, "export", "--model", f"{lora}/checkpoint", "--format", "peft", "-o", peft])
+            from_peft = os.path.join(work, "llama-lora-from-peft.gguf")
+            run([attend, "export", "--model", f"{base}/checkpoint", "--lora", peft, "--format", "gguf-lora",
+                 "-o", from_peft])
+            with open(lora_gguf, "rb") as a, open(from_peft, "rb") as b:
+                if a.read() != b.read():
+                    fail("the GGUF LoRA from the PEFT files differs from the checkpoint's")
+        theirs = llama_tokens(args.llama_bin, base_gguf, lora_gguf, prompts, n)
+        for prompt in prompts:
+            ids = ",".join(map(str, prompt))
+
+            def ours(model):
+                out = run([attend, "generate", "--model", model, "--prompt-ids", ids, "--max-new-tokens", str(n),
+                           "--greedy", "--weights", "f32", "--json"])
+                return json.loads(out)["ids"]
+
+            adapted, plain = ours(f"{lora}/checkpoint"), ours(f"{base}/checkpoint")
+            if adapted == plain:
+                fail(f"{layout}: the adapters do not change the greedy tokens of {prompt}; the check would prove nothing")
+            if theirs[(1.0, tuple(prompt))] != adapted:
+                fail(f"{layout}: llama.cpp with the GGUF LoRA generates {theirs[(1.0, tuple(prompt))]} after {prompt}, "
+                     f"Attend with its adapters {adapted}")
+            if theirs[(0.0, tuple(prompt))] != plain:
+                fail(f"{layout}: llama.cpp with the LoRA at scale 0 generates {theirs[(0.0, tuple(prompt))]}, the base "
+                     f"in Attend {plain}")
+        print(f"llama_lora: {layout}: llama.cpp with the GGUF LoRA generates Attend's adapted tokens, and the base's at "
+              f"scale 0")
+    print("llama_lora: every check passed")
+
+
+if __name__ == "__main__":
+    main()
