@@ -115,11 +115,17 @@ def main():
             fail(f"{m}: perplexity {got}, the LoRA checkpoint's {want}")
     # A second adapter (other targets and rank), for several at once and for the server.
     lora2 = os.path.join(work, "lora2")
-    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "model.lora_r=2",
-         "--set", "model.lora_alpha=4", "--set", "model.lora_targets=q,v,down", "--set", "train.lr=2e-2",
-         "--set", "train.seed=5", *common, "--set", f"out={lora2}"])
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "train.lora.r=2",
+         "--set", "train.lora.alpha=4", "--set", "train.lora.targets=q,v,down", "--set", "train.lora.dropout=0.05",
+         "--set", "train.lr=2e-2", "--set", "train.seed=5", *common, "--set", f"out={lora2}"])
     peft2 = os.path.join(work, "peft2")
     run([attend, "export", "--model", f"{lora2}/checkpoint", "--format", "peft", "-o", peft2])
+    with open(os.path.join(lora2, "run.json")) as f:
+        if json.load(f)["train"].get("lora", {}).get("dropout") != 0.05:
+            fail("run.json does not keep train.lora")
+    with open(os.path.join(peft2, "adapter_config.json")) as f:
+        if json.load(f)["lora_dropout"] != 0.05:
+            fail("adapter_config.json does not say the adapters' dropout")
     if generate(f"{base}/checkpoint", "--lora", f"{peft}:0") != plain:
         fail("--lora DIR:0 is not the base model")
     if generate(f"{base}/checkpoint", "--lora", peft, "--lora", f"{peft2}:0") != own:

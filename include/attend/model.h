@@ -56,6 +56,9 @@ struct LoraConfig {
   std::vector<std::string> targets = {"q", "v"};
   bool rslora = false;
   uint64_t seed = 0;  // A's draw
+  // Training: inverted dropout on the adapters' input, B(A·drop(x)), as PEFT's lora_dropout (the weight's own
+  // product sees x whole); each adapter draws its own mask.
+  double dropout = 0.0;
   // "": the model's own adapters (trained, recorded in config.json as lora_*, tensors "….lora_A.weight"). A
   // name: further adapters beside them for running (several --lora at once; the server's per-request
   // adapters), tensors "….lora_A.<name>.weight", not recorded in config.json.
@@ -136,6 +139,7 @@ struct ModelConfig {
   double lora_alpha = 16.0;
   std::vector<std::string> lora_targets = {"q", "v"};
   bool lora_rslora = false;
+  double lora_dropout = 0.0;
   LoraConfig lora() const;  // the fields above, A drawn from seed
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

@@ -105,6 +105,7 @@ struct LowRankUpdate {
   Parameter* B = nullptr;
   int64_t row0 = 0;
   double scale = 1.0;  // lora_alpha / r, or lora_alpha / √r (rsLoRA), times the user's multiplier
+  float dropout = 0.0f;  // training: dropout on the adapter's input (LoraConfig::dropout)
   int32_t adapter = 0;  // the adapter set's slot in the model (Model::adapters; a session's mask selects by it)
 };
 

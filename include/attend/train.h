@@ -207,6 +207,11 @@ struct TrainConfig {
   bool zero = false;
   Precision allreduce = Precision::F32;
   double bucket_mb = 25.0;            // 0: one bucket, sent after the whole backward
+  // LoRA fine-tuning (run.json's "train": {"lora": {"r", "alpha", "dropout", "targets", "rslora"}}): r > 0 gives
+  // the model these adapters (Model::add_lora, A drawn from the model's seed) before init_from's weights are
+  // copied, and freezes everything else; the checkpoint's config.json records them (lora_*). A model with
+  // adapters of its own must have these.
+  LoraConfig lora{.r = 0};
 };
 
 // What a run trains the model to do, which fixes the architecture it needs and how the data files read.

@@ -99,7 +99,7 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
                  {"base_model_name_or_path", base_model.empty() ? json(nullptr) : json(base_model)},
                  {"r", c.lora_r},
                  {"lora_alpha", c.lora_alpha},
-                 {"lora_dropout", 0.0},
+                 {"lora_dropout", c.lora_dropout},
                  {"target_modules", modules},
                  {"use_rslora", c.lora_rslora},
                  {"use_dora", false},
@@ -146,6 +146,7 @@ LoraConfig parse_peft_config(std::string_view text, std::string_view origin) {
   lora.r = get("r", int64_t{8});
   lora.alpha = get("lora_alpha", 8.0);
   lora.rslora = get("use_rslora", false);
+  lora.dropout = get("lora_dropout", 0.0);  // training's alone: a loaded adapter that trains on keeps it
   lora.targets.clear();
   for (const auto& m : j["target_modules"]) {
     check(m.is_string(), "{}: target_modules holds {}, expected names", where, m.dump());

@@ -243,13 +243,17 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   }
   const bool saving = saved != nullptr;
   if (saving) s.x = x.clone();  // backward's input
+  s.drop_in = lora_dropout_stream(c.cross ? w_q_ : w_qkv_, B * Tq, call.training, call.rng);
+  if (c.cross) s.drop_kv = lora_dropout_stream(w_kv_, B * Tk, call.training, call.rng);
+  s.drop_out = lora_dropout_stream(w_o_, B * Tq, call.training, call.rng);
   s.q = Tensor({B, Tq, H, D});
   s.k = Tensor({B, Tk, Hkv, D});
   s.v = Tensor({B, Tk, Hkv, D});
   if (!c.cross) {
     const int64_t W = (H + 2 * Hkv) * D;
     std::vector<float> qkv(B * Tq * W);
-    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), B * Tq, C, W, s.precision, &s.w_in_rounded);
+    linear_forward(qkv.data(), x.data(), w_qkv_, data_or_null(b_qkv_), B * Tq, C, W, s.precision, &s.w_in_rounded,
+                   &s.drop_in);
     split_columns(s.q.data(), qkv.data(), B * Tq, W, 0, H * D);
     split_columns(s.k.data(), qkv.data(), B * Tq, W, H * D, Hkv * D);
     split_columns(s.v.data(), qkv.data(), B * Tq, W, (H + Hkv) * D, Hkv * D);
@@ -262,9 +266,10 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
                 D, c.norm_eps);
     }
   } else {
-    linear_forward(s.q.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D, s.precision, &s.w_in_rounded);
+    linear_forward(s.q.data(), x.data(), w_q_, data_or_null(b_q_), B * Tq, C, H * D, s.precision, &s.w_in_rounded,
+                   &s.drop_in);
     if (saving) s.context = context->clone();
-    project_context(*context, s.k, s.v, s.precision, &s.w_kv_rounded);
+    project_context(*context, s.k, s.v, s.precision, &s.drop_kv, &s.w_kv_rounded);
   }
   if (c.position == PositionScheme::RoPE) {
     RopeTables rope(call.position, Tq, D, c.rope);
@@ -277,7 +282,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor* context, const
   s.attn = Tensor({B, Tq, H, D});
   attention_kernel(c.kernel, s.attn.data(), s.stats, s.q.data(), s.k.data(), s.v.data(), p);
   Tensor out = Tensor::uninitialized({B, Tq, C});
-  linear_forward(out.data(), s.attn.data(), w_o_, data_or_null(b_o_), B * Tq, H * D, C, s.precision, &s.w_out_rounded);
+  linear_forward(out.data(), s.attn.data(), w_o_, data_or_null(b_o_), B * Tq, H * D, C, s.precision, &s.w_out_rounded,
+                 &s.drop_out);
   return out;
 }
 
@@ -390,15 +396,16 @@ void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tenso
   check(config_.cross, "attention '{}': only cross-attention has a context to project", name_);
   check(context.rank() == 3 && context.size(2) == config_.d_model,
         "attention '{}': context has shape {}, expected [batch, time, {}]", name_, context.shape(), config_.d_model);
-  project_context(context, k, v, Precision::F32, nullptr);
+  project_context(context, k, v, Precision::F32, nullptr, nullptr);
 }
 
 void MultiHeadAttention::project_context(const Tensor& context, Tensor& k, Tensor& v, Precision precision,
-                                         std::vector<uint16_t>* w_rounded) const {
+                                         const LoraStream* drop, std::vector<uint16_t>* w_rounded) const {
   const int64_t C = config_.d_model, Hkv = config_.kv_heads(), D = config_.d_head();
   const int64_t B = context.size(0), Tk = context.size(1);
   std::vector<float> kv(B * Tk * 2 * Hkv * D);
-  linear_forward(kv.data(), context.data(), w_kv_, data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D, precision, w_rounded);
+  linear_forward(kv.data(), context.data(), w_kv_, data_or_null(b_kv_), B * Tk, C, 2 * Hkv * D, precision, w_rounded,
+                 drop);
   k = Tensor({B, Tk, Hkv, D});
   v = Tensor({B, Tk, Hkv, D});
   split_columns(k.data(), kv.data(), B * Tk, 2 * Hkv * D, 0, Hkv * D);
@@ -415,7 +422,7 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
   // out = attn · W_Oᵀ + b_O
   Tensor dattn({s.B, s.Tq, H, D});
   linear_backward(dattn.data(), w_o_, grad_or_null(b_o_), dout.data(), s.attn.data(), s.B * s.Tq, H * D, C, s.precision,
-                  &s.w_out_rounded);
+                  &s.w_out_rounded, &s.drop_out);
 
   kernels::AttentionParams<float> p = kernel_params(s.B, s.Tq, s.Tk, s.position, s.key_lengths, s.mask);
   p.dropout = s.dropout, p.dropout_seed = s.dropout_seed, p.dropout_offset = s.dropout_offset;
@@ -467,10 +474,10 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
     join_columns(dqkv.data(), dk.data(), s.B * s.Tq, W, H * D, Hkv * D);
     join_columns(dqkv.data(), dv.data(), s.B * s.Tq, W, (H + Hkv) * D, Hkv * D);
     linear_backward(dx.data(), w_qkv_, grad_or_null(b_qkv_), dqkv.data(), s.x.data(), s.B * s.Tq, C, W, s.precision,
-                    &s.w_in_rounded);
+                    &s.w_in_rounded, &s.drop_in);
   } else {
     linear_backward(dx.data(), w_q_, grad_or_null(b_q_), dq.data(), s.x.data(), s.B * s.Tq, C, H * D, s.precision,
-                    &s.w_in_rounded);
+                    &s.w_in_rounded, &s.drop_in);
     std::vector<float> dkv(s.B * s.Tk * 2 * Hkv * D);
     join_columns(dkv.data(), dk.data(), s.B * s.Tk, 2 * Hkv * D, 0, Hkv * D);
     join_columns(dkv.data(), dv.data(), s.B * s.Tk, 2 * Hkv * D, Hkv * D, Hkv * D);
@@ -478,7 +485,7 @@ Tensor MultiHeadAttention::backward(const Tensor& dout, const Saved& s, Tensor* 
           name_);
     *dcontext = Tensor({s.B, s.Tk, C});
     linear_backward(dcontext->data(), w_kv_, grad_or_null(b_kv_), dkv.data(), s.context.data(), s.B * s.Tk, C,
-                    2 * Hkv * D, s.precision, &s.w_kv_rounded);
+                    2 * Hkv * D, s.precision, &s.w_kv_rounded, &s.drop_kv);
   }
   return dx;
 }

@@ -94,6 +94,7 @@ class MultiHeadAttention {
     uint64_t dropout_seed = 0, dropout_offset = 0;
     Precision precision = Precision::F32;
     std::vector<uint16_t> w_in_rounded, w_kv_rounded, w_out_rounded;  // mixed precision: qkv (or q), kv, o
+    LoraStream drop_in, drop_kv, drop_out;  // training's adapter dropout on qkv (or q), kv, o
     Tensor x, context;  // the inputs (copies: the caller may reuse its buffers)
     Tensor q, k, v;     // (B, Tq, H, d_head), (B, Tk, Hkv, d_head): after RoPE
     Tensor attn;        // (B, Tq, H, d_head): the heads before W_O
@@ -135,7 +136,7 @@ class MultiHeadAttention {
   kernels::AttentionParams<float> kernel_params(int64_t B, int64_t Tq, int64_t Tk, int64_t position,
                                                 const int32_t* key_lengths, const uint8_t* mask) const;
   // project_context in `precision` (rounding W_kv into *w_rounded).
-  void project_context(const Tensor& context, Tensor& k, Tensor& v, Precision precision,
+  void project_context(const Tensor& context, Tensor& k, Tensor& v, Precision precision, const LoraStream* drop,
                        std::vector<uint16_t>* w_rounded) const;
 
   std::string name_;

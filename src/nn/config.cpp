@@ -140,6 +140,7 @@ void for_each_field(Config& c, F&& f) {
   f("lora_alpha", c.lora_alpha, "LoRA: the adapters' output is scaled by lora_alpha / lora_r");
   f("lora_targets", c.lora_targets, "LoRA: the projections adapted, among q, k, v, o (attention), up, gate, down (FFN)");
   f("lora_rslora", c.lora_rslora, "LoRA: scale by lora_alpha / √lora_r (rsLoRA) instead");
+  f("lora_dropout", c.lora_dropout, "LoRA: dropout on the adapters' input while training (PEFT's lora_dropout)");
 }
 
 }  // namespace
@@ -201,7 +202,8 @@ int64_t ModelConfig::decoder_layers() const {
 }
 
 LoraConfig ModelConfig::lora() const {
-  return {.r = lora_r, .alpha = lora_alpha, .targets = lora_targets, .rslora = lora_rslora, .seed = seed};
+  return {.r = lora_r, .alpha = lora_alpha, .targets = lora_targets, .rslora = lora_rslora, .seed = seed,
+          .dropout = lora_dropout};
 }
 
 void ModelConfig::validate() const {

@@ -290,12 +290,12 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
 }  // namespace
 
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
+                    int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded, const LoraStream* drop) {
   linear_forward_as_stored(out, inp, weight, bias, N, C, OC, precision, w_rounded);
   if (weight.lora.empty()) return;
   check(row_adapters.empty() || static_cast<int64_t>(row_adapters.size()) == N,
         "linear '{}': {} rows, but the adapters were selected for {}", weight.name, N, row_adapters.size());
-  lora_forward(out, inp, weight, N, C, OC, row_adapters.empty() ? nullptr : row_adapters.data(), per_row_matmuls);
+  lora_forward(out, inp, weight, N, C, OC, row_adapters.empty() ? nullptr : row_adapters.data(), per_row_matmuls, drop);
 }
 
 namespace {
@@ -391,21 +391,22 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias, 
   if (has_bias) bias = Parameter(name + ".bias", {out}, bias_role);
 }
 
-Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved) const {
+Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved, bool training, Rng* rng) const {
   const int64_t N = x.numel() / in();
   Tensor y = Tensor::uninitialized({N, out()});  // the matmul writes every element
   const float* b = bias.numel() ? bias.value.data() : nullptr;
   precision = precision_for(weight, precision);
+  const LoraStream drop = weight.lora.empty() ? LoraStream{} : lora_dropout_stream(weight, N, training, rng);
   if (precision == Precision::F32) {
-    if (saved != nullptr) *saved = Saved{N, precision, x.clone(), {}, {}};
-    linear_forward(y.data(), x.data(), weight, b, N, in(), out());
+    if (saved != nullptr) *saved = Saved{N, precision, x.clone(), {}, {}, drop};
+    linear_forward(y.data(), x.data(), weight, b, N, in(), out(), Precision::F32, nullptr, &drop);
     return y;
   }
   // Mixed precision keeps the rounded input for backward: half the bytes of a copy, and no second rounding.
   check(weight.has_values(), "linear '{}': held as quantized blocks only; training needs its float values "
         "(Model::ensure_values)", weight.name);
   check(saved != nullptr, "linear '{}': mixed precision needs a forward that saves for backward", weight.name);
-  saved->rows = N, saved->precision = precision, saved->x = Tensor();
+  saved->rows = N, saved->precision = precision, saved->x = Tensor(), saved->lora_drop = drop;
   saved->x_rounded.resize(static_cast<size_t>(N * in()));
   kernels::round_to_half(half_of(precision), saved->x_rounded.data(), x.data(), N * in());
   saved->w_rounded.resize(static_cast<size_t>(weight.numel()));
@@ -414,15 +415,16 @@ Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved) const
                                in(), out());
   if (!weight.lora.empty()) {  // adapters stay fp32, on the fp32 input (kept for their backward)
     saved->x = x.clone();
-    lora_forward(y.data(), x.data(), weight, N, in(), out());
+    lora_forward(y.data(), x.data(), weight, N, in(), out(), nullptr, false, &drop);
   }
   return y;
 }
 
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
-                     int64_t C, int64_t OC, Precision precision, const std::vector<uint16_t>* w_rounded) {
+                     int64_t C, int64_t OC, Precision precision, const std::vector<uint16_t>* w_rounded,
+                     const LoraStream* drop) {
   precision = precision_for(weight, precision);
-  if (!weight.lora.empty()) lora_backward(dinp, weight, dout, inp, N, C, OC);
+  if (!weight.lora.empty()) lora_backward(dinp, weight, dout, inp, N, C, OC, drop);
   check(weight.has_values(), "linear '{}': held as quantized blocks only; training needs its float values "
         "(Model::ensure_values)", weight.name);
   if (precision == Precision::F32)
@@ -439,11 +441,13 @@ Tensor Linear::backward(const Tensor& dout, const Saved& saved) {
   Tensor dx({N, in()});
   float* dbias = bias.numel() ? bias.grad.data() : nullptr;
   if (saved.precision == Precision::F32) {
-    linear_backward(dx.data(), weight, dbias, dout.data(), saved.x.data(), N, in(), out());
+    linear_backward(dx.data(), weight, dbias, dout.data(), saved.x.data(), N, in(), out(), Precision::F32, nullptr,
+                    &saved.lora_drop);
   } else {
     check(saved.x_rounded.size() == static_cast<size_t>(N * in()), "linear '{}': backward without its forward",
           weight.name);
-    if (!weight.lora.empty()) lora_backward(dx.data(), weight, dout.data(), saved.x.data(), N, in(), out());
+    if (!weight.lora.empty())
+      lora_backward(dx.data(), weight, dout.data(), saved.x.data(), N, in(), out(), &saved.lora_drop);
     kernels::matmul_backward_half(half_of(saved.precision), dx.data(), weight.grad.data(), dbias, dout.data(),
                                   rounded(0, saved.precision, dout.data(), N * out()), saved.x_rounded.data(),
                                   saved.w_rounded.data(), N, in(), out());
@@ -541,16 +545,16 @@ FeedForward::FeedForward(const std::string& name, const ModelConfig& c)
 Tensor FeedForward::forward(const Tensor& x, bool training, Rng* rng, Precision precision, Saved* saved) const {
   Saved scratch;  // evaluation and sessions: u and g are dropped after use
   Saved& s = saved != nullptr ? *saved : scratch;
-  s.u = up_.forward(x, precision, saved ? &s.up : nullptr);
+  s.u = up_.forward(x, precision, saved ? &s.up : nullptr, training, rng);
   Tensor h = Tensor::uninitialized(s.u.shape());
   if (is_gated(kind_)) {  // h = f(g) ⊙ u
-    s.g = gate_.forward(x, precision, saved ? &s.gate : nullptr);
+    s.g = gate_.forward(x, precision, saved ? &s.gate : nullptr, training, rng);
     kernels::gated_forward(activation_of(kind_), h.data(), s.g.data(), s.u.data(), h.numel());
   } else {
     kernels::activation_forward(activation_of(kind_), h.data(), s.u.data(), h.numel());
   }
   dropout_.forward(h, training, rng, saved ? &s.dropout : nullptr);
-  return down_.forward(h, precision, saved ? &s.down : nullptr);
+  return down_.forward(h, precision, saved ? &s.down : nullptr, training, rng);
 }
 
 Tensor FeedForward::backward(const Tensor& dout, const Saved& s) {

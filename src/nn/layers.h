@@ -25,8 +25,10 @@ namespace attend::nn {
 // decoding, widen it inside the gemv; more rows round the input to the same type and run the 16-bit GEMM).
 // Mixed precision (precision ≠ F32, training's forwards; never for a router) rounds inp and W to bf16 or fp16
 // and multiplies with fp32 sums; the rounded W goes to *w_rounded, which the backward reads.
+// `drop`: a training forward's adapter dropout (lora_dropout_stream), which the backward takes again.
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
-                    int64_t OC, Precision precision = Precision::F32, std::vector<uint16_t>* w_rounded = nullptr);
+                    int64_t OC, Precision precision = Precision::F32, std::vector<uint16_t>* w_rounded = nullptr,
+                    const LoraStream* drop = nullptr);
 // While one is alive, linear_forward on this thread multiplies any number of rows with the per-row (decoding)
 // kernels, so that each row's outputs are those of that row alone, bit for bit (step_row_invariant's decoding
 // rows). Not for prompts: the per-row kernels run far below the GEMM's rate at many rows.
@@ -62,7 +64,7 @@ inline Precision precision_for(const Parameter& weight, Precision precision) {
 // rounds dout and inp as the forward did and reads the forward's rounded W.
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
                      int64_t C, int64_t OC, Precision precision = Precision::F32,
-                     const std::vector<uint16_t>* w_rounded = nullptr);
+                     const std::vector<uint16_t>* w_rounded = nullptr, const LoraStream* drop = nullptr);
 
 // The block type of a quantized weight type (kernels/quant.h).
 kernels::QuantType quant_type(WeightType t);
@@ -100,10 +102,12 @@ class Linear {
     Tensor x;                         // the input (f32)
     std::vector<uint16_t> x_rounded;  // or, in mixed precision, the input rounded as the matmul read it
     std::vector<uint16_t> w_rounded;  // and the weight
+    LoraStream lora_drop;             // the adapters' dropout
   };
 
-  // (N, in) → (N, out), with the matmul in `precision` (mixed precision needs a Saved).
-  Tensor forward(const Tensor& x, Precision precision, Saved* saved) const;
+  // (N, in) → (N, out), with the matmul in `precision` (mixed precision needs a Saved). Training with adapter
+  // dropout draws from rng.
+  Tensor forward(const Tensor& x, Precision precision, Saved* saved, bool training = false, Rng* rng = nullptr) const;
   Tensor backward(const Tensor& dout, const Saved& saved);
   void collect(std::vector<Parameter*>& out);
   int64_t in() const { return weight.value.size(1); }

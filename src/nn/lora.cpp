@@ -1,5 +1,6 @@
 #include "nn/lora.h"
 
+#include "kernels/dropout.h"
 #include "kernels/gemm.h"
 
 #include <attend/error.h>
@@ -28,6 +29,7 @@ void LoraConfig::validate() const {
   for (const std::string& t : targets)
     check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
           "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
+  check(dropout >= 0.0 && dropout < 1.0, "lora: dropout is {}, expected a probability in [0, 1)", dropout);
   check(std::isfinite(multiplier), "lora: the scale multiplier is {}, expected a finite number", multiplier);
   // The name goes into tensor names: "….lora_A.<name>.weight".
   check(name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
@@ -45,12 +47,40 @@ void draw_lora_a(Parameter& a, uint64_t seed, uint64_t offset) {
   for (float& x : a.value.span()) x = (2.0f * x - 1.0f) * bound;
 }
 
+LoraStream lora_dropout_stream(const Parameter& weight, int64_t N, bool training, Rng* rng) {
+  if (!training) return {};
+  uint64_t numbers = 0;
+  for (const LowRankUpdate& u : weight.lora)
+    if (u.dropout > 0.0f) numbers += static_cast<uint64_t>(N * weight.value.size(1));
+  if (numbers == 0) return {};
+  check(rng != nullptr, "lora: training '{}' with adapter dropout needs a random stream", weight.name);
+  const uint64_t seed = rng->seed();
+  return {true, seed, rng->reserve(numbers)};
+}
+
+namespace {
+
+// The input an adapter sees: x itself, or with dropout drop(x) (the adapter's mask: its numbers of the stream).
+// `first` is the number of the stream's first this adapter takes.
+const float* adapter_input(const LowRankUpdate& u, const float* inp, int64_t N, int64_t C, const LoraStream* drop,
+                           uint64_t first, std::vector<float>& buffer) {
+  if (drop == nullptr || !drop->active || u.dropout <= 0.0f) return inp;
+  buffer.resize(static_cast<size_t>(N * C));
+  kernels::dropout_forward(buffer.data(), inp, N * C, u.dropout, drop->seed, first);
+  return buffer.data();
+}
+
+}  // namespace
+
 void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC,
-                  const uint64_t* row_masks, bool per_row) {
-  thread_local std::vector<float> xa;
+                  const uint64_t* row_masks, bool per_row, const LoraStream* drop) {
+  thread_local std::vector<float> xa, dropped;
+  uint64_t first = drop != nullptr ? drop->offset : 0;
   for (const LowRankUpdate& u : weight.lora) {
     const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
     const uint64_t bit = uint64_t{1} << u.adapter;
+    const float* x = adapter_input(u, inp, N, C, drop, first, dropped);
+    if (x != inp) first += static_cast<uint64_t>(N * C);
     // Runs of consecutive rows that take this adapter (all N without masks), one row at a time when per_row.
     for (int64_t n0 = 0; n0 < N;) {
       if (row_masks != nullptr && (row_masks[n0] & bit) == 0) {
@@ -61,7 +91,7 @@ void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t
       while (!per_row && n1 < N && (row_masks == nullptr || (row_masks[n1] & bit) != 0)) ++n1;
       const int64_t n = n1 - n0;
       xa.resize(static_cast<size_t>(n * r));
-      kernels::gemm<float>(false, true, n, r, C, 1.0f, inp + n0 * C, C, u.A->value.data(), C, 0.0f, xa.data(), r);
+      kernels::gemm<float>(false, true, n, r, C, 1.0f, x + n0 * C, C, u.A->value.data(), C, 0.0f, xa.data(), r);
       kernels::gemm<float>(false, true, n, rows, r, static_cast<float>(u.scale), xa.data(), r, u.B->value.data(), r,
                            1.0f, out + n0 * OC + u.row0, OC);
       n0 = n1;
@@ -70,22 +100,32 @@ void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t
 }
 
 void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
-                   int64_t OC) {
-  thread_local std::vector<float> xa, t;
+                   int64_t OC, const LoraStream* drop) {
+  thread_local std::vector<float> xa, t, dropped, dx;
+  uint64_t first = drop != nullptr ? drop->offset : 0;
   for (const LowRankUpdate& u : weight.lora) {
     const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
     const auto s = static_cast<float>(u.scale);
     const float* dy = dout + u.row0;  // the adapter's output columns, rows OC apart
+    const float* x = adapter_input(u, inp, N, C, drop, first, dropped);
+    const bool masked = x != inp;
     if (u.B->grad.data() != nullptr) {
       xa.resize(static_cast<size_t>(N * r));
-      kernels::gemm<float>(false, true, N, r, C, 1.0f, inp, C, u.A->value.data(), C, 0.0f, xa.data(), r);
+      kernels::gemm<float>(false, true, N, r, C, 1.0f, x, C, u.A->value.data(), C, 0.0f, xa.data(), r);
       kernels::gemm<float>(true, false, rows, r, N, s, dy, OC, xa.data(), r, 1.0f, u.B->grad.data(), r);
     }
     t.resize(static_cast<size_t>(N * r));
     kernels::gemm<float>(false, false, N, r, rows, 1.0f, dy, OC, u.B->value.data(), r, 0.0f, t.data(), r);
     if (u.A->grad.data() != nullptr)
-      kernels::gemm<float>(true, false, r, C, N, s, t.data(), r, inp, C, 1.0f, u.A->grad.data(), C);
-    if (dinp != nullptr) kernels::gemm<float>(false, false, N, C, r, s, t.data(), r, u.A->value.data(), C, 1.0f, dinp, C);
+      kernels::gemm<float>(true, false, r, C, N, s, t.data(), r, x, C, 1.0f, u.A->grad.data(), C);
+    if (dinp != nullptr && !masked) {
+      kernels::gemm<float>(false, false, N, C, r, s, t.data(), r, u.A->value.data(), C, 1.0f, dinp, C);
+    } else if (dinp != nullptr) {  // ∂x of drop(x): the same mask on s·t·A
+      dx.resize(static_cast<size_t>(N * C));
+      kernels::gemm<float>(false, false, N, C, r, s, t.data(), r, u.A->value.data(), C, 0.0f, dx.data(), C);
+      kernels::dropout_backward(dinp, dx.data(), N * C, u.dropout, drop->seed, first);
+    }
+    if (masked) first += static_cast<uint64_t>(N * C);
   }
 }
 
@@ -100,7 +140,7 @@ void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0
   Entry e{&weight, std::make_unique<Parameter>(base + "." + label + "lora_A" + suffix, Shape{config.r, in}, Role::LoraA),
           std::make_unique<Parameter>(base + "." + label + "lora_B" + suffix, Shape{rows, config.r}, Role::LoraB)};
   e.A->stack_blocks = e.B->stack_blocks = weight.stack_blocks;
-  weight.lora.push_back({e.A.get(), e.B.get(), row0, config.scale()});
+  weight.lora.push_back({e.A.get(), e.B.get(), row0, config.scale(), static_cast<float>(config.dropout)});
   entries_.push_back(std::move(e));
 }
 

@@ -8,6 +8,7 @@
 
 #include <attend/model.h>
 #include <attend/parameter.h>
+#include <attend/rng.h>
 
 #include <memory>
 #include <string>
@@ -19,13 +20,21 @@ namespace attend::nn {
 // numbers offset… of stream `seed`.
 void draw_lora_a(Parameter& a, uint64_t seed, uint64_t offset);
 
+// Adapter dropout's numbers for one matmul of a training forward: backward regenerates the masks from them. Each
+// adapter with dropout p > 0 on the weight takes N·in numbers from `rng` (in the order of weight.lora).
+struct LoraStream {
+  bool active = false;
+  uint64_t seed = 0, offset = 0;
+};
+LoraStream lora_dropout_stream(const Parameter& weight, int64_t N, bool training, Rng* rng);
+
 // row_masks (N, or nullptr for every adapter on every row): row n takes the adapters whose slot bit it has.
 // per_row: each row through its own products, so that a row's output is that row's alone, bit for bit
 // (PerRowMatmuls).
 void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC,
-                  const uint64_t* row_masks = nullptr, bool per_row = false);
+                  const uint64_t* row_masks = nullptr, bool per_row = false, const LoraStream* drop = nullptr);
 void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
-                   int64_t OC);
+                   int64_t OC, const LoraStream* drop = nullptr);
 
 // The adapters a layer owns. Adding one registers it on its weight (Parameter::lora).
 class LoraAdapters {

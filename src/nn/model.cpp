@@ -385,7 +385,7 @@ int Model::add_lora(const LoraConfig& config) {
   m.adapters.push_back(config.name);
   if (config.name.empty()) {  // config.json says so: the saved model loads with its adapters
     m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
-    m.config.lora_rslora = config.rslora;
+    m.config.lora_rslora = config.rslora, m.config.lora_dropout = config.dropout;
   }
   uint64_t offset = 0;  // the new A drawn as PEFT draws it; B stays 0
   for (Parameter* p : m.params) {

@@ -80,6 +80,15 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("bucket_mb", t.bucket_mb, "mpirun: megabytes of fp32 gradients per bucket, sent while backward runs; 0: one bucket at the end");
 }
 
+template <typename F>
+void for_each_lora_field(LoraConfig& l, F&& f) {
+  f("r", l.r, "the adapters' rank (0: no LoRA, the whole model trains)");
+  f("alpha", l.alpha, "the adapters' output is scaled by alpha / r");
+  f("dropout", l.dropout, "dropout on the adapters' input while training (PEFT's lora_dropout)");
+  f("targets", l.targets, "the projections adapted, among q, k, v, o (attention), up, gate, down (FFN)");
+  f("rslora", l.rslora, "scale by alpha / √r (rsLoRA) instead");
+}
+
 }  // namespace
 
 RunConfig RunConfig::from_json(std::string_view text, std::string_view origin) {
@@ -93,8 +102,15 @@ RunConfig RunConfig::from_json(std::string_view text, std::string_view origin) {
   c.model_given = j.contains("model");
   if (j.contains("data"))
     read_fields(j["data"], fmt::format("{}: data", origin), [&](auto&& f) { for_each_data_field(c.data, f); });
-  if (j.contains("train"))
-    read_fields(j["train"], fmt::format("{}: train", origin), [&](auto&& f) { for_each_train_field(c.train, f); });
+  if (j.contains("train")) {
+    json train = j["train"];
+    if (train.is_object() && train.contains("lora")) {  // a section of its own
+      read_fields(train["lora"], fmt::format("{}: train.lora", origin),
+                  [&](auto&& f) { for_each_lora_field(c.train.lora, f); });
+      train.erase("lora");
+    }
+    read_fields(train, fmt::format("{}: train", origin), [&](auto&& f) { for_each_train_field(c.train, f); });
+  }
   if (j.contains("out")) read_field(c.out, j["out"], fmt::format("{}: 'out'", origin));
   return c;
 }
@@ -105,6 +121,7 @@ std::string RunConfig::to_json() const {
   j["model"] = nlohmann::ordered_json::parse(model.to_json());
   j["data"] = write_fields([&](auto&& f) { for_each_data_field(copy.data, f); });
   j["train"] = write_fields([&](auto&& f) { for_each_train_field(copy.train, f); });
+  if (train.lora.r > 0) j["train"]["lora"] = write_fields([&](auto&& f) { for_each_lora_field(copy.train.lora, f); });
   j["out"] = out;
   return j.dump(2) + "\n";
 }
@@ -121,6 +138,8 @@ void RunConfig::set(std::string_view key, std::string_view value) {
     found = true;
   } else if (section == "data") {
     found = set_field(field, value, "--set data", [&](auto&& f) { for_each_data_field(data, f); });
+  } else if (section == "train" && field.starts_with("lora.")) {
+    found = set_field(field.substr(5), value, "--set train.lora", [&](auto&& f) { for_each_lora_field(train.lora, f); });
   } else if (section == "train") {
     found = set_field(field, value, "--set train", [&](auto&& f) { for_each_train_field(train, f); });
   }
@@ -150,6 +169,14 @@ void RunConfig::validate() const {
         train.loss_scale, train.loss_scale_window);
   check(train.allreduce != Precision::F16, "run: train.allreduce must be f32 or bf16, got f16");
   check(train.bucket_mb >= 0.0, "run: train.bucket_mb must be non-negative, got {}", train.bucket_mb);
+  check(train.lora.r >= 0, "run: train.lora.r is {}, expected 0 (no LoRA) or a rank", train.lora.r);
+  if (train.lora.r > 0) {
+    try {
+      train.lora.validate();
+    } catch (const Error& e) {
+      throw Error(fmt::format("run: train.{}", e.what()));
+    }
+  }
   train::Schedule s = train.schedule;
   if (s.total_steps == 0) s.total_steps = train.steps;
   s.validate();
@@ -161,6 +188,7 @@ std::string RunConfig::help() {
   out += ModelConfig::help("model.");
   out += "\ndata\n" + describe_fields("data.", [&](auto&& f) { for_each_data_field(d.data, f); });
   out += "\ntrain\n" + describe_fields("train.", [&](auto&& f) { for_each_train_field(d.train, f); });
+  out += describe_fields("train.lora.", [&](auto&& f) { for_each_lora_field(d.train.lora, f); });
   out += fmt::format("\n  {:<28} {:<14} {}\n", "out", "\"runs/run\"", "the run directory: checkpoint/, metrics.jsonl");
   return out;
 }

@@ -222,6 +222,19 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   if (c.schedule.total_steps == 0) c.schedule.total_steps = c.steps;
   c.schedule.d_model = s.model.config().d_model;  // inverse_sqrt's d_model^(-1/2) is the model's width
   c.schedule.validate();
+  if (c.lora.r > 0) {  // train.lora: the adapters, before init_from's weights or the checkpoint's are compared
+    const ModelConfig& m = s.model.config();
+    if (m.lora_r == 0) {
+      LoraConfig lora = c.lora;
+      lora.seed = m.seed, lora.name.clear(), lora.multiplier = 1.0;
+      s.model.add_lora(lora);
+    } else {
+      check(m.lora_r == c.lora.r && m.lora_alpha == c.lora.alpha && m.lora_targets == c.lora.targets &&
+                m.lora_rslora == c.lora.rslora && m.lora_dropout == c.lora.dropout,
+            "train.lora: the model has adapters of its own already (r = {} on {}), not train.lora's (r = {} on {})",
+            m.lora_r, fmt::join(m.lora_targets, ", "), c.lora.r, fmt::join(c.lora.targets, ", "));
+    }
+  }
 
   // Rank 0 alone reads and writes the run directory; the others get what it read.
   std::string state_text;  // trainer.json, on resume
