@@ -59,6 +59,11 @@ Batch batch_for(const ModelConfig& c, uint64_t seed) {
 
 const std::vector<std::string> kEvery = {"q", "k", "v", "o", "up", "gate", "down"};
 
+// What trains in a LoRA model: the adapters, and a classification head (classifier and pooler) beside them.
+bool trains(const Parameter& p) {
+  return is_adapter(p.role) || p.name.starts_with("classifier.") || p.name.starts_with("pooler.");
+}
+
 // B random instead of zero, so that the adapters do something.
 void randomize_b(Model& m, uint64_t seed) {
   Rng rng(seed);
@@ -99,8 +104,10 @@ TEST(Lora, AdaptersStartAsNothingAndAloneTrain) {
     const int64_t cross = c.architecture == Architecture::EncoderDecoder ? c.decoder_layers() * attention : 0;
     EXPECT_EQ(m.count().adapters, blocks * (attention + ffn) + cross);
     EXPECT_EQ(m.count().total(), base.total() + m.count().adapters);
+    int64_t head = 0;
     for (Parameter* p : m.parameters()) {
-      EXPECT_EQ(p->frozen, !is_adapter(p->role)) << p->name;
+      EXPECT_EQ(p->frozen, !trains(*p)) << p->name;
+      if (!is_adapter(p->role) && trains(*p)) head += p->numel();
       if (p->role == Role::LoraA) {  // U(−1/√in, 1/√in), as PEFT's Kaiming-uniform with a = √5
         const float bound = 1.0f / std::sqrt(static_cast<float>(p->value.size(1)));
         for (float x : p->value.span()) ASSERT_LE(std::abs(x), bound) << p->name;
@@ -108,7 +115,8 @@ TEST(Lora, AdaptersStartAsNothingAndAloneTrain) {
       if (p->role == Role::LoraB)
         for (float x : p->value.span()) ASSERT_EQ(x, 0.0f) << p->name;
     }
-    EXPECT_EQ(static_cast<int64_t>(m.gradient_buffer().size()), m.count().adapters);
+    EXPECT_EQ(static_cast<int64_t>(m.gradient_buffer().size()), m.count().adapters + head);
+    EXPECT_EQ(head > 0, c.n_classes > 0) << "a classification head trains beside the adapters";
   }
 }
 
@@ -261,7 +269,7 @@ TEST(Lora, GradientsOfAAndBAgreeWithFiniteDifferences) {
     testing::expect_finite_differences(m, batch_for(c, 6), {}, name);
     EXPECT_GT(m.trainable_parameters().size(), 10u) << "A and B of every adapted projection are probed";
     for (const Parameter* p : m.parameters()) {
-      EXPECT_EQ(p->frozen, !is_adapter(p->role)) << p->name;
+      EXPECT_EQ(p->frozen, !trains(*p)) << p->name;
       if (p->frozen) EXPECT_EQ(p->grad.numel(), 0) << p->name;
     }
   }
@@ -434,7 +442,7 @@ TEST(Lora, PeftFilesOfTheLlamaFamilyRoundTripAndMergeAsHuggingFaceWould) {
     EXPECT_EQ(config["r"], 2);
     EXPECT_EQ(config["lora_alpha"], 4.0);
     EXPECT_EQ(config["target_modules"],
-              nlohmann::json({"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj"}));
+              nlohmann::json({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
     const SafetensorsReader file(dir / "adapter_model.safetensors");
     const TensorInfo* qb = file.find("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
     ASSERT_NE(qb, nullptr);
@@ -508,9 +516,115 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   fails({"shape", "lora_A"});
   with("target_modules", nlohmann::json({"q_proj", "v_proj", "o_proj"}));
   fails({"no tensor", "o_proj"});
-  Model gpt(family("gpt"));
-  gpt.add_lora({});
-  testing::expect_error_mentions<Error>([&] { save_peft_adapter(gpt, fresh("peft_gpt")); }, {"Llama family"});
+  with("target_modules", nlohmann::json({"q_proj", "self_attn.v_proj"}));
+  with("modules_to_save", nlohmann::json({"lm_head"}));
+  fails({"modules_to_save", "lm_head"});
+}
+
+// PEFT adapters as PEFT writes and applies them, for each family's Hugging Face layout: adapter directories and the
+// logits of W + s·B·A computed in plain PyTorch in float64 (tools/make_peft_fixtures.py): GPT-2's fused c_attn
+// (fan_in_fan_out), BERT's query, value and output.dense (which PEFT also matches in attention.output.dense) with
+// the classifier saved whole, T5's q and v of self and cross attention and its gated FFN's wi_1 and wo, and
+// Mistral's every projection under rsLoRA. Attend's fp32 logits agree to 1e-4 of the largest.
+TEST(Lora, PeftAdaptersOfEveryFamilyGiveTheLogitsOfPyTorchsReference) {
+  const fs::path data(ATTEND_TEST_DATA);
+  const std::map<std::string, std::vector<std::string>> targets = {
+      {"gpt2", {"q", "k", "v", "down"}}, {"bert", {"q", "v", "o", "down"}}, {"t5", {"q", "v", "up", "down"}},
+      {"mistral", kEvery}};
+  for (const auto& [name, want_targets] : targets) {
+    SCOPED_TRACE(name);
+    const fs::path dir = data / "peft" / name;
+    const auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
+    Model m = load_model(data / golden["base"].get<std::string>());
+    EXPECT_EQ(load_peft_adapter(m, dir), 0);
+    EXPECT_EQ(m.config().lora_targets, want_targets);
+    Batch b;
+    if (name == "bert") {
+      b.B = 2, b.T = 9;
+      for (const auto& seq : golden["ids"]) for (int32_t id : seq.get<std::vector<int32_t>>()) b.ids.push_back(id);
+      b.lengths = golden["lengths"].get<std::vector<int32_t>>();
+      b.labels = {0, 0};  // the classification head's logits
+      EXPECT_EQ(m.config().lora_modules_to_save, (std::vector<std::string>{"classifier"}));
+    } else if (name == "t5") {
+      b.src_ids = golden["src_ids"].get<std::vector<int32_t>>();
+      b.ids = golden["decoder_ids"].get<std::vector<int32_t>>();
+      b.B = 1, b.src_T = static_cast<int64_t>(b.src_ids.size()), b.T = static_cast<int64_t>(b.ids.size());
+      EXPECT_EQ(m.config().lora_dropout, 0.1);
+    } else {
+      b.ids = golden["prompt_ids"].get<std::vector<int32_t>>();
+      b.B = 1, b.T = static_cast<int64_t>(b.ids.size());
+    }
+    ForwardState state(/*for_backward=*/false);
+    m.forward(b, state);
+    const std::vector<double> want = golden["logits"].get<std::vector<double>>();
+    double largest = 0.0;
+    for (double x : want) largest = std::max(largest, std::abs(x));
+    testing::expect_all_close(std::vector<float>(state.logits().span().begin(), state.logits().span().end()), want,
+                              1e-4 * largest, name + ": logits with the PEFT adapter");
+
+    // Written back as PEFT's files and read onto the base again: the same logits, bit for bit.
+    const fs::path again_dir = fresh("peft_family_" + name);
+    save_peft_adapter(m, again_dir);
+    Model again = load_model(data / golden["base"].get<std::string>());
+    load_peft_adapter(again, again_dir);
+    ForwardState again_state(/*for_backward=*/false);
+    again.forward(b, again_state);
+    EXPECT_EQ(std::vector<float>(again_state.logits().span().begin(), again_state.logits().span().end()),
+              std::vector<float>(state.logits().span().begin(), state.logits().span().end()));
+  }
+}
+
+// What Attend writes for each family: the modules PEFT's names give (GPT-2's q and v adapters as one c_attn
+// adapter of twice the rank, block-diagonal; BERT's down projection by full names, since "output.dense" would also
+// adapt attention.output.dense), every module at the file's one rank, and the classifier beside them.
+TEST(Lora, PeftFilesAttendWritesForEachFamily) {
+  struct Case {
+    std::string family;
+    std::vector<std::string> targets, target_modules;
+    int64_t rank;
+    std::string tensor;
+    Shape shape;
+  };
+  const int64_t C = 16;
+  const std::vector<Case> cases = {
+      {"gpt", {"q", "v", "o"}, {"c_attn", "attn.c_proj"}, 4, "transformer.h.1.attn.c_attn.lora_B.weight", {3 * C, 4}},
+      {"bert", {"q", "v", "down"}, {"query", "value", "bert.encoder.layer.0.output.dense",
+                                    "bert.encoder.layer.1.output.dense"}, 2,
+       "bert.encoder.layer.1.attention.self.value.lora_A.weight", {2, C}},
+      {"t5", {"q", "k", "v", "o", "up", "down"}, {"q", "k", "v", "o", "wi", "wo"}, 2,
+       "decoder.block.0.layer.1.EncDecAttention.k.lora_B.weight", {C, 2}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.family);
+    const ModelConfig c = family(k.family);
+    Model m(c);
+    m.add_lora({.r = 2, .alpha = 4, .targets = k.targets, .seed = 9});
+    randomize_b(m, 3);
+    const Batch b = batch_for(c, 4);
+    const std::vector<float> want = logits_of(m, b);
+    const fs::path dir = fresh("peft_written_" + k.family);
+    save_peft_adapter(m, dir);
+    const auto config = nlohmann::json::parse(read_file(dir / "adapter_config.json"));
+    EXPECT_EQ(config["target_modules"], nlohmann::json(k.target_modules));
+    EXPECT_EQ(config["r"], k.rank);
+    EXPECT_EQ(config["lora_alpha"].get<double>(), 2.0 * k.rank) << "alpha / r stays the adapters' scale, 2";
+    const SafetensorsReader file(dir / "adapter_model.safetensors");
+    const TensorInfo* t = file.find("base_model.model." + k.tensor);
+    ASSERT_NE(t, nullptr) << k.tensor;
+    EXPECT_EQ(t->shape, k.shape);
+    if (k.family == "bert") {
+      EXPECT_EQ(config["modules_to_save"], nlohmann::json({"classifier", "pooler"}));
+      EXPECT_NE(file.find("base_model.model.classifier.weight"), nullptr);
+      EXPECT_NE(file.find("base_model.model.bert.pooler.dense.weight"), nullptr);
+      EXPECT_EQ(config["task_type"], "SEQ_CLS");
+    }
+    Model back(c);
+    load_peft_adapter(back, dir);
+    double largest = 0.0;
+    for (float x : want) largest = std::max(largest, double(std::abs(x)));
+    // GPT-2's c_attn comes back as q, k and v adapters of rank 4 sharing one A: the same products, with zeros.
+    testing::expect_all_close(logits_of(back, b), want, 1e-5 * largest, k.family + ": read back");
+  }
 }
 
 // Mixed precision: the base's matmuls in bf16, the adapters in fp32 on the fp32 input (attention's projections

@@ -59,6 +59,10 @@ struct LoraConfig {
   // Training: inverted dropout on the adapters' input, B(A·drop(x)), as PEFT's lora_dropout (the weight's own
   // product sees x whole); each adapter draws its own mask.
   double dropout = 0.0;
+  // Modules that train whole beside the adapters (PEFT's modules_to_save): "classifier", "pooler". Empty on a
+  // model with a classification head: that head (classifier, and the pooler where there is one), as PEFT's
+  // SEQ_CLS task does.
+  std::vector<std::string> modules_to_save;
   // "": the model's own adapters (trained, recorded in config.json as lora_*, tensors "….lora_A.weight"). A
   // name: further adapters beside them for running (several --lora at once; the server's per-request
   // adapters), tensors "….lora_A.<name>.weight", not recorded in config.json.
@@ -140,6 +144,7 @@ struct ModelConfig {
   std::vector<std::string> lora_targets = {"q", "v"};
   bool lora_rslora = false;
   double lora_dropout = 0.0;
+  std::vector<std::string> lora_modules_to_save;
   LoraConfig lora() const;  // the fields above, A drawn from seed
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

@@ -104,15 +104,21 @@ void export_hf_bert(const Model& model, const std::filesystem::path& dir, const 
 void export_hf(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
 
 // LoRA adapters in PEFT's files (adapter_config.json, adapter_model.safetensors with PEFT's names, as
-// `PeftModel.save_pretrained` writes them), for models of the Llama family's layout so far. save writes the
-// model's own adapters (Model::add_lora, or a LoRA run's checkpoint); load adds the directory's adapters (its r,
-// lora_alpha, target_modules, use_rslora) to the model, as its own (name "") or beside them (LoraConfig::name),
-// their scale times `multiplier`, and returns their slot (Model::adapters). Errors name the file and the field
-// or tensor.
+// `PeftModel.save_pretrained` writes them) for each family's Hugging Face layout: GPT-2, the Llama family, BERT
+// and T5 (formats/peft.cpp lists the modules). save writes the model's own adapters (Model::add_lora, or a LoRA
+// run's checkpoint) and the modules trained beside them (a classification head); load adds the directory's
+// adapters (its r, lora_alpha, target_modules, use_rslora, lora_dropout) to the model, as its own (name "") or
+// beside them (LoraConfig::name), their scale times `multiplier`, and returns their slot (Model::adapters).
+// Errors name the file and the field or tensor.
 void save_peft_adapter(const Model& model, const std::filesystem::path& dir, const std::string& base_model = "");
 int load_peft_adapter(Model& model, const std::filesystem::path& dir, const std::string& name = "",
                       double multiplier = 1.0);
-// adapter_config.json's text to the adapters it describes (load_peft_adapter reads it so; fuzz/ reaches it).
-LoraConfig parse_peft_config(std::string_view text, std::string_view origin);
+// adapter_config.json's text: the adapters' options (lora.targets empty: they follow from target_modules and the
+// model's layout) and the module names it lists (load_peft_adapter reads it so; fuzz/ reaches it).
+struct PeftConfig {
+  LoraConfig lora;
+  std::vector<std::string> target_modules;
+};
+PeftConfig parse_peft_config(std::string_view text, std::string_view origin);
 
 }  // namespace attend

@@ -17,8 +17,6 @@ namespace attend::formats {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
 // BERT's tensors and where each lies in Attend's parameters; `p` begins the encoder's names ("bert." or "").
 std::vector<RowMapping> bert_mappings(const ModelConfig& c, const std::string& p, const std::string& mlm_bias) {
   const int64_t C = c.d_model;
@@ -55,7 +53,6 @@ std::vector<RowMapping> bert_mappings(const ModelConfig& c, const std::string& p
   return m;
 }
 
-}  // namespace
 
 bool is_hf_bert_config(const json& config) {
   if (!config.is_object()) return false;

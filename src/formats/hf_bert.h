@@ -27,5 +27,8 @@ ModelConfig config_from_hf_bert(const nlohmann::json& config, const std::string&
                                 const CheckpointTensors* tensors = nullptr);
 // Loads DIR (config.json; model.safetensors or its shards).
 Model load_hf_bert(const std::filesystem::path& dir, const nlohmann::json& config);
+// BERT's tensors and where each lies in Attend's parameters; `prefix` begins the encoder's names ("bert." in the
+// heads' classes, "" in BertModel's), `mlm_bias` names the masked-LM head's bias.
+std::vector<RowMapping> bert_mappings(const ModelConfig& c, const std::string& prefix, const std::string& mlm_bias);
 
 }  // namespace attend::formats

@@ -18,8 +18,6 @@ namespace attend::formats {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
 // T5's tensors and where each lies in Attend's parameters. A block's sub-layers are layer.0 (self-attention),
 // layer.1 (cross-attention in the decoder; the FFN in the encoder) and layer.2 (the decoder's FFN), each with its
 // layer_norm; block 0's self-attention holds the stack's relative_attention_bias.
@@ -67,7 +65,6 @@ std::vector<RowMapping> t5_mappings(const ModelConfig& c) {
   return m;
 }
 
-}  // namespace
 
 bool is_hf_t5_config(const json& config) {
   if (!config.is_object()) return false;

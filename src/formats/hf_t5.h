@@ -7,6 +7,8 @@
 // geglu), and with tied embeddings the decoder's output × d_model^−½ before the head (lm_head_scale).
 #pragma once
 
+#include "formats/hf_checkpoint.h"
+
 #include <attend/model.h>
 
 #include <nlohmann/json.hpp>
@@ -23,5 +25,7 @@ bool is_hf_t5_config(const nlohmann::json& config);
 ModelConfig config_from_hf_t5(const nlohmann::json& config, const std::string& origin);
 // Loads DIR (config.json; model.safetensors or its shards).
 Model load_hf_t5(const std::filesystem::path& dir, const nlohmann::json& config);
+// T5ForConditionalGeneration's tensors and where each lies in Attend's parameters.
+std::vector<RowMapping> t5_mappings(const ModelConfig& c);
 
 }  // namespace attend::formats

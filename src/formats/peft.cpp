@@ -1,9 +1,31 @@
 // PEFT's LoRA files: adapter_config.json and adapter_model.safetensors, with PEFT's tensor names
-// (base_model.model.<the Hugging Face module>.lora_A.weight, A (r, in) and B (out, r)). The Llama family's
-// layout so far (Llama, Mistral, Qwen2, Qwen3, Gemma 3: model.layers.N.self_attn.q_proj, mlp.up_proj, ...):
-// B's rows of q_proj and k_proj are in Hugging Face's order, permuted per head as the weights are
-// (hf_llama.h), A's are not (A mixes the input channels, which RoPE does not touch).
+// (base_model.model.<the Hugging Face module>.lora_A.weight, A (r, in) and B (out, r)) for each family's
+// Hugging Face layout:
+//
+//   family              modules (block N)                                              Attend's targets
+//   GPT-2               transformer.h.N.attn.c_attn (q, k and v in one), attn.c_proj,   q k v, o, up, down
+//                       mlp.c_fc, mlp.c_proj
+//   Llama, Mistral,     model.layers.N.self_attn.q_proj … o_proj, mlp.up_proj,         q, k, v, o, up, gate,
+//   Qwen, Gemma 3       gate_proj, down_proj                                           down
+//   BERT                [bert.]encoder.layer.N.attention.self.query, key, value,       q, k, v, o, up, down
+//                       attention.output.dense, intermediate.dense, output.dense
+//   T5                  encoder.block.N.layer.0.SelfAttention.q … o, layer.1.          q, k, v, o (self and
+//                       DenseReluDense.wi (wi_0, wi_1 gated), wo; decoder.block.N.     cross), up, gate, down
+//                       layer.1.EncDecAttention.q … o, layer.2.DenseReluDense
+//
+// A module holding several of Attend's adapters (GPT-2's c_attn with q and v adapted) is written as one adapter of
+// their summed rank: A stacked, B block-diagonal. Every module is written with the file's one rank (the largest;
+// smaller ones padded with zero rows of A and columns of B, which change nothing) and lora_alpha chosen so that
+// PEFT's alpha / r (or alpha / √r) is the adapters' scale. Reading a fused module gives each target it holds the
+// module's A and its rows of B: the same W + s·B·A. B's rows of the Llama family's q_proj and k_proj are in
+// Hugging Face's order, permuted per head as the weights are (hf_llama.h); A's are not.
+//
+// modules_to_save (a classification head trained beside the adapters): classifier.weight and .bias, and the
+// pooler's (bert.pooler.dense.*), saved whole as PEFT saves them (base_model.model.classifier.weight).
+#include "formats/hf_bert.h"
+#include "formats/hf_gpt2.h"
 #include "formats/hf_llama.h"
+#include "formats/hf_t5.h"
 
 #include "core/json_fields.h"
 
@@ -15,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <type_traits>
@@ -26,86 +49,242 @@ namespace fs = std::filesystem;
 namespace {
 
 using json = nlohmann::ordered_json;
+using formats::RowMapping;
 
-// Attend's targets and the Llama layout's modules.
-constexpr std::pair<const char*, const char*> kModules[] = {
-    {"q", "self_attn.q_proj"}, {"k", "self_attn.k_proj"}, {"v", "self_attn.v_proj"}, {"o", "self_attn.o_proj"},
-    {"up", "mlp.up_proj"},     {"gate", "mlp.gate_proj"}, {"down", "mlp.down_proj"}};
-
-std::string module_of(const std::string& target) {
-  for (const auto& [t, m] : kModules)
-    if (target == t) return m;
-  throw Error(fmt::format("peft: no Hugging Face module for target '{}'", target));
-}
-
-// The adapter of target `t` in block i: Attend's A and B names, PEFT's, and how many heads B's rows hold for
-// RoPE's permutation (0: none).
-struct AdapterNames {
-  std::string a, b, peft_a, peft_b;
-  int64_t rope_heads = 0;
+// One adaptable Hugging Face module: its path in the model class (without PEFT's "base_model.model."), its name
+// without the block (what target_modules lists: "attn.c_attn"), and the rows of Attend's weight it holds.
+struct Module {
+  std::string path, suffix;
+  std::string weight;
+  int64_t row0 = 0, rows = 0;
+  int64_t rope_heads = 0;  // B's rows are that many heads of q or k in Hugging Face's half order
 };
 
-AdapterNames names_of(const ModelConfig& c, int64_t i, const std::string& t, const std::string& name = "") {
-  const std::string block = fmt::format("decoder.layers.{}.", i);
-  const std::string suffix = name.empty() ? ".weight" : "." + name + ".weight";
-  const std::string attend = t == "q" || t == "k" || t == "v" ? block + "attn.qkv." + t + "."
-                             : t == "o"                         ? block + "attn.o."
-                                                                : block + "ffn." + t + ".";
-  const std::string peft = fmt::format("base_model.model.model.layers.{}.{}.", i, module_of(t));
-  return {attend + "lora_A" + suffix, attend + "lora_B" + suffix, peft + "lora_A.weight", peft + "lora_B.weight",
-          t == "q" ? c.n_heads : t == "k" ? c.kv_heads() : 0};
+// A target's rows in one of Attend's weights: self-attention's qkv holds q, k, v; cross-attention's q holds q and its
+// kv holds k, v; o, up, gate, down their whole weight.
+struct TargetRows {
+  std::string target;
+  int64_t row0 = 0, rows = 0;
+};
+
+std::vector<TargetRows> targets_of(const ModelConfig& c, const std::string& weight, int64_t rows) {
+  const int64_t q = c.n_heads * c.d_head(), kv = c.kv_heads() * c.d_head();
+  if (weight.ends_with("attn.qkv.weight")) return {{"q", 0, q}, {"k", q, kv}, {"v", q + kv, kv}};
+  if (weight.ends_with("cross_attn.kv.weight")) return {{"k", 0, kv}, {"v", kv, kv}};
+  if (weight.ends_with("cross_attn.q.weight")) return {{"q", 0, rows}};
+  for (const char* t : {"o", "up", "gate", "down"})
+    if (weight.ends_with(std::string(".") + t + ".weight")) return {{t, 0, rows}};
+  return {};
 }
 
-void check_llama_layout(const ModelConfig& c, const std::string& where) {
-  check(c.architecture == Architecture::Decoder && c.position == PositionKind::RoPE,
-        "{}: PEFT adapters are read and written for the Llama family's layout (a decoder with RoPE) so far; "
-        "this model is {} with {} positions", where, architecture_name(c.architecture),
-        c.position == PositionKind::Learned ? "learned" : "other");
+bool adaptable(const std::string& weight) {
+  for (const char* w : {"attn.qkv.weight", "cross_attn.q.weight", "cross_attn.kv.weight", "attn.o.weight",
+                        "ffn.up.weight", "ffn.gate.weight", "ffn.down.weight"})
+    if (weight.ends_with(w)) return true;
+  return false;
+}
+
+// The module's name after its block index: "h.3.attn.c_attn" → "attn.c_attn".
+std::string suffix_of(const std::string& path) {
+  for (const char* block : {".h.", ".layers.", ".layer.", ".block."}) {
+    const size_t at = path.find(block);
+    if (at == std::string::npos) continue;
+    const size_t dot = path.find('.', at + std::string(block).size());
+    if (dot != std::string::npos) return path.substr(dot + 1);
+  }
+  return path;
+}
+
+enum class Family { Gpt2, Llama, Bert, T5 };
+
+Family family_of(const ModelConfig& c) {
+  if (c.architecture == Architecture::Encoder) return Family::Bert;
+  if (c.architecture == Architecture::EncoderDecoder) return Family::T5;
+  return c.position == PositionKind::Learned ? Family::Gpt2 : Family::Llama;
+}
+
+// The prefix of BERT's encoder in the class the model exports as: BertModel has none.
+std::string bert_prefix(const ModelConfig& c) { return c.n_classes == 0 && !c.mlm_head ? "" : "bert."; }
+
+// Every tensor of the family's layout that is a weight or a head, and where it lies in Attend's parameters.
+std::vector<RowMapping> mappings_of(const ModelConfig& c) {
+  switch (family_of(c)) {
+    case Family::Bert:
+      return formats::bert_mappings(c, bert_prefix(c), "cls.predictions.bias");
+    case Family::T5:
+      return formats::t5_mappings(c);
+    case Family::Gpt2: {
+      std::vector<RowMapping> m;
+      for (const formats::Mapping& g : formats::gpt2_mappings(c)) m.push_back({"transformer." + g.hf, g.attend, 0});
+      return m;
+    }
+    case Family::Llama: {
+      const int64_t q = c.n_heads * c.d_head(), kv = c.kv_heads() * c.d_head();
+      std::vector<RowMapping> m;
+      for (int64_t i = 0; i < c.n_layers; ++i) {
+        const std::string hf = fmt::format("model.layers.{}.", i), at = formats::decoder_block(i);
+        m.push_back({hf + "self_attn.q_proj.weight", at + "attn.qkv.weight", 0});
+        m.push_back({hf + "self_attn.k_proj.weight", at + "attn.qkv.weight", q});
+        m.push_back({hf + "self_attn.v_proj.weight", at + "attn.qkv.weight", q + kv});
+        m.push_back({hf + "self_attn.o_proj.weight", at + "attn.o.weight"});
+        if (is_gated(c.activation)) m.push_back({hf + "mlp.gate_proj.weight", at + "ffn.gate.weight"});
+        m.push_back({hf + "mlp.up_proj.weight", at + "ffn.up.weight"});
+        m.push_back({hf + "mlp.down_proj.weight", at + "ffn.down.weight"});
+      }
+      return m;
+    }
+  }
+  return {};
+}
+
+// The adaptable modules of `model`'s layout, in the layout's order.
+std::vector<Module> modules_of(const Model& model) {
+  const ModelConfig& c = model.config();
+  const std::vector<RowMapping> all = mappings_of(c);
+  std::vector<Module> out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const RowMapping& m = all[i];
+    if (!m.hf.ends_with(".weight") || !adaptable(m.attend)) continue;
+    const Parameter* p = model.find(m.attend);
+    check(p != nullptr, "peft: the model has no '{}'", m.attend);
+    int64_t end = p->value.size(0);  // the next mapping into the same weight starts where this one ends
+    for (const RowMapping& n : all)
+      if (n.attend == m.attend && n.row > m.row) end = std::min(end, n.row);
+    Module module{m.hf.substr(0, m.hf.size() - 7), "", m.attend, m.row, end - m.row, 0};
+    module.suffix = suffix_of(module.path);
+    if (family_of(c) == Family::Llama && (module.suffix == "self_attn.q_proj" || module.suffix == "self_attn.k_proj"))
+      module.rope_heads = module.suffix == "self_attn.q_proj" ? c.n_heads : c.kv_heads();
+    out.push_back(std::move(module));
+  }
+  return out;
+}
+
+// The parameters of the modules saved beside the adapters, and their Hugging Face names.
+std::vector<RowMapping> saved_module_tensors(const ModelConfig& c, const std::vector<std::string>& modules) {
+  std::vector<RowMapping> out;
+  for (const RowMapping& m : mappings_of(c))
+    for (const std::string& module : modules)
+      if (m.attend.starts_with(module + ".")) out.push_back(m);
+  return out;
+}
+
+// A's rows and B's columns of the updates `slot` has on `module`'s rows of its weight.
+std::vector<const LowRankUpdate*> updates_in(const Parameter& w, const Module& module, int slot) {
+  std::vector<const LowRankUpdate*> out;
+  for (const LowRankUpdate& u : w.lora)
+    if (u.adapter == slot && u.row0 >= module.row0 && u.row0 < module.row0 + module.rows) {
+      check(u.row0 + u.B->value.size(0) <= module.row0 + module.rows, "peft: the adapter of rows [{}, {}) of '{}' "
+            "straddles the module {}", u.row0, u.row0 + u.B->value.size(0), w.name, module.path);
+      out.push_back(&u);
+    }
+  return out;
+}
+
+const char* task_type(const ModelConfig& c) {
+  switch (family_of(c)) {
+    case Family::Bert: return c.n_classes > 0 ? "SEQ_CLS" : c.mlm_head ? nullptr : "FEATURE_EXTRACTION";
+    case Family::T5: return "SEQ_2_SEQ_LM";
+    default: return "CAUSAL_LM";
+  }
+}
+
+bool matches(const std::string& path, const std::vector<std::string>& patterns) {
+  return std::any_of(patterns.begin(), patterns.end(),
+                     [&](const std::string& t) { return path == t || path.ends_with("." + t); });
 }
 
 }  // namespace
 
 void save_peft_adapter(const Model& model, const fs::path& dir, const std::string& base_model) {
   const ModelConfig& c = model.config();
-  check(model.has_lora(), "peft: the model has no LoRA adapters to save");
-  check_llama_layout(c, dir.string());
-  std::vector<Tensor> stored;
-  stored.reserve(2 * static_cast<size_t>(c.n_layers) * c.lora_targets.size());
-  std::vector<NamedTensor> tensors;
-  for (int64_t i = 0; i < c.n_layers; ++i)
-    for (const std::string& t : c.lora_targets) {
-      if (t == "gate" && !is_gated(c.activation)) continue;
-      const AdapterNames n = names_of(c, i, t);
-      const Parameter* a = model.find(n.a);
-      const Parameter* b = model.find(n.b);
-      check(a != nullptr && b != nullptr, "peft: the model has no adapter '{}'", n.a);
-      stored.push_back(a->value.clone());
-      tensors.push_back({n.peft_a, &stored.back()});
-      stored.emplace_back(b->value.shape());
-      if (n.rope_heads > 0)
-        formats::rope_rows_to_hf(stored.back().data(), b->value.data(), n.rope_heads, c.d_head(), c.lora_r);
-      else
-        std::copy(b->value.data(), b->value.data() + b->numel(), stored.back().data());
-      tensors.push_back({n.peft_b, &stored.back()});
+  check(model.has_lora() && c.lora_r > 0, "peft: the model has no LoRA adapters of its own to save");
+  const int slot = static_cast<int>(std::find(model.adapters().begin(), model.adapters().end(), "") -
+                                    model.adapters().begin());
+  const std::vector<Module> modules = modules_of(model);
+  // The file's one rank: the largest a module needs (a fused one holds several adapters).
+  int64_t R = 0;
+  double scale = 0.0;
+  std::vector<const Module*> adapted;
+  for (const Module& m : modules) {
+    const std::vector<const LowRankUpdate*> us = updates_in(*model.find(m.weight), m, slot);
+    if (us.empty()) continue;
+    int64_t rank = 0;
+    for (const LowRankUpdate* u : us) {
+      rank += u->A->value.size(0);
+      check(scale == 0.0 || u->scale == scale, "peft: '{}' has an adapter scale of its own", m.weight);
+      scale = u->scale;
     }
-  std::vector<std::string> modules;
-  for (const std::string& t : c.lora_targets) {
-    if (t == "gate" && !is_gated(c.activation)) continue;
-    const std::string m = module_of(t);
-    modules.push_back(m.substr(m.find('.') + 1));  // "q_proj": PEFT matches it against every module's name
+    R = std::max(R, rank);
+    adapted.push_back(&m);
+  }
+  check(!adapted.empty(), "peft: none of the model's adapters lies on a module of its Hugging Face layout");
+  const double alpha = c.lora_rslora ? scale * std::sqrt(static_cast<double>(R)) : scale * static_cast<double>(R);
+
+  std::vector<Tensor> stored;
+  stored.reserve(2 * adapted.size() + 4);
+  std::vector<NamedTensor> tensors;
+  std::vector<std::string> targets;  // target_modules: module names after the block, unless one names more
+  for (const Module* m : adapted) {
+    const Parameter& w = *model.find(m->weight);
+    const int64_t in = w.value.size(1);
+    Tensor a({R, in}), b({m->rows, R});  // zeros where no adapter is
+    int64_t k = 0;
+    for (const LowRankUpdate* u : updates_in(w, *m, slot)) {
+      const int64_t r = u->A->value.size(0), rows = u->B->value.size(0);
+      std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
+      for (int64_t i = 0; i < rows; ++i)
+        std::copy(u->B->value.data() + i * r, u->B->value.data() + (i + 1) * r, b.data() + (u->row0 - m->row0 + i) * R + k);
+      k += r;
+    }
+    if (m->rope_heads > 0) {
+      const Tensor pairs = b.clone();
+      formats::rope_rows_to_hf(b.data(), pairs.data(), m->rope_heads, c.d_head(), R);
+    }
+    const std::string name = "base_model.model." + m->path;
+    stored.push_back(std::move(a));
+    tensors.push_back({name + ".lora_A.weight", &stored.back()});
+    stored.push_back(std::move(b));
+    tensors.push_back({name + ".lora_B.weight", &stored.back()});
+    if (std::find(targets.begin(), targets.end(), m->suffix) == targets.end()) targets.push_back(m->suffix);
+  }
+  // Each module by the shortest end of its name that no unadapted module shares ("q_proj"; GPT-2's "attn.c_proj"
+  // when mlp.c_proj is not adapted), or by its full names when even the name after the block is shared (BERT's
+  // "output.dense" with attention.output.dense not adapted).
+  std::vector<std::string> target_modules;
+  auto add = [&](const std::string& t) {
+    if (std::find(target_modules.begin(), target_modules.end(), t) == target_modules.end()) target_modules.push_back(t);
+  };
+  for (const std::string& t : targets) {
+    bool written = false;
+    for (size_t at = t.size(); !written;) {
+      at = at == 0 ? std::string::npos : t.rfind('.', at - 1);
+      const std::string end = at == std::string::npos ? t : t.substr(at + 1);
+      const bool shared = std::any_of(modules.begin(), modules.end(), [&](const Module& m) {
+        return matches(m.path, {end}) && std::find(adapted.begin(), adapted.end(), &m) == adapted.end();
+      });
+      if (!shared) add(end), written = true;
+      if (at == std::string::npos) break;
+    }
+    if (written) continue;
+    for (const Module* m : adapted)
+      if (m->suffix == t) add(m->path);
+  }
+  for (const RowMapping& t : saved_module_tensors(c, c.lora_modules_to_save)) {
+    stored.push_back(model.find(t.attend)->value.clone());
+    tensors.push_back({"base_model.model." + t.hf, &stored.back()});
   }
   json config = {{"peft_type", "LORA"},
-                 {"task_type", "CAUSAL_LM"},
+                 {"task_type", task_type(c) ? json(task_type(c)) : json(nullptr)},
                  {"base_model_name_or_path", base_model.empty() ? json(nullptr) : json(base_model)},
-                 {"r", c.lora_r},
-                 {"lora_alpha", c.lora_alpha},
+                 {"r", R},
+                 {"lora_alpha", alpha},
                  {"lora_dropout", c.lora_dropout},
-                 {"target_modules", modules},
+                 {"target_modules", target_modules},
                  {"use_rslora", c.lora_rslora},
                  {"use_dora", false},
                  {"bias", "none"},
-                 {"fan_in_fan_out", false},
-                 {"modules_to_save", nullptr},
+                 {"fan_in_fan_out", family_of(c) == Family::Gpt2},  // GPT-2's Conv1D stores W as [in, out]
+                 {"modules_to_save", c.lora_modules_to_save.empty() ? json(nullptr) : json(c.lora_modules_to_save)},
                  {"init_lora_weights", true},
                  {"inference_mode", true}};
   fs::create_directories(dir);
@@ -113,7 +292,7 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
   write_file_atomic(dir / "adapter_config.json", config.dump(2) + "\n");
 }
 
-LoraConfig parse_peft_config(std::string_view text, std::string_view origin) {
+PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
   const nlohmann::json j = parse_json(text, origin);
   const std::string where(origin);
   check(j.is_object(), "{}: expected a JSON object", where);
@@ -138,36 +317,39 @@ LoraConfig parse_peft_config(std::string_view text, std::string_view origin) {
           "supported", where, key);
   check(!j.contains("layers_to_transform") || j["layers_to_transform"].is_null(),
         "{}: layers_to_transform (adapters on some layers only) is not supported", where);
-  check(!j.contains("modules_to_save") || j["modules_to_save"].is_null() || j["modules_to_save"].empty(),
-        "{}: modules_to_save (whole modules trained beside the adapters) is not supported yet", where);
   check(j.contains("target_modules") && j["target_modules"].is_array(),
         "{}: target_modules must be a list of module names (a regular expression is not supported)", where);
-  LoraConfig lora;
+  PeftConfig peft;
+  LoraConfig& lora = peft.lora;
   lora.r = get("r", int64_t{8});
   lora.alpha = get("lora_alpha", 8.0);
   lora.rslora = get("use_rslora", false);
   lora.dropout = get("lora_dropout", 0.0);  // training's alone: a loaded adapter that trains on keeps it
-  lora.targets.clear();
   for (const auto& m : j["target_modules"]) {
-    check(m.is_string(), "{}: target_modules holds {}, expected names", where, m.dump());
-    const std::string name = m.get<std::string>();
-    std::string target;
-    for (const auto& [t, module] : kModules) {
-      const std::string full = module, last = full.substr(full.find('.') + 1);
-      if (name == last || name == full) target = t;
-    }
-    check(!target.empty(), "{}: target module '{}' is not one of q_proj, k_proj, v_proj, o_proj, up_proj, gate_proj, "
-          "down_proj", where, name);
-    check(std::find(lora.targets.begin(), lora.targets.end(), target) == lora.targets.end(),
-          "{}: target module '{}' is named twice", where, name);
-    lora.targets.push_back(target);
+    check(m.is_string() && !m.get<std::string>().empty(), "{}: target_modules holds {}, expected names", where, m.dump());
+    check(std::find(peft.target_modules.begin(), peft.target_modules.end(), m.get<std::string>()) ==
+              peft.target_modules.end(),
+          "{}: target module '{}' is named twice", where, m.get<std::string>());
+    peft.target_modules.push_back(m.get<std::string>());
   }
+  check(!peft.target_modules.empty(), "{}: target_modules is empty", where);
+  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null()) {
+    check(j["modules_to_save"].is_array(), "{}: modules_to_save is {}, expected a list of names", where,
+          j["modules_to_save"].dump());
+    for (const auto& m : j["modules_to_save"]) {
+      check(m.is_string() && (m == "classifier" || m == "pooler" || m == "score"),
+            "{}: modules_to_save names {}: only a classification head (classifier, pooler) is supported", where, m.dump());
+      if (m != "score") lora.modules_to_save.push_back(m.get<std::string>());  // PEFT's default for other classes
+    }
+  }
+  lora.targets = {"q"};  // for validate: the targets come from the modules the model has
   try {
     lora.validate();
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", where, e.what()));
   }
-  return lora;
+  lora.targets.clear();
+  return peft;
 }
 
 int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name, double multiplier) {
@@ -175,33 +357,71 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   check(fs::exists(config_path), "{}: no adapter_config.json (a PEFT adapter directory holds it and "
         "adapter_model.safetensors)", dir.string());
   const std::string where = config_path.string();
-  LoraConfig lora = parse_peft_config(read_file(config_path), where);
-  lora.name = name, lora.multiplier = multiplier;
+  const PeftConfig peft = parse_peft_config(read_file(config_path), where);
   const ModelConfig& c = model.config();
-  check_llama_layout(c, where);
+  const std::vector<Module> modules = modules_of(model);
+  // Attend's targets: those of the modules target_modules names, each named in every block or in none.
+  std::vector<const Module*> matched;
+  std::set<std::string> targets;
+  for (const Module& m : modules)
+    if (matches(m.path, peft.target_modules)) {
+      matched.push_back(&m);
+      for (const TargetRows& t : targets_of(c, m.weight, model.find(m.weight)->value.size(0)))
+        if (t.row0 >= m.row0 && t.row0 < m.row0 + m.rows) targets.insert(t.target);
+    }
+  for (const std::string& t : peft.target_modules)
+    check(std::any_of(modules.begin(), modules.end(), [&](const Module& m) { return matches(m.path, {t}); }),
+          "{}: target module '{}' is none of this model's modules (they end in {})", where, t, [&] {
+            std::vector<std::string> ends;
+            for (const Module& m : modules)
+              if (std::find(ends.begin(), ends.end(), m.suffix) == ends.end()) ends.push_back(m.suffix);
+            return fmt::format("{}", fmt::join(ends, ", "));
+          }());
+  for (const Module& m : modules) {
+    if (matches(m.path, peft.target_modules)) continue;
+    for (const TargetRows& t : targets_of(c, m.weight, model.find(m.weight)->value.size(0)))
+      check(!(targets.count(t.target) && t.row0 >= m.row0 && t.row0 < m.row0 + m.rows), "{}: target_modules adapts "
+            "'{}' in some blocks but not {} (Attend adapts a projection in every block)", where, t.target, m.path);
+  }
+  LoraConfig lora = peft.lora;
+  lora.targets.clear();
+  for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
+    if (targets.count(t)) lora.targets.push_back(t);
+  check(name.empty() || lora.modules_to_save.empty(), "{}: modules_to_save in a second adapter set (the model has "
+        "one classification head)", where);
+  lora.name = name, lora.multiplier = multiplier;
   const int slot = model.add_lora(lora);
+
   const SafetensorsReader file(dir / "adapter_model.safetensors");
   std::set<std::string> used;
-  for (int64_t i = 0; i < c.n_layers; ++i)
-    for (const std::string& t : lora.targets) {
-      if (t == "gate" && !is_gated(c.activation)) continue;
-      const AdapterNames n = names_of(model.config(), i, t, name);
-      Parameter* a = model.find(n.a);
-      Parameter* b = model.find(n.b);
-      for (const auto& [name, p] : {std::pair{n.peft_a, a}, std::pair{n.peft_b, b}}) {
-        const TensorInfo* info = file.find(name);
-        check(info != nullptr, "{}: no tensor '{}', which r = {} on {} needs", file.origin(), name, lora.r, t);
-        check(info->shape == p->value.shape(), "{}: '{}' has shape {}, the model needs {}", file.origin(), name,
-              info->shape, p->value.shape());
-        used.insert(name);
-      }
-      file.load_into(n.peft_a, a->value.view());
-      if (n.rope_heads > 0) {
-        const Tensor hf = file.load(n.peft_b);
-        formats::rope_rows_from_hf(b->value.data(), hf.data(), n.rope_heads, c.d_head(), lora.r);
-      } else {
-        file.load_into(n.peft_b, b->value.view());
-      }
+  auto tensor = [&](const std::string& n, const Shape& shape, const std::string& why) {
+    const TensorInfo* info = file.find(n);
+    check(info != nullptr, "{}: no tensor '{}', which {} needs", file.origin(), n, why);
+    check(info->shape == shape, "{}: '{}' has shape {}, the model needs {}", file.origin(), n, info->shape, shape);
+    used.insert(n);
+    return file.load(n);
+  };
+  for (const Module* m : matched) {
+    Parameter& w = *model.find(m->weight);
+    const std::string base = "base_model.model." + m->path, why = fmt::format("r = {} on {}", lora.r, m->suffix);
+    const Tensor a = tensor(base + ".lora_A.weight", {lora.r, w.value.size(1)}, why);
+    Tensor b = tensor(base + ".lora_B.weight", {m->rows, lora.r}, why);
+    if (m->rope_heads > 0) {
+      const Tensor hf = b.clone();
+      formats::rope_rows_from_hf(b.data(), hf.data(), m->rope_heads, c.d_head(), lora.r);
+    }
+    for (const LowRankUpdate& u : w.lora) {
+      if (u.adapter != slot || u.row0 < m->row0 || u.row0 >= m->row0 + m->rows) continue;
+      std::copy(a.data(), a.data() + a.numel(), u.A->value.data());
+      const int64_t rows = u.B->value.size(0);
+      std::copy(b.data() + (u.row0 - m->row0) * lora.r, b.data() + (u.row0 - m->row0 + rows) * lora.r, u.B->value.data());
+    }
+  }
+  if (name.empty())
+    for (const RowMapping& t : saved_module_tensors(c, lora.modules_to_save)) {
+      Parameter& p = *model.find(t.attend);
+      const Tensor v = tensor("base_model.model." + t.hf, p.value.shape(), "modules_to_save");
+      std::copy(v.data(), v.data() + v.numel(), p.value.data());
     }
   for (const TensorInfo& t : file.tensors())
     check(used.count(t.name) > 0, "{}: tensor '{}' is not one of the adapters adapter_config.json describes",

@@ -141,6 +141,7 @@ void for_each_field(Config& c, F&& f) {
   f("lora_targets", c.lora_targets, "LoRA: the projections adapted, among q, k, v, o (attention), up, gate, down (FFN)");
   f("lora_rslora", c.lora_rslora, "LoRA: scale by lora_alpha / √lora_r (rsLoRA) instead");
   f("lora_dropout", c.lora_dropout, "LoRA: dropout on the adapters' input while training (PEFT's lora_dropout)");
+  f("lora_modules_to_save", c.lora_modules_to_save, "LoRA: modules that train whole beside the adapters (classifier, pooler; a classification head's by default)");
 }
 
 }  // namespace
@@ -203,7 +204,7 @@ int64_t ModelConfig::decoder_layers() const {
 
 LoraConfig ModelConfig::lora() const {
   return {.r = lora_r, .alpha = lora_alpha, .targets = lora_targets, .rslora = lora_rslora, .seed = seed,
-          .dropout = lora_dropout};
+          .dropout = lora_dropout, .modules_to_save = lora_modules_to_save};
 }
 
 void ModelConfig::validate() const {

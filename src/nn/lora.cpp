@@ -29,6 +29,8 @@ void LoraConfig::validate() const {
   for (const std::string& t : targets)
     check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
           "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
+  for (const std::string& m : modules_to_save)
+    check(m == "classifier" || m == "pooler", "lora: modules_to_save names '{}' (expected classifier or pooler)", m);
   check(dropout >= 0.0 && dropout < 1.0, "lora: dropout is {}, expected a probability in [0, 1)", dropout);
   check(std::isfinite(multiplier), "lora: the scale multiplier is {}, expected a finite number", multiplier);
   // The name goes into tensor names: "….lora_A.<name>.weight".

@@ -209,6 +209,20 @@ const Tensor& ForwardState::logits() const { return impl_->logits; }
 
 namespace {
 
+// What trains beside a LoRA model's adapters: `modules`, or with none named a classification head (classifier and
+// pooler), as PEFT's SEQ_CLS task trains it.
+std::vector<std::string> modules_to_save(const ModelConfig& c, const std::vector<std::string>& modules) {
+  if (!modules.empty() || c.n_classes == 0) return modules;
+  if (c.pooler) return {"classifier", "pooler"};
+  return {"classifier"};
+}
+
+bool trains_with_adapters(const Parameter& p, const std::vector<std::string>& modules) {
+  return is_adapter(p.role) || std::any_of(modules.begin(), modules.end(), [&](const std::string& m) {
+           return p.name.starts_with(m + ".");
+         });
+}
+
 // The network's layers, built without memory for their parameters, then laid out in one buffer.
 std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::function<bool(const Parameter&)>& blocks_only) {
   std::unique_ptr<Model::Impl> impl;
@@ -217,8 +231,10 @@ std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::functio
     impl = std::make_unique<Model::Impl>(config);
   }
   impl->lay_out(blocks_only);
-  if (config.lora_r > 0)  // a LoRA model trains its adapters alone
-    for (Parameter* p : impl->params) p->frozen = !is_adapter(p->role);
+  if (config.lora_r > 0) {  // a LoRA model trains its adapters alone, and the modules saved beside them
+    const std::vector<std::string> modules = modules_to_save(config, config.lora_modules_to_save);
+    for (Parameter* p : impl->params) p->frozen = !trains_with_adapters(*p, modules);
+  }
   return impl;
 }
 
@@ -383,9 +399,12 @@ int Model::add_lora(const LoraConfig& config) {
   m.relay_out([](const Parameter& p) { return !p.has_values(); });  // quantized-only weights stay so
   const auto slot = static_cast<int32_t>(m.adapters.size());
   m.adapters.push_back(config.name);
+  const std::vector<std::string> modules =
+      modules_to_save(m.config, config.name.empty() ? config.modules_to_save : m.config.lora_modules_to_save);
   if (config.name.empty()) {  // config.json says so: the saved model loads with its adapters
     m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
     m.config.lora_rslora = config.rslora, m.config.lora_dropout = config.dropout;
+    m.config.lora_modules_to_save = modules;
   }
   uint64_t offset = 0;  // the new A drawn as PEFT draws it; B stays 0
   for (Parameter* p : m.params) {
@@ -395,7 +414,7 @@ int Model::add_lora(const LoraConfig& config) {
     nn::draw_lora_a(*p, config.seed, offset);
     offset += static_cast<uint64_t>(p->numel());
   }
-  freeze([](const Parameter& p) { return !is_adapter(p.role); });
+  freeze([&](const Parameter& p) { return !trains_with_adapters(p, modules); });
   return slot;
 }
 
@@ -407,6 +426,7 @@ void Model::merge_lora() {
   m.collect_parameters();
   m.relay_out([](const Parameter& p) { return !p.has_values(); });
   m.config.lora_r = 0;
+  m.config.lora_modules_to_save.clear();
   m.adapters.clear();
   freeze([](const Parameter&) { return false; });
 }
