@@ -347,7 +347,8 @@ TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
   };
   LmDataset forwards(pattern(false), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
   LmDataset backwards(pattern(true), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
-  const ModelConfig base_config = family("gpt");
+  ModelConfig base_config = family("gpt");
+  base_config.d_model = 32;  // whole Q8_0 blocks for the QLoRA run
   TrainConfig t;
   t.steps = 150;
   t.schedule = {.kind = train::ScheduleKind::Constant, .lr = 1e-2};
@@ -359,10 +360,11 @@ TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
   }
   // The adapters from the model's lora_* fields, or from train.lora (with adapter dropout) on a plain model.
   for (bool from_train : {false, true}) {
-    SCOPED_TRACE(from_train ? "train.lora" : "model.lora_r");
+    SCOPED_TRACE(from_train ? "train.lora on a Q8_0 base" : "model.lora_r");
     ModelConfig c = base_config;
     TrainConfig lt = t;
     if (from_train) lt.lora = {.r = 4, .alpha = 8, .targets = kEvery, .dropout = 0.1};
+    if (from_train) lt.frozen_weights = WeightType::Q8_0;  // QLoRA
     else c.lora_r = 4, c.lora_alpha = 8, c.lora_targets = kEvery;
     lt.steps = 60;
     lt.init_from = (base_dir / "checkpoint").string();
@@ -371,13 +373,25 @@ TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
     std::vector<double> losses;
     trainer.run([&](const StepReport& r) { losses.push_back(r.loss); });
     EXPECT_LT(losses.back(), 0.8 * losses.front()) << "the adapters learn the reversed pattern";
-    const Model loaded = load_model(base_dir / "checkpoint");
+    // The base stays as it was: bit for bit, or (QLoRA) as its Q8_0 blocks, whose values the checkpoint holds.
+    const Model loaded = load_model(base_dir / "checkpoint"), saved_model = load_model(run_dir / "checkpoint");
+    int64_t quantized = 0;
     for (const Parameter* p : trainer.model().parameters()) {
       if (p->role == Role::LoraA || p->role == Role::LoraB) continue;
       const Parameter* q = loaded.find(p->name);
       ASSERT_NE(q, nullptr) << p->name;
+      if (!p->has_values()) {
+        ++quantized;
+        const Parameter* kept = saved_model.find(p->name);
+        float largest = 0.0f;
+        for (int64_t i = 0; i < p->numel(); ++i) largest = std::max(largest, std::abs(q->value[i]));
+        for (int64_t i = 0; i < p->numel(); ++i)
+          ASSERT_NEAR(kept->value[i], q->value[i], largest / 127) << p->name << ": Q8_0's rounding at most";
+        continue;
+      }
       for (int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(p->value[i], q->value[i]) << p->name << " moved";
     }
+    EXPECT_EQ(quantized > 0, from_train) << "QLoRA holds the frozen projections as blocks";
     const ModelConfig saved = load_model_config(run_dir / "checkpoint");
     EXPECT_EQ(saved.lora_r, 4);
     EXPECT_EQ(saved.lora_targets, kEvery);
@@ -390,6 +404,58 @@ TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
       lt.lora.r = 2;
       EXPECT_THROW((Trainer{Model(saved), backwards, lt, fresh("run_mismatch")}), Error)
           << "a model with adapters of its own and another train.lora";
+    }
+  }
+}
+
+// QLoRA: the frozen projections held as quantized blocks (their fp32 values gone); the forward multiplies the
+// blocks, the backward takes the input gradients through their values. The adapters' gradients then follow those of
+// an fp32 model holding the blocks' values (saved and loaded: a checkpoint holds them), within the rounding the
+// quantized matmuls put on the activations (Q8_0's repacked rows: int8 activations, |error| ≤ 1/254 of a block's
+// largest; Q4_K's dequantized pieces: a bf16 GEMM where the CPU has one, 2^-9 relative).
+TEST(Lora, QLoraTrainsAdaptersOnQuantizedFrozenWeights) {
+  for (const std::string name : {"gpt", "llama"}) {
+    for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_K}) {
+      SCOPED_TRACE(name + " " + weight_type_name(type));
+      ModelConfig c = family(name);
+      c.d_model = 64, c.d_ff = 256;  // whole blocks: 32 (Q8_0) and, for down's rows, 256 (Q4_K; up falls back to Q5_0)
+      Model m(c);
+      m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 9});
+      randomize_b(m, 5);
+      auto held = [](const Parameter& p) { return p.frozen && is_projection(p.role) && p.role != Role::HeadMatrix; };
+      m.set_storage(type, held);
+      int64_t quantized = 0;
+      for (const Parameter* p : m.parameters()) {
+        if (!held(*p)) continue;
+        EXPECT_FALSE(p->has_values()) << p->name << ": its fp32 values go";
+        EXPECT_FALSE(p->quantized.empty()) << p->name;
+        ++quantized;
+      }
+      EXPECT_GT(quantized, 4);
+      const fs::path dir = fresh("qlora_" + name);
+      save_model(m, dir);  // the blocks' values, in fp32
+      Model ref = load_model(dir);
+      Batch b;
+      b.B = 2, b.T = 12;  // 24 rows: past the decoding kernels' rows
+      Rng rng(3);
+      for (int64_t i = 0; i < b.B * b.T; ++i) {
+        b.ids.push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+        b.targets.push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+      }
+      m.zero_grad(), ref.zero_grad();
+      const double loss = m.forward(b, {.training = true}).loss, want = ref.forward(b, {.training = true}).loss;
+      EXPECT_NEAR(loss, want, 1e-2 * want);
+      m.backward(), ref.backward();
+      double largest = 0.0, worst = 0.0;
+      for (Parameter* p : ref.trainable_parameters())
+        for (int64_t i = 0; i < p->numel(); ++i) largest = std::max(largest, double(std::abs(p->grad[i])));
+      for (Parameter* p : m.trainable_parameters()) {
+        const Parameter* q = ref.find(p->name);
+        ASSERT_NE(q, nullptr) << p->name;
+        for (int64_t i = 0; i < p->numel(); ++i) worst = std::max(worst, double(std::abs(p->grad[i] - q->grad[i])));
+      }
+      EXPECT_GT(largest, 0.0);
+      EXPECT_LT(worst, 3e-2 * largest) << "the adapters' gradients through the quantized base";
     }
   }
 }

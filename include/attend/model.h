@@ -339,8 +339,11 @@ class Model {
   // How the weights are stored for running (Parameter::storage). BF16 or F16: every weight is rounded to that
   // type, the model a checkpoint of that dtype holds, and the multiplied matrices (never the position table or
   // a router) are kept packed, so that decoding reads half the bytes per token and prompts run 16-bit GEMMs.
-  // F32 drops the packed copies; the rounding stays. Call it before sessions start; training reads `value`.
-  void set_storage(WeightType storage);
+  // F32 drops the packed copies; the rounding stays. Call it before sessions start. `which`, when given, picks the
+  // parameters to store so (the others stay as they are): QLoRA's frozen projections (TrainConfig::frozen_weights),
+  // which training multiplies as stored and takes input gradients through (their blocks' values, dequantized
+  // piece by piece), with no gradient of their own.
+  void set_storage(WeightType storage, const std::function<bool(const Parameter&)>& which = nullptr);
   // Whether any matrix is held as quantized blocks (Parameter::quantized: a GGUF file's, or set_storage's).
   bool holds_quantized() const;
   // Gives every matrix held only as quantized blocks its float values (the blocks' values; the blocks stay),

@@ -12,6 +12,7 @@
 #include "formats/hf_gemma3.h"
 #include "formats/hf_llama.h"
 #include "formats/hf_t5.h"
+#include "nn/layers.h"
 
 #include <nlohmann/json.hpp>
 
@@ -26,10 +27,16 @@ void save_model(const Model& model, const fs::path& dir, const Tokenizer* tokeni
   fs::create_directories(dir, ec);
   check(!ec && fs::is_directory(dir), "{}: cannot create the model directory: {}", dir.string(), ec.message());
   std::vector<NamedTensor> tensors;
+  std::vector<Tensor> dequantized;  // a matrix held as blocks only (QLoRA's frozen base): its blocks' values
+  dequantized.reserve(model.parameters().size());
   for (const Parameter* p : model.parameters()) {
-    check(p->has_values(), "{}: '{}' is held as quantized blocks only; a model directory holds float values "
-          "(Model::ensure_values, or export it as GGUF)", dir.string(), p->name);
-    tensors.push_back({p->name, &p->value});
+    if (p->has_values()) {
+      tensors.push_back({p->name, &p->value});
+      continue;
+    }
+    dequantized.push_back(Tensor::uninitialized(p->value.shape()));
+    nn::dequantize_values(*p, dequantized.back().data());
+    tensors.push_back({p->name, &dequantized.back()});
   }
   write_safetensors(dir / "model.safetensors", tensors,
                     {{"format", "pt"}, {"producer", fmt::format("attend {}", version())},

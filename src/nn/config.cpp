@@ -158,6 +158,10 @@ constexpr EnumName<WeightType> kWeightTypes[] = {
 }  // namespace
 
 const char* weight_type_name(WeightType t) { return enum_name<WeightType>(kWeightTypes, t); }
+template <>
+std::span<const EnumName<WeightType>> names_of() {
+  return kWeightTypes;
+}
 bool parse_weight_type(const std::string& name, WeightType& out) {
   std::string lower = name;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

@@ -248,6 +248,33 @@ void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, 
   }
 }
 
+// dinp (N, C) += dout (N, OC) · W for a weight held as quantized blocks: its rows' values, dequantized in fp32 a
+// piece of at most 64 MiB at a time, then one GEMM per piece.
+void quantized_input_backward(const Parameter& w, float* dinp, const float* dout, int64_t N, int64_t C, int64_t OC) {
+  struct Row {
+    kernels::QuantType type;
+    const uint8_t* blocks;
+  };
+  std::vector<Row> rows;
+  for (const QuantizedRows& s : w.quantized) {
+    const kernels::QuantType q = quant_type(s.type);
+    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+    for (int64_t r = 0; r < s.rows; ++r) rows.push_back({q, s.data + r * row_bytes});
+  }
+  check(static_cast<int64_t>(rows.size()) == OC, "linear '{}': {} quantized rows, expected {}", w.name, rows.size(), OC);
+  const int64_t piece = std::min<int64_t>(OC, std::max<int64_t>(16, (int64_t{64} << 20) / (C * 4)));
+  thread_local std::vector<float> values;
+  values.resize(static_cast<size_t>(piece * C));
+  float* to = values.data();
+  for (int64_t r0 = 0; r0 < OC; r0 += piece) {
+    const int64_t R = std::min(piece, OC - r0);
+    kernels::parallel_for(R, kernels::row_grain(C), [&](int64_t a, int64_t b) {
+      for (int64_t r = a; r < b; ++r) kernels::dequantize_row(rows[r0 + r].type, to + r * C, rows[r0 + r].blocks, C);
+    });
+    kernels::gemm<float>(false, false, N, C, R, 1.0f, dout + r0, OC, to, C, 1.0f, dinp, C);
+  }
+}
+
 void record_inputs(const Parameter& weight, const float* inp, int64_t N, int64_t C) {
   const std::lock_guard lock(recording_mutex);
   InputStatistics::Entry& e = recording->by_weight[weight.name];
@@ -425,8 +452,15 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
                      const LoraStream* drop) {
   precision = precision_for(weight, precision);
   if (!weight.lora.empty()) lora_backward(dinp, weight, dout, inp, N, C, OC, drop);
-  check(weight.has_values(), "linear '{}': held as quantized blocks only; training needs its float values "
-        "(Model::ensure_values)", weight.name);
+  if (!weight.has_values()) {  // QLoRA: a frozen quantized weight passes the gradient on
+    check(weight.frozen, "linear '{}': held as quantized blocks only; training it needs its float values "
+          "(Model::ensure_values)", weight.name);
+    if (dinp != nullptr) quantized_input_backward(weight, dinp, dout, N, C, OC);
+    if (dbias != nullptr)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) dbias[o] += dout[n * OC + o];
+    return;
+  }
   if (precision == Precision::F32)
     return kernels::matmul_backward(dinp, weight.grad.data(), dbias, dout, inp, weight.value.data(), N, C, OC);
   check(w_rounded != nullptr && w_rounded->size() == static_cast<size_t>(weight.numel()),

@@ -57,11 +57,13 @@ class SelectAdapters {
 };
 // The precision a matmul with `weight` runs in a forward of `precision`: routers stay fp32 (Switch
 // Transformer's selective precision).
+// A quantized weight (QLoRA's frozen base) runs on its own kernels, whatever the forward's precision.
 inline Precision precision_for(const Parameter& weight, Precision precision) {
-  return weight.role == Role::Router ? Precision::F32 : precision;
+  return weight.role == Role::Router || !weight.quantized.empty() ? Precision::F32 : precision;
 }
 // dinp += dout·W;  W.grad += doutᵀ·inp;  dbias += Σ dout. dinp and dbias may be nullptr. Mixed precision
-// rounds dout and inp as the forward did and reads the forward's rounded W.
+// rounds dout and inp as the forward did and reads the forward's rounded W. A frozen weight held as quantized
+// blocks only gives dinp through its blocks' values, dequantized a piece of rows at a time.
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
                      int64_t C, int64_t OC, Precision precision = Precision::F32,
                      const std::vector<uint16_t>* w_rounded = nullptr, const LoraStream* drop = nullptr);

@@ -471,9 +471,10 @@ std::vector<MoEStats> Model::moe_stats() const {
   return impl_->own_state ? moe_stats(*impl_->own_state) : std::vector<MoEStats>{};
 }
 
-void Model::set_storage(WeightType storage) {
+void Model::set_storage(WeightType storage, const std::function<bool(const Parameter&)>& which) {
   ensure_values();  // quantized matrices are requantized, or widened, from their values
   for (Parameter* p : impl_->params) {
+    if (which && !which(*p)) continue;
     p->storage = WeightType::F32;
     p->packed.clear();
     p->packed.shrink_to_fit();

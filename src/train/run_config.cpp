@@ -11,6 +11,8 @@ template <>
 std::span<const EnumName<train::ScheduleKind>> names_of();  // schedule.cpp
 template <>
 std::span<const EnumName<train::OptimizerKind>> names_of();  // optimizer.cpp
+template <>
+std::span<const EnumName<WeightType>> names_of();  // nn/config.cpp
 
 constexpr EnumName<Task> kTasks[] = {
     {Task::LM, "lm"}, {Task::MLM, "mlm"}, {Task::Seq2Seq, "seq2seq"}, {Task::Classify, "classify"}};
@@ -78,6 +80,7 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("zero", t.zero, "mpirun: ZeRO-1, each rank holds and updates 1/N of the optimizer state");
   f("allreduce", t.allreduce, "mpirun: the gradients' type on the wire, f32 or bf16 (half the bytes)");
   f("bucket_mb", t.bucket_mb, "mpirun: megabytes of fp32 gradients per bucket, sent while backward runs; 0: one bucket at the end");
+  f("frozen_weights", t.frozen_weights, "LoRA: the frozen projections held as f32, bf16, f16, or quantized (q8_0, q4_k, ...: QLoRA)");
 }
 
 template <typename F>

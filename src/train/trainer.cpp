@@ -286,6 +286,25 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     const std::string mine = s.model.config().to_json(), leaders = train::broadcast(*group, mine);
     check(mine == leaders, "rank {}: the model differs from rank 0's: {}", s.rank(), first_difference(leaders, mine));
     train::broadcast(*group, s.model.parameter_buffer());
+  }
+  if (c.frozen_weights != WeightType::F32) {
+    // QLoRA: the frozen projections held as c.frozen_weights (a quantized type drops their fp32 values); training
+    // multiplies them as stored and takes the input gradients through their values. Embeddings, heads and norms
+    // stay fp32. Every rank quantizes the same starting values alike.
+    check(s.model.trainable_parameters().size() != s.model.parameters().size(), "train.frozen_weights {}: nothing "
+          "is frozen (give the model LoRA adapters: train.lora.r)", weight_type_name(c.frozen_weights));
+    auto held = [](const Parameter& p) {
+      return p.frozen && is_projection(p.role) && p.role != Role::HeadMatrix && p.role != Role::Router;
+    };
+    int64_t count = 0;
+    for (const Parameter* p : s.model.parameters())
+      if (held(*p)) count += p->numel();
+    s.model.set_storage(c.frozen_weights, held);
+    if (s.leader())
+      log::info("train.frozen_weights {}: {} frozen projection weights held as {} ({:.1f} MB in fp32)",
+                weight_type_name(c.frozen_weights), count, weight_type_name(c.frozen_weights), count * 4 / 1e6);
+  }
+  if (s.parallel()) {
     const bool frozen = s.model.trainable_parameters().size() != s.model.parameters().size();
     check(!(c.zero && frozen), "train.zero: ZeRO-1 splits the state of every parameter, and some are frozen (their "
           "optimizer state is small then: leave train.zero off)");
