@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -435,6 +436,17 @@ TEST(Lora, QLoraTrainsAdaptersOnQuantizedFrozenWeights) {
       const fs::path dir = fresh("qlora_" + name);
       save_model(m, dir);  // the blocks' values, in fp32
       Model ref = load_model(dir);
+      if (type == WeightType::Q8_0) {  // quantizing the blocks' values again gives the blocks back (a resumed run)
+        Model again = load_model(dir);
+        again.set_storage(type, held);
+        for (const Parameter* p : m.parameters()) {
+          if (!held(*p)) continue;
+          const Parameter* q = again.find(p->name);
+          ASSERT_EQ(q->quantized.size(), p->quantized.size()) << p->name;
+          for (size_t k = 0; k < p->quantized.size(); ++k)
+            EXPECT_TRUE(std::ranges::equal(q->quantized[k].blocks(), p->quantized[k].blocks())) << p->name;
+        }
+      }
       Batch b;
       b.B = 2, b.T = 12;  // 24 rows: past the decoding kernels' rows
       Rng rng(3);
