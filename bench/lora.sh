@@ -25,7 +25,7 @@ run() {  # full | lora
   local out="$work/$1"
   rm -rf "$out"; mkdir -p "$out"; cp -r "$work/base/data" "$out/"
   local extra=()
-  [[ $1 == lora ]] && extra=(--set model.lora_r=8 --set model.lora_alpha=16 --set model.lora_targets=q,v)
+  [[ $1 == lora ]] && extra=(--set train.lora.r=8 --set train.lora.alpha=16 --set train.lora.targets=q,v)
   build/attend train --set train.init_from="$work/base/checkpoint" "${extra[@]}" "${data[@]}" \
     --set train.steps="$steps" --set train.precision="$precision" --set out="$out" >/dev/null 2>"$out/stderr" ||
     { cat "$out/stderr"; exit 1; }

@@ -180,10 +180,21 @@ def serve_batches_adapters(attend, model, peft, peft2):
                 fail(f"a request for '{model}' was answered as '{answer['model']}'")
             return answer["choices"][0]["logprobs"]["token_logprobs"], answer["choices"][0]["text"]
 
+        def shared_steps():  # steps that decoded two sequences or more (/metrics' histogram)
+            with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+                text = r.read().decode()
+            count = int(re.search(r"^attend_batch_sequences_count (\d+)$", text, re.M).group(1))
+            single = int(re.search(r'^attend_batch_sequences_bucket\{le="1"\} (\d+)$', text, re.M).group(1))
+            return count - single
+
         models = ["one", "two", "base", None]
         alone = [complete(m) for m in models]
+        if shared_steps() != 0:
+            fail("serve: requests sent one at a time shared a step")
         with concurrent.futures.ThreadPoolExecutor(len(models)) as pool:
             together = list(pool.map(complete, models * 2))
+        if shared_steps() == 0:
+            fail("serve: the requests for different adapters never shared a step")
         for i, m in enumerate(models * 2):
             if together[i] != alone[i % len(models)]:
                 fail(f"serve: the request for {m} batched with the others got {together[i]}, alone {alone[i % 4]}")
