@@ -18,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 namespace attend {
@@ -469,6 +470,91 @@ TEST(Lora, QLoraTrainsAdaptersOnQuantizedFrozenWeights) {
       EXPECT_GT(largest, 0.0);
       EXPECT_LT(worst, 3e-2 * largest) << "the adapters' gradients through the quantized base";
     }
+  }
+}
+
+// Every task Attend trains, with train.lora on a base trained briefly on the task (a fresh model's frozen output
+// layer could not move its logits far from uniform): masked LM (an encoder with its MLM head), seq2seq (an
+// encoder-decoder copying its source backwards) and classification (an encoder whose head is new and trains
+// beside the adapters). The adapters (and the head) move and the loss falls below the base's; every other weight
+// stays.
+TEST(Lora, EveryTaskTrainsItsAdapters) {
+  Rng rng(12);
+  std::vector<int32_t> stream;
+  while (stream.size() < 4000) {
+    for (int32_t t = 3; t <= 11; ++t) stream.push_back(t);
+    stream.push_back(12 + static_cast<int32_t>(rng.below(20)));
+  }
+  std::vector<Example> copies, labelled;
+  for (int i = 0; i < 256; ++i) {
+    std::vector<int32_t> src;
+    for (int j = 0; j < 6; ++j) src.push_back(3 + static_cast<int32_t>(rng.below(30)));
+    copies.push_back({src, std::vector<int32_t>(src.rbegin(), src.rend()), 0});
+    const bool has = std::find(src.begin(), src.end(), 7) != src.end();  // the class: whether token 7 is there
+    labelled.push_back({src, {}, has ? 1 : 0});
+  }
+  for (const std::string task : {"mlm", "seq2seq", "classify"}) {
+    SCOPED_TRACE(task);
+    ModelConfig c = family(task == "seq2seq" ? "t5" : "bert");
+    if (task == "mlm") c.n_classes = 0, c.pooler = false, c.mlm_head = true;
+    if (task == "classify") c.n_classes = 2;
+    std::unique_ptr<Dataset> data;
+    if (task == "mlm")
+      data = std::make_unique<MlmDataset>(stream, std::vector<int32_t>{}, MlmOptions{.batch_size = 8, .seq_len = 12,
+                                          .seed = 1, .mask_id = 2, .vocab_size = 40, .special_ids = {0, 1, 2}});
+    else
+      data = std::make_unique<ExampleDataset>(task == "seq2seq" ? ExampleDataset::Kind::Seq2Seq
+                                                                : ExampleDataset::Kind::Classify,
+                                              task == "seq2seq" ? copies : labelled, std::vector<Example>{},
+                                              ExampleOptions{.batch_size = 16, .seed = 1, .bos_id = 1, .eos_id = 2});
+    TrainConfig t;
+    t.steps = 40;
+    t.schedule = {.kind = train::ScheduleKind::Constant, .lr = 1e-2};
+    t.eval_every = 0, t.checkpoint_every = 0;
+    const fs::path base_dir = fresh("task_base_" + task);
+    ModelConfig base_config = c;
+    if (task == "classify") base_config.n_classes = 0, base_config.pooler = false, base_config.mlm_head = true;
+    {  // the base: an MLM encoder for classification (its head is new), else the task itself, fully trained
+      std::unique_ptr<Dataset> pretraining;
+      if (task == "classify")
+        pretraining = std::make_unique<MlmDataset>(stream, std::vector<int32_t>{},
+                                                   MlmOptions{.batch_size = 8, .seq_len = 12, .seed = 2, .mask_id = 2,
+                                                              .vocab_size = 40, .special_ids = {0, 1, 2}});
+      Trainer base{Model(base_config), pretraining ? *pretraining : *data, t, base_dir};
+      base.run();
+    }
+    t.steps = 100;
+    t.init_from = (base_dir / "checkpoint").string();
+    t.lora = {.r = 4, .alpha = 8, .targets = kEvery};
+    const Model start = load_model(base_dir / "checkpoint");
+    Trainer trainer{Model(c), *data, t, fresh("task_" + task)};
+    // The loss on ten training batches, of the base (the classifier: a head of zeros' worth, ln 2) and after.
+    auto loss_on = [&](Model& m) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < 10; ++i) sum += m.forward(data->train_batch(i)).loss;
+      return sum / 10;
+    };
+    Model base_model(c);
+    base_model.copy_parameters_from(start);
+    const double before = task == "classify" ? std::log(2.0) : loss_on(base_model);
+    trainer.run();
+    const double after = loss_on(trainer.model());
+    EXPECT_LT(after, 0.97 * before) << "the adapters learn";
+    bool head_moved = false;
+    for (const Parameter* p : trainer.model().parameters()) {
+      if (is_adapter(p->role)) continue;
+      const Parameter* q = start.find(p->name);
+      if (q == nullptr) {  // not in the base: the new classification head
+        EXPECT_TRUE(task == "classify" && (p->name.starts_with("classifier.") || p->name.starts_with("pooler.")))
+            << p->name;
+        head_moved = true;
+        continue;
+      }
+      const bool moved = !std::equal(p->value.span().begin(), p->value.span().end(), q->value.span().begin());
+      if (p->name.starts_with("classifier.") || p->name.starts_with("pooler.")) head_moved |= moved;
+      else EXPECT_FALSE(moved) << p->name << " moved";
+    }
+    EXPECT_EQ(head_moved, task == "classify") << "the classification head trains beside the adapters";
   }
 }
 
