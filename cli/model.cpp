@@ -162,7 +162,8 @@ void add_export(CLI::App& app) {
                                       "peft or gguf-lora")
       ->capture_default_str();
   cmd->add_option("--lora", lora, "peft, gguf-lora: a PEFT adapter directory on the model to write instead of the "
-                                  "model's own adapters (PEFT to GGUF LoRA)");
+                                  "model's own adapters; with --format gguf, the adapter as a GGUF LoRA (PEFT to "
+                                  "llama.cpp)");
   cmd->add_option("--type", type, "gguf: the weights' type: f32, f16, bf16, or a quantization (see `attend quantize`); "
                                   "default: as the model holds them");
   cmd->add_option("-o,--output", out, "The directory to write (gguf: the file)")->required();
@@ -170,7 +171,9 @@ void add_export(CLI::App& app) {
     Model model = load_model(dir);
     check(lora.size() <= 1 && (lora.empty() || !model.has_lora()), "--lora: export writes one set of adapters: a "
           "LoRA checkpoint's own, or one PEFT directory's on a base");
-    check(lora.empty() || format == "peft" || format == "gguf-lora", "--lora is an option of --format peft and gguf-lora");
+    if (format == "gguf" && !lora.empty()) format = "gguf-lora";  // an adapter as GGUF: llama.cpp's LoRA file
+    check(lora.empty() || format == "peft" || format == "gguf-lora", "--lora is an option of --format peft, gguf and "
+          "gguf-lora");
     apply_lora(model, lora);
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
     if (format == "gguf-lora") {

@@ -119,8 +119,8 @@ def main():
         if layout == "llama":  # the same file from the PEFT files on the base
             run([attend, "export", "--model", f"{lora}/checkpoint", "--format", "peft", "-o", peft])
             from_peft = os.path.join(work, "llama-lora-from-peft.gguf")
-            run([attend, "export", "--model", f"{base}/checkpoint", "--lora", peft, "--format", "gguf-lora",
-                 "-o", from_peft])
+            run([attend, "export", "--model", f"{base}/checkpoint", "--lora", peft, "--format", "gguf",
+                 "-o", from_peft])  # --format gguf of an adapter: its GGUF LoRA
             with open(lora_gguf, "rb") as a, open(from_peft, "rb") as b:
                 if a.read() != b.read():
                     fail("the GGUF LoRA from the PEFT files differs from the checkpoint's")
