@@ -7,7 +7,8 @@
 #   bench/lora_genre.sh                # WORK=/tmp/attend_lora_genre; PRETRAIN=800 STEPS=300
 #
 # Writes $WORK/results.jsonl: one line per run with its best held-out loss (evaluated every 50 steps).
-# Full fine-tuning and LoRA each run at two learning rates (their best is reported). The model is the quickstart's
+# Full fine-tuning runs at two learning rates and LoRA at three (r = 8) and two (r = 32); each's best is reported.
+# A finished run (its directory holds "done") is reported again without running again. The model is the quickstart's
 # (configs/gpt.json: 4 layers, d 256, BPE 8k trained on the pre-training texts alone); LoRA r = 8, alpha 16 on
 # every projection (q, k, v, o, up, down), as QLoRA adapts; the base stays as it is.
 set -euo pipefail
@@ -48,13 +49,13 @@ adapt() {  # NAME LR [--set ...]: the genre's texts from the base, the held-out 
   local name=$1 lr=$2
   shift 2
   local out="$work/$name"
-  rm -rf "$out"
   local start=$SECONDS
-  build/attend train --set train.init_from="$work/base/checkpoint" "${common[@]}" \
+  [[ -f "$out/done" ]] || { rm -rf "$out"; build/attend train --set train.init_from="$work/base/checkpoint" "${common[@]}" \
     --set data.train="$work/genre_train.txt" --set data.batch_size=16 --set data.seq_len=128 \
     --set train.steps="$steps" --set train.lr="$lr" --set train.schedule=cosine --set train.warmup_steps=20 \
     --set train.min_lr="$(python3 -c "print($lr / 10)")" --set train.eval_every=50 --set train.weight_decay=0.0 \
     "$@" --set out="$out" >"$out.log" 2>&1 || { tail -5 "$out.log"; exit 1; }
+    touch "$out/done"; }  # a finished run is reported again, not run again
   python3 - "$name" "$lr" "$out/metrics.jsonl" "$((SECONDS - start))" <<'PY' | tee -a "$work/results.jsonl"
 import json, sys
 name, lr, path, seconds = sys.argv[1:]
@@ -73,8 +74,11 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(json.dumps({"run": "base", "val_loss": [r["val_loss"] for r in rows if r.get("val_loss") is not None][-1]}))
 PY
 for lr in 3e-4 1e-3; do adapt "full-$lr" "$lr"; done
-for lr in 1e-3 3e-3; do
+for lr in 1e-3 3e-3 1e-2; do
   adapt "lora-$lr" "$lr" --set train.lora.r=8 --set train.lora.alpha=16 --set train.lora.targets=q,k,v,o,up,down
+done
+for lr in 3e-3 1e-2; do  # rank 32
+  adapt "lora32-$lr" "$lr" --set train.lora.r=32 --set train.lora.alpha=64 --set train.lora.targets=q,k,v,o,up,down
 done
 python3 - "$work/results.jsonl" <<'PY'
 import json, sys
