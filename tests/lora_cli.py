@@ -201,6 +201,14 @@ def serve_batches_adapters(attend, model, peft, peft2):
         print(f"lora_cli: serve: {[a[1] for a in alone]}")
         if len({json.dumps(a) for a in alone}) != len(models):
             fail(f"serve: the four models (one, two, base, both) should differ; got {alone}")
+        def embed(model):
+            req = urllib.request.Request(url + "/v1/embeddings", data=json.dumps({"model": model, "input": "the jury"}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return json.loads(r.read())["data"][0]["embedding"]
+
+        if embed("one") == embed("base") or embed("one") != embed("one"):
+            fail("serve: /v1/embeddings does not run with the adapter the request names")
         req = urllib.request.Request(url + "/v1/completions", data=json.dumps({"model": "three", "prompt": "a"}).encode(),
                                      headers={"Content-Type": "application/json"})
         try:
