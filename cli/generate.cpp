@@ -51,7 +51,7 @@ std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vec
     }
     check(!dir.empty(), "--lora '{}': expected [NAME=]DIR[:SCALE]", spec);
     if (name.empty()) {  // the directory's own name ("runs/mine/" → "mine")
-      std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+      std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
       if (p.filename().empty()) p = p.parent_path();
       name = p.filename().string();
     }

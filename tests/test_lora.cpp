@@ -220,6 +220,18 @@ TEST(Lora, SessionsWithDifferentAdaptersStepTogetherAsAlone) {
     EXPECT_EQ(bare.reuse_prefix(prompt, 32), 0);
     EXPECT_EQ(same.reuse_prefix(prompt, 32), 64);
   }
+  // An encoder-decoder session runs its encoder and cross-attention keys and values with its adapters too: without
+  // them, the bare model's logits.
+  const ModelConfig c = family("t5");
+  Model plain(c), m(c);
+  m.add_lora({.r = 4, .alpha = 8, .targets = kEvery, .seed = 9});
+  randomize_b(m, 4);
+  const std::vector<int32_t> src = {3, 9, 4, 7, 12};
+  const int32_t start[] = {1};
+  Session bare(m, src, {.adapters = 0}), base(plain, src), adapted(m, src);
+  const std::span<const float> a = bare.step(start), b = base.step(start), d = adapted.step(start);
+  EXPECT_EQ(std::vector<float>(a.begin(), a.end()), std::vector<float>(b.begin(), b.end()));
+  EXPECT_NE(std::vector<float>(d.begin(), d.end()), std::vector<float>(b.begin(), b.end()));
 }
 
 // W x + s·B(A x) against (W + s·B·A) x: the same products summed in another order. Each logit is a sum of
@@ -729,6 +741,9 @@ TEST(Lora, PeftAdaptersOfEveryFamilyGiveTheLogitsOfPyTorchsReference) {
     // Written back as PEFT's files and read onto the base again: the same logits, bit for bit.
     const fs::path again_dir = fresh("peft_family_" + name);
     save_peft_adapter(m, again_dir);
+    EXPECT_EQ(nlohmann::json::parse(read_file(again_dir / "adapter_config.json"))["r"],
+              nlohmann::json::parse(read_file(dir / "adapter_config.json"))["r"])
+        << "the same rank written back (GPT-2's c_attn: one A for q, k and v, as read)";
     Model again = load_model(data / golden["base"].get<std::string>());
     load_peft_adapter(again, again_dir);
     ForwardState again_state(/*for_backward=*/false);

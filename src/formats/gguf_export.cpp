@@ -7,6 +7,7 @@
 #include "kernels/convert.h"
 #include "kernels/parallel.h"
 #include "nn/layers.h"
+#include "nn/lora.h"
 
 #include <attend/error.h>
 #include <attend/model_dir.h>
@@ -455,17 +456,19 @@ void export_gguf_lora(const Model& model, const std::filesystem::path& file) {
     }
     if (updates.empty()) continue;
     const int64_t in = p->value.size(1);
-    int64_t R = 0;
-    for (const LowRankUpdate* u : updates) R += u->A->value.size(0);
+    const bool shared = nn::share_one_a(updates, place.rows);  // one A over the tensor's rows: B's rows side by side
+    int64_t R = shared ? updates.front()->A->value.size(0) : 0;
+    if (!shared)
+      for (const LowRankUpdate* u : updates) R += u->A->value.size(0);
     std::vector<float> a(static_cast<size_t>(R * in)), b(static_cast<size_t>(place.rows * R), 0.0f);
     int64_t k = 0;  // the first of this adapter's columns in the stacked rank
     for (const LowRankUpdate* u : updates) {
       const int64_t r = u->A->value.size(0), rows = u->B->value.size(0);
-      std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
+      if (!shared || u == updates.front()) std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
       const auto factor = static_cast<float>(u->scale / (alpha / static_cast<double>(R)));
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < r; ++j) b[(u->row0 - place.row + i) * R + k + j] = factor * u->B->value[i * r + j];
-      k += r;
+      if (!shared) k += r;
     }
     if (place.rope_heads > 0) {  // B's rows in the file's order, as the weight's (qwen2, qwen3, gemma3)
       const std::vector<float> pairs = b;

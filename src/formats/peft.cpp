@@ -26,6 +26,7 @@
 #include "formats/hf_gpt2.h"
 #include "formats/hf_llama.h"
 #include "formats/hf_t5.h"
+#include "nn/lora.h"
 
 #include "core/json_fields.h"
 
@@ -208,9 +209,10 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
   for (const Module& m : modules) {
     const std::vector<const LowRankUpdate*> us = updates_in(*model.find(m.weight), m, slot);
     if (us.empty()) continue;
-    int64_t rank = 0;
+    const bool shared = nn::share_one_a(us, m.rows);
+    int64_t rank = shared ? us.front()->A->value.size(0) : 0;
     for (const LowRankUpdate* u : us) {
-      rank += u->A->value.size(0);
+      if (!shared) rank += u->A->value.size(0);
       check(scale == 0.0 || u->scale == scale, "peft: '{}' has an adapter scale of its own", m.weight);
       scale = u->scale;
     }
@@ -228,13 +230,15 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
     const Parameter& w = *model.find(m->weight);
     const int64_t in = w.value.size(1);
     Tensor a({R, in}), b({m->rows, R});  // zeros where no adapter is
+    const std::vector<const LowRankUpdate*> us = updates_in(w, *m, slot);
+    const bool shared = nn::share_one_a(us, m->rows);  // one A: B's rows side by side, not a block each
     int64_t k = 0;
-    for (const LowRankUpdate* u : updates_in(w, *m, slot)) {
+    for (const LowRankUpdate* u : us) {
       const int64_t r = u->A->value.size(0), rows = u->B->value.size(0);
-      std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
+      if (!shared || u == us.front()) std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
       for (int64_t i = 0; i < rows; ++i)
         std::copy(u->B->value.data() + i * r, u->B->value.data() + (i + 1) * r, b.data() + (u->row0 - m->row0 + i) * R + k);
-      k += r;
+      if (!shared) k += r;
     }
     if (m->rope_heads > 0) {
       const Tensor pairs = b.clone();

@@ -131,6 +131,17 @@ void lora_backward(float* dinp, const Parameter& weight, const float* dout, cons
   }
 }
 
+bool share_one_a(const std::vector<const LowRankUpdate*>& updates, int64_t rows) {
+  if (updates.size() < 2) return false;
+  int64_t covered = 0;
+  for (const LowRankUpdate* u : updates) {
+    covered += u->B->value.size(0);
+    const Tensor& a = u->A->value, &first = updates.front()->A->value;
+    if (a.shape() != first.shape() || !std::equal(a.span().begin(), a.span().end(), first.span().begin())) return false;
+  }
+  return covered == rows;
+}
+
 void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0, int64_t rows,
                        const LoraConfig& config) {
   check(weight.value.rank() == 2 && row0 >= 0 && rows >= 1 && row0 + rows <= weight.value.size(0),

@@ -36,6 +36,11 @@ void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t
 void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
                    int64_t OC, const LoraStream* drop = nullptr);
 
+// Whether `updates` (on consecutive rows of one weight) cover `rows` rows with one A between them: a fused module's
+// single adapter (GPT-2's c_attn read from PEFT's file) split by target, which files write back as one adapter of
+// that rank rather than block-diagonally.
+bool share_one_a(const std::vector<const LowRankUpdate*>& updates, int64_t rows);
+
 // The adapters a layer owns. Adding one registers it on its weight (Parameter::lora).
 class LoraAdapters {
  public:

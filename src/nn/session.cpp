@@ -120,6 +120,10 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   const std::vector<uint8_t> valid = valid_mask(lengths, 1, T);
   const Tensor x = m.embed(nullptr, ids, {}, 1, T, false, nullptr);
   const nn::StackCall call{1, T, lengths.data(), valid.data()};
+  // The encoder and the cross-attention's keys and values with the session's adapters too (T rows each).
+  std::vector<uint64_t> rows;
+  if (state_->adapters != adapter_mask(model, ~uint64_t{0})) rows.assign(static_cast<size_t>(T), state_->adapters);
+  const nn::SelectAdapters select(rows);
   Tensor encoded = m.encoder->forward(x, call, nullptr);
   encoded.reshape({1, T, c.d_model});
   m.decoder->project_context(encoded, state_->context_keys, state_->context_values);
