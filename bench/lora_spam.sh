@@ -60,11 +60,15 @@ classify lora --set train.lora.r=8 --set train.lora.alpha=16 --set train.lora.ta
 python3 - "$work/results.jsonl" <<'PY'
 import json, sys
 rows = {r["run"]: r for r in map(json.loads, open(sys.argv[1]))}
-with open("data/spam/test.tsv") as f:
+with open("data/spam/test.tsv", encoding="utf-8", errors="replace") as f:
     labels = [line.split("\t", 1)[0] for line in f if line.strip()]
 majority = max(labels.count(c) for c in set(labels)) / len(labels)
 full, lora = rows["full"]["accuracy"], rows["lora"]["accuracy"]
 print(f"spam test: majority {majority:.2%}; full fine-tuning {full:.2%} (+{full - majority:.2%}); "
       f"LoRA {lora:.2%} (+{lora - majority:.2%}): LoRA's improvement {(lora - majority) / (full - majority):.1%} "
       f"of full fine-tuning's")
+ln2 = 0.6931471805599453  # the validation loss of a head that knows nothing
+vf, vl = rows["full"]["best_val_loss"], rows["lora"]["best_val_loss"]
+print(f"validation loss from ln 2: full {vf:.4f} (-{ln2 - vf:.4f}), LoRA {vl:.4f} (-{ln2 - vl:.4f}): "
+      f"{(ln2 - vl) / (ln2 - vf):.1%}")
 PY
