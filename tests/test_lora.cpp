@@ -570,6 +570,40 @@ TEST(Lora, EveryTaskTrainsItsAdapters) {
   }
 }
 
+// modules_to_save "embeddings": the token embeddings (and an untied LM head) train beside the adapters, a new
+// domain's vocabulary; PEFT's files save them whole under the family's module names, and reading gives them back.
+TEST(Lora, EmbeddingsTrainBesideTheAdaptersAndTravelInPeftFiles) {
+  for (const std::string name : {"gpt", "llama"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig c = family(name);
+    Model m(c);
+    m.add_lora({.r = 2, .alpha = 4, .targets = {"q", "v"}, .seed = 9, .modules_to_save = {"embeddings"}});
+    EXPECT_FALSE(m.find("embed.tokens.weight")->frozen);
+    if (!c.tie_embeddings) EXPECT_FALSE(m.find("lm_head.weight")->frozen);
+    EXPECT_TRUE(m.find("decoder.layers.0.attn.qkv.weight")->frozen);
+    randomize_b(m, 2);
+    for (float& x : m.find("embed.tokens.weight")->value.span()) x *= 1.5f;  // trained: not the base's any more
+    const Batch b = batch_for(c, 3);
+    const std::vector<float> want = logits_of(m, b);
+    const fs::path dir = fresh("peft_embeddings_" + name);
+    save_peft_adapter(m, dir);
+    const auto config = nlohmann::json::parse(read_file(dir / "adapter_config.json"));
+    const SafetensorsReader file(dir / "adapter_model.safetensors");
+    if (name == "gpt") {
+      EXPECT_EQ(config["modules_to_save"], nlohmann::json({"wte"}));
+      EXPECT_NE(file.find("base_model.model.transformer.wte.weight"), nullptr);
+    } else {
+      EXPECT_EQ(config["modules_to_save"], nlohmann::json({"embed_tokens", "lm_head"}));
+      EXPECT_NE(file.find("base_model.model.model.embed_tokens.weight"), nullptr);
+      EXPECT_NE(file.find("base_model.model.lm_head.weight"), nullptr);
+    }
+    Model back(c);
+    load_peft_adapter(back, dir);
+    EXPECT_EQ(back.config().lora_modules_to_save, std::vector<std::string>{"embeddings"});
+    EXPECT_EQ(logits_of(back, b), want);
+  }
+}
+
 // run.json's train.lora section: read, written back, set with --set train.lora.FIELD, and checked.
 TEST(Lora, RunJsonTrainLoraSection) {
   RunConfig run = RunConfig::from_json(R"({"train": {"steps": 5, "lora": {"r": 16, "alpha": 32, "dropout": 0.05,
@@ -693,8 +727,8 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   with("target_modules", nlohmann::json({"q_proj", "v_proj", "o_proj"}));
   fails({"no tensor", "o_proj"});
   with("target_modules", nlohmann::json({"q_proj", "self_attn.v_proj"}));
-  with("modules_to_save", nlohmann::json({"lm_head"}));
-  fails({"modules_to_save", "lm_head"});
+  with("modules_to_save", nlohmann::json({"norm"}));
+  fails({"modules_to_save", "norm", "classifier"});
 }
 
 // PEFT adapters as PEFT writes and applies them, for each family's Hugging Face layout: adapter directories and the

@@ -59,7 +59,8 @@ struct LoraConfig {
   // Training: inverted dropout on the adapters' input, B(A·drop(x)), as PEFT's lora_dropout (the weight's own
   // product sees x whole); each adapter draws its own mask.
   double dropout = 0.0;
-  // Modules that train whole beside the adapters (PEFT's modules_to_save): "classifier", "pooler". Empty on a
+  // Modules that train whole beside the adapters (PEFT's modules_to_save): "classifier", "pooler", "embeddings"
+  // (the token embeddings, and the LM head where it is its own: a new domain's vocabulary). Empty on a
   // model with a classification head: that head (classifier, and the pooler where there is one), as PEFT's
   // SEQ_CLS task does.
   std::vector<std::string> modules_to_save;

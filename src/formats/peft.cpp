@@ -20,8 +20,9 @@
 // module's A and its rows of B: the same W + s·B·A. B's rows of the Llama family's q_proj and k_proj are in
 // Hugging Face's order, permuted per head as the weights are (hf_llama.h); A's are not.
 //
-// modules_to_save (a classification head trained beside the adapters): classifier.weight and .bias, and the
-// pooler's (bert.pooler.dense.*), saved whole as PEFT saves them (base_model.model.classifier.weight).
+// modules_to_save (modules trained whole beside the adapters: a classification head, the embeddings): classifier.*,
+// the pooler's (bert.pooler.dense.*), the token embeddings (transformer.wte, model.embed_tokens, …) and an untied
+// LM head, saved whole as PEFT saves them (base_model.model.classifier.weight).
 #include "formats/hf_bert.h"
 #include "formats/hf_gpt2.h"
 #include "formats/hf_llama.h"
@@ -115,13 +116,15 @@ std::vector<RowMapping> mappings_of(const ModelConfig& c) {
     case Family::T5:
       return formats::t5_mappings(c);
     case Family::Gpt2: {
-      std::vector<RowMapping> m;
-      for (const formats::Mapping& g : formats::gpt2_mappings(c)) m.push_back({"transformer." + g.hf, g.attend, 0});
+      std::vector<RowMapping> m;  // GPT2LMHeadModel's paths: the body under "transformer.", the head beside it
+      for (const formats::Mapping& g : formats::gpt2_mappings(c))
+        m.push_back({g.hf == "lm_head.weight" ? g.hf : "transformer." + g.hf, g.attend, 0});
       return m;
     }
     case Family::Llama: {
       const int64_t q = c.n_heads * c.d_head(), kv = c.kv_heads() * c.d_head();
-      std::vector<RowMapping> m;
+      std::vector<RowMapping> m = {{"model.embed_tokens.weight", "embed.tokens.weight"}};
+      if (!c.tie_embeddings) m.push_back({"lm_head.weight", "lm_head.weight"});
       for (int64_t i = 0; i < c.n_layers; ++i) {
         const std::string hf = fmt::format("model.layers.{}.", i), at = formats::decoder_block(i);
         m.push_back({hf + "self_attn.q_proj.weight", at + "attn.qkv.weight", 0});
@@ -165,7 +168,26 @@ std::vector<RowMapping> saved_module_tensors(const ModelConfig& c, const std::ve
   std::vector<RowMapping> out;
   for (const RowMapping& m : mappings_of(c))
     for (const std::string& module : modules)
-      if (m.attend.starts_with(module + ".")) out.push_back(m);
+      if (nn::saved_module_holds(module, m.attend)) out.push_back(m);
+  return out;
+}
+
+// PEFT's names of the modules saved beside the adapters: the classifier's and pooler's as Attend's, the
+// embeddings' as the family's modules ("wte", "embed_tokens", "word_embeddings", "shared"; "lm_head").
+constexpr const char* kEmbeddingModules[] = {"wte", "embed_tokens", "word_embeddings", "shared", "lm_head"};
+
+std::vector<std::string> peft_modules_to_save(const ModelConfig& c) {
+  std::vector<std::string> out;
+  for (const std::string& module : c.lora_modules_to_save) {
+    if (module != "embeddings") {
+      out.push_back(module);
+      continue;
+    }
+    for (const RowMapping& t : saved_module_tensors(c, {module})) {
+      const std::string path = t.hf.substr(0, t.hf.size() - 7);  // without ".weight"
+      out.push_back(path.substr(path.rfind('.') + 1));
+    }
+  }
   return out;
 }
 
@@ -288,7 +310,7 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
                  {"use_dora", false},
                  {"bias", "none"},
                  {"fan_in_fan_out", family_of(c) == Family::Gpt2},  // GPT-2's Conv1D stores W as [in, out]
-                 {"modules_to_save", c.lora_modules_to_save.empty() ? json(nullptr) : json(c.lora_modules_to_save)},
+                 {"modules_to_save", c.lora_modules_to_save.empty() ? json(nullptr) : json(peft_modules_to_save(c))},
                  {"init_lora_weights", true},
                  {"inference_mode", true}};
   fs::create_directories(dir);
@@ -341,9 +363,15 @@ PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
     check(j["modules_to_save"].is_array(), "{}: modules_to_save is {}, expected a list of names", where,
           j["modules_to_save"].dump());
     for (const auto& m : j["modules_to_save"]) {
-      check(m.is_string() && (m == "classifier" || m == "pooler" || m == "score"),
-            "{}: modules_to_save names {}: only a classification head (classifier, pooler) is supported", where, m.dump());
-      if (m != "score") lora.modules_to_save.push_back(m.get<std::string>());  // PEFT's default for other classes
+      const bool embedding = m.is_string() && std::any_of(std::begin(kEmbeddingModules), std::end(kEmbeddingModules),
+                                                          [&](const char* e) { return m == e; });
+      check(m.is_string() && (m == "classifier" || m == "pooler" || m == "score" || embedding),
+            "{}: modules_to_save names {}: supported are a classification head (classifier, pooler) and the "
+            "embeddings ({})", where, m.dump(), fmt::join(kEmbeddingModules, ", "));
+      if (m == "score") continue;  // PEFT's default for other classes' heads
+      const std::string module = embedding ? "embeddings" : m.get<std::string>();
+      if (std::find(lora.modules_to_save.begin(), lora.modules_to_save.end(), module) == lora.modules_to_save.end())
+        lora.modules_to_save.push_back(module);
     }
   }
   lora.targets = {"q"};  // for validate: the targets come from the modules the model has

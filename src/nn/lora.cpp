@@ -30,7 +30,8 @@ void LoraConfig::validate() const {
     check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
           "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
   for (const std::string& m : modules_to_save)
-    check(m == "classifier" || m == "pooler", "lora: modules_to_save names '{}' (expected classifier or pooler)", m);
+    check(m == "classifier" || m == "pooler" || m == "embeddings",
+          "lora: modules_to_save names '{}' (expected classifier, pooler or embeddings)", m);
   check(dropout >= 0.0 && dropout < 1.0, "lora: dropout is {}, expected a probability in [0, 1)", dropout);
   check(std::isfinite(multiplier), "lora: the scale multiplier is {}, expected a finite number", multiplier);
   // The name goes into tensor names: "….lora_A.<name>.weight".
@@ -129,6 +130,11 @@ void lora_backward(float* dinp, const Parameter& weight, const float* dout, cons
     }
     if (masked) first += static_cast<uint64_t>(N * C);
   }
+}
+
+bool saved_module_holds(std::string_view module, std::string_view parameter) {
+  if (module == "embeddings") return parameter.starts_with("embed.tokens.") || parameter.starts_with("lm_head.");
+  return parameter.size() > module.size() && parameter.starts_with(module) && parameter[module.size()] == '.';
 }
 
 bool share_one_a(const std::vector<const LowRankUpdate*>& updates, int64_t rows) {

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace attend::nn {
@@ -35,6 +36,10 @@ void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t
                   const uint64_t* row_masks = nullptr, bool per_row = false, const LoraStream* drop = nullptr);
 void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
                    int64_t OC, const LoraStream* drop = nullptr);
+
+// Whether `parameter` belongs to the module `module` of LoraConfig::modules_to_save: "classifier", "pooler", or
+// "embeddings" (the token embeddings, and the LM head where it is its own).
+bool saved_module_holds(std::string_view module, std::string_view parameter);
 
 // Whether `updates` (on consecutive rows of one weight) cover `rows` rows with one A between them: a fused module's
 // single adapter (GPT-2's c_attn read from PEFT's file) split by target, which files write back as one adapter of

@@ -1,5 +1,6 @@
 // The model's forward and backward (001 §6-8, §11-12): embeddings, the stacks, the heads (LM, MLM,
 // classifier) and their losses, and the checks that name the batch field at fault.
+#include "nn/lora.h"
 #include "nn/transformer.h"
 
 #include "kernels/elementwise.h"
@@ -219,7 +220,7 @@ std::vector<std::string> modules_to_save(const ModelConfig& c, const std::vector
 
 bool trains_with_adapters(const Parameter& p, const std::vector<std::string>& modules) {
   return is_adapter(p.role) || std::any_of(modules.begin(), modules.end(), [&](const std::string& m) {
-           return p.name.starts_with(m + ".");
+           return nn::saved_module_holds(m, p.name);
          });
 }
 

@@ -90,6 +90,7 @@ void for_each_lora_field(LoraConfig& l, F&& f) {
   f("dropout", l.dropout, "dropout on the adapters' input while training (PEFT's lora_dropout)");
   f("targets", l.targets, "the projections adapted, among q, k, v, o (attention), up, gate, down (FFN)");
   f("rslora", l.rslora, "scale by alpha / √r (rsLoRA) instead");
+  f("modules_to_save", l.modules_to_save, "modules that train whole beside the adapters: classifier, pooler, embeddings (a classification head's by default)");
 }
 
 }  // namespace
