@@ -431,7 +431,7 @@ void export_gguf_lora(const Model& model, const std::filesystem::path& file) {
   const std::string arch = gguf_architecture(c);
   check(arch != "bert", "export gguf-lora: llama.cpp applies LoRA adapters to generating models (gpt2, llama, qwen2, "
         "qwen3, gemma3), not to bert");
-  const int64_t slot = std::find(model.adapters().begin(), model.adapters().end(), "") - model.adapters().begin();
+  const int slot = nn::own_adapter_slot(model);
   // alpha as the file holds it: alpha / r is the scale of an unfused tensor (rsLoRA's alpha / √r as alpha·√r / r).
   const double alpha = c.lora_rslora ? c.lora_alpha * std::sqrt(static_cast<double>(c.lora_r)) : c.lora_alpha;
   gguf::Writer w;
@@ -445,31 +445,14 @@ void export_gguf_lora(const Model& model, const std::filesystem::path& file) {
   for (const GgufPlace& place : formats::gguf_places(c, arch, arch == "gpt2" || !c.tie_embeddings)) {
     const Parameter* p = model.find(place.attend);
     check(p != nullptr, "export gguf-lora: the model has no '{}'", place.attend);
-    std::vector<const LowRankUpdate*> updates;
-    for (const LowRankUpdate& u : p->lora) {
-      if (u.adapter != slot) continue;
-      const int64_t rows = u.B->value.size(0);
-      if (u.row0 + rows <= place.row || u.row0 >= place.row + place.rows) continue;
-      check(u.row0 >= place.row && u.row0 + rows <= place.row + place.rows, "export gguf-lora: the adapter of rows "
-            "[{}, {}) of '{}' straddles GGUF's {}", u.row0, u.row0 + rows, p->name, place.gguf);
-      updates.push_back(&u);
-    }
+    const std::vector<const LowRankUpdate*> updates =
+        nn::updates_on_rows(*p, slot, place.row, place.rows, "GGUF's " + place.gguf);
     if (updates.empty()) continue;
-    const int64_t in = p->value.size(1);
-    const bool shared = nn::share_one_a(updates, place.rows);  // one A over the tensor's rows: B's rows side by side
-    int64_t R = shared ? updates.front()->A->value.size(0) : 0;
-    if (!shared)
-      for (const LowRankUpdate* u : updates) R += u->A->value.size(0);
+    const int64_t in = p->value.size(1), R = nn::stacked_rank(updates, place.rows);
     std::vector<float> a(static_cast<size_t>(R * in)), b(static_cast<size_t>(place.rows * R), 0.0f);
-    int64_t k = 0;  // the first of this adapter's columns in the stacked rank
-    for (const LowRankUpdate* u : updates) {
-      const int64_t r = u->A->value.size(0), rows = u->B->value.size(0);
-      if (!shared || u == updates.front()) std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
-      const auto factor = static_cast<float>(u->scale / (alpha / static_cast<double>(R)));
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < r; ++j) b[(u->row0 - place.row + i) * R + k + j] = factor * u->B->value[i * r + j];
-      if (!shared) k += r;
-    }
+    nn::stack_updates(updates, place.row, place.rows, R, a.data(), b.data(), [&](const LowRankUpdate& u) {
+      return static_cast<float>(u.scale / (alpha / static_cast<double>(R)));
+    });
     if (place.rope_heads > 0) {  // B's rows in the file's order, as the weight's (qwen2, qwen3, gemma3)
       const std::vector<float> pairs = b;
       formats::rope_rows_to_hf(b.data(), pairs.data(), place.rope_heads, D, R);

@@ -191,18 +191,6 @@ std::vector<std::string> peft_modules_to_save(const ModelConfig& c) {
   return out;
 }
 
-// A's rows and B's columns of the updates `slot` has on `module`'s rows of its weight.
-std::vector<const LowRankUpdate*> updates_in(const Parameter& w, const Module& module, int slot) {
-  std::vector<const LowRankUpdate*> out;
-  for (const LowRankUpdate& u : w.lora)
-    if (u.adapter == slot && u.row0 >= module.row0 && u.row0 < module.row0 + module.rows) {
-      check(u.row0 + u.B->value.size(0) <= module.row0 + module.rows, "peft: the adapter of rows [{}, {}) of '{}' "
-            "straddles the module {}", u.row0, u.row0 + u.B->value.size(0), w.name, module.path);
-      out.push_back(&u);
-    }
-  return out;
-}
-
 const char* task_type(const ModelConfig& c) {
   switch (family_of(c)) {
     case Family::Bert: return c.n_classes > 0 ? "SEQ_CLS" : c.mlm_head ? nullptr : "FEATURE_EXTRACTION";
@@ -221,25 +209,22 @@ bool matches(const std::string& path, const std::vector<std::string>& patterns) 
 void save_peft_adapter(const Model& model, const fs::path& dir, const std::string& base_model) {
   const ModelConfig& c = model.config();
   check(model.has_lora() && c.lora_r > 0, "peft: the model has no LoRA adapters of its own to save");
-  const int slot = static_cast<int>(std::find(model.adapters().begin(), model.adapters().end(), "") -
-                                    model.adapters().begin());
+  const int slot = nn::own_adapter_slot(model);
   const std::vector<Module> modules = modules_of(model);
   // The file's one rank: the largest a module needs (a fused one holds several adapters).
   int64_t R = 0;
   double scale = 0.0;
-  std::vector<const Module*> adapted;
+  std::vector<std::pair<const Module*, std::vector<const LowRankUpdate*>>> adapted;
   for (const Module& m : modules) {
-    const std::vector<const LowRankUpdate*> us = updates_in(*model.find(m.weight), m, slot);
+    std::vector<const LowRankUpdate*> us =
+        nn::updates_on_rows(*model.find(m.weight), slot, m.row0, m.rows, "the module " + m.path);
     if (us.empty()) continue;
-    const bool shared = nn::share_one_a(us, m.rows);
-    int64_t rank = shared ? us.front()->A->value.size(0) : 0;
     for (const LowRankUpdate* u : us) {
-      if (!shared) rank += u->A->value.size(0);
       check(scale == 0.0 || u->scale == scale, "peft: '{}' has an adapter scale of its own", m.weight);
       scale = u->scale;
     }
-    R = std::max(R, rank);
-    adapted.push_back(&m);
+    R = std::max(R, nn::stacked_rank(us, m.rows));
+    adapted.emplace_back(&m, std::move(us));
   }
   check(!adapted.empty(), "peft: none of the model's adapters lies on a module of its Hugging Face layout");
   const double alpha = c.lora_rslora ? scale * std::sqrt(static_cast<double>(R)) : scale * static_cast<double>(R);
@@ -248,20 +233,9 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
   stored.reserve(2 * adapted.size() + 4);
   std::vector<NamedTensor> tensors;
   std::vector<std::string> targets;  // target_modules: module names after the block, unless one names more
-  for (const Module* m : adapted) {
-    const Parameter& w = *model.find(m->weight);
-    const int64_t in = w.value.size(1);
-    Tensor a({R, in}), b({m->rows, R});  // zeros where no adapter is
-    const std::vector<const LowRankUpdate*> us = updates_in(w, *m, slot);
-    const bool shared = nn::share_one_a(us, m->rows);  // one A: B's rows side by side, not a block each
-    int64_t k = 0;
-    for (const LowRankUpdate* u : us) {
-      const int64_t r = u->A->value.size(0), rows = u->B->value.size(0);
-      if (!shared || u == us.front()) std::copy(u->A->value.data(), u->A->value.data() + r * in, a.data() + k * in);
-      for (int64_t i = 0; i < rows; ++i)
-        std::copy(u->B->value.data() + i * r, u->B->value.data() + (i + 1) * r, b.data() + (u->row0 - m->row0 + i) * R + k);
-      if (!shared) k += r;
-    }
+  for (const auto& [m, us] : adapted) {
+    Tensor a({R, model.find(m->weight)->value.size(1)}), b({m->rows, R});  // zeros where no adapter is
+    nn::stack_updates(us, m->row0, m->rows, R, a.data(), b.data());
     if (m->rope_heads > 0) {
       const Tensor pairs = b.clone();
       formats::rope_rows_to_hf(b.data(), pairs.data(), m->rope_heads, c.d_head(), R);
@@ -280,19 +254,23 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
   auto add = [&](const std::string& t) {
     if (std::find(target_modules.begin(), target_modules.end(), t) == target_modules.end()) target_modules.push_back(t);
   };
+  auto unadapted_match = [&](const std::string& name) {
+    return std::any_of(modules.begin(), modules.end(), [&](const Module& m) {
+      return matches(m.path, {name}) &&
+             std::none_of(adapted.begin(), adapted.end(), [&](const auto& a) { return a.first == &m; });
+    });
+  };
   for (const std::string& t : targets) {
-    bool written = false;
-    for (size_t at = t.size(); !written;) {
-      at = at == 0 ? std::string::npos : t.rfind('.', at - 1);
-      const std::string end = at == std::string::npos ? t : t.substr(at + 1);
-      const bool shared = std::any_of(modules.begin(), modules.end(), [&](const Module& m) {
-        return matches(m.path, {end}) && std::find(adapted.begin(), adapted.end(), &m) == adapted.end();
-      });
-      if (!shared) add(end), written = true;
-      if (at == std::string::npos) break;
+    std::vector<std::string> ends;  // shortest first: "q_proj", then "self_attn.q_proj"
+    for (size_t at = t.rfind('.'); at != std::string::npos; at = at == 0 ? std::string::npos : t.rfind('.', at - 1))
+      ends.push_back(t.substr(at + 1));
+    ends.push_back(t);
+    const auto end = std::find_if_not(ends.begin(), ends.end(), unadapted_match);
+    if (end != ends.end()) {
+      add(*end);
+      continue;
     }
-    if (written) continue;
-    for (const Module* m : adapted)
+    for (const auto& [m, us] : adapted)
       if (m->suffix == t) add(m->path);
   }
   for (const RowMapping& t : saved_module_tensors(c, c.lora_modules_to_save)) {

@@ -190,6 +190,20 @@ void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp
   kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
 }
 
+// Where each row of a quantized weight's blocks is, and of what type, across its segments.
+struct QuantizedRow {
+  kernels::QuantType type;
+  const uint8_t* blocks;
+};
+void quantized_rows_of(const Parameter& w, int64_t C, std::vector<QuantizedRow>& out) {
+  out.clear();
+  for (const QuantizedRows& s : w.quantized) {
+    const kernels::QuantType q = quant_type(s.type);
+    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
+    for (int64_t r = 0; r < s.rows; ++r) out.push_back({q, s.data + r * row_bytes});
+  }
+}
+
 // out (N, OC) = inp · Wᵀ + bias for a quantized W, N rows at once (a prompt): the blocks' values up to 64 MiB at a
 // time (bf16 where the CPU has bf16 products, at twice sgemm's rate with the input rounded as in bf16 training;
 // else fp32) into a scratch that one GEMM reads, whatever segments the rows come from (a GGUF file's Q, K and V
@@ -204,18 +218,8 @@ void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, 
       for (int64_t n = n0; n < n1; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(float));
     });
   const float beta = bias != nullptr ? 1.0f : 0.0f;
-  // Where each row's blocks are, and of what type.
-  struct Row {
-    kernels::QuantType type;
-    const uint8_t* blocks;
-  };
-  thread_local std::vector<Row> rows;
-  rows.clear();
-  for (const QuantizedRows& s : w.quantized) {
-    const kernels::QuantType q = quant_type(s.type);
-    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-    for (int64_t r = 0; r < s.rows; ++r) rows.push_back({q, s.data + r * row_bytes});
-  }
+  thread_local std::vector<QuantizedRow> rows;
+  quantized_rows_of(w, C, rows);
   // Pieces of equal rows (a multiple of 16) of at most 64 MiB.
   const int64_t most = std::max<int64_t>(16, (int64_t{64} << 20) / (C * (bf16 ? 2 : 4)));
   const int64_t pieces = (OC + most - 1) / most;
@@ -226,13 +230,13 @@ void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, 
   // This thread's scratch, by pointer: inside the parallel region the names are each thread's own.
   float* to_floats = values.data();
   uint16_t* to_bf16 = values_bf16.data();
-  const Row* row_at = rows.data();
+  const QuantizedRow* row_at = rows.data();
   for (int64_t r0 = 0; r0 < OC; r0 += piece) {
     const int64_t R = std::min(piece, OC - r0);
     kernels::parallel_for(R, kernels::row_grain(C), [&](int64_t a, int64_t b) {
       std::vector<float> row(bf16 ? static_cast<size_t>(C) : 0);
       for (int64_t r = a; r < b; ++r) {
-        const Row& from = row_at[r0 + r];
+        const QuantizedRow& from = row_at[r0 + r];
         if (!bf16) {
           kernels::dequantize_row(from.type, to_floats + r * C, from.blocks, C);
           continue;
@@ -251,16 +255,8 @@ void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, 
 // dinp (N, C) += dout (N, OC) · W for a weight held as quantized blocks: its rows' values, dequantized in fp32 a
 // piece of at most 64 MiB at a time, then one GEMM per piece.
 void quantized_input_backward(const Parameter& w, float* dinp, const float* dout, int64_t N, int64_t C, int64_t OC) {
-  struct Row {
-    kernels::QuantType type;
-    const uint8_t* blocks;
-  };
-  std::vector<Row> rows;
-  for (const QuantizedRows& s : w.quantized) {
-    const kernels::QuantType q = quant_type(s.type);
-    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-    for (int64_t r = 0; r < s.rows; ++r) rows.push_back({q, s.data + r * row_bytes});
-  }
+  std::vector<QuantizedRow> rows;  // a local: the parallel region below reads it from every thread
+  quantized_rows_of(w, C, rows);
   check(static_cast<int64_t>(rows.size()) == OC, "linear '{}': {} quantized rows, expected {}", w.name, rows.size(), OC);
   const int64_t piece = std::min<int64_t>(OC, std::max<int64_t>(16, (int64_t{64} << 20) / (C * 4)));
   thread_local std::vector<float> values;
@@ -456,10 +452,7 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
     check(weight.frozen, "linear '{}': held as quantized blocks only; training it needs its float values "
           "(Model::ensure_values)", weight.name);
     if (dinp != nullptr) quantized_input_backward(weight, dinp, dout, N, C, OC);
-    if (dbias != nullptr)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t o = 0; o < OC; ++o) dbias[o] += dout[n * OC + o];
-    return;
+    return kernels::matmul_backward<float>(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, C, OC);  // Σ dout
   }
   if (precision == Precision::F32)
     return kernels::matmul_backward(dinp, weight.grad.data(), dbias, dout, inp, weight.value.data(), N, C, OC);

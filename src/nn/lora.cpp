@@ -137,6 +137,32 @@ bool saved_module_holds(std::string_view module, std::string_view parameter) {
   return parameter.size() > module.size() && parameter.starts_with(module) && parameter[module.size()] == '.';
 }
 
+uint64_t adapter_mask(const Model& model, uint64_t wanted) {
+  const size_t n = model.adapters().size();
+  return n >= 64 ? wanted : wanted & ((uint64_t{1} << n) - 1);
+}
+
+int own_adapter_slot(const Model& model) {
+  const std::vector<std::string>& sets = model.adapters();
+  return static_cast<int>(std::find(sets.begin(), sets.end(), "") - sets.begin());
+}
+
+std::vector<const LowRankUpdate*> updates_on_rows(const Parameter& weight, int slot, int64_t row0, int64_t rows,
+                                                  std::string_view tensor) {
+  std::vector<const LowRankUpdate*> out;
+  for (const LowRankUpdate& u : weight.lora) {
+    const int64_t n = u.B->value.size(0);
+    if (u.adapter != slot || u.row0 + n <= row0 || u.row0 >= row0 + rows) continue;
+    check(u.row0 >= row0 && u.row0 + n <= row0 + rows, "lora: the adapter of rows [{}, {}) of '{}' straddles {}",
+          u.row0, u.row0 + n, weight.name, tensor);
+    out.push_back(&u);
+  }
+  return out;
+}
+
+namespace {
+
+// Whether the updates cover `rows` rows with one A between them.
 bool share_one_a(const std::vector<const LowRankUpdate*>& updates, int64_t rows) {
   if (updates.size() < 2) return false;
   int64_t covered = 0;
@@ -146,6 +172,31 @@ bool share_one_a(const std::vector<const LowRankUpdate*>& updates, int64_t rows)
     if (a.shape() != first.shape() || !std::equal(a.span().begin(), a.span().end(), first.span().begin())) return false;
   }
   return covered == rows;
+}
+
+}  // namespace
+
+int64_t stacked_rank(const std::vector<const LowRankUpdate*>& updates, int64_t rows) {
+  if (share_one_a(updates, rows)) return updates.front()->A->value.size(0);
+  int64_t rank = 0;
+  for (const LowRankUpdate* u : updates) rank += u->A->value.size(0);
+  return rank;
+}
+
+void stack_updates(const std::vector<const LowRankUpdate*>& updates, int64_t row0, int64_t rows, int64_t rank,
+                   float* a, float* b, const std::function<float(const LowRankUpdate&)>& factor) {
+  check(rank >= stacked_rank(updates, rows), "lora: stacking adapters of rank {} into {}", stacked_rank(updates, rows),
+        rank);
+  const bool shared = share_one_a(updates, rows);
+  int64_t k = 0;  // the first of this update's columns in the stacked rank
+  for (const LowRankUpdate* u : updates) {
+    const int64_t r = u->A->value.size(0), in = u->A->value.size(1), n = u->B->value.size(0);
+    if (!shared || u == updates.front()) std::copy(u->A->value.data(), u->A->value.data() + r * in, a + k * in);
+    const float f = factor ? factor(*u) : 1.0f;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < r; ++j) b[(u->row0 - row0 + i) * rank + k + j] = f * u->B->value[i * r + j];
+    if (!shared) k += r;
+  }
 }
 
 void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0, int64_t rows,

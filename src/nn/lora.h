@@ -10,6 +10,7 @@
 #include <attend/parameter.h>
 #include <attend/rng.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,10 +42,24 @@ void lora_backward(float* dinp, const Parameter& weight, const float* dout, cons
 // "embeddings" (the token embeddings, and the LM head where it is its own).
 bool saved_module_holds(std::string_view module, std::string_view parameter);
 
-// Whether `updates` (on consecutive rows of one weight) cover `rows` rows with one A between them: a fused module's
-// single adapter (GPT-2's c_attn read from PEFT's file) split by target, which files write back as one adapter of
-// that rank rather than block-diagonally.
-bool share_one_a(const std::vector<const LowRankUpdate*>& updates, int64_t rows);
+// `wanted` (a slot mask: SessionOptions::adapters) cut to the slots the model has.
+uint64_t adapter_mask(const Model& model, uint64_t wanted);
+
+// The slot of the model's own adapter set (Model::adapters' ""), or adapters().size() when it has none.
+int own_adapter_slot(const Model& model);
+
+// Writing adapters to a file whose tensor holds rows [row0, row0 + rows) of one of Attend's weights (a PEFT
+// module, a GGUF tensor): the updates of set `slot` on those rows; one that straddles them is an error naming
+// `tensor`.
+std::vector<const LowRankUpdate*> updates_on_rows(const Parameter& weight, int slot, int64_t row0, int64_t rows,
+                                                  std::string_view tensor);
+// Those updates as the tensor's one adapter: A (rank, in) and B (rows, rank), A's stacked and B block-diagonal, or,
+// where they share one A over all the rows (a fused module read from a file, GPT-2's c_attn, split by target),
+// that A with their B rows side by side. stacked_rank is the rank that takes; stack_updates writes it into a and
+// b (zeros where no adapter is; a larger `rank` pads with zeros), B's part of update u times factor(u).
+int64_t stacked_rank(const std::vector<const LowRankUpdate*>& updates, int64_t rows);
+void stack_updates(const std::vector<const LowRankUpdate*>& updates, int64_t row0, int64_t rows, int64_t rank,
+                   float* a, float* b, const std::function<float(const LowRankUpdate&)>& factor = nullptr);
 
 // The adapters a layer owns. Adding one registers it on its weight (Parameter::lora).
 class LoraAdapters {

@@ -543,9 +543,9 @@ Tensor Model::hidden_states(const Batch& batch, uint64_t adapters) const {
   const std::vector<uint8_t> valid = valid_mask(lengths, B, T);
   const Tensor x = w.embed(nullptr, batch.ids, batch.token_types, B, T, false, nullptr);
   const StackCall call{B, T, lengths.data(), valid.data()};
-  const uint64_t all = w.adapters.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << w.adapters.size()) - 1;
   std::vector<uint64_t> rows;  // every row with `adapters`, where that is not all of them
-  if ((adapters & all) != all) rows.assign(static_cast<size_t>(B * T), adapters);
+  if (nn::adapter_mask(*this, adapters) != nn::adapter_mask(*this, ~uint64_t{0}))
+    rows.assign(static_cast<size_t>(B * T), adapters);
   const nn::SelectAdapters select(rows);
   Tensor top = (c.has_encoder() ? *w.encoder : *w.decoder).forward(x, call, nullptr);
   top.reshape({B, T, c.d_model});

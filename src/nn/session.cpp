@@ -62,11 +62,6 @@ nn::KVCacheConfig cache_config(const ModelConfig& c, const SessionOptions& o) {
   return {c.decoder_layers(), 1, max_T, c.kv_heads(), c.d_head(), o.cache};
 }
 
-uint64_t adapter_mask(const Model& model, uint64_t wanted) {
-  const size_t n = model.adapters().size();
-  return n >= 64 ? wanted : wanted & ((uint64_t{1} << n) - 1);
-}
-
 nn::KVPoolConfig pool_config(const Model& model, int64_t blocks, CacheType cache) {
   const ModelConfig& c = model.config();
   return {c.decoder_layers(), c.kv_heads(), c.d_head(), cache, blocks};
@@ -103,7 +98,7 @@ Session::Session(const Model& model, const SessionOptions& options) {
   } else {
     state_ = std::make_unique<State>(model, cache_config(c, options));
   }
-  state_->adapters = adapter_mask(model, options.adapters);
+  state_->adapters = nn::adapter_mask(model, options.adapters);
 }
 
 Session::Session(const Model& model, std::span<const int32_t> source, const SessionOptions& options) {
@@ -111,7 +106,7 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   check(c.architecture == Architecture::EncoderDecoder, "session: only encoder-decoder models decode from a source");
   check(options.pool == nullptr, "session: encoder-decoder sessions keep their own caches (no KV block pool)");
   state_ = std::make_unique<State>(model, cache_config(c, options));
-  state_->adapters = adapter_mask(model, options.adapters);
+  state_->adapters = nn::adapter_mask(model, options.adapters);
   const Model::Impl& m = *model.impl_;
   const std::vector<int32_t> ids(source.begin(), source.end());
   const auto T = static_cast<int64_t>(ids.size());
@@ -122,7 +117,7 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   const nn::StackCall call{1, T, lengths.data(), valid.data()};
   // The encoder and the cross-attention's keys and values with the session's adapters too (T rows each).
   std::vector<uint64_t> rows;
-  if (state_->adapters != adapter_mask(model, ~uint64_t{0})) rows.assign(static_cast<size_t>(T), state_->adapters);
+  if (state_->adapters != nn::adapter_mask(model, ~uint64_t{0})) rows.assign(static_cast<size_t>(T), state_->adapters);
   const nn::SelectAdapters select(rows);
   Tensor encoded = m.encoder->forward(x, call, nullptr);
   encoded.reshape({1, T, c.d_model});
@@ -251,7 +246,7 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
 
   // Each row with its session's adapters, where the sessions do not all run with every one.
   std::vector<uint64_t> row_adapters;
-  const uint64_t all = adapter_mask(model, ~uint64_t{0});
+  const uint64_t all = nn::adapter_mask(model, ~uint64_t{0});
   if (std::any_of(sessions.begin(), sessions.end(), [&](const Session* s) { return s->state_->adapters != all; }))
     for (int64_t i = 0; i < S; ++i) row_adapters.insert(row_adapters.end(), tokens[i].size(), sessions[i]->state_->adapters);
   const nn::SelectAdapters select(row_adapters);
