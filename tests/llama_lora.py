@@ -12,26 +12,15 @@ Without --llama-bin (or ATTEND_LLAMA_BIN) it exits 77: CTest's "skipped". Exits 
 import argparse
 import json
 import os
-import random
-import re
-import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
+import tiny_runs
 
-def fail(message):
-    print(f"llama_lora: FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def run(cmd):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        fail(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return proc.stdout
+fail, run = tiny_runs.checks("llama_lora")
 
 
 def free_port():
@@ -84,20 +73,7 @@ def main():
         print("llama_lora: no llama.cpp build (give --llama-bin or ATTEND_LLAMA_BIN): skipped")
         sys.exit(77)
     attend, work = os.path.abspath(args.attend), os.path.abspath(args.work)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    words = ("the jury said it did find that many of the new laws were not clear and the city was to pay "
-             "for its own work on a plan which would take place in two years if they could get money").split()
-    rng = random.Random(0)
-    text = os.path.join(work, "corpus.txt")
-    with open(text, "w") as f:
-        for i in range(2000):
-            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(5, 14))) + "\n")
-    tok = os.path.join(work, "tokenizer.json")
-    run([attend, "tokenizer", "train", "--kind", "bpe", "--vocab-size", "300", "--input", text, "-o", tok])
-    common = ["--set", f"data.train={text}", "--set", f"data.tokenizer={tok}", "--set", "data.batch_size=4",
-              "--set", "data.seq_len=32", "--set", "data.max_valid_batches=2", "--set", "train.eval_every=0",
-              "--set", "train.warmup_steps=2"]
+    _, common = tiny_runs.corpus(run, attend, work, documents=False)
     layouts = {
         "llama": ["--set", "model.position=rope", "--set", "model.norm=rmsnorm", "--set", "model.activation=swiglu",
                   "--set", "model.bias=false", "--set", "model.n_kv_heads=2"],

@@ -12,25 +12,14 @@ import argparse
 import concurrent.futures
 import json
 import os
-import random
 import re
-import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 
+import tiny_runs
 
-def fail(message):
-    print(f"lora_cli: FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def run(cmd):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        fail(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return proc.stdout
+fail, run = tiny_runs.checks("lora_cli")
 
 
 def main():
@@ -39,22 +28,8 @@ def main():
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
     attend, work = os.path.abspath(args.attend), os.path.abspath(args.work)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    words = ("the jury said it did find that many of the new laws were not clear and the city was to pay "
-             "for its own work on a plan which would take place in two years if they could get money").split()
-    rng = random.Random(0)
-    text = os.path.join(work, "corpus.txt")
-    with open(text, "w") as f:
-        for i in range(2000):
-            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(5, 14))) + "\n")
-            if i % 5 == 4:
-                f.write("\n")
-    tok = os.path.join(work, "tokenizer.json")
-    run([attend, "tokenizer", "train", "--kind", "bpe", "--vocab-size", "300", "--input", text, "-o", tok])
-    common = ["--set", f"data.train={text}", "--set", f"data.tokenizer={tok}", "--set", "data.batch_size=4",
-              "--set", "data.seq_len=32", "--set", "data.max_valid_batches=2", "--set", "train.eval_every=0",
-              "--set", "train.steps=20", "--set", "train.warmup_steps=2"]
+    text, common = tiny_runs.corpus(run, attend, work, documents=True)
+    common += ["--set", "train.steps=20"]
     base = os.path.join(work, "base")
     run([attend, "train", "--set", "model.d_model=32", "--set", "model.n_layers=2", "--set", "model.n_heads=4",
          "--set", "model.n_kv_heads=2", "--set", "model.max_seq_len=64", "--set", "model.position=rope",

@@ -1,0 +1,46 @@
+"""What the command-line LoRA tests (lora_cli.py, llama_lora.py) share: failing with the script's name, running a
+command that must succeed, and a fresh work directory with a tiny corpus of Brown-like words, its BPE tokenizer
+and the `attend train` options for short runs on it."""
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+
+def checks(name):
+    """fail(message) and run(cmd) for the script `name`: run returns stdout, or fails with the command's stderr."""
+    def fail(message):
+        print(f"{name}: FAILED: {message}", file=sys.stderr)
+        sys.exit(1)
+
+    def run(cmd):
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            fail(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
+        return proc.stdout
+
+    return fail, run
+
+
+def corpus(run, attend, work, documents):
+    """Empties `work` and writes corpus.txt (2,000 lines; with `documents`, a blank line after every fifth) and its
+    tokenizer.json (BPE, 300 tokens). Returns the text's path and the train options that read them (4 sequences
+    of 32 tokens a step, no evaluation during training)."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    words = ("the jury said it did find that many of the new laws were not clear and the city was to pay "
+             "for its own work on a plan which would take place in two years if they could get money").split()
+    rng = random.Random(0)
+    text = os.path.join(work, "corpus.txt")
+    with open(text, "w") as f:
+        for i in range(2000):
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(5, 14))) + "\n")
+            if documents and i % 5 == 4:
+                f.write("\n")
+    tok = os.path.join(work, "tokenizer.json")
+    run([attend, "tokenizer", "train", "--kind", "bpe", "--vocab-size", "300", "--input", text, "-o", tok])
+    options = ["--set", f"data.train={text}", "--set", f"data.tokenizer={tok}", "--set", "data.batch_size=4",
+               "--set", "data.seq_len=32", "--set", "data.max_valid_batches=2", "--set", "train.eval_every=0",
+               "--set", "train.warmup_steps=2"]
+    return text, options
