@@ -582,6 +582,49 @@ TEST(GgufFixtures, ArchitecturesGreedyTokensAreLlamaSimples) {
   EXPECT_EQ(expect_llama_simples_continuations(dir, files), 12);
 }
 
+// tests/data/gguf/arch/bert-* (tools/make_gguf_arch_fixtures.sh): a trained BERT classifier (post-norm, token
+// types, the embedding norm, a WordPiece vocabulary) written by Attend, and llama-quantize's Q8_0 of it. llama.cpp's
+// tokenizer gives Attend's ids, and llama-embedding's final hidden states (--pooling none) are Attend's within
+// the coarser of the two engines' roundings of a product's inputs, relative to the largest state: llama.cpp rounds
+// them to fp16 for F16 weights (2^-11; Attend keeps fp32), to int8 blocks for Q8_0 (half a step of 1/127 of the
+// block's largest, 2^-8) where Attend's prompt products take bf16 (2^-8 too). LayerNorm passes a relative error
+// through unchanged, and GELU's forms (llama.cpp's tanh from an fp16 table, Attend's erf) differ by less. Measured
+// at 2026-11: 6·10^-5 (F16) and 3·10^-4 (Q8_0). The states of two positions differ by far more (checked), so the
+// comparison would see a wrong mask, position or token type.
+TEST(GgufFixtures, BertStatesAreLlamaEmbeddings) {
+  const fs::path dir = kGgufData / "arch";
+  const auto golden = nlohmann::json::parse(read_file(dir / "bert-golden.json"));
+  int checked = 0;
+  for (const std::string file : {"bert-tiny-F16", "bert-tiny-Q8_0"}) {
+    const fs::path path = dir / (file + ".gguf");
+    const Model model = load_model(path);
+    const std::optional<Tokenizer> tok = load_gguf_tokenizer(path);
+    ASSERT_TRUE(tok.has_value());
+    const double bound = file.ends_with("F16") ? 0x1p-11 : 0x1p-8;
+    for (const auto& [key, want] : golden["states"].items()) {
+      if (!key.starts_with(file + "|")) continue;
+      const std::string text = key.substr(file.size() + 1);
+      Batch b;
+      b.B = 1, b.ids = tok->encode_prompt(text), b.T = static_cast<int64_t>(b.ids.size());
+      EXPECT_EQ(b.ids, want["ids"].get<std::vector<int32_t>>()) << key;
+      const std::vector<double> states = want["hidden"].get<std::vector<double>>();
+      const Tensor h = model.hidden_states(b);
+      ASSERT_EQ(static_cast<size_t>(h.numel()), states.size()) << key;
+      const int64_t D = model.config().d_model;
+      double largest = 0, error = 0, apart = 0;
+      for (int64_t i = 0; i < h.numel(); ++i) {
+        largest = std::max(largest, std::abs(states[static_cast<size_t>(i)]));
+        error = std::max(error, std::abs(h[i] - states[static_cast<size_t>(i)]));
+        if (i >= D) apart = std::max(apart, std::abs(states[static_cast<size_t>(i)] - states[static_cast<size_t>(i - D)]));
+      }
+      EXPECT_LT(error, bound * largest) << key << ": largest difference " << error << " of " << largest;
+      EXPECT_GT(apart, 30 * bound * largest) << key;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6);
+}
+
 // Found by the gguf fuzz target: a token that is not UTF-8 made the rebuilt tokenizer.json throw nlohmann's
 // type_error (316) out of load_gguf_tokenizer. Now an attend::Error names the token.
 TEST(GgufTokenizer, TokensThatAreNotUtf8AreNamed) {

@@ -352,8 +352,9 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     const bool is_head = place.gguf == "output.weight" || (!output && place.gguf == "token_embd.weight");
     // What llama-quantize quantizes: the matrices but the position table.
     const bool quantizable = !vector && place.gguf != "position_embd.weight" && place.gguf != "token_types.weight";
-    // The type: vectors F32; a quantized weight written as stored keeps its blocks; a scheme picks per tensor.
-    WeightType t = vector ? WeightType::F32 : float_type;
+    // The type: vectors F32, and BERT's token types (llama.cpp adds a row of them to the F32 embeddings, and its
+    // add takes no F16 operand); a quantized weight written as stored keeps its blocks; a scheme picks per tensor.
+    WeightType t = vector || place.gguf == "token_types.weight" ? WeightType::F32 : float_type;
     std::optional<std::pair<WeightType, const uint8_t*>> stored;
     if (quantizable && type.empty() && !p->quantized.empty())
       stored = stored_rows(*p, place.row, place.rows);
