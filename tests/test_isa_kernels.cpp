@@ -233,7 +233,7 @@ TEST_P(IsaKernels, GemvQuantWithinTheActivationRoundingBound) {
   const int64_t C = 768, OC = 600;
   for (QuantType type : types) {
     const int64_t act_block = quant_format(type).block == 256 ? 256 : 32;
-    for (int64_t N : {int64_t{1}, kGemvRows}) {
+    for (int64_t N : {int64_t{1}, kGemvRows, int64_t{7}}) {  // 7: the K types' rows four at a time, then three
       const auto x = random_vector(N * C, 31, -2, 2), w = random_vector(OC * C, 32), b = random_vector(OC, 33);
       std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end());
       const int64_t row_bytes = quant_row_bytes(type, C);
@@ -297,6 +297,32 @@ TEST_P(IsaKernels, GemvQuantChannelsDoNotDependOnTheirNeighbours) {
       table().gemv_quant(type, one.data(), xf.data(), blocks.data() + o * row_bytes, nullptr, kGemvRows, C, 1);
       for (int64_t n = 0; n < kGemvRows; ++n)
         ASSERT_EQ(all[n * OC + o], one[n]) << quant_format(type).name << " channel " << o << " row " << n;
+    }
+  }
+}
+
+// Nor does a row's value depend on the input rows beside it (the K types unpack a weight block once for four rows
+// of a prompt or a batch): each of 9 rows, a prompt's worth of rows (70: tiles of 64 and a rest) and decoding's
+// single row give the same numbers bit for bit, so a request's tokens do not depend on its batch.
+TEST_P(IsaKernels, GemvQuantRowsDoNotDependOnTheirNeighbours) {
+  const int64_t C = 512, OC = 21, N = 70;
+  for (QuantType type : {QuantType::Q8_0, QuantType::Q4_1, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+    const auto x = random_vector(N * C, 43, -2, 2), w = random_vector(OC * C, 44), b = random_vector(OC, 45);
+    const std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end());
+    const int64_t row_bytes = quant_row_bytes(type, C);
+    std::vector<uint8_t> blocks(OC * row_bytes);
+    for (int64_t o = 0; o < OC; ++o) quantize_row(type, blocks.data() + o * row_bytes, wf.data() + o * C, C);
+    std::vector<float> all(N * OC), nine(9 * OC), one(OC);
+    table().gemv_quant(type, all.data(), xf.data(), blocks.data(), bf.data(), N, C, OC);
+    table().gemv_quant(type, nine.data(), xf.data() + 3 * C, blocks.data(), bf.data(), 9, C, OC);
+    for (int64_t n = 0; n < N; ++n) {
+      table().gemv_quant(type, one.data(), xf.data() + n * C, blocks.data(), bf.data(), 1, C, OC);
+      for (int64_t o = 0; o < OC; ++o) {
+        ASSERT_EQ(all[n * OC + o], one[o]) << quant_format(type).name << " row " << n << " of " << N << ", channel " << o;
+        if (n >= 3 && n < 12) {
+          ASSERT_EQ(nine[(n - 3) * OC + o], one[o]) << quant_format(type).name << " row " << n - 3 << " of 9, channel " << o;
+        }
+      }
     }
   }
 }

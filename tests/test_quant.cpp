@@ -360,26 +360,6 @@ TEST(Quant, EveryFp16ScaleReadsExactly) {
   }
 }
 
-// A prompt's matmul (more rows than kGemvRows) dequantizes the weight and runs sgemm: the fp32 matmul of the
-// dequantized weight, bit for bit, the input not rounded.
-TEST(Quant, PromptMatmulIsSgemmOnTheDequantizedWeight) {
-  const int64_t N = kGemvRows + 3, C = 512, OC = 96;
-  const auto x = gaussian(N * C, 18, 1.0f), w = gaussian(OC * C, 19, 0.1f), bias = gaussian(OC, 20, 1.0f);
-  for (QuantType type : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K}) {
-    const int64_t row_bytes = quant_row_bytes(type, C);
-    std::vector<uint8_t> blocks(OC * row_bytes);
-    std::vector<float> values(OC * C);
-    for (int64_t o = 0; o < OC; ++o) {
-      quantize_row(type, blocks.data() + o * row_bytes, w.data() + o * C, C);
-      dequantize_row(type, values.data() + o * C, blocks.data() + o * row_bytes, C);
-    }
-    std::vector<float> got(N * OC), want(N * OC);
-    matmul_forward_quant(type, got.data(), x.data(), blocks.data(), bias.data(), N, C, OC);
-    matmul_forward(want.data(), x.data(), values.data(), bias.data(), N, C, OC);
-    EXPECT_EQ(got, want) << quant_format(type).name;
-  }
-}
-
 // The K blocks' twelve scale bytes unpacked four at a time (the dot products' way) give every sub-block the scale
 // and minimum the one-at-a-time reading gives, for every bit of every byte.
 TEST(Quant, KScalesUnpackedTogetherEqualOneAtATime) {

@@ -38,22 +38,6 @@ void matmul_forward_f16(float* out, const float* inp, const uint16_t* weight, co
   active_kernels().gemv_f16(out, inp, weight, bias, N, C, OC);
 }
 
-void matmul_forward_quant(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N,
-                          int64_t C, int64_t OC) {
-  if (N <= kGemvRows) return active_kernels().gemv_quant(type, out, inp, weight, bias, N, C, OC);
-  // A prompt: the weight dequantized to fp32 (as ggml computes it) and sgemm, which at many rows costs little
-  // beside the products; the input is not quantized.
-  thread_local std::vector<float> dense;
-  dense.resize(static_cast<size_t>(OC * C));
-  const int64_t row_bytes = quant_row_bytes(type, C);
-  const auto* rows = static_cast<const uint8_t*>(weight);
-  float* values = dense.data();  // this thread's buffer (the other threads' thread_local is another vector)
-  parallel_for(OC, row_grain(C), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) dequantize_row(type, values + o * C, rows + o * row_bytes, C);
-  });
-  matmul_forward(out, inp, values, bias, N, C, OC);
-}
-
 void matmul_forward_rows(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                          int64_t OC) {
   active_kernels().gemv_f32(out, inp, weight, bias, N, C, OC);

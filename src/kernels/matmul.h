@@ -31,13 +31,7 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, c
 void matmul_forward_f16(float* out, const float* inp, const uint16_t* weight, const float* bias, int64_t N, int64_t C,
                         int64_t OC);
 
-// out = inp · weightᵀ + bias with the weight's rows stored as `type` blocks (kernels/quant.h). A few rows (decoding)
-// quantize the input to int8 blocks and take integer dot products, as llama.cpp does; more rows (a prompt)
-// dequantize the weight and run sgemm on the fp32 input.
-void matmul_forward_quant(QuantType type, float* out, const float* inp, const void* weight, const float* bias, int64_t N,
-                          int64_t C, int64_t OC);
-
-// The same for Q4_0 or Q8_0 rows with `repacked` (quant.h's repack_q4_0x8 / repack_q8_0x8 of `weight`), any number
+// out = inp · weightᵀ + bias for Q4_0 or Q8_0 rows (kernels/quant.h) with `repacked` (quant.h's repack_q4_0x8 / repack_q8_0x8 of `weight`), any number
 // of input rows (the input quantized to int8 blocks as in decoding): the whole groups of eight rows through the
 // repacked kernel, the rest through the plain quantized gemv.
 void matmul_forward_x8(QuantType type, float* out, const float* inp, const uint8_t* repacked, const void* weight,
@@ -49,6 +43,9 @@ void matmul_forward_x8(QuantType type, float* out, const float* inp, const uint8
 // per-row already).
 void matmul_forward_rows(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
                          int64_t OC);
+// With the weight's rows stored as `type` blocks (kernels/quant.h): each input row quantized to int8 blocks, as
+// llama.cpp does, and integer dot products (the K types unpack each weight block once for four input rows), for
+// decoding and for prompts up to the length where dequantizing the blocks for a GEMM pays (nn/layers.cpp).
 void matmul_forward_quant_rows(QuantType type, float* out, const float* inp, const void* weight, const float* bias,
                                int64_t N, int64_t C, int64_t OC);
 

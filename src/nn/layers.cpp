@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -178,16 +179,45 @@ std::mutex recording_mutex;
 
 thread_local bool per_row_matmuls = false;  // a PerRowMatmuls is alive on this thread
 thread_local std::span<const uint64_t> row_adapters;  // a SelectAdapters's masks, while one is alive
-// Rows up to which a quantized matrix that is not repacked multiplies with the int8 kernel (linear_forward says why).
-constexpr int64_t kQuantizedRowsLimit = 16;
-
-// out (N, s.rows) = inp · the segment's rowsᵀ + bias: the repacked kernel where the segment has its rows repacked.
+// out (N, s.rows) = inp · the segment's rowsᵀ + bias on the int8 kernels: the repacked kernel where the segment
+// has its rows repacked, the plain one (input rows quantized to int8 blocks) otherwise.
 void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
   if (!s.repacked.empty())
     return kernels::matmul_forward_x8(quant_type(s.type), out, inp, s.repacked.data(), s.data, bias, N, C, s.rows);
-  if (per_row_matmuls || N <= kQuantizedRowsLimit)
-    return kernels::matmul_forward_quant_rows(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
-  kernels::matmul_forward_quant(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
+  kernels::matmul_forward_quant_rows(quant_type(s.type), out, inp, s.data, bias, N, C, s.rows);
+}
+
+// The rows up to which a quantized weight multiplies on the int8 kernels rather than dequantizing its blocks for a
+// GEMM (quantized_prompt_forward), a pass over the whole matrix that pays back only over many rows. Measured on
+// GPT-2-124M (Zen 4, 2 threads, a whole forward of a prompt; the other instruction sets forced with ATTEND_ISA
+// and ONEDNN_MAX_CPU_ISA, 2026-11-26):
+//   - Q4_0 and Q8_0 rows repacked eight at a time: the int8 kernel up to 128 rows (27 against 57 ms at 32), and
+//     at any length on CPUs without bf16 and for Q4_0 on CPUs with VNNI, where it outruns dequantizing for the
+//     bf16 GEMM (pp512: Q4_0 1,860-2,007 against 1,435-1,739 tokens/s; Q8_0 the other way, 1,531-1,538 against
+//     1,708-1,734);
+//   - the K types (which take four input rows a pass over each block): with AVX-512 BF16 up to 32 rows (Q4_K_M,
+//     30 against 30 ms at 32 rows, 59 against 44 at 64); on AVX-512 without BF16 at any length (Q4_K_M at 64
+//     rows 59-69 against 124-179 ms, at 512 517-523 against 619-632 ms on the fp32 GEMM); on AVX2 up to 256 rows
+//     (33 against 44 ms at 32, 286-292 against 320-323 at 256; at 512 the GEMM's 964-982 tokens/s against
+//     919-941);
+//   - the other types: up to 16 rows.
+int64_t int8_rows_limit(const Parameter& weight) {
+  const bool bf16 = kernels::bf16_kernel_in_use();
+  const kernels::Isa isa = kernels::active_isa();
+  const bool repacked = std::all_of(weight.quantized.begin(), weight.quantized.end(),
+                                    [](const QuantizedRows& s) { return !s.repacked.empty(); });
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::max();
+  if (repacked) {
+    const bool q4_0 = std::all_of(weight.quantized.begin(), weight.quantized.end(),
+                                  [](const QuantizedRows& s) { return s.type == WeightType::Q4_0; });
+    return !bf16 || (isa == kernels::Isa::Avx512Vnni && q4_0) ? kAny : 128;
+  }
+  const bool k_types = std::all_of(weight.quantized.begin(), weight.quantized.end(), [](const QuantizedRows& s) {
+    return s.type == WeightType::Q4_K || s.type == WeightType::Q5_K || s.type == WeightType::Q6_K;
+  });
+  if (!k_types || isa == kernels::Isa::Generic) return 16;
+  if (bf16) return 32;
+  return isa == kernels::Isa::Avx2 ? 256 : kAny;
 }
 
 // Where each row of a quantized weight's blocks is, and of what type, across its segments.
@@ -326,26 +356,12 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
                               int64_t C, int64_t OC, Precision precision, std::vector<uint16_t>* w_rounded) {
   if (recording != nullptr) record_inputs(weight, inp, N, C);
   precision = precision_for(weight, precision);
-  // A quantized weight: the int8 gemv on its blocks for decoding; a prompt's rows dequantize the blocks piece
-  // by piece for a GEMM, except where Q4_0 and Q8_0 rows repacked eight at a time take the int8 kernel for
-  // prompts too: on CPUs without bf16, and for Q4_0 on CPUs with VNNI, where the int8 kernel outruns
-  // dequantizing for the bf16 GEMM (Zen 4, GPT-2-124M pp512: 1,860-2,007 against 1,435-1,739 tokens/s; Q8_0 the
-  // other way, 1,531-1,538 against 1,708-1,734).
+  // A quantized weight: the int8 kernels on its blocks for decoding and for prompts up to int8_rows_limit's rows;
+  // longer prompts dequantize the blocks piece by piece for a GEMM.
   if (!weight.quantized.empty()) {
     check(precision == Precision::F32, "linear '{}': a quantized weight runs in fp32 (mixed precision is training's)",
           weight.name);
-    const bool vnni = kernels::active_isa() == kernels::Isa::Avx512Vnni;
-    const bool int8_prompt = std::all_of(weight.quantized.begin(), weight.quantized.end(), [&](const QuantizedRows& s) {
-      return !s.repacked.empty() && (!kernels::bf16_kernel_in_use() || (vnni && s.type == WeightType::Q4_0));
-    });
-    // A prompt of few rows takes the int8 kernels too: dequantizing the matrix for a GEMM is a pass over all of it
-    // that pays back only over many rows (GPT-2-124M, Zen 4, a whole forward: Q8_0's repacked rows faster on the
-    // int8 kernel up to 128 rows and beyond, 27 against 57 ms at 32; Q4_K_M's up to about 24, 29 against 48 ms at 16).
-    const bool repacked = std::all_of(weight.quantized.begin(), weight.quantized.end(),
-                                      [](const QuantizedRows& s) { return !s.repacked.empty(); });
-    const int64_t int8_rows = repacked ? 128 : kQuantizedRowsLimit;
-    if (N > int8_rows && !int8_prompt && !per_row_matmuls)
-      return quantized_prompt_forward(weight, out, inp, bias, N, C, OC);
+    if (N > int8_rows_limit(weight) && !per_row_matmuls) return quantized_prompt_forward(weight, out, inp, bias, N, C, OC);
     if (weight.quantized.size() == 1) return quantized_rows_forward(weight.quantized[0], out, inp, bias, N, C);
     // Segments of rows (a GGUF file's Q, K and V): each segment's channels, then interleaved.
     thread_local std::vector<float> part;

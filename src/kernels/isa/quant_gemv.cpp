@@ -193,18 +193,23 @@ float dot_32(const uint8_t* w, const Act32* a, int64_t blocks) {
   });
 }
 
+// The K types' dots take R input rows at a time (R ≤ 4): each weight block is unpacked once (nibbles, fifth bits,
+// scales) and multiplied with every row's activations, so that a prompt's rows or a batch's do not unpack it once
+// each. Each row has its own sums and accumulators, and its operations are the same whatever R: a row's result
+// does not depend on the rows beside it (decoding alone or in a batch gives the same numbers).
+constexpr int kRowsAtOnce = 4;
+
 // Q4_K and Q5_K: Σ_j (d·sc_j)·Σ q·x − (dmin·m_j)·Σx over the eight sub-blocks of 32.
-template <int kBits>
-float dot_k(const uint8_t* w, const Act256* a, int64_t blocks) {
+template <int kBits, int R>
+void dot_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* result) {
   constexpr int64_t kBytes = kBits == 5 ? 176 : 144;
 #if defined(__AVX2__)
-  Acc acc{}, acc_min{};
+  Acc acc[R] = {}, acc_min[R] = {};
 #else
-  Acc acc{};
-  float correction = 0;
+  float acc[R] = {}, correction[R] = {};
 #endif
   for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
-    const float d = half_value(w) * a[b].d, dmin = half_value(w + 2) * a[b].d;
+    const float dw = half_value(w), dminw = half_value(w + 2);
     const uint8_t* scales = w + 4;
     const uint8_t* qh = w + 16;
     const uint8_t* qs = kBits == 5 ? w + 48 : w + 16;
@@ -215,8 +220,12 @@ float dot_k(const uint8_t* w, const Act256* a, int64_t blocks) {
     // the sixteen sums, in one vpmaddwd; its own accumulator, scaled by dmin.
     const __m128i m_twice = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)),
                                              _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-    acc_min = accumulate(acc_min, _mm256_madd_epi16(_mm256_cvtepu8_epi16(m_twice), load32(a[b].sums)), dmin);
-    __m256i isum = _mm256_setzero_si256();
+    const __m256i m16 = _mm256_cvtepu8_epi16(m_twice);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) {
+      acc_min[r] = accumulate(acc_min[r], _mm256_madd_epi16(m16, load32(a[r][b].sums)), dminw * a[r][b].d);
+      isum[r] = _mm256_setzero_si256();
+    }
     const __m256i mask = _mm256_set1_epi8(15);
     const __m256i high = kBits == 5 ? load32(qh) : _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
@@ -228,43 +237,55 @@ float dot_k(const uint8_t* w, const Act256* a, int64_t blocks) {
         lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(high, bit_lo), bit_lo), _mm256_set1_epi8(16)));
         hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(high, bit_hi), bit_hi), _mm256_set1_epi8(16)));
       }
-      const __m256i p_lo = pairs(lo, load32(a[b].q + 64 * i)), p_hi = pairs(hi, load32(a[b].q + 64 * i + 32));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p_lo, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * i]))));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p_hi, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * i + 1]))));
-    }
-    acc = accumulate(acc, isum, d);
-#else
-    int32_t s = 0;
-    for (int i = 0; i < 4; ++i)
-      for (int l = 0; l < 32; ++l) {
-        int lo = qs[32 * i + l] & 15, hi = qs[32 * i + l] >> 4;
-        if (kBits == 5) lo += (qh[l] >> (2 * i) & 1) << 4, hi += (qh[l] >> (2 * i + 1) & 1) << 4;
-        s += sc[2 * i] * lo * a[b].q[64 * i + l] + sc[2 * i + 1] * hi * a[b].q[64 * i + 32 + l];
+      const __m256i sc_lo = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * i]));
+      const __m256i sc_hi = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * i + 1]));
+      for (int r = 0; r < R; ++r) {
+        const __m256i p_lo = pairs(lo, load32(a[r][b].q + 64 * i)), p_hi = pairs(hi, load32(a[r][b].q + 64 * i + 32));
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p_lo, sc_lo));
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p_hi, sc_hi));
       }
-    acc += d * static_cast<float>(s);
-    int32_t mins = 0;
-    for (int j = 0; j < 8; ++j) mins += m[j] * (a[b].sums[2 * j] + a[b].sums[2 * j + 1]);
-    correction -= dmin * static_cast<float>(mins);
+    }
+    for (int r = 0; r < R; ++r) acc[r] = accumulate(acc[r], isum[r], dw * a[r][b].d);
+#else
+    for (int r = 0; r < R; ++r) {
+      const Act256& x = a[r][b];
+      int32_t s = 0;
+      for (int i = 0; i < 4; ++i)
+        for (int l = 0; l < 32; ++l) {
+          int lo = qs[32 * i + l] & 15, hi = qs[32 * i + l] >> 4;
+          if (kBits == 5) lo += (qh[l] >> (2 * i) & 1) << 4, hi += (qh[l] >> (2 * i + 1) & 1) << 4;
+          s += sc[2 * i] * lo * x.q[64 * i + l] + sc[2 * i + 1] * hi * x.q[64 * i + 32 + l];
+        }
+      acc[r] += dw * x.d * static_cast<float>(s);
+      int32_t mins = 0;
+      for (int j = 0; j < 8; ++j) mins += m[j] * (x.sums[2 * j] + x.sums[2 * j + 1]);
+      correction[r] -= dminw * x.d * static_cast<float>(mins);
+    }
 #endif
   }
+  for (int r = 0; r < R; ++r) {
 #if defined(__AVX2__)
-  return total(acc) - total(acc_min);
+    result[r] = total(acc[r]) - total(acc_min[r]);
 #else
-  return total(acc) + correction;
+    result[r] = acc[r] + correction[r];
 #endif
+  }
 }
 
 // Q6_K: Σ_j (d·sc_j)·(Σ q·x − 32·Σx) over sixteen sub-blocks of 16.
-float dot_q6_k(const uint8_t* w, const Act256* a, int64_t blocks) {
-  Acc acc{};
-  float correction = 0;
+template <int R>
+void dot_q6_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* result) {
+  Acc acc[R] = {};
+  float correction[R] = {};
   for (int64_t b = 0; b < blocks; ++b, w += 210) {
-    const float d = half_value(w + 208) * a[b].d;
+    const float dw = half_value(w + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
 #if defined(__AVX2__)
     // The sixteen scales as int16, and the offset's share, 32·Σ_j sc_j·Σx_j, taken from the integer sums at once.
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
-    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(a[b].sums)), 5));
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r)
+      isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(a[r][b].sums)), 5));
     const __m256i mask = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
       // Scales 8h .. 8h + 7 in both 128-bit lanes, for the in-lane shuffles below.
@@ -279,38 +300,66 @@ float dot_q6_k(const uint8_t* w, const Act256* a, int64_t blocks) {
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l32, 4), mask), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 6), two), 4)),
       };
       for (int g = 0; g < 4; ++g) {
-        // Values 32g .. 32g + 31 of the half: sub-blocks 8h + 2g (first 16) and 8h + 2g + 1.
-        const __m256i p = pairs(u[g], load32(a[b].q + 128 * h + 32 * g));
-        // Scale 2g of the half in the low lane's eight int16s, 2g + 1 in the high lane's.
+        // Values 32g .. 32g + 31 of the half: sub-blocks 8h + 2g (first 16) and 8h + 2g + 1. Scale 2g of the half
+        // in the low lane's eight int16s, 2g + 1 in the high lane's.
         const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((4 * g + 3) << 8 | (4 * g + 2))),
                                               _mm_set1_epi16(static_cast<int16_t>((4 * g + 1) << 8 | (4 * g))));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(half_scales, pick)));
+        const __m256i scales = _mm256_shuffle_epi8(half_scales, pick);
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(pairs(u[g], load32(a[r][b].q + 128 * h + 32 * g)), scales));
       }
     }
-    acc = accumulate(acc, isum, d);
+    for (int r = 0; r < R; ++r) acc[r] = accumulate(acc[r], isum[r], dw * a[r][b].d);
 #else
-    int32_t offset = 0;
-    for (int j = 0; j < 16; ++j) offset += sc[j] * a[b].sums[j];
-    correction -= 32 * d * static_cast<float>(offset);
-    int32_t s = 0;
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = w + 64 * h;
-      const uint8_t* qh = w + 128 + 32 * h;
-      const int8_t* x = a[b].q + 128 * h;
-      const int8_t* scale = sc + 8 * h;
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        s += scale[is] * ((ql[l] & 15) | (qh[l] & 3) << 4) * x[l];
-        s += scale[is + 2] * ((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4) * x[l + 32];
-        s += scale[is + 4] * ((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) * x[l + 64];
-        s += scale[is + 6] * ((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4) * x[l + 96];
+    for (int r = 0; r < R; ++r) {
+      const Act256& x = a[r][b];
+      const float d = dw * x.d;
+      int32_t offset = 0;
+      for (int j = 0; j < 16; ++j) offset += sc[j] * x.sums[j];
+      correction[r] -= 32 * d * static_cast<float>(offset);
+      int32_t s = 0;
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = w + 64 * h;
+        const uint8_t* qh = w + 128 + 32 * h;
+        const int8_t* xq = x.q + 128 * h;
+        const int8_t* scale = sc + 8 * h;
+        for (int l = 0; l < 32; ++l) {
+          const int is = l / 16;
+          s += scale[is] * ((ql[l] & 15) | (qh[l] & 3) << 4) * xq[l];
+          s += scale[is + 2] * ((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4) * xq[l + 32];
+          s += scale[is + 4] * ((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) * xq[l + 64];
+          s += scale[is + 6] * ((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4) * xq[l + 96];
+        }
       }
+      acc[r] += d * static_cast<float>(s);
     }
-    acc += d * static_cast<float>(s);
 #endif
   }
-  return total(acc) + correction;
+  for (int r = 0; r < R; ++r) result[r] = total(acc[r]) + correction[r];
 }
+
+// A K type's dots of one weight row with rows n0 .. n1 of the activations (act_row bytes apart), R at a time.
+template <template <int> class Dot>
+void k_rows(const uint8_t* w, const uint8_t* acts, size_t act_row, int64_t n0, int64_t n1, int64_t blocks, float* out,
+            int64_t OC, float bias) {
+  const Act256* a[kRowsAtOnce];
+  float result[kRowsAtOnce];
+  int64_t n = n0;
+  for (; n + kRowsAtOnce <= n1; n += kRowsAtOnce) {
+    for (int r = 0; r < kRowsAtOnce; ++r) a[r] = reinterpret_cast<const Act256*>(acts + (n + r) * act_row);
+    Dot<kRowsAtOnce>::run(w, a, blocks, result);
+    for (int r = 0; r < kRowsAtOnce; ++r) out[(n + r) * OC] = result[r] + bias;
+  }
+  for (; n < n1; ++n) {
+    a[0] = reinterpret_cast<const Act256*>(acts + n * act_row);
+    Dot<1>::run(w, a, blocks, result);
+    out[n * OC] = result[0] + bias;
+  }
+}
+template <int R> struct DotQ4K { static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_k<4, R>(w, a, b, r); } };
+template <int R> struct DotQ5K { static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_k<5, R>(w, a, b, r); } };
+template <int R> struct DotQ6K { static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_q6_k<R>(w, a, b, r); } };
+template <template <int> class D> struct KDot { template <int R> using Of = D<R>; };
 
 }  // namespace
 
@@ -323,33 +372,51 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
   thread_local std::vector<uint8_t> act;
   const size_t act_row = static_cast<size_t>(k_type ? blocks * sizeof(Act256) : blocks * sizeof(Act32));
   act.resize(act_row * static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) {
-    if (k_type)
-      quantize_act256(reinterpret_cast<Act256*>(act.data() + n * act_row), inp + n * C, C);
-    else
-      quantize_act32(reinterpret_cast<Act32*>(act.data() + n * act_row), inp + n * C, C);
-  }
+  uint8_t* to = act.data();  // this thread's buffer, by pointer: in the parallel region the name is each thread's own
+  auto quantize_rows = [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      if (k_type)
+        quantize_act256(reinterpret_cast<Act256*>(to + n * act_row), inp + n * C, C);
+      else
+        quantize_act32(reinterpret_cast<Act32*>(to + n * act_row), inp + n * C, C);
+    }
+  };
+  if (N <= kGemvRows) quantize_rows(0, N); else kernels::parallel_for(N, 8, quantize_rows);
   const auto* rows = static_cast<const uint8_t*>(weight);
   const uint8_t* acts = act.data();
   // One loop over the channels for each type, its dot product inlined there.
-  auto run = [&](auto dot, auto act_type) {
-    using A = decltype(act_type);
+  auto run = [&](auto dot) {
     split_channels(OC, [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o)
         for (int64_t n = 0; n < N; ++n)
-          out[n * OC + o] = dot(rows + o * row_bytes, reinterpret_cast<const A*>(acts + n * act_row), blocks) +
+          out[n * OC + o] = dot(rows + o * row_bytes, reinterpret_cast<const Act32*>(acts + n * act_row), blocks) +
                             (bias != nullptr ? bias[o] : 0.0f);
     });
   };
+  // The K types: a tile of channels at a time against every row, each weight row's blocks unpacked once for
+  // R rows (dot_k); the tile's rows stay in the first-level cache while the rows' activations pass.
+  auto run_k = [&](auto dot) {
+    using Dot = decltype(dot);
+    constexpr int64_t kTile = 16;
+    split_channels(OC, [&](int64_t o0, int64_t o1) {
+      for (int64_t t0 = o0; t0 < o1; t0 += kTile) {
+        const int64_t t1 = std::min(o1, t0 + kTile);
+        for (int64_t n0 = 0; n0 < N; n0 += 64)
+          for (int64_t o = t0; o < t1; ++o)
+            k_rows<Dot::template Of>(rows + o * row_bytes, acts, act_row, n0, std::min(N, n0 + 64), blocks, out + o, OC,
+                                     bias != nullptr ? bias[o] : 0.0f);
+      }
+    });
+  };
   switch (type) {
-    case QuantType::Q8_0: return run(dot_q8_0, Act32{});
-    case QuantType::Q4_0: return run(dot_32<4, false>, Act32{});
-    case QuantType::Q4_1: return run(dot_32<4, true>, Act32{});
-    case QuantType::Q5_0: return run(dot_32<5, false>, Act32{});
-    case QuantType::Q5_1: return run(dot_32<5, true>, Act32{});
-    case QuantType::Q4_K: return run(dot_k<4>, Act256{});
-    case QuantType::Q5_K: return run(dot_k<5>, Act256{});
-    case QuantType::Q6_K: return run(dot_q6_k, Act256{});
+    case QuantType::Q8_0: return run(dot_q8_0);
+    case QuantType::Q4_0: return run(dot_32<4, false>);
+    case QuantType::Q4_1: return run(dot_32<4, true>);
+    case QuantType::Q5_0: return run(dot_32<5, false>);
+    case QuantType::Q5_1: return run(dot_32<5, true>);
+    case QuantType::Q4_K: return run_k(KDot<DotQ4K>{});
+    case QuantType::Q5_K: return run_k(KDot<DotQ5K>{});
+    case QuantType::Q6_K: return run_k(KDot<DotQ6K>{});
     case QuantType::Q8_K: break;  // an activation format, never a weight
   }
 }
