@@ -4,6 +4,7 @@
 // q5_k_m mixes give each tensor llama.cpp's type. (llama.cpp itself was run on the files by hand: see
 // docs/FORMATS.md.)
 #include "formats/gguf.h"
+#include "kernels/convert.h"
 #include "kernels/quant.h"
 #include "nn/layers.h"
 #include "tokenize/sentencepiece.h"
@@ -568,6 +569,46 @@ int expect_llama_simples_continuations(const fs::path& dir, std::initializer_lis
 
 TEST(GgufFixtures, GreedyTokensAreLlamaSimples) {
   EXPECT_EQ(expect_llama_simples_continuations(kGgufData, {"brown-tiny-F16", "brown-tiny-Q8_0", "brown-tiny-Q4_K_M"}), 9);
+}
+
+// Attend's K-type fits are llama-quantize's (kernels/quant.cpp, quantize_k and quantize_q6_k: Q4_K's and Q5_K's
+// sub-blocks weighted by their own RMS + |x|, the fans of scales, the offset each better candidate moves; Q6_K's
+// values weighted by x²): quantizing the F16 fixture's rows gives llama-quantize's Q4_K and Q6_K blocks of the same
+// rows in brown-tiny-Q4_K_M.gguf byte for byte, but where a fit's sums round otherwise (llama.cpp sums in fp32,
+// Attend in fp64, and two near-equal candidates can fall either way; 2026-11, the Zen 4: 1,078 of 1,088 Q4_K
+// blocks the same, 809 of 832 Q6_K). Attend's earlier searches of its own (the row's RMS for both, a fixed
+// offset) gave 46 of the Q4_K blocks.
+TEST(GgufFixtures, KBlocksAreLlamaQuantizes) {
+  const gguf::Reader source(kGgufData / "brown-tiny-F16.gguf"), llama(kGgufData / "brown-tiny-Q4_K_M.gguf");
+  constexpr uint32_t kF16 = 1;
+  const std::map<uint32_t, kernels::QuantType> types = {{12, kernels::QuantType::Q4_K}, {14, kernels::QuantType::Q6_K}};
+  std::map<uint32_t, std::pair<int64_t, int64_t>> count;  // type: blocks, the same
+  for (const gguf::TensorInfo& t : llama.tensors()) {
+    if (!types.contains(t.type)) continue;
+    const kernels::QuantType type = types.at(t.type);
+    const gguf::TensorInfo* f16 = source.tensor(t.name);
+    ASSERT_NE(f16, nullptr) << t.name;
+    ASSERT_EQ(f16->type, kF16) << t.name;
+    const int64_t C = t.dims[0], rows = t.numel() / C, row_bytes = kernels::quant_row_bytes(type, C);
+    const int64_t block_bytes = kernels::quant_format(type).bytes;
+    std::vector<uint16_t> bits(static_cast<size_t>(C));
+    std::vector<float> row(static_cast<size_t>(C));
+    std::vector<uint8_t> mine(static_cast<size_t>(row_bytes));
+    auto& [blocks, same] = count[t.type];
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(bits.data(), f16->data + r * C * 2, static_cast<size_t>(C) * 2);
+      kernels::half_to_float(row.data(), bits.data(), C);
+      kernels::quantize_row(type, mine.data(), row.data(), C);
+      for (int64_t b = 0; b < C / 256; ++b, ++blocks)
+        same += std::memcmp(mine.data() + b * block_bytes, t.data + r * row_bytes + b * block_bytes, block_bytes) == 0;
+    }
+  }
+  ASSERT_EQ(count.size(), 2u);
+  for (const auto& [type, c] : count) {
+    EXPECT_GT(c.first, 200) << kernels::quant_format(types.at(type)).name;
+    EXPECT_GE(c.second, c.first * 95 / 100) << c.second << " of " << c.first << " " << kernels::quant_format(types.at(type)).name
+                                 << " blocks are llama-quantize's";
+  }
 }
 
 // tests/data/gguf/arch (tools/make_gguf_arch_fixtures.sh): a trained qwen3 and a trained gemma3 (head norms, heads

@@ -41,6 +41,10 @@ float signed_extreme(const float* x, int n) {
 }
 
 // x ≈ d·q with q ∈ [lo, hi] (lo = −hi − 1: the extreme value goes to the side with the extra level). Returns d.
+// The candidates in llama-quantize's order (make_qx_quants): the extreme value on the extreme level (k = 0), then
+// k = −nsteps .. nsteps; each takes its least-squares d, and the one explaining most of Σw·x² (d·Σwxq, the least
+// weighted error) is kept. The sums are fp64 (llama-quantize's fp32 sums can pick another of two near-equal
+// candidates).
 float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int nsteps, int8_t* q) {
   const float max = signed_extreme(x, n);
   if (max == 0) {
@@ -48,10 +52,12 @@ float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int n
     return 0;
   }
   // The extreme value at the extreme level: the answer when the weights leave nothing to fit.
-  float best_d = max / static_cast<float>(lo), best_score = 0;
+  float best_d = max / static_cast<float>(lo);
   for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[i] / best_d)), lo, hi));
+  double best = 0;  // d·Σwxq of the kept candidate
+  bool kept = false;
   int8_t trial[256];
-  for (int k = -nsteps; k <= nsteps; ++k) {
+  auto candidate = [&](int k) {
     const float iscale = (static_cast<float>(lo) + 0.1f * static_cast<float>(k)) / max;
     double sxq = 0, sqq = 0;
     for (int i = 0; i < n; ++i) {
@@ -60,13 +66,15 @@ float fit_symmetric(const float* x, const float* w, int n, int lo, int hi, int n
       sxq += static_cast<double>(w[i]) * x[i] * v;
       sqq += static_cast<double>(w[i]) * v * v;
     }
-    if (sqq <= 0) continue;
-    const double score = sxq * sxq / sqq;  // the error is Σw·x² − score
-    if (score > best_score) {
-      best_score = score, best_d = static_cast<float>(sxq / sqq);
+    if (sqq > 0 && (!kept || sxq * sxq > best * sqq)) {
+      const double d = sxq / sqq;
+      best = d * sxq, best_d = static_cast<float>(d), kept = true;
       std::memcpy(q, trial, static_cast<size_t>(n));
     }
-  }
+  };
+  candidate(0);
+  for (int k = -nsteps; k <= nsteps; ++k)
+    if (k != 0) candidate(k);
   return best_d;
 }
 
@@ -102,30 +110,42 @@ float fit_symmetric_exact_extreme(const float* x, const float* w, int n, int lo,
   return best_d;
 }
 
-// x ≈ d·q + m with q ∈ [0, nmax]; with nonpositive_min, m ≤ 0 (the K types store −m / dmin unsigned).
-void fit_asymmetric(const float* x, const float* w, int n, int nmax, bool nonpositive_min, int nsteps, float* d_out,
-                    float* m_out, uint8_t* q) {
+// x ≈ d·q + m with q ∈ [0, nmax]; with nonpositive_min, m ≤ 0 (the K types store −m / dmin unsigned). The
+// candidates: the range's own scale (max − min) / nmax with m = min, then scales (max − m) / (nmax + first +
+// 0.1·k) for k = 0 .. steps, each rounding x − m and taking its least-squares d and m, where m is the offset of the
+// best candidate so far: each better fit moves the origin the next ones round from, as llama-quantize's search
+// (make_qkx2_quants) does. The sums are fp64.
+void fit_asymmetric(const float* x, const float* w, int n, int nmax, bool nonpositive_min, float first, int steps,
+                    float* d_out, float* m_out, uint8_t* q) {
   float lo = x[0], hi = x[0];
-  for (int i = 1; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+  double sw = 0, sx = 0;
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+    sw += w[i], sx += static_cast<double>(w[i]) * x[i];
+  }
   if (nonpositive_min) lo = std::min(lo, 0.0f);
   if (hi == lo) {
     std::fill(q, q + n, uint8_t{0});
     *d_out = 0, *m_out = lo;
     return;
   }
-  double best_err = INFINITY;
-  *d_out = (hi - lo) / static_cast<float>(nmax), *m_out = lo;  // the answer when the weights leave nothing to fit
-  for (int i = 0; i < n; ++i)
-    q[i] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::nearbyint((x[i] - lo) / *d_out)), 0, nmax));
+  const float range_iscale = static_cast<float>(nmax) / (hi - lo);
+  *d_out = 1 / range_iscale, *m_out = lo;
+  double best_err = 0;
+  for (int i = 0; i < n; ++i) {
+    q[i] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::nearbyint(range_iscale * (x[i] - lo))), 0, nmax));
+    const double e = static_cast<double>(*d_out) * q[i] + lo - x[i];
+    best_err += static_cast<double>(w[i]) * (e * e);
+  }
   uint8_t trial[256];
-  for (int k = -nsteps; k <= nsteps; ++k) {
-    const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (hi - lo);
-    double sw = 0, sq = 0, sqq = 0, sx = 0, sxq = 0;
+  for (int k = 0; k <= steps; ++k) {
+    const float origin = *m_out;
+    const float iscale = (first + 0.1f * static_cast<float>(k) + static_cast<float>(nmax)) / (hi - origin);
+    double sq = 0, sqq = 0, sxq = 0;
     for (int i = 0; i < n; ++i) {
-      const int v = std::clamp(static_cast<int>(std::nearbyint(iscale * (x[i] - lo))), 0, nmax);
+      const int v = std::clamp(static_cast<int>(std::nearbyint(iscale * (x[i] - origin))), 0, nmax);
       trial[i] = static_cast<uint8_t>(v);
-      sw += w[i], sq += w[i] * v, sqq += static_cast<double>(w[i]) * v * v;
-      sx += w[i] * x[i], sxq += static_cast<double>(w[i]) * x[i] * v;
+      sq += static_cast<double>(w[i]) * v, sqq += static_cast<double>(w[i]) * v * v, sxq += static_cast<double>(w[i]) * v * x[i];
     }
     const double det = sw * sqq - sq * sq;
     if (det <= 0) continue;
@@ -134,7 +154,7 @@ void fit_asymmetric(const float* x, const float* w, int n, int nmax, bool nonpos
     double err = 0;
     for (int i = 0; i < n; ++i) {
       const double e = d * trial[i] + m - x[i];
-      err += w[i] * e * e;
+      err += static_cast<double>(w[i]) * (e * e);
     }
     if (err < best_err) {
       best_err = err, *d_out = static_cast<float>(d), *m_out = static_cast<float>(m);
@@ -193,7 +213,7 @@ void quantize_asymmetric_32(uint8_t* b, const float* x, const float* importance,
   value_weights(w, x, 32, importance, mean_square(x, 32), true);
   uint8_t q[32];
   float d, m;
-  fit_asymmetric(x, w, 32, (1 << bits) - 1, false, 10, &d, &m, q);
+  fit_asymmetric(x, w, 32, (1 << bits) - 1, false, -1.0f, 20, &d, &m, q);
   store_u16(b, to_half(d));
   store_u16(b + 2, to_half(m));
   uint8_t* qs = b + 4;
@@ -260,19 +280,30 @@ void quantize_k(uint8_t* b, const float* x, const float* importance, int bits) {
   const float sigma2 = mean_square(x, 256);
   float scales[8], mins[8], w[32];
   uint8_t q[256];
+  // Without an importance, llama-quantize's fit: each sub-block's values weigh σ_j + |x| (σ_j its own root mean
+  // square), the fan of scales runs from nmax − 1 to nmax + 1 levels over the range for Q4_K, from nmax − 0.5 to
+  // nmax + 1 for Q5_K, and each better candidate moves the origin the next ones round from (fit_asymmetric); both
+  // tools then write the same blocks but for about 1%, where llama.cpp's fp32 sums pick another of two near-equal
+  // candidates. Attend's own search (the row's σ, a fixed origin) left a 3% smaller KL divergence but a larger
+  // perplexity rise on the Brown GPT's Q5_K_M (+0.045 ± 0.026 over nine equivalent versions of the model; this fit:
+  // level, docs/BENCHMARKS.md). With an importance the weights are the calibration's and the row's σ.
+  const float first = bits == 5 ? -0.5f : -1.0f;
+  const int steps = bits == 5 ? 15 : 20;
   for (int j = 0; j < 8; ++j) {
-    value_weights(w, x + 32 * j, 32, importance ? importance + 32 * j : nullptr, sigma2, false);
+    const float* xj = x + 32 * j;
+    value_weights(w, xj, 32, importance ? importance + 32 * j : nullptr, importance ? sigma2 : mean_square(xj, 32), false);
     float d, m;
-    fit_asymmetric(x + 32 * j, w, 32, nmax, true, 10, &d, &m, q + 32 * j);
+    fit_asymmetric(xj, w, 32, nmax, true, first, steps, &d, &m, q + 32 * j);
     scales[j] = std::max(d, 0.0f), mins[j] = -m;  // m ≤ 0
   }
   const float max_scale = *std::max_element(scales, scales + 8), max_min = *std::max_element(mins, mins + 8);
   const uint16_t d16 = to_half(max_scale / 63), dmin16 = to_half(max_min / 63);
   const float d = from_half(d16), dmin = from_half(dmin16);
   int sc[8], mi[8];
+  const float inv_scale = max_scale > 0 ? 63 / max_scale : 0, inv_min = max_min > 0 ? 63 / max_min : 0;
   for (int j = 0; j < 8; ++j) {
-    sc[j] = d > 0 ? round_clamp(scales[j] / d, 0, 63) : 0;
-    mi[j] = dmin > 0 ? round_clamp(mins[j] / dmin, 0, 63) : 0;
+    sc[j] = round_clamp(inv_scale * scales[j], 0, 63);
+    mi[j] = round_clamp(inv_min * mins[j], 0, 63);
   }
   store_u16(b, d16);
   store_u16(b + 2, dmin16);
@@ -322,7 +353,10 @@ void quantize_q6_k(uint8_t* b, const float* x, const float* importance) {
   int8_t q[256];
   float max_scale = 0, amax_scale = 0;
   for (int j = 0; j < 16; ++j) {
-    value_weights(w, x + 16 * j, 16, importance ? importance + 16 * j : nullptr, sigma2, false);
+    if (importance != nullptr)
+      value_weights(w, x + 16 * j, 16, importance + 16 * j, sigma2, false);
+    else  // llama-quantize's weights, x² (quantize_k says why its fits are followed)
+      for (int i = 0; i < 16; ++i) w[i] = x[16 * j + i] * x[16 * j + i];
     scales[j] = fit_symmetric(x + 16 * j, w, 16, -32, 31, 9, q + 16 * j);
     if (std::fabs(scales[j]) > amax_scale) amax_scale = std::fabs(scales[j]), max_scale = scales[j];
   }

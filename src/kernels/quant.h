@@ -44,7 +44,8 @@ int64_t quant_row_bytes(QuantType type, int64_t n);
 // minimise Σ w_i·(x_i − x̂_i)² over a search of candidate scales. `importance` (n values, or nullptr) weighs
 // the columns, as activation statistics from a calibration text do (the squared activations' mean per input
 // column): w_i = importance_i·√(σ² + x_i²), σ² the row's mean square; without it the 32-value types weigh every
-// value alike and the K types by σ + |x_i|.
+// value alike, and the K types fit as llama-quantize does (Q4_K and Q5_K by σ_j + |x_i|, σ_j the sub-block's root
+// mean square, Q6_K by x_i²), so that their blocks are llama-quantize's.
 void quantize_row(QuantType type, void* blocks, const float* x, int64_t n, const float* importance = nullptr);
 // The blocks' n values, as ggml's dequantize_row_* computes them.
 void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n);

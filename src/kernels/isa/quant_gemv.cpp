@@ -339,7 +339,7 @@ void dot_q6_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* r
 }
 
 // A K type's dots of one weight row with rows n0 .. n1 of the activations (act_row bytes apart), R at a time.
-template <template <int> class Dot>
+template <typename Dot>
 void k_rows(const uint8_t* w, const uint8_t* acts, size_t act_row, int64_t n0, int64_t n1, int64_t blocks, float* out,
             int64_t OC, float bias) {
   const Act256* a[kRowsAtOnce];
@@ -347,19 +347,24 @@ void k_rows(const uint8_t* w, const uint8_t* acts, size_t act_row, int64_t n0, i
   int64_t n = n0;
   for (; n + kRowsAtOnce <= n1; n += kRowsAtOnce) {
     for (int r = 0; r < kRowsAtOnce; ++r) a[r] = reinterpret_cast<const Act256*>(acts + (n + r) * act_row);
-    Dot<kRowsAtOnce>::run(w, a, blocks, result);
+    Dot::template run<kRowsAtOnce>(w, a, blocks, result);
     for (int r = 0; r < kRowsAtOnce; ++r) out[(n + r) * OC] = result[r] + bias;
   }
   for (; n < n1; ++n) {
     a[0] = reinterpret_cast<const Act256*>(acts + n * act_row);
-    Dot<1>::run(w, a, blocks, result);
+    Dot::template run<1>(w, a, blocks, result);
     out[n * OC] = result[0] + bias;
   }
 }
-template <int R> struct DotQ4K { static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_k<4, R>(w, a, b, r); } };
-template <int R> struct DotQ5K { static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_k<5, R>(w, a, b, r); } };
-template <int R> struct DotQ6K { static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_q6_k<R>(w, a, b, r); } };
-template <template <int> class D> struct KDot { template <int R> using Of = D<R>; };
+struct DotQ4K {
+  template <int R> static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_k<4, R>(w, a, b, r); }
+};
+struct DotQ5K {
+  template <int R> static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_k<5, R>(w, a, b, r); }
+};
+struct DotQ6K {
+  template <int R> static void run(const uint8_t* w, const Act256* const* a, int64_t b, float* r) { dot_q6_k<R>(w, a, b, r); }
+};
 
 }  // namespace
 
@@ -403,8 +408,8 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
         const int64_t t1 = std::min(o1, t0 + kTile);
         for (int64_t n0 = 0; n0 < N; n0 += 64)
           for (int64_t o = t0; o < t1; ++o)
-            k_rows<Dot::template Of>(rows + o * row_bytes, acts, act_row, n0, std::min(N, n0 + 64), blocks, out + o, OC,
-                                     bias != nullptr ? bias[o] : 0.0f);
+            k_rows<Dot>(rows + o * row_bytes, acts, act_row, n0, std::min(N, n0 + 64), blocks, out + o, OC,
+                        bias != nullptr ? bias[o] : 0.0f);
       }
     });
   };
@@ -414,9 +419,9 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
     case QuantType::Q4_1: return run(dot_32<4, true>);
     case QuantType::Q5_0: return run(dot_32<5, false>);
     case QuantType::Q5_1: return run(dot_32<5, true>);
-    case QuantType::Q4_K: return run_k(KDot<DotQ4K>{});
-    case QuantType::Q5_K: return run_k(KDot<DotQ5K>{});
-    case QuantType::Q6_K: return run_k(KDot<DotQ6K>{});
+    case QuantType::Q4_K: return run_k(DotQ4K{});
+    case QuantType::Q5_K: return run_k(DotQ5K{});
+    case QuantType::Q6_K: return run_k(DotQ6K{});
     case QuantType::Q8_K: break;  // an activation format, never a weight
   }
 }
