@@ -413,9 +413,13 @@ TEST_P(DataParallelTrainer, FollowsTheSingleProcessRun) {
     const StepReport &a = one.steps[i], &b = many.steps[i];
     EXPECT_NEAR(b.loss, a.loss, bound * a.loss) << "step " << a.step;
     EXPECT_EQ(b.tokens, a.tokens) << "step " << a.step;
-    if (exact) EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << "step " << a.step;
+    if (exact) {
+      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << "step " << a.step;
+    }
     ASSERT_EQ(a.val_loss.has_value(), b.val_loss.has_value());
-    if (a.val_loss) EXPECT_NEAR(*b.val_loss, *a.val_loss, bound * *a.val_loss) << "step " << a.step;
+    if (a.val_loss) {
+      EXPECT_NEAR(*b.val_loss, *a.val_loss, bound * *a.val_loss) << "step " << a.step;
+    }
     EXPECT_GT(b.comm_bytes, 0);
     EXPECT_EQ(b.loss_scale, a.loss_scale) << "step " << a.step;  // f16: the same overflows on the same steps
     EXPECT_EQ(b.skipped, a.skipped) << "step " << a.step;

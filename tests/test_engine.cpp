@@ -102,7 +102,9 @@ TEST_F(EngineTest, RequestsRunTogetherGiveTheTokensOfEachAlone) {
     for (const auto& finish : got.finish) EXPECT_EQ(finish, "length") << "request " << i;
     EXPECT_EQ(got.tokens[0].size(), static_cast<size_t>(requests[i].max_tokens)) << "request " << i;
     hits += got.cached > 0;
-    if (requests[i].n == 2) EXPECT_NE(got.tokens[0], got.tokens[1]) << "request " << i << ": two choices, one seed each";
+    if (requests[i].n == 2) {
+      EXPECT_NE(got.tokens[0], got.tokens[1]) << "request " << i << ": two choices, one seed each";
+    }
   }
   EXPECT_GE(hits, 2) << "the shared 150 tokens should be found in the prefix cache";
   const EngineStats s = many.stats();

@@ -114,8 +114,9 @@ TEST(Lora, AdaptersStartAsNothingAndAloneTrain) {
         const float bound = 1.0f / std::sqrt(static_cast<float>(p->value.size(1)));
         for (float x : p->value.span()) ASSERT_LE(std::abs(x), bound) << p->name;
       }
-      if (p->role == Role::LoraB)
+      if (p->role == Role::LoraB) {
         for (float x : p->value.span()) ASSERT_EQ(x, 0.0f) << p->name;
+      }
     }
     EXPECT_EQ(static_cast<int64_t>(m.gradient_buffer().size()), m.count().adapters + head);
     EXPECT_EQ(head > 0, c.n_classes > 0) << "a classification head trains beside the adapters";
@@ -284,7 +285,9 @@ TEST(Lora, GradientsOfAAndBAgreeWithFiniteDifferences) {
     EXPECT_GT(m.trainable_parameters().size(), 10u) << "A and B of every adapted projection are probed";
     for (const Parameter* p : m.parameters()) {
       EXPECT_EQ(p->frozen, !trains(*p)) << p->name;
-      if (p->frozen) EXPECT_EQ(p->grad.numel(), 0) << p->name;
+      if (p->frozen) {
+        EXPECT_EQ(p->grad.numel(), 0) << p->name;
+      }
     }
   }
 }
@@ -579,7 +582,9 @@ TEST(Lora, EmbeddingsTrainBesideTheAdaptersAndTravelInPeftFiles) {
     Model m(c);
     m.add_lora({.r = 2, .alpha = 4, .targets = {"q", "v"}, .seed = 9, .modules_to_save = {"embeddings"}});
     EXPECT_FALSE(m.find("embed.tokens.weight")->frozen);
-    if (!c.tie_embeddings) EXPECT_FALSE(m.find("lm_head.weight")->frozen);
+    if (!c.tie_embeddings) {
+      EXPECT_FALSE(m.find("lm_head.weight")->frozen);
+    }
     EXPECT_TRUE(m.find("decoder.layers.0.attn.qkv.weight")->frozen);
     randomize_b(m, 2);
     for (float& x : m.find("embed.tokens.weight")->value.span()) x *= 1.5f;  // trained: not the base's any more

@@ -90,7 +90,9 @@ TEST(OpenAiRequests, BadBodiesNameTheirField) {
     } catch (const serve::ApiError& e) {
       EXPECT_EQ(e.status, 400) << body;
       EXPECT_EQ(e.param, param) << body;
-      if (!param.empty()) EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << body << ": " << e.what();
+      if (!param.empty()) {
+        EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << body << ": " << e.what();
+      }
     }
   }
   EXPECT_THROW(serve::parse_embedding_request(R"({"input":"a","encoding_format":"hex"})"), serve::ApiError);

@@ -1023,7 +1023,9 @@ TEST(Trainer, FrozenParametersStayAsTheyWereAndHaveNoOptimizerState) {
     int64_t at = 0, changed = 0;
     for (const Parameter* p : params) {
       for (int64_t k = 0; k < p->numel(); ++k, ++at) {
-        if (p->frozen) ASSERT_EQ(after[at], before[at]) << p->name << " moved";
+        if (p->frozen) {
+          ASSERT_EQ(after[at], before[at]) << p->name << " moved";
+        }
         changed += after[at] != before[at];
       }
     }
@@ -1043,8 +1045,11 @@ TEST(Trainer, FrozenParametersStayAsTheyWereAndHaveNoOptimizerState) {
   const std::vector<float> end = weights(resumed.model());
   int64_t at = 0;
   for (const Parameter* p : resumed.model().parameters())
-    for (int64_t k = 0; k < p->numel(); ++k, ++at)
-      if (p->frozen) ASSERT_EQ(end[at], at_resume[at]) << p->name << " moved after the resume";
+    for (int64_t k = 0; k < p->numel(); ++k, ++at) {
+      if (p->frozen) {
+        ASSERT_EQ(end[at], at_resume[at]) << p->name << " moved after the resume";
+      }
+    }
 }
 
 }  // namespace
