@@ -8,7 +8,7 @@
 #
 # Inputs the fuzzer finds go to build-fuzz/corpus/NAME (scratch; the committed corpus stays as it is),
 # a crashing or hanging input to build-fuzz/findings/NAME/, each run's log to build-fuzz/logs/NAME.log.
-# Exits non-zero when any target crashed, tripped a sanitizer, hung (10 s for one input) or ran out of
+# Exits non-zero when any target crashed, tripped a sanitizer, hung (10 s for one input; 60 s in --long runs) or ran out of
 # memory (2 GB); the summary says which, and the log has the report. Reproduce one finding with
 # build-fuzz/fuzz/fuzz_NAME build-fuzz/findings/NAME/crash-…
 #
@@ -51,7 +51,12 @@ for name in "${names[@]}"; do
   scratch=$build/corpus/$name findings=$build/findings/$name log=$build/logs/$name.log
   [[ $mode == --brief ]] && rm -rf "$scratch"  # start where a clean clone starts, as CI does
   mkdir -p "$scratch" "$findings" "$(dirname "$log")"
-  options=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/")
+  # libFuzzer's timeout is wall time: a long run at low priority beside a build can be starved past 10 s on an
+  # input that runs in milliseconds (two such reports on 2026-11-26, each input 2-22 ms alone), so long runs
+  # allow 60 s, which a real hang still passes.
+  timeout=10
+  [[ $mode == --long ]] && timeout=60
+  options=(-timeout=$timeout -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/")
   [[ -f fuzz/$name.dict ]] && options+=(-dict="fuzz/$name.dict")
   n=$runs
   # The token cache target re-tokenizes and rewrites a cache for most inputs (about 500 a second): a tenth.
