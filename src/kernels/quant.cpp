@@ -277,7 +277,7 @@ void pack_scale_min_k4(uint8_t* s, const int* sc, const int* m) {
 // Q4_K (bits 4) and Q5_K (bits 5): eight sub-blocks of 32, each x ≈ (d·sc)·q − dmin·m.
 void quantize_k(uint8_t* b, const float* x, const float* importance, int bits) {
   const int nmax = (1 << bits) - 1;
-  const float sigma2 = mean_square(x, 256);
+  const float sigma2 = importance != nullptr ? mean_square(x, 256) : 0.0f;  // the row's, for the importance weights
   float scales[8], mins[8], w[32];
   uint8_t q[256];
   // Without an importance, llama-quantize's fit: each sub-block's values weigh σ_j + |x| (σ_j its own root mean
@@ -348,7 +348,7 @@ void dequantize_k(float* __restrict y, const uint8_t* __restrict b) {
 
 // Q6_K: sixteen sub-blocks of 16, x ≈ (d·sc)·(q − 32), sc int8.
 void quantize_q6_k(uint8_t* b, const float* x, const float* importance) {
-  const float sigma2 = mean_square(x, 256);
+  const float sigma2 = importance != nullptr ? mean_square(x, 256) : 0.0f;  // the row's, for the importance weights
   float scales[16], w[16];
   int8_t q[256];
   float max_scale = 0, amax_scale = 0;

@@ -386,7 +386,7 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
         quantize_act32(reinterpret_cast<Act32*>(to + n * act_row), inp + n * C, C);
     }
   };
-  if (N <= kGemvRows) quantize_rows(0, N); else kernels::parallel_for(N, 8, quantize_rows);
+  kernels::parallel_for(N, kGemvRows, quantize_rows);  // in parallel only for a prompt's many, as gemv_x8
   const auto* rows = static_cast<const uint8_t*>(weight);
   const uint8_t* acts = act.data();
   // One loop over the channels for each type, its dot product inlined there.
