@@ -7,8 +7,9 @@
 //                             [--prefix 512] [--json out.json]
 //
 // Each client sends --requests requests one after another (each a different prompt, greedy, ignore_eos, so that
-// every one runs its whole budget). A token is a streamed chunk with text; the rate counts tokens over the
-// level's wall time.
+// every one runs its whole budget). The rate counts generated tokens (the usage the server reports at the end of
+// a stream, or else the streamed chunks with text) over the level's wall time; the latencies are between chunks
+// with text.
 const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => {
   if (a.startsWith("--")) pairs.push([a.slice(2), all[i + 1] && !all[i + 1].startsWith("--") ? all[i + 1] : "1"]);
   return pairs;
@@ -41,12 +42,14 @@ async function stream(text, maxTokens) {
   const start = performance.now();
   const res = await fetch(`${url}/v1/completions`, {
     method: "POST", headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ prompt: text, max_tokens: maxTokens, temperature: 0, stream: true, ignore_eos: true }),
+    body: JSON.stringify({ prompt: text, max_tokens: maxTokens, temperature: 0, stream: true, ignore_eos: true,
+                           stream_options: { include_usage: true } }),
   });
   if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
   const times = [];
   const decoder = new TextDecoder();
   let buffer = "";
+  let generated;  // the server's own count (usage), where it sends one
   for await (const bytes of res.body) {
     buffer += decoder.decode(bytes, { stream: true });
     let at;
@@ -55,12 +58,13 @@ async function stream(text, maxTokens) {
       buffer = buffer.slice(at + 2);
       if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
       const chunk = JSON.parse(event.slice(6));
+      if (chunk.usage?.completion_tokens !== undefined) generated = chunk.usage.completion_tokens;
       const c = chunk.choices && chunk.choices[0];
       const t = c ? (c.text ?? c.delta?.content ?? "") : "";
       if (t) times.push(performance.now());
     }
   }
-  return { start, times };
+  return { start, times, generated: generated ?? times.length };
 }
 
 async function level(n, seedBase) {
@@ -72,7 +76,7 @@ async function level(n, seedBase) {
   }));
   const wall = (performance.now() - started) / 1000;
   const flat = results.flat();
-  const tokens = flat.reduce((s, r) => s + r.times.length, 0);
+  const tokens = flat.reduce((s, r) => s + r.generated, 0);
   const ttft = flat.map((r) => (r.times[0] - r.start) / 1000);
   const itl = flat.flatMap((r) => r.times.slice(1).map((t, i) => (t - r.times[i]) / 1000));
   return { streams: n, requests: flat.length, tokens, seconds: wall, tokens_per_s: tokens / wall,

@@ -59,8 +59,10 @@ void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n);
 // Rows past the last whole group are not repacked (the plain gemv takes them).
 int64_t q4_0x8_bytes(int64_t rows, int64_t n);
 void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n);
-// Q8_0 the same way: per group and block, the eight scales (16 bytes), then eight 32-byte words m = 0..7 whose
-// 32-bit lane r holds row r's values 4m .. 4m + 3 (int8).
+// Q8_0 likewise with words of eight bytes: per group and block, the eight scales (16 bytes), then four 64-byte words
+// m = 0..3 whose 64-bit lane r holds row r's values 8m .. 8m + 7 (int8). Eight inputs broadcast to every 64-bit
+// lane meet all eight rows in one 512-bit integer dot product (each row's sum in a pair of 32-bit lanes), or four
+// rows in 256 bits.
 int64_t q8_0x8_bytes(int64_t rows, int64_t n);
 void repack_q8_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n);
 

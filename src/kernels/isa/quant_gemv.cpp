@@ -466,6 +466,11 @@ void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const floa
 // offset enters as −8·Σx in every lane.
 struct Q4X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 18;
+  static constexpr bool kUnsignedInput = false;
+  template <int R>
+  static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+    x8_rows<Q4X8, R>(w, a, blocks, bias, out);
+  }
 #if defined(__AVX2__)
   template <int R>
   static void sums(const uint8_t* words, const Act32* const* a, int64_t b, __m256i* isum) {
@@ -496,32 +501,114 @@ struct Q4X8 {
 #endif
 };
 
-// Q8_0: eight words of signed bytes, multiplied through the unsigned × signed product as |w| times x with w's sign
-// (the magnitudes shared by the R rows, the signs applied per row).
+// Q8_0: four 64-byte words, lane r (64 bits) of word m holding row r's values 8m .. 8m + 7; the eight input values
+// are broadcast to every lane. Each row's block sum lands in a pair of 32-bit lanes (its values 8m .. 8m + 3 and
+// 8m + 4 .. 8m + 7), each pair scaled by the row's scale and the two added after the last block. With VNNI in 512
+// bits one vpdpbusd per word and input row does all eight weight rows: the inputs come as unsigned bytes x + 128,
+// and each weight row's −128·Σw, the same for every input row, starts the sums. Without it, 256 bits hold four
+// rows and the signed product goes through |w| times x with w's sign. Every row's operations are the same
+// whatever R.
+// GCC 12 takes the undefined upper lanes inside the AVX-512 intrinsics for uninitialized values (GCC bug 105593,
+// fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 struct Q8X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 34;
-#if defined(__AVX2__)
-  template <int R>
-  static void sums(const uint8_t* words, const Act32* const* a, int64_t b, __m256i* isum) {
-    for (int n = 0; n < R; ++n) isum[n] = _mm256_setzero_si256();
-    for (int m = 0; m < 8; ++m) {
-      const __m256i word = load32(words + 32 * m), magnitude = _mm256_sign_epi8(word, word);
-      for (int n = 0; n < R; ++n) {
-        int32_t x;
-        std::memcpy(&x, a[n][b].q + 4 * m, 4);
-        isum[n] = sum32_onto(isum[n], magnitude, _mm256_sign_epi8(_mm256_set1_epi32(x), word));
-      }
-    }
-  }
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  static constexpr bool kUnsignedInput = true;
 #else
-  static int32_t sum(const uint8_t* words, const Act32& a, int r) {
-    int32_t s = 0;
-    for (int m = 0; m < 8; ++m)
-      for (int i = 0; i < 4; ++i) s += static_cast<int8_t>(words[32 * m + 4 * r + i]) * a.q[4 * m + i];
-    return s;
-  }
+  static constexpr bool kUnsignedInput = false;
 #endif
+  template <int R>
+  static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    // Σ (x + 128)·w = Σ x·w + 128·Σw: each weight row's −128·Σw is worked out once per block for all the input
+    // rows (four more products, with 128s).
+    const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i bias128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512 acc[R];
+    for (int n = 0; n < R; ++n) acc[n] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
+      // Several rows' work on a block leaves the hardware prefetcher behind the weights' stream: fetch them
+      // about eight blocks ahead (one row keeps up alone).
+      if constexpr (R >= 4)
+        for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64 * l), _MM_HINT_T0);
+      const __m512 scales = _mm512_permutexvar_ps(
+          pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)))));
+      __m512i q[4], offset = _mm512_setzero_si512();
+      for (int m = 0; m < 4; ++m) {
+        q[m] = _mm512_loadu_si512(w + 16 + 64 * m);
+        offset = _mm512_dpbusd_epi32(offset, bias128, q[m]);
+      }
+      offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
+      // Word by word across the rows, so that the rows' sums are independent chains.
+      __m512i sum[R];
+      for (int n = 0; n < R; ++n) sum[n] = offset;
+      for (int m = 0; m < 4; ++m)
+        for (int n = 0; n < R; ++n) {
+          int64_t eight;
+          std::memcpy(&eight, a[n][b].q + 8 * m, 8);
+          sum[n] = _mm512_dpbusd_epi32(sum[n], _mm512_set1_epi64(eight), q[m]);
+        }
+      for (int n = 0; n < R; ++n)
+        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[n]), _mm512_mul_ps(scales, _mm512_set1_ps(a[n][b].d)), acc[n]);
+    }
+    const __m512i even = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
+    for (int n = 0; n < R; ++n) {
+      __m256 y = _mm256_add_ps(_mm512_castps512_ps256(_mm512_permutexvar_ps(even, acc[n])),
+                               _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, acc[n])));
+      if (bias != nullptr) y = _mm256_add_ps(y, _mm256_loadu_ps(bias));
+      _mm256_storeu_ps(out[n], y);
+    }
+#elif defined(__AVX2__)
+    // Rows 0-3 in the low 32 bytes of a word, 4-7 in the high; a horizontal add joins each row's pair, leaving the
+    // rows in the order 0 1 4 5 2 3 6 7 (the scales are put in that order, and the sums back at the end).
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    __m256 acc[R];
+    for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
+      const __m256 scales = _mm256_permutevar8x32_ps(
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), order);
+      __m256i low[R], high[R];
+      for (int n = 0; n < R; ++n) low[n] = high[n] = _mm256_setzero_si256();
+      for (int m = 0; m < 4; ++m) {
+        const __m256i w_low = load32(w + 16 + 64 * m), w_high = load32(w + 48 + 64 * m);
+        const __m256i m_low = _mm256_sign_epi8(w_low, w_low), m_high = _mm256_sign_epi8(w_high, w_high);
+        for (int n = 0; n < R; ++n) {
+          int64_t eight;
+          std::memcpy(&eight, a[n][b].q + 8 * m, 8);
+          const __m256i x = _mm256_set1_epi64x(eight);
+          low[n] = sum32_onto(low[n], m_low, _mm256_sign_epi8(x, w_low));
+          high[n] = sum32_onto(high[n], m_high, _mm256_sign_epi8(x, w_high));
+        }
+      }
+      for (int n = 0; n < R; ++n)
+        acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(low[n], high[n])),
+                                 _mm256_mul_ps(scales, _mm256_set1_ps(a[n][b].d)), acc[n]);
+    }
+    for (int n = 0; n < R; ++n) {
+      __m256 y = _mm256_permutevar8x32_ps(acc[n], order);
+      if (bias != nullptr) y = _mm256_add_ps(y, _mm256_loadu_ps(bias));
+      _mm256_storeu_ps(out[n], y);
+    }
+#else
+    for (int n = 0; n < R; ++n) {
+      float acc[8] = {};
+      const uint8_t* block = w;
+      for (int64_t b = 0; b < blocks; ++b, block += kGroupBlockBytes)
+        for (int r = 0; r < 8; ++r) {
+          int32_t s = 0;
+          for (int m = 0; m < 4; ++m)
+            for (int i = 0; i < 8; ++i) s += static_cast<int8_t>(block[16 + 64 * m + 8 * r + i]) * a[n][b].q[8 * m + i];
+          acc[r] += static_cast<float>(s) * (half_value(block + 2 * r) * a[n][b].d);
+        }
+      for (int r = 0; r < 8; ++r) out[n][r] = acc[r] + (bias != nullptr ? bias[r] : 0.0f);
+    }
+#endif
+  }
 };
+#pragma GCC diagnostic pop
 
 // The repacked kernels' loop: the input rows quantized once (in parallel only for a prompt's many), the groups of
 // eight channels shared between the threads, each group's input rows four at a time.
@@ -532,7 +619,12 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
   act.resize(static_cast<size_t>(N * blocks));
   Act32* acts = act.data();  // this thread's buffer (in the workers `act` is each one's own)
   kernels::parallel_for(N, kGemvRows, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) quantize_act32(acts + n * blocks, inp + n * C, C);
+    for (int64_t n = n0; n < n1; ++n) {
+      quantize_act32(acts + n * blocks, inp + n * C, C);
+      if constexpr (Type::kUnsignedInput)  // the bytes q + 128 (sum and dsum stay those of q)
+        for (int64_t b = 0; b < blocks; ++b)
+          for (int8_t& q : acts[n * blocks + b].q) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
+    }
   });
   split_channels(groups, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
@@ -552,15 +644,15 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
         for (int64_t n = 0; n < rows; ++n) a[n] = acts + (n0 + n) * blocks, o[n] = out + (n0 + n) * OC + 8 * g;
         switch (rows) {
 #if defined(__AVX512F__)
-          case 8: x8_rows<Type, 8>(w, a, blocks, b, o); break;
-          case 7: x8_rows<Type, 7>(w, a, blocks, b, o); break;
-          case 6: x8_rows<Type, 6>(w, a, blocks, b, o); break;
-          case 5: x8_rows<Type, 5>(w, a, blocks, b, o); break;
+          case 8: Type::template rows<8>(w, a, blocks, b, o); break;
+          case 7: Type::template rows<7>(w, a, blocks, b, o); break;
+          case 6: Type::template rows<6>(w, a, blocks, b, o); break;
+          case 5: Type::template rows<5>(w, a, blocks, b, o); break;
 #endif
-          case 4: x8_rows<Type, 4>(w, a, blocks, b, o); break;
-          case 3: x8_rows<Type, 3>(w, a, blocks, b, o); break;
-          case 2: x8_rows<Type, 2>(w, a, blocks, b, o); break;
-          default: x8_rows<Type, 1>(w, a, blocks, b, o); break;
+          case 4: Type::template rows<4>(w, a, blocks, b, o); break;
+          case 3: Type::template rows<3>(w, a, blocks, b, o); break;
+          case 2: Type::template rows<2>(w, a, blocks, b, o); break;
+          default: Type::template rows<1>(w, a, blocks, b, o); break;
         }
       }
     }
