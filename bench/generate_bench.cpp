@@ -8,6 +8,11 @@
 // --model runs a model as it loads (a GGUF file's quantized matrices as their blocks), e.g. the very file
 // llama-bench runs (bench/beside_llama_quant.sh).
 //
+//   build/bench/attend_generate_bench --model FILE.gguf --streams 8 --prompt 32 --new 128 --kv-cache f16
+//
+// --streams S decodes as attend serve does: S sessions on one pool of KV blocks, each after its own prompt, all
+// stepped together one token each (step_row_invariant); prints the aggregate generation rate and the step times.
+//
 // Prints one JSON line: prompt processing tokens/s (the prompt in one call: time to first token) and
 // generation tokens/s (the new tokens over their total time), each the median over the passes as llama-bench
 // reports them; per-token latency percentiles over every pass; the memory read bandwidth measured in the same
@@ -67,7 +72,7 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
-  int threads = 2, passes = 8;
+  int threads = 2, passes = 8, streams = 0;
   std::string weights = "f32", kv_cache = "f32", shape = "gpt2", isa = "auto", model_path;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
@@ -80,16 +85,19 @@ int main(int argc, char** argv) {
     else if (flag == "--shape") shape = value;
     else if (flag == "--isa") isa = value;
     else if (flag == "--model") model_path = value;
+    else if (flag == "--streams") streams = std::atoi(value.c_str());
     else {
       std::fprintf(flag == "--help" ? stdout : stderr,
                    "usage: attend_generate_bench [--shape gpt2|llama-1b | --model FILE.gguf|DIR] [--prompt 512] [--new 128] [--threads 2]\n"
                    "       [--weights f32|bf16] [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512|avx512vnni]\n"
+                   "       [--streams S]\n"
                    "GPT-2-124M (or Llama-3.2-1B) shape, random weights: prompt and generation rates, per-token latency, the\n"
-                   "share of the memory-bandwidth bound; one JSON line.\n");
+                   "share of the memory-bandwidth bound; one JSON line. --streams S: S sessions stepped together as a\n"
+                   "server's, the aggregate rate and the step times.\n");
       return flag == "--help" ? 0 : 2;
     }
   }
-  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || (weights != "f32" && weights != "bf16") ||
+  if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || streams < 0 || (weights != "f32" && weights != "bf16") ||
       (shape != "gpt2" && shape != "llama-1b")) {
     std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or "
                          "bf16, --shape gpt2 or llama-1b\n");
@@ -148,6 +156,43 @@ int main(int argc, char** argv) {
   attend::Rng rng(3);
   std::vector<int32_t> prompt(prompt_len);
   for (auto& t : prompt) t = static_cast<int32_t>(rng.below(c.vocab_size));
+  if (streams > 0) {
+    // A server's decoding: `streams` sessions on one pool of fp16 KV blocks (as attend serve's), each with its own
+    // prompt, stepped together one token each (step_row_invariant, the server's step) after their prompts ran.
+    std::vector<double> step_s, rates;
+    for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms up
+      const int64_t per_session = (prompt_len + new_tokens + 31) / 32 + 1;
+      attend::KVBlockPool pool(model, streams * per_session, cache_type);
+      std::vector<attend::Session> sessions;
+      std::vector<attend::Session*> pointers;
+      std::vector<std::vector<int32_t>> next;
+      for (int i = 0; i < streams; ++i) sessions.emplace_back(model, attend::SessionOptions{.max_T = prompt_len + new_tokens, .pool = &pool});
+      for (attend::Session& s : sessions) {
+        std::vector<int32_t> own(prompt_len);
+        for (auto& t : own) t = static_cast<int32_t>(rng.below(c.vocab_size));
+        s.step(own);
+        pointers.push_back(&s);
+      }
+      double total = 0.0;
+      for (int64_t t = 0; t < new_tokens; ++t) {
+        next.clear();
+        for (attend::Session& s : sessions)
+          next.push_back({attend::sample_token(s.logits().data(), c.vocab_size, {.greedy = true}, 0.0)});
+        const auto start = std::chrono::steady_clock::now();
+        attend::step_row_invariant(pointers, next);
+        const double s = seconds_since(start);
+        total += s;
+        if (pass > 0) step_s.push_back(s);
+      }
+      if (pass > 0) rates.push_back(double(streams) * double(new_tokens) / total);
+    }
+    fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"weights\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, "
+               "\"streams\": {}, \"prompt\": {}, \"new\": {}, \"generate_tokens_per_s\": {:.1f}, \"step_ms_p50\": {:.2f}, "
+               "\"step_ms_p90\": {:.2f}}}\n",
+               shape, weights, kv_cache, threads, streams, prompt_len, new_tokens, percentile(rates, 0.5),
+               1e3 * percentile(step_s, 0.5), 1e3 * percentile(step_s, 0.9));
+    return 0;
+  }
   // The machine is shared and its bandwidth moves by tens of percent within seconds, so the bound is
   // measured during the pass it bounds: the probe runs after every 8th generated token (outside the tokens'
   // timing), and a pass's bandwidth is its probes' bytes over their time. A pass's share of the bound is

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -120,6 +121,20 @@ TEST(Sampling, TheNotesDistributionsByHand) {
   const float tie[3] = {1.0f, 3.0f, 3.0f};
   EXPECT_EQ(sample_token(tie, 3, {.greedy = true}, 0.99), 1);
   EXPECT_EQ(sample_token(tie, 3, {.top_k = 1}, 0.99), 1);
+  // A vocabulary's length (past the sixteen-lane passes, with a tail): the first of the maxima wherever it lies,
+  // as std::max_element; NaNs passed over; all −∞ gives id 0.
+  std::vector<float> many(50257, -1.0f);
+  for (const int64_t at : {int64_t{0}, int64_t{15}, int64_t{16}, int64_t{31337}, int64_t{50240}, int64_t{50256}}) {
+    many.assign(50257, -1.0f);
+    many[at] = 5.0f;
+    many[50256 - at / 2] = 5.0f;  // a tie after it (or at it)
+    EXPECT_EQ(sample_token(many.data(), 50257, {.greedy = true}, 0.5), std::min(at, 50256 - at / 2)) << at;
+  }
+  many.assign(50257, -1.0f);
+  many[3] = std::numeric_limits<float>::quiet_NaN(), many[7] = 2.0f;
+  EXPECT_EQ(sample_token(many.data(), 50257, {.greedy = true}, 0.5), 7);
+  many.assign(50257, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(sample_token(many.data(), 50257, {.greedy = true}, 0.5), 0);
   expect_error_mentions<Error>([] { SamplingOptions{.top_p = 1.5}.validate(); }, {"top-p must be in (0, 1]"});
   expect_error_mentions<Error>([] { SamplingOptions{.temperature = 0}.validate(); }, {"temperature"});
 }

@@ -329,12 +329,13 @@ TEST_P(IsaKernels, GemvQuantRowsDoNotDependOnTheirNeighbours) {
 
 // Q4_0 and Q8_0 rows repacked eight at a time: the repacked kernel gives every channel of its groups what the
 // plain kernel gives, up to the order of the fp32 sums (the integer sums are exact in both), for one row, for
-// decoding's few and for a prompt's many (taken four at a time); the rows past the last group are
-// matmul_forward_x8's plain tail.
+// decoding's few (each thread quantizing them itself) and for a prompt's many (quantized beforehand, in parallel);
+// a row's outputs are the same bit for bit whatever rows come with it (a server's batched step); the rows past the
+// last group are matmul_forward_x8's plain tail.
 TEST_P(IsaKernels, GemvRepackedEqualsThePlainKernel) {
   const int64_t C = 512, OC = 37;
   for (QuantType type : {QuantType::Q4_0, QuantType::Q8_0}) {
-    const auto x = random_vector(7 * C, 51, -2, 2), w = random_vector(OC * C, 52), b = random_vector(OC, 53);
+    const auto x = random_vector(20 * C, 51, -2, 2), w = random_vector(OC * C, 52), b = random_vector(OC, 53);
     const std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end());
     const int64_t row_bytes = quant_row_bytes(type, C);
     const bool q4 = type == QuantType::Q4_0;
@@ -342,12 +343,15 @@ TEST_P(IsaKernels, GemvRepackedEqualsThePlainKernel) {
     for (int64_t o = 0; o < OC; ++o) quantize_row(type, blocks.data() + o * row_bytes, wf.data() + o * C, C);
     if (q4) repack_q4_0x8(repacked.data(), blocks.data(), OC, C);
     else repack_q8_0x8(repacked.data(), blocks.data(), OC, C);
-    for (int64_t N : {int64_t{1}, kGemvRows, int64_t{7}}) {
+    std::vector<float> alone(OC);
+    for (int64_t N : {int64_t{1}, kGemvRows, int64_t{7}, int64_t{20}}) {
       std::vector<float> plain(N * OC), packed(N * OC);
       table().gemv_quant(type, plain.data(), xf.data(), blocks.data(), bf.data(), N, C, OC);
       (q4 ? table().gemv_q4_0x8 : table().gemv_q8_0x8)(packed.data(), xf.data(), repacked.data(), bf.data(), N, C, OC);
+      if (N == 1) std::copy_n(packed.begin(), OC, alone.begin());
       std::vector<float> wq(C);
       for (int64_t o = 0; o < OC / 8 * 8; ++o) {
+        ASSERT_EQ(packed[o], alone[o]) << quant_format(type).name << " N=" << N << " channel " << o << ": row 0 moved";
         dequantize_row(type, wq.data(), blocks.data() + o * row_bytes, C);
         for (int64_t n = 0; n < N; ++n) {
           double magnitude = std::fabs(bf[o]);

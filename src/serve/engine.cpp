@@ -208,14 +208,19 @@ struct Engine::Impl {
   // Samples the choice's next token from its session's logits and hands it out; ends the choice when it is done.
   void sample(Active& a, Choice& c) {
     const CompletionParams& p = a.request->params;
-    std::span<const float> raw = c.session.logits();
-    thread_local std::vector<float> logits;
-    logits.assign(raw.begin(), raw.begin() + vocab);
-    for (const auto& [id, bias] : p.logit_bias)
-      if (id >= 0 && id < vocab) logits[id] += bias;
-    if (p.presence_penalty != 0.0 || p.frequency_penalty != 0.0)
-      for (const auto& [id, count] : c.counts)
-        logits[id] -= static_cast<float>(p.presence_penalty + p.frequency_penalty * count);
+    // The session's logits as they are, or a copy with the request's biases and penalties.
+    std::span<const float> logits = c.session.logits().first(static_cast<size_t>(vocab));
+    const bool penalties = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+    if (!p.logit_bias.empty() || penalties) {
+      thread_local std::vector<float> adjusted;
+      adjusted.assign(logits.begin(), logits.end());
+      for (const auto& [id, bias] : p.logit_bias)
+        if (id >= 0 && id < vocab) adjusted[id] += bias;
+      if (penalties)
+        for (const auto& [id, count] : c.counts)
+          adjusted[id] -= static_cast<float>(p.presence_penalty + p.frequency_penalty * count);
+      logits = adjusted;
+    }
     const int32_t token = sample_token(logits.data(), vocab, p.sampling, c.rng.uniform_double());
     EngineEvent e;
     e.choice = c.index, e.token = token;

@@ -610,23 +610,32 @@ struct Q8X8 {
 };
 #pragma GCC diagnostic pop
 
-// The repacked kernels' loop: the input rows quantized once (in parallel only for a prompt's many), the groups of
-// eight channels shared between the threads, each group's input rows four at a time.
+// The repacked kernels' loop: the input rows quantized once, the groups of eight channels shared between the
+// threads, each group's input rows eight (AVX2: four) at a time. Decoding's few rows are quantized by each thread
+// for itself as it starts (the same numbers, without a parallel region for them alone), a prompt's many in
+// parallel beforehand.
 template <typename Type>
 void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float* bias, int64_t N, int64_t C, int64_t OC) {
   const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * Type::kGroupBlockBytes;
-  thread_local std::vector<Act32> act;
-  act.resize(static_cast<size_t>(N * blocks));
-  Act32* acts = act.data();  // this thread's buffer (in the workers `act` is each one's own)
-  kernels::parallel_for(N, kGemvRows, [&](int64_t n0, int64_t n1) {
+  thread_local std::vector<Act32> act;  // each thread's own
+  auto quantize = [&](Act32* to, int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
-      quantize_act32(acts + n * blocks, inp + n * C, C);
+      quantize_act32(to + n * blocks, inp + n * C, C);
       if constexpr (Type::kUnsignedInput)  // the bytes q + 128 (sum and dsum stay those of q)
         for (int64_t b = 0; b < blocks; ++b)
-          for (int8_t& q : acts[n * blocks + b].q) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
+          for (int8_t& q : to[n * blocks + b].q) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
     }
-  });
+  };
+  constexpr int64_t kOwnCopy = 16;  // rows up to which each thread quantizes them itself
+  const Act32* shared = nullptr;
+  if (N > kOwnCopy) {
+    act.resize(static_cast<size_t>(N * blocks));
+    Act32* to = act.data();
+    kernels::parallel_for(N, kGemvRows, [&](int64_t n0, int64_t n1) { quantize(to, n0, n1); });
+    shared = to;
+  }
   split_channels(groups, [&](int64_t g0, int64_t g1) {
+    const Act32* acts = shared != nullptr ? shared : act.data();
     for (int64_t g = g0; g < g1; ++g) {
       const uint8_t* w = repacked + g * group_bytes;
       const float* b = bias != nullptr ? bias + 8 * g : nullptr;
@@ -656,7 +665,11 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
         }
       }
     }
-  }, 8);
+  }, 8, [&] {
+    if (shared != nullptr) return;
+    act.resize(static_cast<size_t>(N * blocks));
+    quantize(act.data(), 0, N);
+  });
 }
 
 }  // namespace
