@@ -79,6 +79,7 @@ class Chat {
     std::span<const float> logits = session_->step(std::span(ids).subspan(same));
     fed_ = ids;
     std::vector<int32_t> reply;
+    StreamDecoder reply_text(tok_, /*skip_special=*/true);
     std::string printed;
     // A model's vocabulary can be padded past its tokenizer's (Qwen's 151,936 for 151,665 tokens): ids without a
     // token are never sampled.
@@ -88,7 +89,7 @@ class Chat {
       const int32_t token = sample_token(logits.data(), V, s_.sampling, rng_.uniform_double());
       if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) break;
       reply.push_back(token);
-      const std::string text = tok_.decode(reply, /*skip_special=*/true);
+      const std::string& text = reply_text.push(token);
       if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0 &&
           text.find("\xEF\xBF\xBD", printed.size()) == std::string::npos) {  // hold back a half-made character
         fmt::print("{}", text.substr(printed.size()));

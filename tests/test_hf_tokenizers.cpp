@@ -7,6 +7,7 @@
 #include "tokenize/sentencepiece.h"
 
 #include <attend/error.h>
+#include <attend/rng.h>
 #include <attend/tokenizer.h>
 
 #include <gtest/gtest.h>
@@ -100,6 +101,56 @@ TEST_P(HfTokenizer, SavedAndReloadedBehavesTheSame) {
   ATTEND_SKIP_WITHOUT_DATA("tokenizers/" + name + "/tokenizer.json");
   const Tokenizer back = Tokenizer::from_json(family(name).to_json(), name + " (saved)");
   expect_matches_golden(back, golden(name), name + " (saved)");
+}
+
+// Streamed text (StreamDecoder, what attend serve sends as tokens come) is the decode of every id so far after
+// each id, with and without skip_special: over the fixture's encoded texts one after another (whitespace, accents,
+// CJK, emoji: characters whose bytes span ids), then random ids (byte pieces, special tokens, pieces that rewrite
+// spaces), for every family.
+void expect_streams_as_decoded(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::string& name) {
+  for (const bool skip : {false, true}) {
+    StreamDecoder stream(tok, skip);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::string& got = stream.push(ids[i]);
+      const std::string want = tok.decode(std::span(ids).first(i + 1), skip);
+      if (got == want) continue;
+      size_t at = 0;
+      while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
+      const size_t from = at >= 24 ? at - 24 : 0;
+      FAIL() << name << (skip ? " (skip_special)" : "") << " after id " << i << " (" << ids[i] << "): the texts part at byte "
+             << at << ": streamed " << json(got.substr(from, 48)).dump() << ", decoded " << json(want.substr(from, 48)).dump()
+             << "; the last ids " << show(std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(i >= 8 ? i - 8 : 0),
+                                                               ids.begin() + static_cast<std::ptrdiff_t>(i) + 1));
+    }
+  }
+}
+
+TEST_P(HfTokenizer, StreamedTextIsTheWholeDecode) {
+  const std::string name = GetParam();
+  ATTEND_SKIP_WITHOUT_DATA("tokenizers/" + name + "/tokenizer.json");
+  const Tokenizer& tok = family(name);
+  const json fixture = golden(name);
+  std::vector<int32_t> text;
+  for (const json& c : fixture["cases"]) {
+    const auto ids = c["with_special"].get<std::vector<int32_t>>();
+    text.insert(text.end(), ids.begin(), ids.end());
+    if (text.size() > 600) break;
+  }
+  expect_streams_as_decoded(tok, text, name);
+  // Half the ids from the first 300 (special tokens, and the byte pieces of SentencePiece vocabularies and
+  // GPT-2's: runs of them that are and are not UTF-8), half from anywhere.
+  Rng rng(7);
+  std::vector<int32_t> named;  // ids with a token (GPT-4o's vocabulary has gaps)
+  for (int round = 0; named.size() < 600 && round < 20000; ++round) {
+    const uint64_t range = round % 2 == 0 ? 300 : static_cast<uint64_t>(tok.vocab_size());
+    const auto id = static_cast<int32_t>(rng.below(range));
+    try {
+      (void)tok.id_to_token(id);
+      named.push_back(id);
+    } catch (const Error&) {
+    }
+  }
+  expect_streams_as_decoded(tok, named, name + " (random ids)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfTokenizer, ::testing::ValuesIn(kFamilies),

@@ -155,4 +155,30 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The text of ids that come one at a time (a generation being streamed): decode(every id so far), without
+// decoding them all again for each one. A new id is decoded behind a few ids of context, and the text it adds is
+// the difference between that and the context's own text: whatever a decoder does at the start of a text
+// (Metaspace's first space, Strip) falls on the context in both. The context moves on only past text that is
+// whole: while bytes of a character are still to come (they decode as U+FFFD), the ids since stay in the window.
+// Where the context's text does not begin the window's, everything is decoded again.
+//
+//   attend::StreamDecoder text(tokenizer, /*skip_special=*/true);
+//   for (int32_t id : generated) std::cout << text.push(id).substr(shown), shown = text.text().size();
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
+  // Appends `id` and returns the text of every id so far.
+  const std::string& push(int32_t id);
+  const std::string& text() const { return text_; }
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;
+  size_t prefix_ = 0, read_ = 0;  // the context is ids_[prefix_, read_); the text of ids_[0, read_) is whole
+  std::string whole_;             // the text of ids_[0, read_)
+  std::string context_;           // the text of the context alone
+  std::string text_;              // whole_ and what the ids from read_ add
+};
+
 }  // namespace attend

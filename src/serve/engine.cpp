@@ -16,6 +16,7 @@
 #include <future>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -97,6 +98,7 @@ struct Choice {
   Rng rng;
   std::vector<int32_t> generated;
   std::unordered_map<int32_t, int32_t> counts;  // of generated tokens, for the penalties
+  std::optional<StreamDecoder> text;             // the generated tokens' text, decoded as they come
   size_t sent = 0;          // bytes of the decoded text handed out
   int32_t pending = -1;     // sampled, to run at the next step
   bool finished = false;
@@ -254,7 +256,8 @@ struct Engine::Impl {
     ++c.counts[token];
     bool stopped = false;
     if (tokenizer != nullptr) {
-      const std::string text = tokenizer->decode(c.generated, /*skip_special=*/true);
+      if (!c.text) c.text.emplace(*tokenizer, /*skip_special=*/true);
+      const std::string& text = c.text->push(token);
       size_t end = text.size();
       // A stop string ends the text before it; one that may still be coming holds back its start.
       size_t hold = 0;

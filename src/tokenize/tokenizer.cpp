@@ -307,6 +307,46 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+
+const std::string& StreamDecoder::push(int32_t id) {
+  constexpr std::string_view kCutShort = "\xEF\xBF\xBD";  // U+FFFD: bytes of a character still to come
+  ids_.push_back(id);
+  const std::span<const int32_t> ids(ids_);
+  const std::string window = tokenizer_->decode(ids.subspan(prefix_), skip_special_);
+  // A character's bytes take at most four ids: eight ids past the last whole text, a U+FFFD is the text's own.
+  const bool waited = ids_.size() - read_ >= 8;
+  if (window.starts_with(context_)) {
+    const std::string_view added = std::string_view(window).substr(context_.size());
+    text_.assign(whole_).append(added);
+    if (added.find(kCutShort) != std::string_view::npos && !waited) return text_;
+  } else {
+    // The new id rewrote the context's text (ByteFallback turns a whole run of byte ids into U+FFFDs while the
+    // run is not UTF-8, the character before included): decode everything.
+    text_ = tokenizer_->decode(ids, skip_special_);
+    const size_t after = text_.starts_with(whole_) ? whole_.size() : 0;
+    if (text_.find(kCutShort, after) != std::string::npos && !waited) return text_;
+  }
+  whole_ = text_, read_ = ids_.size();
+  // The next context: the last four ids, back to the start of a run of byte pieces (ByteFallback decodes a run
+  // as a whole: U+FFFD for each of its bytes unless all of them are UTF-8), and further until they have text (ids
+  // that decode to nothing, such as skipped special tokens, give a decoder no start to work on).
+  auto byte_piece = [&](int32_t piece) {
+    const std::string token = tokenizer_->id_to_token(piece);
+    return token.size() == 6 && token.starts_with("<0x") && token.back() == '>';
+  };
+  prefix_ = read_ >= 4 ? read_ - 4 : 0;
+  while (prefix_ > 0 && byte_piece(ids_[prefix_])) --prefix_;
+  while (true) {
+    context_ = tokenizer_->decode(ids.subspan(prefix_, read_ - prefix_), skip_special_);
+    if (!context_.empty() || prefix_ == 0) break;
+    --prefix_;
+  }
+  return text_;
+}
+
 TokenizerKind Tokenizer::kind() const { return impl_->kind; }
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
