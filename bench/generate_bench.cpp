@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
   }
   if (prompt_len < 1 || new_tokens < 1 || threads < 1 || passes < 1 || streams < 0 || (weights != "f32" && weights != "bf16") ||
       (shape != "gpt2" && shape != "llama-1b")) {
-    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --weights f32 or "
-                         "bf16, --shape gpt2 or llama-1b\n");
+    std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --streams not "
+                         "negative, --weights f32 or bf16, --shape gpt2 or llama-1b\n");
     return 2;
   }
   attend::CacheType cache_type;

@@ -153,6 +153,7 @@ class Tokenizer {
 
  private:
   std::unique_ptr<Impl> impl_;
+  friend class StreamDecoder;  // which ids are byte pieces
 };
 
 // The text of ids that come one at a time (a generation being streamed): decode(every id so far), without

@@ -307,7 +307,6 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(&tokenizer), skip_special_(skip_special) {}
 
@@ -333,9 +332,9 @@ const std::string& StreamDecoder::push(int32_t id) {
   // The next context: the last four ids, back to the start of a run of byte pieces (ByteFallback decodes a run
   // as a whole: U+FFFD for each of its bytes unless all of them are UTF-8), and further until they have text (ids
   // that decode to nothing, such as skipped special tokens, give a decoder no start to work on).
-  auto byte_piece = [&](int32_t piece) {
-    const std::string token = tokenizer_->id_to_token(piece);
-    return token.size() == 6 && token.starts_with("<0x") && token.back() == '>';
+  const Tokenizer::Impl& m = *tokenizer_->impl_;
+  auto byte_piece = [&](int32_t piece) {  // ids the vocabulary skips (a model may still sample them) are none
+    return !m.added_by_id(piece) && !m.is_gap(piece) && tokenize::parse_byte_piece(m.model_token_text(piece));
   };
   prefix_ = read_ >= 4 ? read_ - 4 : 0;
   while (prefix_ > 0 && byte_piece(ids_[prefix_])) --prefix_;
