@@ -93,6 +93,7 @@ std::string Tokenizer::Impl::decoder_token(int32_t id) const {
 void Tokenizer::Impl::index_added() {
   vocab_size = model_size();
   added_index.clear();
+  special_contents.clear();
   added_decoded.assign(added.size(), std::string());
   std::vector<tokenize::AddedMatcher::Entry> raw, normalized;
   for (size_t i = 0; i < added.size(); ++i) {
@@ -105,6 +106,7 @@ void Tokenizer::Impl::index_added() {
           t.content, t.id, limit - 1, model_size(), added.size());
     vocab_size = std::max(vocab_size, t.id + 1);
     added_index[t.id] = i;  // a later entry for the same id wins, as in Hugging Face's map
+    if (t.special) special_contents.insert(t.content);
     // Hugging Face matches a normalized token by its normalised form, and decodes it as that form too.
     std::string form = t.content;
     if (t.normalized && !sp && !normalizer.empty()) {
@@ -265,12 +267,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
       if (m.added_by_id(id) || !m.is_gap(id)) kept.push_back(id);
     ids = kept;
   }
-  auto skipped = [&](std::string_view token) {
-    if (!skip_special) return false;
-    for (const AddedToken& t : m.added)
-      if (t.special && t.content == token) return true;
-    return false;
-  };
+  auto skipped = [&](const std::string& token) { return skip_special && m.special_contents.contains(token); };
   if (m.byte_level && m.decoder.is_byte_level() && std::holds_alternative<tokenize::BpeModel>(m.model)) {
     // The ByteLevel decoder on byte-level BPE: model tokens are their bytes already.
     const auto& bpe = std::get<tokenize::BpeModel>(m.model);

@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -76,6 +77,7 @@ struct Tokenizer::Impl {
   tokenize::AddedMatcher raw_matcher, normalized_matcher;
   std::unordered_map<int32_t, size_t> added_index;  // id -> index into `added`
   std::vector<std::string> added_decoded;           // per added token: its text for the decoder
+  std::unordered_set<std::string> special_contents;  // the special tokens' texts (decode's skip_special)
   int32_t vocab_size = 0;
 
   void index_added();
