@@ -21,8 +21,8 @@
 namespace attend::cli {
 
 void set_weights(Model& model, const std::string& weights, WeightType fallback) {
-  if (weights.empty()) {  // as loaded (a GGUF file's quantized matrices stay as they are), else `fallback`
-    if (!model.holds_quantized()) model.set_storage(fallback);
+  if (weights.empty()) {  // as loaded (a GGUF file's quantized or 16-bit matrices stay as they are), else `fallback`
+    if (!model.holds_packed()) model.set_storage(fallback);
     return;
   }
   WeightType type;

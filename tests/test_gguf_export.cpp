@@ -311,15 +311,36 @@ TEST(GgufExport, HalfTypesRoundTheMatricesOnly) {
     EXPECT_EQ(file.tensor("blk.0.attn_q.bias")->type, gguf::tensor_type::F32);
     EXPECT_EQ(file.tensor("output_norm.weight")->type, gguf::tensor_type::F32);
     Model loaded = load_model(path);
-    fs::remove(path);
+    const WeightType half = std::string(type) == "f16" ? WeightType::F16 : WeightType::BF16;
     Model rounded = initialized(qwen2_like());
-    rounded.set_storage(std::string(type) == "f16" ? WeightType::F16 : WeightType::BF16);
+    rounded.set_storage(half);
     for (const Parameter* p : rounded.parameters()) {
       const Parameter& q = *loaded.find(p->name);
       const Parameter& s = *source.find(p->name);
       for (int64_t i = 0; i < p->numel(); ++i)  // matrices rounded, vectors exact
         ASSERT_EQ(q.value[i], p->value.rank() == 1 ? s.value[i] : p->value[i]) << p->name << " [" << i << "]";
+      // The file's 16-bit matrices are run as stored: packed as set_storage packs them, not widened to fp32.
+      EXPECT_EQ(q.storage, p->storage) << p->name;
+      EXPECT_EQ(q.packed, p->packed) << p->name;
     }
+    EXPECT_TRUE(loaded.holds_packed());
+    EXPECT_FALSE(loaded.holds_quantized());
+    EXPECT_EQ(logits(loaded), logits(rounded));
+    // Written again as held (no type given): the same tensors, byte for byte, and the same file type.
+    const fs::path again = temp_file(std::string(type) + "_again");
+    export_gguf(loaded, again);
+    const gguf::Reader back(again);
+    EXPECT_EQ(back.get_uint("general.file_type"), file.get_uint("general.file_type"));
+    ASSERT_EQ(back.tensors().size(), file.tensors().size());
+    for (const gguf::TensorInfo& t : file.tensors()) {
+      const gguf::TensorInfo* u = back.tensor(t.name);
+      ASSERT_NE(u, nullptr) << t.name;
+      EXPECT_EQ(u->type, t.type) << t.name;
+      ASSERT_EQ(u->bytes, t.bytes) << t.name;
+      EXPECT_EQ(std::memcmp(u->data, t.data, t.bytes), 0) << t.name;
+    }
+    fs::remove(path);
+    fs::remove(again);
   }
 }
 

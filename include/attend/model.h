@@ -347,6 +347,9 @@ class Model {
   void set_storage(WeightType storage, const std::function<bool(const Parameter&)>& which = nullptr);
   // Whether any matrix is held as quantized blocks (Parameter::quantized: a GGUF file's, or set_storage's).
   bool holds_quantized() const;
+  // Whether any matrix is held other than as fp32: quantized, or packed in 16 bits (a GGUF file's F16 or BF16
+  // matrices as the file stores them, or set_storage's).
+  bool holds_packed() const;
   // Gives every matrix held only as quantized blocks its float values (the blocks' values; the blocks stay),
   // for what reads them: training, saving, exporting to float types. Nothing when every parameter has them.
   void ensure_values();

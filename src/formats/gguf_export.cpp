@@ -286,10 +286,25 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
   w.set_string("general.architecture", arch);
   w.set_string("general.name", "attend");
   const bool as_stored = type.empty() && model.holds_quantized();
+  // A model whose matrices are held in 16 bits (an F16 or BF16 GGUF file's, as loaded) is written as held: those
+  // matrices in that type, and the other matrices too where their values are that type's exactly (a file's
+  // untied token table), else fp32.
+  WeightType held_half = WeightType::F32;
+  if (type.empty() && !as_stored)
+    for (const Parameter* p : model.parameters())
+      if (p->storage == WeightType::F16 || p->storage == WeightType::BF16) held_half = p->storage;
+  auto exactly = [](WeightType half, const float* values, int64_t n) {
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    std::vector<float> back(static_cast<size_t>(n));
+    if (half == WeightType::F16) kernels::float_to_half(bits.data(), values, n), kernels::half_to_float(back.data(), bits.data(), n);
+    else kernels::float_to_bf16(bits.data(), values, n), kernels::bf16_to_float(back.data(), bits.data(), n);
+    return std::memcmp(back.data(), values, static_cast<size_t>(n) * sizeof(float)) == 0;
+  };
   // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32, or the scheme's; a model written as stored says the
   // type of most of its weights only loosely, as llama.cpp's own requantized files do: "guessed" (1024).
+  const WeightType file_half = held_half != WeightType::F32 ? held_half : float_type;
   w.set_uint32("general.file_type", scheme ? scheme->file_type : as_stored ? 1024u
-                                    : float_type == WeightType::F16 ? 1u : float_type == WeightType::BF16 ? 32u : 0u);
+                                    : file_half == WeightType::F16 ? 1u : file_half == WeightType::BF16 ? 32u : 0u);
   if (scheme || as_stored) w.set_uint32("general.quantization_version", 2);
   auto key = [&](const char* name) { return arch + "." + name; };
   w.set_uint32(key("context_length"), static_cast<uint32_t>(c.max_seq_len));
@@ -377,6 +392,9 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
         values = v.data() + place.row * C;
       }
     }
+    if (quantizable && !stored && held_half != WeightType::F32 &&
+        (p->storage == held_half || exactly(held_half, values, place.rows * C)))
+      t = held_half;
     // The rows in the file's order (Q and K of qwen2: Hugging Face's halves).
     const int64_t row_bytes = is_quantized(t) ? kernels::quant_row_bytes(nn::quant_type(t), C)
                               : t == WeightType::F32 ? C * 4 : C * 2;

@@ -449,6 +449,16 @@ Model load_gguf_model(const fs::path& path) {
     for (const QuantizedRows& s : p->quantized)
       if (!s.repacked.empty() && s.owner == file.mapping()) release_pages(s.data, s.rows / 8 * 8 * (s.bytes / s.rows));
   }
+  // A matrix the file stores in 16 bits (an F16 or BF16 file's) is run as it is stored: packed in that type, as
+  // `--weights f16|bf16` packs it (its values were that type's already, so nothing is rounded), and not widened
+  // to fp32, which would read twice the bytes per token. The file's F32 tensors (norms) stay as they are.
+  for (const WeightType half : {WeightType::F16, WeightType::BF16}) {
+    const uint32_t id = gguf_type_id(half);
+    std::set<std::string> stored;
+    for (const auto& [name, list] : pieces)
+      if (std::all_of(list.begin(), list.end(), [&](const Piece& x) { return x.tensor->type == id; })) stored.insert(name);
+    if (!stored.empty()) model.set_storage(half, [&](const Parameter& p) { return stored.contains(p.name); });
+  }
   return model;
 }
 

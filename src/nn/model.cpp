@@ -473,7 +473,10 @@ std::vector<MoEStats> Model::moe_stats() const {
 }
 
 void Model::set_storage(WeightType storage, const std::function<bool(const Parameter&)>& which) {
-  ensure_values();  // quantized matrices are requantized, or widened, from their values
+  // The chosen quantized matrices are requantized, or widened, from their values; the others keep their blocks.
+  const auto& params = impl_->params;
+  if (std::any_of(params.begin(), params.end(), [&](const Parameter* p) { return (!which || which(*p)) && !p->has_values(); }))
+    impl_->relay_out([&](const Parameter& p) { return !p.has_values() && which && !which(p); });
   for (Parameter* p : impl_->params) {
     if (which && !which(*p)) continue;
     p->storage = WeightType::F32;
@@ -506,6 +509,10 @@ void Model::set_storage(WeightType storage, const std::function<bool(const Param
   }
   // The quantized matrices are used as their blocks: their float values go.
   if (is_quantized(storage)) impl_->relay_out([](const Parameter&) { return true; });
+}
+
+bool Model::holds_packed() const {
+  return std::any_of(impl_->params.begin(), impl_->params.end(), [](const Parameter* p) { return p->storage != WeightType::F32; });
 }
 
 bool Model::holds_quantized() const {
