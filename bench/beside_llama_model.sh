@@ -5,9 +5,11 @@
 #
 #   bench/beside_llama_model.sh LLAMA_BIN_DIR MODEL.gguf ATTEND_MODEL_DIR [ROUNDS] [WEIGHTS]
 #
-# ATTEND_MODEL_DIR holds the model the GGUF was made from (Attend's own directory or a Hugging Face one); WEIGHTS is
-# Attend's --weights (bf16 by default, against an F16 GGUF). llama-bench runs with flash attention off and on, the
-# better taken; both engines use an f16 KV cache and 2 threads. Prints one JSON line per measurement.
+# ATTEND_MODEL_DIR holds the model the GGUF was made from (Attend's own directory or a Hugging Face one), or is the
+# GGUF file itself (Attend then runs the very file llama.cpp runs); WEIGHTS is Attend's --weights (bf16 by default,
+# against an F16 GGUF; "stored" runs a GGUF file's matrices as it stores them). llama-bench runs with flash
+# attention off and on, the better taken; both engines use an f16 KV cache and 2 threads. Prints one JSON line per
+# measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llama=${1:?usage: bench/beside_llama_model.sh LLAMA_BIN_DIR MODEL.gguf ATTEND_MODEL_DIR [ROUNDS] [WEIGHTS]}
@@ -15,7 +17,13 @@ gguf=${2:?usage}
 model=${3:?usage}
 rounds=${4:-3}
 weights=${5:-bf16}
-vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$model/config.json" | head -1)
+if [[ -f $model ]]; then  # a GGUF file: its vocabulary from attend inspect's first line
+  vocab=$(build/attend inspect "$model" --summary | sed -n '1s/.*vocabulary \([0-9]*\).*/\1/p')
+else
+  vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$model/config.json" | head -1)
+fi
+weight_option=(--weights "$weights")
+[[ $weights == stored ]] && weight_option=()
 # 512 prompt ids drawn once (a fixed seed), the same for every round.
 prompt=$(awk -v v="${vocab:-32000}" 'BEGIN { srand(1); for (i = 0; i < 512; ++i) printf "%s%d", (i ? "," : ""), 1000 + int(rand() * (v - 2000)) }')
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(grep -o 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')" >&2
@@ -27,7 +35,7 @@ brief() {
 attend_run() {
   local ids=$1 label=$2
   build/attend generate --model "$model" --prompt-ids "$ids" --max-new-tokens 128 --greedy --eos $((vocab - 1)) \
-    --weights "$weights" --kv-cache f16 2>&1 >/dev/null | tail -1 |
+    "${weight_option[@]}" --kv-cache f16 2>&1 >/dev/null | tail -1 |
     sed -E "s/([0-9]+) tokens \(([a-z]+)\), prompt ([0-9.]+) ms, ([0-9.]+) tokens\/s/{\"engine\": \"attend\", \"run\": \"$label\", \"tokens\": \1, \"prompt_ms\": \3, \"generate_tokens_per_s\": \4}/"
 }
 for round in $(seq 1 "$rounds"); do
