@@ -2,6 +2,7 @@
 // the merged model (W + s·B·A), finite differences of A and B, PEFT's initialisation, and the frozen rest.
 #include "fixtures.h"
 #include "testing.h"
+#include "kernels/convert.h"
 
 #include <attend/error.h>
 #include <attend/model.h>
@@ -425,14 +426,67 @@ TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
   }
 }
 
+// train.frozen_weights=bf16: the frozen projections and the frozen LM head (here the token table it is tied to) held
+// packed in bf16, their values the base's rounded to bf16, norms and the adapters fp32; the adapters learn.
+TEST(Lora, ABf16BaseHoldsItsHeadInBf16Too) {
+  auto pattern = [](bool backwards) {
+    std::vector<int32_t> tokens;
+    Rng rng(2);
+    while (tokens.size() < 2000) {
+      for (int32_t t = 1; t <= 9; ++t) tokens.push_back(backwards ? 10 - t : t);
+      tokens.push_back(10 + static_cast<int32_t>(rng.below(20)));
+    }
+    return tokens;
+  };
+  LmDataset forwards(pattern(false), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
+  LmDataset backwards(pattern(true), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
+  const ModelConfig c = family("gpt");
+  ASSERT_TRUE(c.tie_embeddings);
+  TrainConfig t;
+  t.steps = 100;
+  t.schedule = {.kind = train::ScheduleKind::Constant, .lr = 1e-2};
+  t.eval_every = 0, t.checkpoint_every = 0;
+  const fs::path base_dir = fresh("bf16_base");
+  {
+    Trainer pretrain{Model(c), forwards, t, base_dir};
+    pretrain.run();
+  }
+  const Model base = load_model(base_dir / "checkpoint");
+  t.steps = 40;
+  t.lora = {.r = 4, .alpha = 8, .targets = kEvery};
+  t.frozen_weights = WeightType::BF16;
+  t.init_from = (base_dir / "checkpoint").string();
+  Trainer trainer{Model(c), backwards, t, fresh("bf16_run")};
+  int64_t packed = 0;
+  for (const Parameter* p : trainer.model().parameters()) {
+    const bool held = p->frozen && (is_projection(p->role) || p->role == Role::TokenEmbedding);
+    EXPECT_EQ(p->storage, held ? WeightType::BF16 : WeightType::F32) << p->name;
+    if (!held) continue;
+    ++packed;
+    const Parameter& from = *base.find(p->name);
+    std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
+    std::vector<float> want(bits.size());
+    kernels::float_to_bf16(bits.data(), from.value.data(), p->numel());
+    kernels::bf16_to_float(want.data(), bits.data(), p->numel());
+    EXPECT_TRUE(std::equal(bits.begin(), bits.end(), p->packed.begin())) << p->name;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), p->value.data())) << p->name;
+  }
+  EXPECT_GT(packed, 8);
+  std::vector<double> losses;
+  trainer.run([&](const StepReport& r) { losses.push_back(r.loss); });
+  EXPECT_LT(losses.back(), 0.8 * losses.front()) << "the adapters learn on the bf16 base";
+}
+
 // QLoRA: the frozen projections held as quantized blocks (their fp32 values gone); the forward multiplies the
 // blocks, the backward takes the input gradients through their values. The adapters' gradients then follow those of
 // an fp32 model holding the blocks' values (saved and loaded: a checkpoint holds them), within the rounding the
 // quantized matmuls put on the activations (Q8_0's repacked rows: int8 activations, |error| ≤ 1/254 of a block's
-// largest; Q4_K's dequantized pieces: a bf16 GEMM where the CPU has one, 2^-9 relative).
+// largest; Q4_K's dequantized pieces: a bf16 GEMM where the CPU has one, 2^-9 relative). A base held in bf16 runs
+// its forward and its input gradients on the bf16 GEMM where the CPU has one (inputs and output gradients rounded
+// to bf16, 2^-9 relative), on sgemm otherwise.
 TEST(Lora, QLoraTrainsAdaptersOnQuantizedFrozenWeights) {
   for (const std::string name : {"gpt", "llama"}) {
-    for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_K}) {
+    for (const WeightType type : {WeightType::Q8_0, WeightType::Q4_K, WeightType::BF16}) {
       SCOPED_TRACE(name + " " + weight_type_name(type));
       ModelConfig c = family(name);
       c.d_model = 64, c.d_ff = 256;  // whole blocks: 32 (Q8_0) and, for down's rows, 256 (Q4_K; up falls back to Q5_0)
@@ -444,8 +498,13 @@ TEST(Lora, QLoraTrainsAdaptersOnQuantizedFrozenWeights) {
       int64_t quantized = 0;
       for (const Parameter* p : m.parameters()) {
         if (!held(*p)) continue;
-        EXPECT_FALSE(p->has_values()) << p->name << ": its fp32 values go";
-        EXPECT_FALSE(p->quantized.empty()) << p->name;
+        if (type == WeightType::BF16) {  // packed beside its (rounded) values
+          EXPECT_EQ(p->storage, WeightType::BF16) << p->name;
+          EXPECT_FALSE(p->packed.empty()) << p->name;
+        } else {
+          EXPECT_FALSE(p->has_values()) << p->name << ": its fp32 values go";
+          EXPECT_FALSE(p->quantized.empty()) << p->name;
+        }
         ++quantized;
       }
       EXPECT_GT(quantized, 4);

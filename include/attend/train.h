@@ -212,9 +212,10 @@ struct TrainConfig {
   // copied, and freezes everything else; the checkpoint's config.json records them (lora_*). A model with
   // adapters of its own must have these.
   LoraConfig lora{.r = 0};
-  // How the frozen projections are held while training: F32, BF16 or F16 (the base's numbers rounded so), or a
-  // quantized type (QLoRA: Q8_0, Q4_K, ...; their fp32 values go, the blocks are what the matmuls read, forward
-  // and backward). Checkpoints hold the blocks' values in fp32; a resumed run quantizes them again.
+  // How the frozen projections are held while training: F32, BF16 or F16 (the base's numbers rounded so; BF16's
+  // products forward and their input gradients run the bf16 GEMM where the CPU has one, as QLoRA computes in
+  // bf16), or a quantized type (QLoRA: Q8_0, Q4_K, ...; their fp32 values go, the blocks are what the matmuls
+  // read, forward and backward). Checkpoints hold the blocks' values in fp32; a resumed run quantizes them again.
   WeightType frozen_weights = WeightType::F32;
 };
 

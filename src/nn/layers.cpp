@@ -470,8 +470,17 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
     if (dinp != nullptr) quantized_input_backward(weight, dinp, dout, N, C, OC);
     return kernels::matmul_backward<float>(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, C, OC);  // Σ dout
   }
-  if (precision == Precision::F32)
+  if (precision == Precision::F32) {
+    // A frozen base held in bf16 (train.frozen_weights=bf16), whose forward ran the bf16 GEMM on its packed values
+    // (linear_forward_as_stored): its input gradient on the same GEMM, dout rounded to bf16 as in bf16 training
+    // (QLoRA's bf16 compute), at up to twice sgemm's rate. No weight gradient exists to need fp32.
+    if (weight.frozen && weight.storage == WeightType::BF16 && N > kernels::kGemvRows && !per_row_matmuls &&
+        kernels::bf16_kernel_in_use())
+      return kernels::matmul_backward_half(kernels::Half::BF16, dinp, nullptr, dbias, dout,
+                                           rounded(0, Precision::BF16, dout, N * OC), nullptr, weight.packed.data(),
+                                           N, C, OC);
     return kernels::matmul_backward(dinp, weight.grad.data(), dbias, dout, inp, weight.value.data(), N, C, OC);
+  }
   check(w_rounded != nullptr && w_rounded->size() == static_cast<size_t>(weight.numel()),
         "linear '{}': backward without its forward's rounded weight", weight.name);
   kernels::matmul_backward_half(half_of(precision), dinp, weight.grad.data(), dbias, dout,

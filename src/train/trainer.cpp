@@ -289,12 +289,17 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   }
   if (c.frozen_weights != WeightType::F32) {
     // QLoRA: the frozen projections held as c.frozen_weights (a quantized type drops their fp32 values); training
-    // multiplies them as stored and takes the input gradients through their values. Embeddings, heads and norms
-    // stay fp32. Every rank quantizes the same starting values alike.
+    // multiplies them as stored and takes the input gradients through their values. Under a quantized type the
+    // embeddings and the LM head stay fp32, as QLoRA keeps them; a 16-bit type holds a frozen LM head (or the
+    // frozen token table it is tied to, whose lookups then read its 16-bit values) in 16 bits too, as a model
+    // loaded in that dtype is. Norms stay fp32. Every rank quantizes the same starting values alike.
     check(s.model.trainable_parameters().size() != s.model.parameters().size(), "train.frozen_weights {}: nothing "
           "is frozen (give the model LoRA adapters: train.lora.r)", weight_type_name(c.frozen_weights));
-    auto held = [](const Parameter& p) {
-      return p.frozen && is_projection(p.role) && p.role != Role::HeadMatrix && p.role != Role::Router;
+    const bool head_too = !is_quantized(c.frozen_weights), tied = s.model.config().tie_embeddings;
+    auto held = [&](const Parameter& p) {
+      if (!p.frozen || p.role == Role::Router) return false;
+      if (p.role == Role::HeadMatrix || (p.role == Role::TokenEmbedding && tied)) return head_too;
+      return is_projection(p.role);
     };
     int64_t count = 0;
     for (const Parameter* p : s.model.parameters())
