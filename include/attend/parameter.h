@@ -37,7 +37,7 @@ struct QuantizedRows {
   const uint8_t* data = nullptr;      // rows × the type's row bytes
   int64_t bytes = 0;
   std::shared_ptr<const void> owner;  // keeps `data` alive
-  StreamedVector<uint8_t> repacked;  // Q4_0, Q8_0: the rows eight at a time for decoding (kernels/quant.h); else empty
+  std::vector<uint8_t> repacked;  // Q4_0, Q8_0: the rows eight at a time for decoding (kernels/quant.h); else empty
 
   static QuantizedRows owning(int64_t rows, WeightType type, std::vector<uint8_t> blocks);
   std::span<const uint8_t> blocks() const { return {data, static_cast<size_t>(bytes)}; }
@@ -128,7 +128,7 @@ struct Parameter {
   // the matrix is also kept packed in that type (`packed`), which the matmuls read (half the bytes), and
   // `value` holds exactly the same numbers widened, which lookups, norms and training read.
   WeightType storage = WeightType::F32;
-  StreamedVector<uint16_t> packed;  // in huge pages where the kernel allows (allocate_streamed)
+  std::vector<uint16_t> packed;
   // A quantized type (is_quantized(storage)): the matrix's rows as blocks, in segments, which the matmuls
   // (dequantizing a prompt's weights piece by piece) and the token lookup read. A model's quantized matrix has
   // no values (value.data() is nullptr, the shape stays): Model::ensure_values gives it its blocks' values

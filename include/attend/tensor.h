@@ -128,28 +128,6 @@ int64_t cached_memory_bytes();
 void set_cached_memory_limit(int64_t bytes);
 int64_t cached_memory_limit();
 
-// Memory for weights that decoding streams through once a token (a matrix packed in 16 bits, quantized rows
-// repacked for the int8 kernels). A block of 2 MiB or more is 2 MiB-aligned and advised to the kernel as huge-page
-// memory before anything is written to it, so that it faults in as transparent huge pages where the kernel
-// allows them (THP "madvise" or "always"): one TLB entry for 2 MiB of the stream instead of 512. A streaming read
-// in 2 MiB pages was 2-4% faster than in 4 KiB pages in 11 of 12 alternating pairs on the Zen 4
-// (docs/BENCHMARKS.md); llama.cpp's mmap of a cached file gets the page cache's large folios the same way.
-void* allocate_streamed(size_t bytes);
-void free_streamed(void* p, size_t bytes) noexcept;
-template <typename T>
-struct StreamedAllocator {
-  using value_type = T;
-  StreamedAllocator() = default;
-  template <typename U>
-  StreamedAllocator(const StreamedAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(allocate_streamed(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) noexcept { free_streamed(p, n * sizeof(T)); }
-  template <typename U>
-  bool operator==(const StreamedAllocator<U>&) const noexcept { return true; }
-};
-template <typename T>
-using StreamedVector = std::vector<T, StreamedAllocator<T>>;
-
 // Throws attend::Error naming `what` and both shapes when `a` and `b` differ.
 void check_same_shape(const Shape& a, const Shape& b, const char* what);
 

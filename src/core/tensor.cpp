@@ -8,10 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <new>
 #include <unordered_map>
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 namespace attend {
@@ -124,28 +122,6 @@ BlockCache& cache() {
 
 void release_cached_memory() { cache().release(); }
 
-namespace {
-constexpr size_t kHugePage = size_t(2) << 20;
-}
-
-void* allocate_streamed(size_t bytes) {
-  if (bytes < kHugePage) {
-    void* p = std::malloc(std::max<size_t>(bytes, 1));
-    if (p == nullptr) throw std::bad_alloc();
-    return p;
-  }
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, rounded);
-  if (p == nullptr) {
-    release_cached_memory();
-    p = std::aligned_alloc(kHugePage, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-  }
-  (void)::madvise(p, rounded, MADV_HUGEPAGE);  // advice: without THP the pages stay 4 KiB, and that is all
-  return p;
-}
-
-void free_streamed(void* p, size_t) noexcept { std::free(p); }
 void set_cached_memory_limit(int64_t bytes) {
   check(bytes >= 0, "set_cached_memory_limit: {} bytes is negative", bytes);
   BlockCache& c = cache();
