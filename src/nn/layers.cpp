@@ -405,12 +405,13 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
     case WeightType::F16:
       if (weight.storage == WeightType::F16 && rows)
         return kernels::matmul_forward_f16(out, inp, weight.packed.data(), bias, N, C, OC);
-      // sgemm on the weight's fp32 values, which are its packed 16-bit values exactly, and the input rounded as a
-      // 16-bit GEMM rounds it: the 16-bit GEMM's numbers without widening the weight at every call (which made
-      // bf16 prompts slower than fp32 ones on CPUs without AVX-512 BF16).
-      return kernels::matmul_forward(out, rounded_floats(weight.storage == WeightType::BF16 ? Precision::BF16 : Precision::F16,
-                                                         inp, N * C),
-                                     weight.value.data(), bias, N, C, OC);
+      // sgemm on the weight's fp32 values, which are its packed 16-bit values exactly. bf16: the input rounded as
+      // the bf16 GEMM rounds it, so that a CPU without one computes the same numbers (without widening the weight
+      // at every call, which made bf16 prompts slower than fp32 ones on CPUs without AVX-512 BF16). fp16: no CPU
+      // here runs an fp16 GEMM, so the input stays fp32, as in decoding's gemv: rounding it to fp16 would only
+      // add error, and turn activations past 65504 (Gemma's can be) into infinities.
+      if (weight.storage == WeightType::F16) return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+      return kernels::matmul_forward(out, rounded_floats(Precision::BF16, inp, N * C), weight.value.data(), bias, N, C, OC);
   }
 }
 }  // namespace
