@@ -299,6 +299,18 @@ TEST(GgufTokenizer, WordPieceGoesThroughPhantomSpace) {
   fs::remove(path);
 }
 
+// Two files hold the same tensors: names, types and bytes.
+void expect_same_tensors(const gguf::Reader& a, const gguf::Reader& b) {
+  ASSERT_EQ(b.tensors().size(), a.tensors().size());
+  for (const gguf::TensorInfo& t : a.tensors()) {
+    const gguf::TensorInfo* u = b.tensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    EXPECT_EQ(u->type, t.type) << t.name;
+    ASSERT_EQ(u->bytes, t.bytes) << t.name;
+    EXPECT_EQ(std::memcmp(u->data, t.data, t.bytes), 0) << t.name;
+  }
+}
+
 TEST(GgufExport, HalfTypesRoundTheMatricesOnly) {
   for (const char* type : {"f16", "bf16"}) {
     SCOPED_TRACE(type);
@@ -331,14 +343,7 @@ TEST(GgufExport, HalfTypesRoundTheMatricesOnly) {
     export_gguf(loaded, again);
     const gguf::Reader back(again);
     EXPECT_EQ(back.get_uint("general.file_type"), file.get_uint("general.file_type"));
-    ASSERT_EQ(back.tensors().size(), file.tensors().size());
-    for (const gguf::TensorInfo& t : file.tensors()) {
-      const gguf::TensorInfo* u = back.tensor(t.name);
-      ASSERT_NE(u, nullptr) << t.name;
-      EXPECT_EQ(u->type, t.type) << t.name;
-      ASSERT_EQ(u->bytes, t.bytes) << t.name;
-      EXPECT_EQ(std::memcmp(u->data, t.data, t.bytes), 0) << t.name;
-    }
+    expect_same_tensors(file, back);
     fs::remove(path);
     fs::remove(again);
   }
@@ -382,14 +387,7 @@ TEST(GgufExport, QuantizedMatricesAreTheirRowsBlocks) {
     const fs::path again = temp_file(std::string("again_") + scheme);
     export_gguf(loaded, again);
     const gguf::Reader a(path), b(again);
-    ASSERT_EQ(a.tensors().size(), b.tensors().size());
-    for (const gguf::TensorInfo& t : a.tensors()) {
-      const gguf::TensorInfo* u = b.tensor(t.name);
-      ASSERT_NE(u, nullptr) << t.name;
-      EXPECT_EQ(u->type, t.type) << t.name;
-      ASSERT_EQ(u->bytes, t.bytes) << t.name;
-      EXPECT_EQ(std::memcmp(u->data, t.data, t.bytes), 0) << t.name;
-    }
+    expect_same_tensors(a, b);
     fs::remove(path);
     fs::remove(again);
   }

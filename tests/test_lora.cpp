@@ -350,21 +350,24 @@ TEST(Lora, ASavedModelLoadsWithItsAdapters) {
   EXPECT_FALSE(load_model(merged).has_lora());
 }
 
+// A base's pattern and the one adapters learn on top of it: 1 … 9 counted up (or down), then a random token of
+// 10-29, again until `n` tokens.
+std::vector<int32_t> counting(bool backwards, size_t n) {
+  std::vector<int32_t> tokens;
+  Rng rng(2);
+  while (tokens.size() < n) {
+    for (int32_t t = 1; t <= 9; ++t) tokens.push_back(backwards ? 10 - t : t);
+    tokens.push_back(10 + static_cast<int32_t>(rng.below(20)));
+  }
+  return tokens;
+}
+
 // Fine-tuning with LoRA: a base trained on one pattern (train.init_from) learns another through its adapters
 // alone; the base's weights stay as they were, bit for bit. (A random base would not do: its frozen, tiny
 // embeddings, tied to the head, keep every softmax near uniform whatever the adapters do.)
 TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
-  auto pattern = [](bool backwards) {
-    std::vector<int32_t> tokens;
-    Rng rng(2);
-    while (tokens.size() < 3000) {
-      for (int32_t t = 1; t <= 9; ++t) tokens.push_back(backwards ? 10 - t : t);
-      tokens.push_back(10 + static_cast<int32_t>(rng.below(20)));
-    }
-    return tokens;
-  };
-  LmDataset forwards(pattern(false), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
-  LmDataset backwards(pattern(true), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
+  LmDataset forwards(counting(false, 3000), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
+  LmDataset backwards(counting(true, 3000), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
   ModelConfig base_config = family("gpt");
   base_config.d_model = 32;  // whole Q8_0 blocks for the QLoRA run
   TrainConfig t;
@@ -429,17 +432,8 @@ TEST(Lora, FineTuningTrainsTheAdaptersAloneOnTopOfTheBase) {
 // train.frozen_weights=bf16: the frozen projections and the frozen LM head (here the token table it is tied to) held
 // packed in bf16, their values the base's rounded to bf16, norms and the adapters fp32; the adapters learn.
 TEST(Lora, ABf16BaseHoldsItsHeadInBf16Too) {
-  auto pattern = [](bool backwards) {
-    std::vector<int32_t> tokens;
-    Rng rng(2);
-    while (tokens.size() < 2000) {
-      for (int32_t t = 1; t <= 9; ++t) tokens.push_back(backwards ? 10 - t : t);
-      tokens.push_back(10 + static_cast<int32_t>(rng.below(20)));
-    }
-    return tokens;
-  };
-  LmDataset forwards(pattern(false), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
-  LmDataset backwards(pattern(true), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
+  LmDataset forwards(counting(false, 2000), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
+  LmDataset backwards(counting(true, 2000), {}, {.batch_size = 4, .seq_len = 12, .seed = 1});
   const ModelConfig c = family("gpt");
   ASSERT_TRUE(c.tie_embeddings);
   TrainConfig t;

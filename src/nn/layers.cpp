@@ -179,6 +179,9 @@ std::mutex recording_mutex;
 
 thread_local bool per_row_matmuls = false;  // a PerRowMatmuls is alive on this thread
 thread_local std::span<const uint64_t> row_adapters;  // a SelectAdapters's masks, while one is alive
+// Whether the per-row (decoding) kernels take a matmul of N rows: few rows, or a PerRowMatmuls alive. Forward
+// and backward ask alike, so that a backward runs the kernel family its forward ran.
+bool per_row(int64_t N) { return N <= kernels::kGemvRows || per_row_matmuls; }
 // out (N, s.rows) = inp · the segment's rowsᵀ + bias on the int8 kernels: the repacked kernel where the segment
 // has its rows repacked, the plain one (input rows quantized to int8 blocks) otherwise.
 void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
@@ -387,7 +390,7 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
                                  N, C, OC);
     return;
   }
-  const bool rows = N <= kernels::kGemvRows || per_row_matmuls;  // the per-row (decoding) kernels
+  const bool rows = per_row(N);
   switch (weight.storage) {
     case WeightType::F32:
       if (rows) return kernels::matmul_forward_rows(out, inp, weight.value.data(), bias, N, C, OC);
@@ -475,8 +478,7 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
     // A frozen base held in bf16 (train.frozen_weights=bf16), whose forward ran the bf16 GEMM on its packed values
     // (linear_forward_as_stored): its input gradient on the same GEMM, dout rounded to bf16 as in bf16 training
     // (QLoRA's bf16 compute), at up to twice sgemm's rate. No weight gradient exists to need fp32.
-    if (weight.frozen && weight.storage == WeightType::BF16 && N > kernels::kGemvRows && !per_row_matmuls &&
-        kernels::bf16_kernel_in_use())
+    if (weight.frozen && weight.storage == WeightType::BF16 && !per_row(N) && kernels::bf16_kernel_in_use())
       return kernels::matmul_backward_half(kernels::Half::BF16, dinp, nullptr, dbias, dout,
                                            rounded(0, Precision::BF16, dout, N * OC), nullptr, weight.packed.data(),
                                            N, C, OC);
