@@ -685,6 +685,32 @@ TEST(Datasets, TokenCacheIdsOutsideTheVocabularyAreRebuilt) {
   }
 }
 
+// The cache names the tokenizer it was made with: a tokenizer that encodes otherwise (a token added) or ends
+// documents with another id (a role tokenizer_config.json gives, which tokenizer.json does not hold) rebuilds it.
+TEST(Datasets, TokenCacheIsRebuiltForAnotherTokenizer) {
+  const CacheCase c("token_cache_tokenizer");
+  DataConfig d = c.d;
+  d.valid_fraction = 0.0;
+  const fs::path cache = c.dir / "cache";
+  Tokenizer tok = Tokenizer::from_json(c.tok.to_json());
+  EXPECT_EQ(tok.fingerprint(), c.tok.fingerprint());  // the same file
+  ASSERT_FALSE(load_token_streams(d, tok, cache).from_cache);
+  EXPECT_TRUE(load_token_streams(d, c.tok, cache).from_cache);
+
+  const uint64_t before = tok.fingerprint();
+  const int32_t added = tok.add_special_token("<doc>");
+  EXPECT_NE(tok.fingerprint(), before);
+  EXPECT_FALSE(load_token_streams(d, tok, cache).from_cache);
+  EXPECT_TRUE(load_token_streams(d, tok, cache).from_cache);
+
+  tok.set_special(SpecialRole::Eos, "<doc>");
+  const TokenStreams rebuilt = load_token_streams(d, tok, cache);
+  EXPECT_FALSE(rebuilt.from_cache);
+  ASSERT_FALSE(rebuilt.train.empty());
+  EXPECT_EQ(rebuilt.train.back(), added);  // the file's end, with the new id
+  EXPECT_TRUE(load_token_streams(d, tok, cache).from_cache);
+}
+
 // Dropout's masks come from a window of the stream per forward (the trainer's: 2^32 numbers per micro-batch).
 // A forward that would draw past its window is an error, not masks that silently repeat the next window's.
 // The window's start may pass 2^32: Philox's counter takes the whole 64-bit index, so number 2^32 + i is not

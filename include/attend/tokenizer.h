@@ -110,6 +110,9 @@ class Tokenizer {
   // Writes Hugging Face tokenizer.json (through a temporary file and a rename).
   void save(const std::filesystem::path& path) const;
   std::string to_json() const;
+  // A 64-bit hash of to_json() (FNV-1a): equal for tokenizers that save the same file, so a cache of token ids
+  // can name the tokenizer it was made with. Worked out on the first call and kept until the tokenizer changes.
+  uint64_t fingerprint() const;
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options = {}) const;
   // A prompt as the model's own tokenizer encodes it: encode(text, {.add_special_tokens = true}).

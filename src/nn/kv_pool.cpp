@@ -1,5 +1,6 @@
 #include "nn/kv_pool.h"
 
+#include "core/hash.h"
 #include "kernels/convert.h"
 
 #include <attend/error.h>
@@ -146,13 +147,10 @@ void KVPool::evict(int32_t b) {
 
 // FNV-1a over the parent's key and the block's tokens; 0 is kept for "not cached".
 uint64_t KVPool::chain(uint64_t parent_key, std::span<const int32_t> tokens) const {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint64_t v) {
-    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
-  mix(parent_key);
-  for (int32_t t : tokens) mix(static_cast<uint32_t>(t));
-  return h == 0 ? 1 : h;
+  Fnv1a h;
+  h.add(parent_key);
+  for (int32_t t : tokens) h.add(uint64_t{static_cast<uint32_t>(t)});
+  return h.hash == 0 ? 1 : h.hash;
 }
 
 int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out, uint64_t salt) {

@@ -1,6 +1,7 @@
 // Writing tokenizer.json in Hugging Face's layout, so that its tokenizers library (and Attend) read it back
 // to the same encoding.
 #include "core/base64.h"
+#include "core/hash.h"
 #include "tokenize/tokenizer_impl.h"
 #include "tokenize/unicode.h"
 
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 
 namespace attend {
@@ -111,6 +113,15 @@ std::string Tokenizer::to_json() const {
     if (!m.post_processor.empty()) j["post_processor"] = write_post_processor(m.post_processor);
   }
   return j.dump(2);
+}
+
+uint64_t Tokenizer::fingerprint() const {
+  uint64_t h = impl_->fingerprint.load(std::memory_order_relaxed);
+  if (h == 0) {  // two threads asking at once both work it out, to the same value
+    h = std::max<uint64_t>(fnv1a(to_json()), 1);
+    impl_->fingerprint.store(h, std::memory_order_relaxed);
+  }
+  return h;
 }
 
 void Tokenizer::save(const fs::path& path) const { write_file_atomic(path, to_json()); }

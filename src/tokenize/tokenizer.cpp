@@ -390,6 +390,7 @@ void Tokenizer::set_special(SpecialRole role, std::string_view token) {
   check(id.has_value(), "cannot make '{}' the {} token: it is not in the vocabulary (add it as a special token first)",
         token, role_name(role));
   impl_->roles[static_cast<size_t>(role)] = id;
+  impl_->fingerprint = 0;
 }
 
 int32_t Tokenizer::add_special_token(std::string_view content) {
@@ -401,6 +402,7 @@ int32_t Tokenizer::add_special_token(std::string_view content) {
   impl_->added.push_back(t);
   impl_->index_added();
   impl_->infer_roles();
+  impl_->fingerprint = 0;
   return t.id;
 }
 

@@ -38,6 +38,7 @@ void Tokenizer::apply_config(std::string_view text, std::string_view origin) {
     const Reader r{origin};
     check(config.is_object(), "{}: the top level is {}, expected an object", origin, config.type_name());
     Impl& m = *impl_;
+    m.fingerprint = 0;  // whatever this changes, the tokenizer's hash is worked out again
     if (const json* decoder = r.optional(config, "added_tokens_decoder")) {
       check(decoder->is_object(), "{}: added_tokens_decoder is {}, expected an object of id: token", origin,
             decoder->type_name());

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -79,6 +80,8 @@ struct Tokenizer::Impl {
   std::vector<std::string> added_decoded;           // per added token: its text for the decoder
   std::unordered_set<std::string> special_contents;  // the special tokens' texts (decode's skip_special)
   int32_t vocab_size = 0;
+  // fingerprint()'s hash, 0 until it is asked for (a hash of 0 is kept as 1); every change sets it back to 0.
+  mutable std::atomic<uint64_t> fingerprint{0};
 
   void index_added();
   int32_t model_size() const;

@@ -5,6 +5,7 @@
 #include <attend/tokenizer.h>
 #include <attend/train.h>
 
+#include "core/hash.h"
 #include "core/json_fields.h"
 
 #include <nlohmann/json.hpp>
@@ -17,12 +18,6 @@ namespace attend {
 namespace fs = std::filesystem;
 
 namespace {
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // Cuts text into chunks of text lines followed by the blank lines after them; the chunks concatenate back
 // to the text exactly (leading blank lines stay with the first chunk).
@@ -76,7 +71,10 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
   }
   key["valid"] = data.valid;
   key["valid_fraction"] = data.valid_fraction;
-  key["tokenizer"] = fnv1a(tokenizer.to_json());
+  key["tokenizer"] = tokenizer.fingerprint();
+  // The end-of-document id goes into the streams; a role that tokenizer_config.json gives is not in the hash.
+  const auto eos = tokenizer.special_id(SpecialRole::Eos);
+  key["eos"] = eos ? *eos : -1;
   const fs::path meta = cache_dir / "tokens.json", train_path = cache_dir / "train.tokens",
                  valid_path = cache_dir / "valid.tokens";
   TokenStreams out;
@@ -110,7 +108,6 @@ TokenStreams load_token_streams(const DataConfig& data, const Tokenizer& tokeniz
     }
   }
 
-  const auto eos = tokenizer.special_id(SpecialRole::Eos);
   // With a validation file, every line of the training files trains; otherwise a hash holds some out.
   const uint64_t threshold = data.valid.empty() ? static_cast<uint64_t>(data.valid_fraction * 1e6) : 0;
   auto add_file = [&](const std::string& path, bool all_valid) {
