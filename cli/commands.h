@@ -46,7 +46,9 @@ ChatTemplate model_chat_template(const std::string& model, const Tokenizer& toke
 // tokenizer's EOS; or the ids of `eos` ("1,2") when given.
 std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer& tokenizer, const ChatTemplate* tmpl,
                                       const std::string& eos);
-// Empty: a model loaded with quantized matrices (a GGUF file) keeps them; any other gets `fallback`.
+// How the weights are held for running (Model::set_storage): `weights` names a type; empty keeps a model loaded
+// with packed matrices (a GGUF file's quantized or 16-bit ones) as it is, and gives any other `fallback`. The
+// matrices held as stored then keep no fp32 values (Model::hold_as_stored).
 void set_weights(Model& model, const std::string& weights, WeightType fallback);
 // --lora [NAME=]DIR[:SCALE], repeatable: PEFT LoRA adapter directories the model runs with, each's output times
 // SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name) and slot (Model::adapters).

@@ -23,12 +23,13 @@ namespace attend::cli {
 void set_weights(Model& model, const std::string& weights, WeightType fallback) {
   if (weights.empty()) {  // as loaded (a GGUF file's quantized or 16-bit matrices stay as they are), else `fallback`
     if (!model.holds_packed()) model.set_storage(fallback);
-    return;
+  } else {
+    WeightType type;
+    check(parse_weight_type(weights, type),
+          "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
+    model.set_storage(type);
   }
-  WeightType type;
-  check(parse_weight_type(weights, type),
-        "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
-  model.set_storage(type);
+  model.hold_as_stored();  // for running: a 16-bit matrix keeps no fp32 copy of its values
 }
 
 std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs) {

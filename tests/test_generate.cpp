@@ -459,6 +459,23 @@ TEST(Decoding, SixteenBitStorageEqualsTheCheckpointOfThatType) {
     const std::vector<float> widened = decode_all(model);
     kernels::set_bf16_kernel_enabled(true);
     testing::expect_all_close(widened, stored, 1e-5, std::string(name) + ": sgemm on the 16-bit values");
+    // Held as stored alone (Model::hold_as_stored: no fp32 copy of the packed matrices): decoding reads the same
+    // 16-bit rows, lookups widen the table's rows exactly, and the prompt's sgemm (fp16; bf16 without bf16 dot
+    // products) widens a piece of rows at a time: the same products, summed in another order at most.
+    const size_t before = model.parameter_buffer().size();
+    int64_t packed = 0;
+    for (const Parameter* p : model.parameters()) packed += p->packed.empty() ? 0 : p->numel();
+    model.hold_as_stored();
+    EXPECT_EQ(model.parameter_buffer().size(), before - static_cast<size_t>(packed)) << name;
+    for (const Parameter* p : model.parameters()) EXPECT_EQ(p->has_values(), p->packed.empty()) << name << " " << p->name;
+    testing::expect_all_close(decode_all(model), stored, 1e-5, std::string(name) + ": held as stored");
+    kernels::set_bf16_kernel_enabled(false);
+    testing::expect_all_close(decode_all(model), widened, 1e-5, std::string(name) + ": held as stored, sgemm");
+    kernels::set_bf16_kernel_enabled(true);
+    model.ensure_values();  // back: the widened values are the rounded checkpoint's
+    for (const Parameter* p : model.parameters())
+      ASSERT_EQ(0, std::memcmp(p->value.data(), rounded.find(p->name)->value.data(), p->numel() * sizeof(float)))
+          << name << " " << p->name;
   }
 }
 

@@ -105,15 +105,26 @@ TEST(GgufModel, LlamaLayoutLoadsWithMixedBlockTypes) {
   EXPECT_EQ(qkv.quantized[1].type, WeightType::Q6_K);
   EXPECT_EQ(qkv.quantized[1].rows, Hkv * D);
   // Used where they lie: the file's mapping holds the blocks (the file is gone, its mapping is not), and the
-  // matrix has no float values of its own; the token table and the norms (F16, F32 in the file) do.
+  // matrix has no float values of its own; nor has the token table (F16 in the file), held as its 16-bit values,
+  // which lookups widen. The norms and the F32 matrix have values.
   for (const QuantizedRows& s : qkv.quantized) EXPECT_NE(s.owner, nullptr);
   EXPECT_FALSE(qkv.has_values());
   EXPECT_FALSE(model.find("lm_head.weight")->has_values());
+  const Parameter& table = *model.find("embed.tokens.weight");
+  EXPECT_FALSE(table.has_values());
+  EXPECT_EQ(table.storage, WeightType::F16);
+  EXPECT_EQ(table.packed.size(), static_cast<size_t>(table.numel()));
   EXPECT_TRUE(model.find("decoder.layers.0.ffn.down.weight")->has_values());
   EXPECT_TRUE(model.find("decoder.norm.weight")->has_values());
   EXPECT_EQ(model.parameter_buffer().size(),
-            static_cast<size_t>(model.find("embed.tokens.weight")->numel() + model.find("decoder.norm.weight")->numel() +
+            static_cast<size_t>(model.find("decoder.norm.weight")->numel() +
                                 2 * (2 * C + model.find("decoder.layers.0.ffn.down.weight")->numel())));
+  std::vector<float> rows(static_cast<size_t>(table.numel())), rounded(rows.size());
+  std::vector<uint16_t> bits(rows.size());
+  nn::dequantize_values(table, rows.data());
+  kernels::float_to_half(bits.data(), source.find("embed.tokens.weight")->value.data(), table.numel());
+  kernels::half_to_float(rounded.data(), bits.data(), table.numel());
+  EXPECT_EQ(rows, rounded);  // the source's values rounded to fp16, as the file holds them
   EXPECT_EQ(model.find("decoder.layers.0.ffn.up.weight")->storage, WeightType::Q5_K);
   EXPECT_EQ(model.find("decoder.layers.0.ffn.down.weight")->storage, WeightType::F32);
   EXPECT_EQ(model.find("lm_head.weight")->storage, WeightType::Q8_0);

@@ -389,8 +389,21 @@ Model load_gguf_model(const fs::path& path) {
              return weight_type_of(x.tensor->type).has_value();
            });
   };
+  // A matrix the file stores in one 16-bit type (an F16 or BF16 file's) is run as it is stored: packed in that
+  // type, without float values, as quantized blocks are (its values were that type's already, so nothing is
+  // rounded): decoding reads 2 bytes a weight, and the model holds them, as llama.cpp does, not 2 + 4.
+  auto all_half = [&](const std::string& name) -> std::optional<WeightType> {
+    const auto it = pieces.find(name);
+    if (it == pieces.end()) return std::nullopt;
+    for (const WeightType half : {WeightType::F16, WeightType::BF16})
+      if (std::all_of(it->second.begin(), it->second.end(),
+                      [&](const Piece& x) { return x.tensor->type == gguf_type_id(half); }))
+        return half;
+    return std::nullopt;
+  };
   Model model = Model::for_loading(c, [&](const Parameter& p) {
-    return p.value.rank() == 2 && (is_projection(p.role) || p.name == "embed.tokens.weight") && all_quantized(p.name);
+    return p.value.rank() == 2 && (is_projection(p.role) || p.name == "embed.tokens.weight") &&
+           (all_quantized(p.name) || all_half(p.name));
   });
   const int64_t D = c.d_head();
   for (auto& [name, list] : pieces) {
@@ -412,6 +425,7 @@ Model load_gguf_model(const fs::path& path) {
       for (const Piece& piece : list) {
         float* rows = p->value.data() + piece.place.row * C;
         values_of(file, *piece.tensor, rows);
+        release_pages(piece.tensor->data, static_cast<int64_t>(piece.tensor->bytes));
         if (piece.place.rope_heads > 0) {  // Hugging Face's halves to Attend's pairs
           const std::vector<float> hf(rows, rows + piece.place.rows * C);
           rope_rows_from_hf(rows, hf.data(), piece.place.rope_heads, D, C);
@@ -419,6 +433,19 @@ Model load_gguf_model(const fs::path& path) {
       }
       if (c.norm_unit_offset && is_norm_gain(p->role))  // the file's 1 + γ (exact for gains of 1/2 and up)
         for (float& g : p->value.span()) g -= 1.0f;
+      continue;
+    }
+    if (const std::optional<WeightType> half = all_half(name)) {  // 16-bit rows, Q and K's RoPE halves to pairs
+      p->storage = *half;
+      p->packed.resize(static_cast<size_t>(p->numel()));
+      for (const Piece& piece : list) {
+        uint16_t* rows = p->packed.data() + piece.place.row * C;
+        if (piece.place.rope_heads > 0)
+          rope_row_bytes_from_hf(rows, piece.tensor->data, piece.place.rope_heads, D, C * 2);
+        else
+          std::memcpy(rows, piece.tensor->data, piece.tensor->bytes);
+        release_pages(piece.tensor->data, static_cast<int64_t>(piece.tensor->bytes));  // read once, into our copy
+      }
       continue;
     }
     // Blocks: each piece a segment where it lies in the mapping; rows whose RoPE halves become pairs (qwen2,
@@ -448,16 +475,6 @@ Model load_gguf_model(const fs::path& path) {
     // resident set (the page cache keeps them; an export that reads the blocks faults them back in).
     for (const QuantizedRows& s : p->quantized)
       if (!s.repacked.empty() && s.owner == file.mapping()) release_pages(s.data, s.rows / 8 * 8 * (s.bytes / s.rows));
-  }
-  // A matrix the file stores in 16 bits (an F16 or BF16 file's) is run as it is stored: packed in that type, as
-  // `--weights f16|bf16` packs it (its values were that type's already, so nothing is rounded), and not widened
-  // to fp32, which would read twice the bytes per token. The file's F32 tensors (norms) stay as they are.
-  for (const WeightType half : {WeightType::F16, WeightType::BF16}) {
-    const uint32_t id = gguf_type_id(half);
-    std::set<std::string> stored;
-    for (const auto& [name, list] : pieces)
-      if (std::all_of(list.begin(), list.end(), [&](const Piece& x) { return x.tensor->type == id; })) stored.insert(name);
-    if (!stored.empty()) model.set_storage(half, [&](const Parameter& p) { return stored.contains(p.name); });
   }
   return model;
 }

@@ -27,6 +27,7 @@
 #include "formats/hf_gpt2.h"
 #include "formats/hf_llama.h"
 #include "formats/hf_t5.h"
+#include "nn/layers.h"
 #include "nn/lora.h"
 
 #include "core/json_fields.h"
@@ -431,6 +432,9 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
     for (const RowMapping& t : saved_module_tensors(c, lora.modules_to_save)) {
       Parameter& p = *model.find(t.attend);
       const Tensor v = tensor("base_model.model." + t.hf, p.value.shape(), "modules_to_save");
+      // A module held as stored (a GGUF file's 16-bit or quantized token table) becomes plain fp32 values first, so
+      // that what multiplies or looks it up reads the adapter's values, not the stored ones.
+      if (nn::held_as_stored(p)) model.set_storage(WeightType::F32, [&](const Parameter& q) { return &q == &p; });
       std::copy(v.data(), v.data() + v.numel(), p.value.data());
     }
   for (const TensorInfo& t : file.tensors())

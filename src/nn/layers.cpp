@@ -114,13 +114,50 @@ void set_quantized(Parameter& p, std::vector<QuantizedRows> segments) {
   if (p.value.data() != nullptr) dequantize_values(p, p.value.data());  // values, where it has them, are the blocks'
 }
 
-void quantized_row(const Parameter& p, int64_t r, float* out) {
+namespace {
+
+// Where each row of a weight held as stored is (its quantized segments' blocks, or its packed 16-bit values), and
+// of what type.
+struct StoredRow {
+  WeightType type;
+  const uint8_t* data;
+};
+
+void stored_rows_of(const Parameter& w, int64_t C, std::vector<StoredRow>& out) {
+  out.clear();
+  if (w.quantized.empty()) {  // packed in 16 bits
+    const auto* bits = reinterpret_cast<const uint8_t*>(w.packed.data());
+    const int64_t rows = static_cast<int64_t>(w.packed.size()) / C;
+    for (int64_t r = 0; r < rows; ++r) out.push_back({w.storage, bits + r * C * 2});
+    return;
+  }
+  for (const QuantizedRows& s : w.quantized) {
+    const int64_t row_bytes = kernels::quant_row_bytes(quant_type(s.type), C);
+    for (int64_t r = 0; r < s.rows; ++r) out.push_back({s.type, s.data + r * row_bytes});
+  }
+}
+
+// A row's C values in fp32: exactly the 16-bit values, or the blocks' values as ggml computes them.
+void widen_row(const StoredRow& row, float* out, int64_t C) {
+  const auto* bits = reinterpret_cast<const uint16_t*>(row.data);
+  if (row.type == WeightType::BF16) return kernels::bf16_to_float(out, bits, C);
+  if (row.type == WeightType::F16) return kernels::half_to_float(out, bits, C);
+  kernels::dequantize_row(quant_type(row.type), out, row.data, C);
+}
+
+}  // namespace
+
+bool held_as_stored(const Parameter& p) { return !p.quantized.empty() || !p.packed.empty(); }
+
+void stored_row(const Parameter& p, int64_t r, float* out) {
   const int64_t C = p.value.size(-1);
+  if (p.quantized.empty()) {
+    check(!p.packed.empty() && (r + 1) * C <= static_cast<int64_t>(p.packed.size()),
+          "'{}': row {} is past its stored rows", p.name, r);
+    return widen_row({p.storage, reinterpret_cast<const uint8_t*>(p.packed.data() + r * C)}, out, C);
+  }
   for (const QuantizedRows& s : p.quantized) {
-    if (r < s.rows) {
-      const kernels::QuantType q = quant_type(s.type);
-      return kernels::dequantize_row(q, out, s.data + r * kernels::quant_row_bytes(q, C), C);
-    }
+    if (r < s.rows) return widen_row({s.type, s.data + r * kernels::quant_row_bytes(quant_type(s.type), C)}, out, C);
     r -= s.rows;
   }
   throw Error(fmt::format("'{}': row {} is past its quantized rows", p.name, r));
@@ -128,15 +165,11 @@ void quantized_row(const Parameter& p, int64_t r, float* out) {
 
 void dequantize_values(const Parameter& p, float* out) {
   const int64_t C = p.value.size(-1);
-  int64_t row = 0;
-  for (const QuantizedRows& s : p.quantized) {
-    const kernels::QuantType q = quant_type(s.type);
-    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-    kernels::parallel_for(s.rows, kernels::row_grain(C), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) kernels::dequantize_row(q, out + (row + r) * C, s.data + r * row_bytes, C);
-    });
-    row += s.rows;
-  }
+  std::vector<StoredRow> rows;
+  stored_rows_of(p, C, rows);
+  kernels::parallel_for(static_cast<int64_t>(rows.size()), kernels::row_grain(C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) widen_row(rows[r], out + r * C, C);
+  });
 }
 
 bool quantize_parameter(Parameter& p, WeightType type, const float* importance) {
@@ -191,7 +224,7 @@ void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp
 }
 
 // The rows up to which a quantized weight multiplies on the int8 kernels rather than dequantizing its blocks for a
-// GEMM (quantized_prompt_forward), a pass over the whole matrix that pays back only over many rows. Measured on
+// GEMM (stored_prompt_forward), a pass over the whole matrix that pays back only over many rows. Measured on
 // GPT-2-124M (Zen 4, 2 threads, a whole forward of a prompt; the other instruction sets forced with ATTEND_ISA
 // and ONEDNN_MAX_CPU_ISA, 2026-11-26):
 //   - Q4_0 and Q8_0 rows repacked eight at a time: the int8 kernel up to 128 rows (27 against 57 ms at 32), and
@@ -223,38 +256,28 @@ int64_t int8_rows_limit(const Parameter& weight) {
   return isa == kernels::Isa::Avx2 ? 256 : kAny;
 }
 
-// Where each row of a quantized weight's blocks is, and of what type, across its segments.
-struct QuantizedRow {
-  kernels::QuantType type;
-  const uint8_t* blocks;
-};
-void quantized_rows_of(const Parameter& w, int64_t C, std::vector<QuantizedRow>& out) {
-  out.clear();
-  for (const QuantizedRows& s : w.quantized) {
-    const kernels::QuantType q = quant_type(s.type);
-    const int64_t row_bytes = kernels::quant_row_bytes(q, C);
-    for (int64_t r = 0; r < s.rows; ++r) out.push_back({q, s.data + r * row_bytes});
-  }
-}
-
-// out (N, OC) = inp · Wᵀ + bias for a quantized W, N rows at once (a prompt): the blocks' values up to 64 MiB at a
-// time (bf16 where the CPU has bf16 products, at twice sgemm's rate with the input rounded as in bf16 training;
-// else fp32) into a scratch that one GEMM reads, whatever segments the rows come from (a GGUF file's Q, K and V
-// make one GEMM), writing its columns of `out` in place. The values a float matrix would hold, without holding
-// them: dequantizing is one pass over the weight against the GEMM's N.
-void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, const float* bias, int64_t N,
-                              int64_t C, int64_t OC) {
-  const bool bf16 = kernels::bf16_kernel_in_use();
+// out (N, OC) = inp · Wᵀ + bias for a W held as stored without float values (quantized blocks, or packed in 16
+// bits), N rows at once (a prompt): the rows' values up to 64 MiB at a time into a scratch that one GEMM reads,
+// whatever segments the rows come from (a GGUF file's Q, K and V make one GEMM), writing its columns of `out` in
+// place. `bf16`: the values rounded to bf16 for the bf16 GEMM (a quantized W where the CPU has bf16 products, at
+// twice sgemm's rate, the input rounded as in bf16 training); else fp32 values for sgemm on `inp` as given. The
+// values a float matrix would hold, without holding them: widening is one pass over the weight against the GEMM's N.
+void stored_prompt_forward(const Parameter& w, float* out, const float* inp, const float* bias, int64_t N, int64_t C,
+                           int64_t OC, bool bf16) {
   const uint16_t* inp_bf16 = bf16 ? rounded(0, Precision::BF16, inp, N * C) : nullptr;
   if (bias != nullptr)  // the GEMMs add onto the bias rows
     kernels::parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(float));
     });
   const float beta = bias != nullptr ? 1.0f : 0.0f;
-  thread_local std::vector<QuantizedRow> rows;
-  quantized_rows_of(w, C, rows);
-  // Pieces of equal rows (a multiple of 16) of at most 64 MiB.
-  const int64_t most = std::max<int64_t>(16, (int64_t{64} << 20) / (C * (bf16 ? 2 : 4)));
+  thread_local std::vector<StoredRow> rows;
+  stored_rows_of(w, C, rows);
+  // Pieces of equal rows (a multiple of 16) of at most 64 MiB; for a 16-bit W and a short prompt, 4 MiB, which the
+  // GEMM reads back from the cache rather than from memory (Llama-3.2-1B shape in F16, Zen 4, 2 threads: 8 rows
+  // 314 against 604 ms, 32 rows 1.84 against 2.16 s; from 128 rows on 64 MiB is faster, 2.9 against 3.4 s, the
+  // GEMM packing its input once per piece).
+  const int64_t piece_bytes = w.quantized.empty() && N < 64 ? int64_t{4} << 20 : int64_t{64} << 20;
+  const int64_t most = std::max<int64_t>(16, piece_bytes / (C * (bf16 ? 2 : 4)));
   const int64_t pieces = (OC + most - 1) / most;
   const int64_t piece = std::min(OC, ((OC + pieces - 1) / pieces + 15) / 16 * 16);
   thread_local std::vector<float> values;
@@ -263,18 +286,18 @@ void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, 
   // This thread's scratch, by pointer: inside the parallel region the names are each thread's own.
   float* to_floats = values.data();
   uint16_t* to_bf16 = values_bf16.data();
-  const QuantizedRow* row_at = rows.data();
+  const StoredRow* row_at = rows.data();
   for (int64_t r0 = 0; r0 < OC; r0 += piece) {
     const int64_t R = std::min(piece, OC - r0);
     kernels::parallel_for(R, kernels::row_grain(C), [&](int64_t a, int64_t b) {
       std::vector<float> row(bf16 ? static_cast<size_t>(C) : 0);
       for (int64_t r = a; r < b; ++r) {
-        const QuantizedRow& from = row_at[r0 + r];
+        const StoredRow& from = row_at[r0 + r];
         if (!bf16) {
-          kernels::dequantize_row(from.type, to_floats + r * C, from.blocks, C);
+          widen_row(from, to_floats + r * C, C);
           continue;
         }
-        kernels::dequantize_row(from.type, row.data(), from.blocks, C);
+        widen_row(from, row.data(), C);
         kernels::float_to_bf16(to_bf16 + r * C, row.data(), C);
       }
     });
@@ -285,12 +308,12 @@ void quantized_prompt_forward(const Parameter& w, float* out, const float* inp, 
   }
 }
 
-// dinp (N, C) += dout (N, OC) · W for a weight held as quantized blocks: its rows' values, dequantized in fp32 a
-// piece of at most 64 MiB at a time, then one GEMM per piece.
-void quantized_input_backward(const Parameter& w, float* dinp, const float* dout, int64_t N, int64_t C, int64_t OC) {
-  std::vector<QuantizedRow> rows;  // a local: the parallel region below reads it from every thread
-  quantized_rows_of(w, C, rows);
-  check(static_cast<int64_t>(rows.size()) == OC, "linear '{}': {} quantized rows, expected {}", w.name, rows.size(), OC);
+// dinp (N, C) += dout (N, OC) · W for a weight held as stored without float values: its rows' values, widened to
+// fp32 a piece of at most 64 MiB at a time, then one GEMM per piece.
+void stored_input_backward(const Parameter& w, float* dinp, const float* dout, int64_t N, int64_t C, int64_t OC) {
+  std::vector<StoredRow> rows;  // a local: the parallel region below reads it from every thread
+  stored_rows_of(w, C, rows);
+  check(static_cast<int64_t>(rows.size()) == OC, "linear '{}': {} stored rows, expected {}", w.name, rows.size(), OC);
   const int64_t piece = std::min<int64_t>(OC, std::max<int64_t>(16, (int64_t{64} << 20) / (C * 4)));
   thread_local std::vector<float> values;
   values.resize(static_cast<size_t>(piece * C));
@@ -298,7 +321,7 @@ void quantized_input_backward(const Parameter& w, float* dinp, const float* dout
   for (int64_t r0 = 0; r0 < OC; r0 += piece) {
     const int64_t R = std::min(piece, OC - r0);
     kernels::parallel_for(R, kernels::row_grain(C), [&](int64_t a, int64_t b) {
-      for (int64_t r = a; r < b; ++r) kernels::dequantize_row(rows[r0 + r].type, to + r * C, rows[r0 + r].blocks, C);
+      for (int64_t r = a; r < b; ++r) widen_row(rows[r0 + r], to + r * C, C);
     });
     kernels::gemm<float>(false, false, N, C, R, 1.0f, dout + r0, OC, to, C, 1.0f, dinp, C);
   }
@@ -364,7 +387,8 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
   if (!weight.quantized.empty()) {
     check(precision == Precision::F32, "linear '{}': a quantized weight runs in fp32 (mixed precision is training's)",
           weight.name);
-    if (N > int8_rows_limit(weight) && !per_row_matmuls) return quantized_prompt_forward(weight, out, inp, bias, N, C, OC);
+    if (N > int8_rows_limit(weight) && !per_row_matmuls)
+      return stored_prompt_forward(weight, out, inp, bias, N, C, OC, kernels::bf16_kernel_in_use());
     if (weight.quantized.size() == 1) return quantized_rows_forward(weight.quantized[0], out, inp, bias, N, C);
     // Segments of rows (a GGUF file's Q, K and V): each segment's channels, then interleaved.
     thread_local std::vector<float> part;
@@ -413,7 +437,12 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
       // at every call, which made bf16 prompts slower than fp32 ones on CPUs without AVX-512 BF16). fp16: no CPU
       // here runs an fp16 GEMM, so the input stays fp32, as in decoding's gemv: rounding it to fp16 would only
       // add error, and turn activations past 65504 (Gemma's can be) into infinities.
-      if (weight.storage == WeightType::F16) return kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC);
+      // A matrix held as stored alone (Model::hold_as_stored) widens a piece of its rows at a time.
+      if (weight.storage == WeightType::F16)
+        return weight.has_values() ? kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC)
+                                   : stored_prompt_forward(weight, out, inp, bias, N, C, OC, false);
+      if (!weight.has_values())
+        return stored_prompt_forward(weight, out, rounded_floats(Precision::BF16, inp, N * C), bias, N, C, OC, false);
       return kernels::matmul_forward(out, rounded_floats(Precision::BF16, inp, N * C), weight.value.data(), bias, N, C, OC);
   }
 }
@@ -446,8 +475,8 @@ Tensor Linear::forward(const Tensor& x, Precision precision, Saved* saved, bool 
     return y;
   }
   // Mixed precision keeps the rounded input for backward: half the bytes of a copy, and no second rounding.
-  check(weight.has_values(), "linear '{}': held as quantized blocks only; training needs its float values "
-        "(Model::ensure_values)", weight.name);
+  check(weight.has_values(), "linear '{}': held as {} only; training needs its float values "
+        "(Model::ensure_values)", weight.name, weight_type_name(weight.storage));
   check(saved != nullptr, "linear '{}': mixed precision needs a forward that saves for backward", weight.name);
   saved->rows = N, saved->precision = precision, saved->x = Tensor(), saved->lora_drop = drop;
   saved->x_rounded.resize(static_cast<size_t>(N * in()));
@@ -468,22 +497,22 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
                      const LoraStream* drop) {
   precision = precision_for(weight, precision);
   if (!weight.lora.empty()) lora_backward(dinp, weight, dout, inp, N, C, OC, drop);
-  if (!weight.has_values()) {  // QLoRA: a frozen quantized weight passes the gradient on
-    check(weight.frozen, "linear '{}': held as quantized blocks only; training it needs its float values "
-          "(Model::ensure_values)", weight.name);
-    if (dinp != nullptr) quantized_input_backward(weight, dinp, dout, N, C, OC);
+  check(weight.has_values() || weight.frozen, "linear '{}': held as {} only; training it needs its float values "
+        "(Model::ensure_values)", weight.name, weight_type_name(weight.storage));
+  // A frozen base held in bf16 (train.frozen_weights=bf16), whose forward ran the bf16 GEMM on its packed values
+  // (linear_forward_as_stored): its input gradient on the same GEMM, dout rounded to bf16 as in bf16 training
+  // (QLoRA's bf16 compute), at up to twice sgemm's rate. No weight gradient exists to need fp32.
+  if (precision == Precision::F32 && weight.frozen && weight.storage == WeightType::BF16 && !per_row(N) &&
+      kernels::bf16_kernel_in_use())
+    return kernels::matmul_backward_half(kernels::Half::BF16, dinp, nullptr, dbias, dout,
+                                         rounded(0, Precision::BF16, dout, N * OC), nullptr, weight.packed.data(), N,
+                                         C, OC);
+  if (!weight.has_values()) {  // QLoRA: a frozen weight held as stored alone passes the gradient on
+    if (dinp != nullptr) stored_input_backward(weight, dinp, dout, N, C, OC);
     return kernels::matmul_backward<float>(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, C, OC);  // Σ dout
   }
-  if (precision == Precision::F32) {
-    // A frozen base held in bf16 (train.frozen_weights=bf16), whose forward ran the bf16 GEMM on its packed values
-    // (linear_forward_as_stored): its input gradient on the same GEMM, dout rounded to bf16 as in bf16 training
-    // (QLoRA's bf16 compute), at up to twice sgemm's rate. No weight gradient exists to need fp32.
-    if (weight.frozen && weight.storage == WeightType::BF16 && !per_row(N) && kernels::bf16_kernel_in_use())
-      return kernels::matmul_backward_half(kernels::Half::BF16, dinp, nullptr, dbias, dout,
-                                           rounded(0, Precision::BF16, dout, N * OC), nullptr, weight.packed.data(),
-                                           N, C, OC);
+  if (precision == Precision::F32)
     return kernels::matmul_backward(dinp, weight.grad.data(), dbias, dout, inp, weight.value.data(), N, C, OC);
-  }
   check(w_rounded != nullptr && w_rounded->size() == static_cast<size_t>(weight.numel()),
         "linear '{}': backward without its forward's rounded weight", weight.name);
   kernels::matmul_backward_half(half_of(precision), dinp, weight.grad.data(), dbias, dout,

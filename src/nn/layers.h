@@ -59,11 +59,12 @@ class SelectAdapters {
 // Transformer's selective precision).
 // A quantized weight (QLoRA's frozen base) runs on its own kernels, whatever the forward's precision.
 inline Precision precision_for(const Parameter& weight, Precision precision) {
-  return weight.role == Role::Router || !weight.quantized.empty() ? Precision::F32 : precision;
+  // A matrix held as stored (quantized, or 16-bit without float values) has no values to round: it runs as stored.
+  return weight.role == Role::Router || !weight.quantized.empty() || !weight.has_values() ? Precision::F32 : precision;
 }
 // dinp += dout·W;  W.grad += doutᵀ·inp;  dbias += Σ dout. dinp and dbias may be nullptr. Mixed precision
-// rounds dout and inp as the forward did and reads the forward's rounded W. A frozen weight held as quantized
-// blocks only gives dinp through its blocks' values, dequantized a piece of rows at a time.
+// rounds dout and inp as the forward did and reads the forward's rounded W. A frozen weight held as stored alone
+// (quantized blocks, or 16 bits without float values) gives dinp through its rows' values, widened a piece at a time.
 void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* dout, const float* inp, int64_t N,
                      int64_t C, int64_t OC, Precision precision = Precision::F32,
                      const std::vector<uint16_t>* w_rounded = nullptr, const LoraStream* drop = nullptr);
@@ -86,9 +87,12 @@ bool quantize_parameter(Parameter& p, std::span<const std::pair<int64_t, WeightT
 // decoding kernels). Where p has values (a parameter of its own, or quantize_parameter's), they become the
 // blocks' values; a model then drops them (Model::set_storage, the GGUF loader never makes them).
 void set_quantized(Parameter& p, std::vector<QuantizedRows> segments);
-// Row r of a quantized matrix's values (its columns' worth, into `out`).
-void quantized_row(const Parameter& p, int64_t r, float* out);
-// All of a quantized matrix's values, row after row, into `out` (p.numel() values).
+// Whether p is held as stored: quantized blocks, or values packed in 16 bits. Such a matrix may have no float
+// values (Model::hold_as_stored, a GGUF file's quantized matrices); these functions read what it stores.
+bool held_as_stored(const Parameter& p);
+// Row r of a matrix held as stored, in fp32 (its columns' worth, into `out`).
+void stored_row(const Parameter& p, int64_t r, float* out);
+// All of the values of a matrix held as stored, row after row, into `out` (p.numel() values).
 void dequantize_values(const Parameter& p, float* out);
 
 // y = x·Wᵀ + b, W (out, in) as nn.Linear.

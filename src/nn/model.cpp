@@ -102,9 +102,9 @@ Tensor Model::Impl::lookup(const std::vector<int32_t>& ids) const {
   Tensor x = Tensor::uninitialized({N, C});  // the lookup writes every row
   if (tokens.has_values())
     kernels::embedding_forward(x.data(), ids.data(), tokens.value.data(), N, C);
-  else  // a quantized table: each row its blocks' values
+  else  // a table held as stored alone (quantized, or 16 bits): each row widened
     kernels::parallel_for(N, 16, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) nn::quantized_row(tokens, ids[i], x.data() + i * C);
+      for (int64_t i = i0; i < i1; ++i) nn::stored_row(tokens, ids[i], x.data() + i * C);
     });
   if (config.scale_embeddings) {
     const auto s = static_cast<float>(std::sqrt(static_cast<double>(C)));
@@ -268,8 +268,8 @@ std::vector<std::string> Model::copy_parameters_from(const Model& source) {
       kept.push_back(p->name);
       continue;
     }
-    check(from->has_values(), "'{}' is held as quantized blocks only in the source model (Model::ensure_values)",
-          p->name);
+    check(from->has_values(), "'{}' is held as {} only in the source model (Model::ensure_values)", p->name,
+          weight_type_name(from->storage));
     check(from->value.shape() == p->value.shape(), "'{}' is {} in the source model, {} in this one", p->name,
           from->value.shape().str(), p->value.shape().str());
     std::copy(from->value.span().begin(), from->value.span().end(), p->value.data());
@@ -325,7 +325,7 @@ void Model::Impl::relay_out(const std::function<bool(const Parameter&)>& blocks_
   std::vector<int64_t> next;
   int64_t total = 0;
   for (const Parameter* p : params) {
-    const bool kept = p->quantized.empty() || !blocks_only(*p);
+    const bool kept = !nn::held_as_stored(*p) || !blocks_only(*p);
     next.push_back(kept ? total : -1);
     if (kept) total += p->numel();
   }
@@ -347,6 +347,13 @@ void Model::Impl::relay_out(const std::function<bool(const Parameter&)>& blocks_
   for (Parameter* p : params) p->grad = Tensor();
   gradients_laid_out = false;
   release_cached_memory();  // the buffer the values moved out of
+}
+
+void Model::hold_as_stored() {
+  const auto& params = impl_->params;
+  if (std::none_of(params.begin(), params.end(), [](const Parameter* p) { return p->has_values() && nn::held_as_stored(*p); }))
+    return;
+  impl_->relay_out([](const Parameter&) { return true; });
 }
 
 void Model::ensure_values() {
@@ -508,7 +515,7 @@ void Model::set_storage(WeightType storage, const std::function<bool(const Param
     if (multiplied) p->storage = storage, p->packed = std::move(bits);
   }
   // The quantized matrices are used as their blocks: their float values go.
-  if (is_quantized(storage)) impl_->relay_out([](const Parameter&) { return true; });
+  if (is_quantized(storage)) impl_->relay_out([](const Parameter& p) { return !p.quantized.empty(); });
 }
 
 bool Model::holds_packed() const {
