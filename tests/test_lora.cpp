@@ -665,6 +665,21 @@ TEST(Lora, EmbeddingsTrainBesideTheAdaptersAndTravelInPeftFiles) {
     load_peft_adapter(back, dir);
     EXPECT_EQ(back.config().lora_modules_to_save, std::vector<std::string>{"embeddings"});
     EXPECT_EQ(logits_of(back, b), want);
+    // Onto a base held in 16 bits alone (a GGUF file's F16 matrices, whose token table has no fp32 values): the
+    // saved modules become plain fp32 values, which the lookup and the LM head then read, not the stored copy.
+    Model held(c);
+    held.set_storage(WeightType::F16);
+    held.hold_as_stored();
+    ASSERT_FALSE(held.find(c.tie_embeddings ? "embed.tokens.weight" : "lm_head.weight")->has_values());
+    load_peft_adapter(held, dir);
+    for (const char* module : {"embed.tokens.weight", "lm_head.weight"}) {
+      const Parameter* p = held.find(module);
+      if (p == nullptr) continue;  // tied
+      EXPECT_EQ(p->storage, WeightType::F32) << module;
+      ASSERT_TRUE(p->has_values()) << module;
+      EXPECT_TRUE(std::ranges::equal(p->value.span(), m.find(module)->value.span())) << module;
+    }
+    EXPECT_TRUE(held.find("decoder.layers.0.attn.qkv.weight")->packed.size() > 0);
   }
 }
 
