@@ -1,6 +1,7 @@
 // LoRA adapters (Model::add_lora): W x + s·B(A x) on the chosen projections of every block. Checked against
 // the merged model (W + s·B·A), finite differences of A and B, PEFT's initialisation, and the frozen rest.
 #include "fixtures.h"
+#include "nn/layers.h"
 #include "testing.h"
 #include "kernels/convert.h"
 
@@ -121,6 +122,47 @@ TEST(Lora, AdaptersStartAsNothingAndAloneTrain) {
     }
     EXPECT_EQ(static_cast<int64_t>(m.gradient_buffer().size()), m.count().adapters + head);
     EXPECT_EQ(head > 0, c.n_classes > 0) << "a classification head trains beside the adapters";
+  }
+}
+
+// Merging into a base held as stored: a bf16 base packed beside its values, an F16 one held in its 16 bits alone
+// (a GGUF file's), a Q8_0 one as blocks. Each adapted weight becomes fp32, W + s·B·A (its stored copy, left in
+// use, would drop the adapter), and the merged model gives the adapted model's logits up to the stored type's
+// matmuls against fp32 ones.
+TEST(Lora, MergingIntoAStoredBaseMakesTheWeightFp32) {
+  ModelConfig c = family("llama");
+  c.d_model = 64, c.d_ff = 256;  // whole Q8_0 blocks
+  const Batch b = batch_for(c, 2);
+  for (const WeightType type : {WeightType::BF16, WeightType::F16, WeightType::Q8_0}) {
+    SCOPED_TRACE(weight_type_name(type));
+    Model m(c);
+    m.add_lora({.r = 4, .alpha = 8, .targets = {"q", "v"}, .seed = 9});
+    randomize_b(m, 4);
+    Model base(c);  // the same base without its adapters, as stored
+    base.copy_parameters_from(m);
+    base.set_storage(type);
+    m.set_storage(type);
+    if (type == WeightType::F16) m.hold_as_stored();
+    const std::vector<float> with = logits_of(m, b);
+    const std::vector<float> without = logits_of(base, b);
+    const Parameter& qkv_before = *m.find("decoder.layers.0.attn.qkv.weight");
+    ASSERT_TRUE(nn::held_as_stored(qkv_before));
+    const WeightType o_type = m.find("decoder.layers.0.attn.o.weight")->storage;  // no adapter on o
+    m.merge_lora();
+    const Parameter& qkv = *m.find("decoder.layers.0.attn.qkv.weight");
+    EXPECT_EQ(qkv.storage, WeightType::F32);
+    EXPECT_TRUE(qkv.has_values());
+    EXPECT_TRUE(qkv.packed.empty() && qkv.quantized.empty());
+    EXPECT_EQ(m.find("decoder.layers.0.attn.o.weight")->storage, o_type) << "a weight without adapters stays as stored";
+    const std::vector<float> merged = logits_of(m, b);
+    double largest = 0.0, adapter = 0.0, off = 0.0;
+    for (size_t i = 0; i < with.size(); ++i) {
+      largest = std::max(largest, double(std::abs(with[i])));
+      adapter = std::max(adapter, double(std::abs(with[i] - without[i])));
+      off = std::max(off, double(std::abs(merged[i] - with[i])));
+    }
+    EXPECT_GT(adapter, 0.05 * largest) << "the adapters change the logits";
+    EXPECT_LT(off, 0.1 * adapter) << "the merged model runs the adapters";
   }
 }
 

@@ -292,7 +292,7 @@ class Model {
   // LoRA: adapters on config.targets of every block (each in the block's parameters, after its weight), A
   // drawn from config.seed and B zero, and every other parameter frozen. The values move into a new buffer
   // (a mapped checkpoint's are copied). merge_lora folds each adapter into its weight (W += scale·B·A) and
-  // drops them. A model holds one unnamed set (its own) and any number of named ones (LoraConfig::name), each
+  // drops them; a weight held as stored (16 bits, quantized) becomes fp32 for it. A model holds one unnamed set (its own) and any number of named ones (LoraConfig::name), each
   // with its slot: the index in adapters() that a session's adapter mask selects by (SessionOptions::adapters).
   // Returns the new adapters' slot.
   int add_lora(const LoraConfig& config);

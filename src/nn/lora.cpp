@@ -1,4 +1,5 @@
 #include "nn/lora.h"
+#include "nn/layers.h"
 
 #include "kernels/dropout.h"
 #include "kernels/gemm.h"
@@ -222,7 +223,8 @@ void LoraAdapters::collect(const Parameter& weight, std::vector<Parameter*>& out
 void LoraAdapters::merge() {
   for (Entry& e : entries_) {
     Parameter& w = *e.weight;
-    check(w.has_values(), "lora: merging into '{}', held as quantized blocks only", w.name);
+    check(w.has_values() && !nn::held_as_stored(w), "lora: merging into '{}', held as {} (Model::merge_lora makes it "
+          "fp32 first)", w.name, weight_type_name(w.storage));
     const auto it = std::find_if(w.lora.begin(), w.lora.end(), [&](const LowRankUpdate& u) { return u.A == e.A.get(); });
     check(it != w.lora.end(), "lora: '{}' lost its adapter", w.name);
     const int64_t r = e.A->value.size(0), rows = e.B->value.size(0), in = w.value.size(1);

@@ -429,6 +429,9 @@ int Model::add_lora(const LoraConfig& config) {
 void Model::merge_lora() {
   Impl& m = *impl_;
   if (!has_lora()) return;
+  // A matrix held as stored (16 bits, or quantized blocks: a GGUF base) takes its adapters as fp32 values: W + s·B·A
+  // is no longer its stored type, and a stored copy left beside would go on being multiplied without them.
+  set_storage(WeightType::F32, [](const Parameter& p) { return !p.lora.empty() && nn::held_as_stored(p); });
   if (m.encoder) m.encoder->merge_lora();
   if (m.decoder) m.decoder->merge_lora();
   m.collect_parameters();
