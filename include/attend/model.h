@@ -353,7 +353,8 @@ class Model {
   // Drops the float values of every matrix held as stored (packed in 16 bits, or quantized blocks), which then
   // runs as it is stored: decoding reads the 16-bit or block rows as before, prompts widen a piece of rows at a
   // time for their GEMM, lookups widen their rows. The model then takes the memory its stored matrices do (a 16-bit
-  // matrix its 2 bytes a weight, not 2 + 4). For running; a GGUF file's 16-bit and quantized matrices load so.
+  // matrix its 2 bytes a weight, not 2 + 4). For running, before sessions start (as set_storage); a GGUF file's
+  // 16-bit and quantized matrices load so.
   void hold_as_stored();
   // Gives every matrix held as stored alone (quantized blocks, or 16-bit values without float ones) its float values
   // (the stored values, widened; what is stored stays), for what reads them: training, saving, exporting to float
