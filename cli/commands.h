@@ -20,6 +20,13 @@ struct GenerationDefaults;
 
 namespace attend::cli {
 
+// Thrown to end `attend` with this exit status after a command finished its work its own way: training stopped by
+// Ctrl-C or SIGTERM, its checkpoint written, exits 128 + the signal's number as an interrupted program does, so
+// that a script (`set -e`, `&&`) does not go on as if the run were complete.
+struct ExitStatus {
+  int code;
+};
+
 // The tokens that end a sequence and, for encoder-decoder models, the decoder's start token: the model directory's
 // (generation_config.json, config.json), else the tokenizer's EOS (or [SEP]) and BOS (or [CLS]), as training used.
 void set_special_tokens(const Tokenizer* tokenizer, const GenerationDefaults& defaults, const Model& model,

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const attend::cli::ExitStatus& e) {
+    return e.code;
   } catch (const attend::Error& e) {
     fmt::print(stderr, "attend: error: {}\n", e.what());
     return 1;

@@ -28,6 +28,7 @@ namespace attend::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};  // the signal that stopped training (then g_stop)
 
 // One series per key of a metrics.jsonl file (one JSON object a line): (x_key, key) wherever both are numbers.
 // Series are named after their key; a malformed line is an error naming the file and the line.
@@ -57,8 +58,9 @@ std::vector<Series> read_metrics(const std::string& path, const std::vector<std:
 
 // The first Ctrl-C (or SIGTERM) asks training to stop after the current step and write a checkpoint; a
 // second one ends the program at once.
-void on_signal(int) {
-  if (g_stop.exchange(true)) std::_Exit(130);
+void on_signal(int signal) {
+  if (g_signal.exchange(signal) != 0) std::_Exit(128 + signal);  // a second one: at once
+  g_stop = true;
 }
 
 struct TrainArgs {
@@ -158,6 +160,7 @@ void train_command(const TrainArgs& args, Communicator* group) {
   write_file_atomic(out / "loss.svg", line_plot_svg(curves, {.title = run.out, .x_label = "step", .y_label = "loss"}));
   fmt::print("model: {}\nmetrics: {}\nplot: {}\n", (out / "checkpoint").string(), (out / "metrics.jsonl").string(),
              (out / "loss.svg").string());
+  if (g_stop) throw ExitStatus{128 + g_signal};  // stopped early: 130 for Ctrl-C, 143 for SIGTERM
 }
 
 void add_train(CLI::App& app) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kills `attend train` with SIGKILL at random moments and resumes it each time.
+"""Kills `attend train` with SIGKILL at random moments and resumes it each time; then stops it with Ctrl-C and SIGTERM.
 
 A tiny GPT (with dropout, so the random stream must continue exactly too) trains on a generated corpus with a
 checkpoint after every step, once straight through (the reference) and then again with kill -9 at a random
@@ -22,6 +22,9 @@ import signal
 import subprocess
 import sys
 import time
+
+
+EVAL_EVERY = 5  # the runs' validation interval
 
 
 def fail(message):
@@ -47,7 +50,7 @@ def train_command(args, tokenizer, text, out, resume):
            "--set", "model.max_seq_len=32", "--set", "model.residual_dropout=0.1",
            "--set", "model.attention_dropout=0.1", "--set", f"data.train={text}", "--set", f"data.tokenizer={tokenizer}",
            "--set", "data.batch_size=4", "--set", "data.seq_len=32", "--set", "data.max_valid_batches=2",
-           "--set", "train.warmup_steps=2", "--set", "train.eval_every=5", "--set", "train.checkpoint_every=1",
+           "--set", "train.warmup_steps=2", "--set", f"train.eval_every={EVAL_EVERY}", "--set", "train.checkpoint_every=1",
            "--set", f"train.steps={args.steps}", "--set", f"out={out}"]
     return cmd + (["--resume"] if resume else [])
 
@@ -155,6 +158,40 @@ def main():
             if got[key] != want[key]:
                 fail(f"round {rounds} (after {kills} kills in all): the resumed run's {key} differs from the reference")
         print(f"round {rounds}: completed after {kills} kills in all; weights, optimiser state and metrics equal the reference")
+    # Ctrl-C and SIGTERM: training stops after the step under way, writes its checkpoint and exits 128 + the signal's
+    # number, as an interrupted program does (so that a script does not go on as if the run were complete); the run
+    # then resumes to the reference's bytes.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        out = os.path.join(args.work, f"stopped_{sig.name}")
+        shutil.rmtree(out, ignore_errors=True)
+        log_path = os.path.join(args.work, "attempt.log")
+        metrics_path = os.path.join(out, "metrics.jsonl")
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(train_command(args, tokenizer, text, out, False), stdout=log, stderr=log)
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:  # two steps done: the handler is in place
+                if os.path.exists(metrics_path) and read_bytes(metrics_path).count(b"\n") >= 2:
+                    break
+                time.sleep(0.005)
+            proc.send_signal(sig)
+            rc = proc.wait()
+        said = open(log_path).read()
+        if rc != 128 + sig.value:
+            fail(f"{sig.name}: attend train exited {rc}, expected {128 + sig.value}: {said[-2000:]}")
+        if "interrupted: checkpoint written at step" not in said:
+            fail(f"{sig.name}: no word of the checkpoint written: {said[-2000:]}")
+        stopped_at = int(said.split("interrupted: checkpoint written at step")[1].split()[0])
+        subprocess.run(train_command(args, tokenizer, text, out, True), check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        got = final_state(out)
+        # The step it stopped at also has a validation loss (a stop evaluates, as the run's end does); else the same.
+        for row in got["metrics"]:
+            if row["step"] == stopped_at and stopped_at % EVAL_EVERY != 0:
+                row.pop("val_loss", None), row.pop("val_loss_per_byte", None)
+        for key in ("step", "metrics", "model", "optimizer"):
+            if got[key] != want[key]:
+                fail(f"{sig.name}: the run resumed after it differs from the reference in its {key}")
+        print(f"{sig.name}: exited {rc} with its checkpoint; resumed to the reference's bytes")
     print(f"kill_resume: {kills} kills in {rounds} runs of {args.steps} steps (reference run {duration:.2f} s); every "
           f"checkpoint loaded and every run resumed to the reference's bytes. Kills "
           + ", ".join(f"{n} {what}" for what, n in seen.items()))
