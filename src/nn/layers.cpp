@@ -438,12 +438,9 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
       // here runs an fp16 GEMM, so the input stays fp32, as in decoding's gemv: rounding it to fp16 would only
       // add error, and turn activations past 65504 (Gemma's can be) into infinities.
       // A matrix held as stored alone (Model::hold_as_stored) widens a piece of its rows at a time.
-      if (weight.storage == WeightType::F16)
-        return weight.has_values() ? kernels::matmul_forward(out, inp, weight.value.data(), bias, N, C, OC)
-                                   : stored_prompt_forward(weight, out, inp, bias, N, C, OC, false);
-      if (!weight.has_values())
-        return stored_prompt_forward(weight, out, rounded_floats(Precision::BF16, inp, N * C), bias, N, C, OC, false);
-      return kernels::matmul_forward(out, rounded_floats(Precision::BF16, inp, N * C), weight.value.data(), bias, N, C, OC);
+      const float* x = weight.storage == WeightType::F16 ? inp : rounded_floats(Precision::BF16, inp, N * C);
+      if (!weight.has_values()) return stored_prompt_forward(weight, out, x, bias, N, C, OC, false);
+      return kernels::matmul_forward(out, x, weight.value.data(), bias, N, C, OC);
   }
 }
 }  // namespace
