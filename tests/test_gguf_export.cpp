@@ -342,7 +342,9 @@ TEST(GgufExport, HalfTypesRoundTheMatricesOnly) {
       }
       EXPECT_EQ(q.storage, half) << p->name;
       EXPECT_FALSE(q.has_values()) << p->name;
-      if (!p->packed.empty()) EXPECT_EQ(q.packed, p->packed) << p->name;
+      if (!p->packed.empty()) {
+        EXPECT_EQ(q.packed, p->packed) << p->name;
+      }
     }
     EXPECT_TRUE(loaded.holds_packed());
     EXPECT_FALSE(loaded.holds_quantized());

@@ -486,10 +486,12 @@ void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n) {
 namespace {
 
 // Q4_0's and Q8_0's repacking (quant.h): blocks of `block_bytes`, an fp16 scale and (block_bytes − 2) / word
-// words of `word` bytes, each row's word m going to place r of the group's word m (8 · word bytes).
+// words of `word` bytes, each row's word m going to place r of the group's word m (8 · word bytes), every byte
+// xor `flip` (Q8_0's int8 values as the unsigned bytes w + 128).
 int64_t x8_bytes(int64_t rows, int64_t n, int64_t block_bytes) { return rows / 8 * (n / 32) * 8 * block_bytes; }
 
-void repack_x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n, int64_t block_bytes, int64_t word) {
+void repack_x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n, int64_t block_bytes, int64_t word,
+               uint8_t flip) {
   const auto* in = static_cast<const uint8_t*>(blocks);
   const int64_t per_row = n / 32, row_bytes = per_row * block_bytes, words = (block_bytes - 2) / word;
   for (int64_t g = 0; g < rows / 8; ++g)
@@ -497,16 +499,17 @@ void repack_x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n, int64_
       for (int r = 0; r < 8; ++r) {
         const uint8_t* block = in + (8 * g + r) * row_bytes + block_bytes * b;
         std::memcpy(out + 2 * r, block, 2);  // the scale
-        for (int64_t m = 0; m < words; ++m) std::memcpy(out + 16 + 8 * word * m + word * r, block + 2 + word * m, word);
+        for (int64_t m = 0; m < words; ++m)
+          for (int64_t i = 0; i < word; ++i) out[16 + 8 * word * m + word * r + i] = block[2 + word * m + i] ^ flip;
       }
 }
 
 }  // namespace
 
 int64_t q4_0x8_bytes(int64_t rows, int64_t n) { return x8_bytes(rows, n, 18); }
-void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n) { repack_x8(out, blocks, rows, n, 18, 4); }
+void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n) { repack_x8(out, blocks, rows, n, 18, 4, 0); }
 int64_t q8_0x8_bytes(int64_t rows, int64_t n) { return x8_bytes(rows, n, 34); }
-void repack_q8_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n) { repack_x8(out, blocks, rows, n, 34, 8); }
+void repack_q8_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n) { repack_x8(out, blocks, rows, n, 34, 8, 0x80); }
 
 double quant_dot_reference(QuantType type, const void* blocks, const float* x, int64_t n) {
   const QuantFormat& f = quant_format(type);

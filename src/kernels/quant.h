@@ -60,7 +60,8 @@ void dequantize_row(QuantType type, float* out, const void* blocks, int64_t n);
 int64_t q4_0x8_bytes(int64_t rows, int64_t n);
 void repack_q4_0x8(uint8_t* out, const void* blocks, int64_t rows, int64_t n);
 // Q8_0 likewise with words of eight bytes: per group and block, the eight scales (16 bytes), then four 64-byte words
-// m = 0..3 whose 64-bit lane r holds row r's values 8m .. 8m + 7 (int8). Eight inputs broadcast to every 64-bit
+// m = 0..3 whose 64-bit lane r holds row r's values 8m .. 8m + 7 as unsigned bytes w + 128 (VNNI's products take
+// one unsigned operand; the input block's −128·Σx puts the offset back). Eight inputs broadcast to every 64-bit
 // lane meet all eight rows in one 512-bit integer dot product (each row's sum in a pair of 32-bit lanes), or four
 // rows in 256 bits.
 int64_t q8_0x8_bytes(int64_t rows, int64_t n);

@@ -34,8 +34,9 @@ float half_value(const uint8_t* p) {
 // activations).
 struct Act32 {
   float d;
-  float dsum;   // d · Σq
-  int32_t sum;  // Σq
+  float dsum;      // d · Σq
+  int32_t sum;     // Σq
+  int32_t sum128;  // −128 · Σq: the offset of the repacked Q8_0 rows' unsigned bytes (Q8X8)
   int8_t q[32];
 };
 // 256 values with their sums per 16 (the K types' activations).
@@ -55,7 +56,7 @@ void quantize_act32(Act32* out, const float* x, int64_t C) {
       out[b].q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
       sum += out[b].q[i];
     }
-    out[b].d = d, out[b].dsum = d * static_cast<float>(sum), out[b].sum = sum;
+    out[b].d = d, out[b].dsum = d * static_cast<float>(sum), out[b].sum = sum, out[b].sum128 = -128 * sum;
   }
 }
 
@@ -466,7 +467,6 @@ void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const floa
 // offset enters as −8·Σx in every lane.
 struct Q4X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 18;
-  static constexpr bool kUnsignedInput = false;
   template <int R>
   static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
     x8_rows<Q4X8, R>(w, a, blocks, bias, out);
@@ -501,31 +501,23 @@ struct Q4X8 {
 #endif
 };
 
-// Q8_0: four 64-byte words, lane r (64 bits) of word m holding row r's values 8m .. 8m + 7; the eight input values
-// are broadcast to every lane. Each row's block sum lands in a pair of 32-bit lanes (its values 8m .. 8m + 3 and
-// 8m + 4 .. 8m + 7), each pair scaled by the row's scale and the two added after the last block. With VNNI in 512
-// bits one vpdpbusd per word and input row does all eight weight rows: the inputs come as unsigned bytes x + 128,
-// and each weight row's −128·Σw, the same for every input row, starts the sums. Without it, 256 bits hold four
-// rows and the signed product goes through |w| times x with w's sign. Every row's operations are the same
-// whatever R.
+// Q8_0: four 64-byte words, lane r (64 bits) of word m holding row r's values 8m .. 8m + 7 as unsigned bytes
+// w + 128 (quant.h); the eight input values are broadcast to every lane. Each row's block sum lands in a pair of
+// 32-bit lanes (its values 8m .. 8m + 3 and 8m + 4 .. 8m + 7), each pair scaled by the row's scale and the two
+// added after the last block. With VNNI in 512 bits one vpdpbusd per word and input row does all eight weight rows:
+// Σ (w + 128)·x = Σ w·x + 128·Σx, and the input block's −128·Σx (Act32::sum128, one number per input row and
+// block) starts the first lane of each row's pair, so that no product is spent on the offset. Without it, 256 bits hold four rows and the
+// signed product goes through |w| times x with w's sign. Every row's operations are the same whatever R.
 // GCC 12 takes the undefined upper lanes inside the AVX-512 intrinsics for uninitialized values (GCC bug 105593,
 // fixed in 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 struct Q8X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 34;
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  static constexpr bool kUnsignedInput = true;
-#else
-  static constexpr bool kUnsignedInput = false;
-#endif
   template <int R>
   static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    // Σ (x + 128)·w = Σ x·w + 128·Σw: each weight row's −128·Σw is worked out once per block for all the input
-    // rows (four more products, with 128s).
     const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i bias128 = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512 acc[R];
     for (int n = 0; n < R; ++n) acc[n] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
@@ -535,21 +527,17 @@ struct Q8X8 {
         for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64 * l), _MM_HINT_T0);
       const __m512 scales = _mm512_permutexvar_ps(
           pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)))));
-      __m512i q[4], offset = _mm512_setzero_si512();
-      for (int m = 0; m < 4; ++m) {
-        q[m] = _mm512_loadu_si512(w + 16 + 64 * m);
-        offset = _mm512_dpbusd_epi32(offset, bias128, q[m]);
-      }
-      offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
       // Word by word across the rows, so that the rows' sums are independent chains.
       __m512i sum[R];
-      for (int n = 0; n < R; ++n) sum[n] = offset;
-      for (int m = 0; m < 4; ++m)
+      for (int n = 0; n < R; ++n) sum[n] = _mm512_maskz_set1_epi32(0x5555, a[n][b].sum128);  // a row's first lane
+      for (int m = 0; m < 4; ++m) {
+        const __m512i q = _mm512_loadu_si512(w + 16 + 64 * m);
         for (int n = 0; n < R; ++n) {
           int64_t eight;
           std::memcpy(&eight, a[n][b].q + 8 * m, 8);
-          sum[n] = _mm512_dpbusd_epi32(sum[n], _mm512_set1_epi64(eight), q[m]);
+          sum[n] = _mm512_dpbusd_epi32(sum[n], q, _mm512_set1_epi64(eight));
         }
+      }
       for (int n = 0; n < R; ++n)
         acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[n]), _mm512_mul_ps(scales, _mm512_set1_ps(a[n][b].d)), acc[n]);
     }
@@ -565,6 +553,7 @@ struct Q8X8 {
     // Rows 0-3 in the low 32 bytes of a word, 4-7 in the high; a horizontal add joins each row's pair, leaving the
     // rows in the order 0 1 4 5 2 3 6 7 (the scales are put in that order, and the sums back at the end).
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));  // the stored bytes w + 128 back to w
     __m256 acc[R];
     for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
@@ -573,7 +562,8 @@ struct Q8X8 {
       __m256i low[R], high[R];
       for (int n = 0; n < R; ++n) low[n] = high[n] = _mm256_setzero_si256();
       for (int m = 0; m < 4; ++m) {
-        const __m256i w_low = load32(w + 16 + 64 * m), w_high = load32(w + 48 + 64 * m);
+        const __m256i w_low = _mm256_xor_si256(load32(w + 16 + 64 * m), flip),
+                      w_high = _mm256_xor_si256(load32(w + 48 + 64 * m), flip);
         const __m256i m_low = _mm256_sign_epi8(w_low, w_low), m_high = _mm256_sign_epi8(w_high, w_high);
         for (int n = 0; n < R; ++n) {
           int64_t eight;
@@ -600,7 +590,8 @@ struct Q8X8 {
         for (int r = 0; r < 8; ++r) {
           int32_t s = 0;
           for (int m = 0; m < 4; ++m)
-            for (int i = 0; i < 8; ++i) s += static_cast<int8_t>(block[16 + 64 * m + 8 * r + i]) * a[n][b].q[8 * m + i];
+            for (int i = 0; i < 8; ++i)
+              s += static_cast<int8_t>(block[16 + 64 * m + 8 * r + i] ^ 0x80) * a[n][b].q[8 * m + i];
           acc[r] += static_cast<float>(s) * (half_value(block + 2 * r) * a[n][b].d);
         }
       for (int r = 0; r < 8; ++r) out[n][r] = acc[r] + (bias != nullptr ? bias[r] : 0.0f);
@@ -619,12 +610,7 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
   const int64_t blocks = C / 32, groups = OC / 8, group_bytes = blocks * Type::kGroupBlockBytes;
   thread_local std::vector<Act32> act;  // each thread's own
   auto quantize = [&](Act32* to, int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      quantize_act32(to + n * blocks, inp + n * C, C);
-      if constexpr (Type::kUnsignedInput)  // the bytes q + 128 (sum and dsum stay those of q)
-        for (int64_t b = 0; b < blocks; ++b)
-          for (int8_t& q : to[n * blocks + b].q) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
-    }
+    for (int64_t n = n0; n < n1; ++n) quantize_act32(to + n * blocks, inp + n * C, C);
   };
   constexpr int64_t kOwnCopy = 16;  // rows up to which each thread quantizes them itself
   const Act32* shared = nullptr;
