@@ -128,11 +128,11 @@ void BM_Decode_Attention(benchmark::State& state, attend::CacheType storage) {
   set_bandwidth(state, double(cache.memory_bytes()));
 }
 
-// Decoding's matmuls with Q8_0 weights repacked eight rows at a time, as a server's batched step runs them: the
-// matrices of one GPT-2-124M token (12 layers of qkv 2304 × 768, o 768 × 768, up 3072 × 768, down 768 × 3072,
-// and the tied LM head 50257 × 768: 132 MB of blocks, more than the last-level cache) times N input rows. GB/s
-// of blocks read, and GMAC/s (N multiply-adds a weight).
-void BM_Decode_GemvQ8_0x8(benchmark::State& state) {
+// Decoding's matmuls with Q8_0 (Q4_0) weights repacked eight rows at a time, as a server's batched step runs them:
+// the matrices of one GPT-2-124M token (12 layers of qkv 2304 × 768, o 768 × 768, up 3072 × 768, down 768 × 3072,
+// and the tied LM head 50257 × 768: 132 MB of Q8_0 blocks, 70 MB of Q4_0, more than the last-level cache) times N
+// input rows. GB/s of blocks read, and GMAC/s (N multiply-adds a weight).
+void decode_gemv_x8(benchmark::State& state, attend::kernels::QuantType type) {
   using namespace attend::kernels;
   attend::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t N = state.range(0), C = 768;
@@ -142,12 +142,13 @@ void BM_Decode_GemvQ8_0x8(benchmark::State& state) {
   };
   std::vector<Matrix> matrices;
   auto add = [&](int64_t rows, int64_t cols) {
-    Matrix m{rows, cols, std::vector<uint8_t>(rows * quant_row_bytes(QuantType::Q8_0, cols)),
-             std::vector<uint8_t>(q8_0x8_bytes(rows, cols))};
+    const bool q8 = type == QuantType::Q8_0;
+    Matrix m{rows, cols, std::vector<uint8_t>(rows * quant_row_bytes(type, cols)),
+             std::vector<uint8_t>(q8 ? q8_0x8_bytes(rows, cols) : q4_0x8_bytes(rows, cols))};
     const std::vector<float> w = random_floats(rows * cols, 10 + matrices.size());
     for (int64_t r = 0; r < rows; ++r)
-      quantize_row(QuantType::Q8_0, m.blocks.data() + r * quant_row_bytes(QuantType::Q8_0, cols), w.data() + r * cols, cols);
-    repack_q8_0x8(m.repacked.data(), m.blocks.data(), rows, cols);
+      quantize_row(type, m.blocks.data() + r * quant_row_bytes(type, cols), w.data() + r * cols, cols);
+    (q8 ? repack_q8_0x8 : repack_q4_0x8)(m.repacked.data(), m.blocks.data(), rows, cols);
     matrices.push_back(std::move(m));
   };
   for (int layer = 0; layer < 12; ++layer) add(3 * C, C), add(C, C), add(4 * C, C), add(C, 4 * C);
@@ -158,13 +159,14 @@ void BM_Decode_GemvQ8_0x8(benchmark::State& state) {
   for (const Matrix& m : matrices) bytes += double(m.blocks.size()), macs += double(N * m.rows * m.cols);
   for (auto _ : state) {
     for (const Matrix& m : matrices)
-      matmul_forward_x8(QuantType::Q8_0, out.data(), x.data(), m.repacked.data(), m.blocks.data(), nullptr, N, m.cols,
-                        m.rows);
+      matmul_forward_x8(type, out.data(), x.data(), m.repacked.data(), m.blocks.data(), nullptr, N, m.cols, m.rows);
     benchmark::DoNotOptimize(out.data());
   }
   set_bandwidth(state, bytes);
   state.counters["GMAC/s"] = benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_Decode_GemvQ8_0x8(benchmark::State& state) { decode_gemv_x8(state, attend::kernels::QuantType::Q8_0); }
+void BM_Decode_GemvQ4_0x8(benchmark::State& state) { decode_gemv_x8(state, attend::kernels::QuantType::Q4_0); }
 
 // The same kernel on one 768 × 768 matrix (590 KB of blocks, inside a Zen 4 or recent Intel core's L2): its
 // arithmetic rate with the weights' reads out of the way, the bound of the many-row steps above.
@@ -197,6 +199,7 @@ BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
 BENCHMARK(BM_Decode_GemvQ8_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Decode_GemvQ4_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8_InCache)->Arg(1)->Arg(8)->ArgName("rows")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode_Attention, f32, attend::CacheType::F32)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Attention, f16, attend::CacheType::F16)->Apply(threads_1_2);
