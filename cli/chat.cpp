@@ -173,11 +173,9 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--kv-cache", s.kv_cache, "f32, f16 or int8: the KV cache's storage")->capture_default_str();
   cmd->add_option("--eos", s.eos_ids, "End a reply at these token ids (default: the model's end-of-turn tokens)");
   cmd->callback([] {
-    Model model = load_model(s.model_dir);
-    apply_lora(model, s.lora);
+    Model model = load_for_running(s.model_dir, s.lora, s.weights, WeightType::BF16);
     check(model.config().architecture == Architecture::Decoder, "chat: {} is an {} model; chat needs a decoder",
           s.model_dir, architecture_name(model.config().architecture));
-    set_weights(model, s.weights, WeightType::BF16);
     std::optional<Tokenizer> own = s.tokenizer_path.empty() ? model_tokenizer(s.model_dir) : Tokenizer::load(s.tokenizer_path);
     check(own.has_value(), "{}: no tokenizer; give --tokenizer", s.model_dir);
     const Tokenizer tok = std::move(*own);

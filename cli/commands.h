@@ -63,6 +63,12 @@ inline constexpr const char* kLoraHelp =
     "[NAME=]DIR[:SCALE]: a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to run the "
     "model with, its output times SCALE (default 1); repeat for several at once";
 std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs);
+// The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, set_weights). A 16-bit type,
+// given or the fallback for a directory, is read straight into 16 bits (load_model's `matrices`: 2 bytes a weight
+// while loading, not 6); with adapters the model loads in fp32 first (their weights round with the base's, as
+// set_weights always did). The adapters' names and slots go to *adapters when given.
+Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
+                       WeightType fallback, std::vector<std::pair<std::string, int>>* adapters = nullptr);
 
 // "loss L nats (B bits), perplexity P" for a loss per byte of text in nats (`attend train`, `attend eval`).
 std::string per_byte_summary(double loss_per_byte);

@@ -32,6 +32,22 @@ void set_weights(Model& model, const std::string& weights, WeightType fallback) 
   model.hold_as_stored();  // for running: a 16-bit matrix keeps no fp32 copy of its values
 }
 
+Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
+                       WeightType fallback, std::vector<std::pair<std::string, int>>* adapters) {
+  WeightType type = fallback;  // a GGUF file keeps its own types unless --weights names one
+  if (!weights.empty())
+    check(parse_weight_type(weights, type),
+          "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
+  const bool direct = lora.empty() && (type == WeightType::BF16 || type == WeightType::F16) &&
+                      (!weights.empty() || !is_gguf_file(dir));
+  if (direct) return load_model(dir, type);
+  Model model = load_model(dir);
+  auto names = apply_lora(model, lora);
+  if (adapters != nullptr) *adapters = std::move(names);
+  set_weights(model, weights, fallback);
+  return model;
+}
+
 std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs) {
   std::vector<std::pair<std::string, int>> loaded;
   for (const std::string& spec : specs) {
@@ -149,9 +165,7 @@ void add_generate_command(CLI::App& app) {
                                     "generation_config.json, else the tokenizer's end-of-sequence token)");
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
-    Model model = load_model(model_dir);
-    apply_lora(model, lora);
-    set_weights(model, weights, WeightType::F32);
+    Model model = load_for_running(model_dir, lora, weights, WeightType::F32);
     options.cache = parse_cache_type(kv_cache);
     // Without a tokenizer the model still runs on ids: --prompt-ids in, ids out.
     std::optional<Tokenizer> tokenizer = model_tokenizer(model_dir);

@@ -345,6 +345,9 @@ class Model {
   // which training multiplies as stored and takes input gradients through (their blocks' values, dequantized
   // piece by piece), with no gradient of their own.
   void set_storage(WeightType storage, const std::function<bool(const Parameter&)>& which = nullptr);
+  // Whether set_storage keeps p packed: a matrix the forward multiplies by (a projection other than a router, or
+  // the token table when it is the tied LM head), of a model of configuration c.
+  static bool multiplies(const Parameter& p, const ModelConfig& c);
   // Whether any matrix is held as quantized blocks (Parameter::quantized: a GGUF file's, or set_storage's).
   bool holds_quantized() const;
   // Whether any matrix is held other than as fp32: quantized, or packed in 16 bits (a GGUF file's F16 or BF16

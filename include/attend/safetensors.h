@@ -50,6 +50,9 @@ enum class MapAccess { ReadOnly, CopyOnWrite };
 std::shared_ptr<FileMapping> map_file(const std::filesystem::path& path, MapAccess access);
 // A non-empty file, copy-on-write: loading hands a file's tensor data to a model this way, without a copy.
 std::shared_ptr<FileMapping> map_private(const std::filesystem::path& path);
+// Drops the whole pages of [data, data + bytes), in a read-only file mapping, from the process's resident set: a
+// tensor read into a copy stops counting twice (read again, the pages come back from the file).
+void release_pages(const void* data, size_t bytes);
 
 class SafetensorsReader {
  public:

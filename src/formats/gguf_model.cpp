@@ -249,14 +249,6 @@ int64_t gemma3_pattern(const gguf::Reader& file, const std::string& key, int64_t
   return k;
 }
 
-// Drops the whole pages of [data, data + bytes) of a read-only file mapping from the resident set.
-void release_pages(const uint8_t* data, int64_t bytes) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) / page * page;
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
-
 }  // namespace
 
 ModelConfig config_from_gguf(const gguf::Reader& file) {

@@ -108,11 +108,12 @@ ModelConfig config_from_hf_gemma3(const json& config, const std::string& origin)
   return validated(c, origin);
 }
 
-Model load_hf_gemma3(const fs::path& dir, const json& config) {
+Model load_hf_gemma3(const fs::path& dir, const json& config, WeightType matrices) {
   const ModelConfig c = config_from_hf_gemma3(config, (dir / "config.json").string());
   if (!is_multimodal(config))
     return load_decoder_tensors(dir, c, DecoderNames{},
-                                fmt::format("a Gemma 3 of this config ({} layers, hidden_size {})", c.n_layers, c.d_model));
+                                fmt::format("a Gemma 3 of this config ({} layers, hidden_size {})", c.n_layers, c.d_model),
+                                matrices);
   // Gemma3ForConditionalGeneration: the language model's tensors are language_model.model.* with
   // language_model.lm_head (transformers 4.50-4.51) or model.language_model.* with lm_head (later versions), beside
   // a vision tower and a projector that a text model does not use.
@@ -123,7 +124,7 @@ Model load_hf_gemma3(const fs::path& dir, const json& config) {
     names = {"model.language_model.", "lm_head.weight", {"model.vision_tower.", "model.multi_modal_projector."}};
   return load_decoder_tensors(dir, c,
                               names, fmt::format("the language model of a Gemma 3 of this config ({} layers, "
-                                                 "hidden_size {})", c.n_layers, c.d_model));
+                                                 "hidden_size {})", c.n_layers, c.d_model), matrices);
 }
 
 }  // namespace attend::formats

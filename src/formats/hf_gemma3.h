@@ -31,6 +31,7 @@ bool is_hf_gemma3_config(const nlohmann::json& config);
 // layer_types list, an activation other than gelu_pytorch_tanh).
 ModelConfig config_from_hf_gemma3(const nlohmann::json& config, const std::string& origin);
 // Loads DIR (config.json; model.safetensors or its shards).
-Model load_hf_gemma3(const std::filesystem::path& dir, const nlohmann::json& config);
+Model load_hf_gemma3(const std::filesystem::path& dir, const nlohmann::json& config,
+                     WeightType matrices = WeightType::F32);
 
 }  // namespace attend::formats

@@ -3,6 +3,7 @@
 #include "formats/hf_llama.h"
 
 #include "formats/hf_checkpoint.h"
+#include "kernels/convert.h"
 
 #include <attend/error.h>
 #include <attend/io.h>
@@ -241,9 +242,22 @@ ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
 }
 
 Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const DecoderNames& names,
-                           const std::string& what) {
+                           const std::string& what, WeightType matrices) {
   const CheckpointTensors tensors(dir);
-  Model model = Model::for_loading(c);
+  const bool half = matrices == WeightType::BF16 || matrices == WeightType::F16;
+  check(half || matrices == WeightType::F32, "{}: loading as {}: expected f32, bf16 or f16", dir.string(),
+        weight_type_name(matrices));
+  // 16 bits: the multiplied matrices get no fp32 values, only their packed rows.
+  Model model = half ? Model::for_loading(c, [&](const Parameter& p) { return Model::multiplies(p, c); })
+                     : Model::for_loading(c);
+  for (Parameter* p : model.parameters())
+    if (!p->has_values()) p->storage = matrices, p->packed.resize(static_cast<size_t>(p->numel()));
+  // A parameter's rows filled from fp32 `rows`: copied into its values, or rounded into its packed bits.
+  auto fill = [&](Parameter& p, const float* rows) {
+    if (p.has_values()) return void(std::copy_n(rows, p.numel(), p.value.data()));
+    if (matrices == WeightType::BF16) kernels::float_to_bf16(p.packed.data(), rows, p.numel());
+    else kernels::float_to_half(p.packed.data(), rows, p.numel());
+  };
   std::set<std::string> used;
   auto take = [&](const std::string& hf, TensorView out) {
     const TensorInfo* t = tensors.find(hf);
@@ -253,7 +267,16 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
     tensors.load_into(hf, out, what);
     used.insert(hf);
   };
-  for (const auto& [hf, name] : plain_mappings(c, names)) take(hf, model.find(name)->value.view());
+  for (const auto& [hf, name] : plain_mappings(c, names)) {
+    Parameter& p = *model.find(name);
+    if (p.has_values()) {
+      take(hf, p.value.view());
+      continue;
+    }
+    Tensor scratch = Tensor::uninitialized(p.value.shape());
+    take(hf, scratch.view());
+    fill(p, scratch.data());
+  }
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   // q, k and v stacked into Attend's fused rows (a weight has C columns, a bias 1); q's and k's rows permuted.
   auto fuse = [&](const std::string& a, const char* kind, float* qkv, int64_t cols) {
@@ -264,9 +287,17 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
     rope_rows_from_hf(qkv + H * D * cols, k.data(), Hkv, D, cols);
     take(a + "v_proj." + kind, TensorView(qkv + (H + Hkv) * D * cols, rows_shape(Hkv * D, cols)));
   };
+  Tensor qkv_scratch;  // a layer's fused rows in fp32, for packed ones
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string a = fmt::format("{}layers.{}.self_attn.", names.model, i);
-    fuse(a, "weight", model.find(decoder_block(i) + "attn.qkv.weight")->value.data(), C);
+    Parameter& qkv = *model.find(decoder_block(i) + "attn.qkv.weight");
+    if (qkv.has_values()) {
+      fuse(a, "weight", qkv.value.data(), C);
+    } else {
+      if (qkv_scratch.numel() != qkv.numel()) qkv_scratch = Tensor::uninitialized(qkv.value.shape());
+      fuse(a, "weight", qkv_scratch.data(), C);
+      fill(qkv, qkv_scratch.data());
+    }
     if (c.qkv_bias) fuse(a, "bias", model.find(decoder_block(i) + "attn.qkv.bias")->value.data(), 1);
     if (c.qk_norm)  // each norm's gain is one head's channels, permuted as the head's rows are
       for (const char* which : {"q_norm", "k_norm"}) {
@@ -282,6 +313,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
       continue;
     throw Error(fmt::format("{}: unexpected tensor '{}': not part of {}", tensors.origin(name), name, what));
   }
+  if (half) model.set_storage(matrices, [](const Parameter& p) { return p.has_values(); });  // the rest rounded
   return model;
 }
 
@@ -318,10 +350,11 @@ void write_decoder_tensors(const Model& model, const fs::path& dir) {
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
 }
 
-Model load_hf_llama(const fs::path& dir, const json& config) {
+Model load_hf_llama(const fs::path& dir, const json& config, WeightType matrices) {
   const ModelConfig c = config_from_hf_llama(config, (dir / "config.json").string());
   return load_decoder_tensors(dir, c, DecoderNames{},
-                              fmt::format("a Llama of this config ({} layers, hidden_size {})", c.n_layers, c.d_model));
+                              fmt::format("a Llama of this config ({} layers, hidden_size {})", c.n_layers, c.d_model),
+                              matrices);
 }
 
 }  // namespace attend::formats

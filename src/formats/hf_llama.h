@@ -36,9 +36,12 @@ struct DecoderNames {
 
 // Loads the decoder tensors of DIR (model.safetensors or its shards) into a model of configuration `c`: the
 // Llama layout, with Gemma's four norms a block when c.sandwich_norm. `what` names the model in errors; a
-// missing tensor, a wrong shape or a tensor the model has no place for is an error naming it.
+// missing tensor, a wrong shape or a tensor the model has no place for is an error naming it. `matrices` BF16 or
+// F16: the multiplied matrices go straight into that type, packed, with no fp32 values (a tensor at a time through
+// an fp32 scratch), and the other parameters are rounded to it: the model load_model(dir, matrices) returns, what
+// set_storage(matrices) and hold_as_stored() make of the fp32 one.
 Model load_decoder_tensors(const std::filesystem::path& dir, const ModelConfig& c, const DecoderNames& names,
-                           const std::string& what);
+                           const std::string& what, WeightType matrices = WeightType::F32);
 // Writes DIR/model.safetensors of such a model under Hugging Face's names, q/k rows unpermuted.
 void write_decoder_tensors(const Model& model, const std::filesystem::path& dir);
 
@@ -60,7 +63,8 @@ bool is_hf_llama_config(const nlohmann::json& config);
 // activation other than silu, biases Attend cannot place, a head_dim other than hidden_size / heads).
 ModelConfig config_from_hf_llama(const nlohmann::json& config, const std::string& origin);
 // Loads DIR (config.json; model.safetensors or its shards) as such a checkpoint.
-Model load_hf_llama(const std::filesystem::path& dir, const nlohmann::json& config);
+Model load_hf_llama(const std::filesystem::path& dir, const nlohmann::json& config,
+                    WeightType matrices = WeightType::F32);
 
 // Head-wise row permutations between Hugging Face's half rotation and Attend's pair rotation: rows (heads·d, C).
 void rope_rows_from_hf(float* dst, const float* src, int64_t heads, int64_t d_head, int64_t C);

@@ -54,7 +54,8 @@ using json = nlohmann::json;
 struct Family {
   bool (*is)(const json& config);
   ModelConfig (*config)(const fs::path& dir, const json& config);
-  Model (*load)(const fs::path& dir, const json& config);
+  Model (*load)(const fs::path& dir, const json& config, WeightType matrices);
+  bool loads_16_bits;  // `load` reads the matrices straight into a 16-bit `matrices`; else fp32, converted after
 };
 
 std::string config_origin(const fs::path& dir) { return (dir / "config.json").string(); }
@@ -62,22 +63,22 @@ std::string config_origin(const fs::path& dir) { return (dir / "config.json").st
 const Family kFamilies[] = {
     {formats::is_hf_gpt2_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_gpt2(j, config_origin(d)); },
-     formats::load_hf_gpt2},
+     [](const fs::path& d, const json& j, WeightType) { return formats::load_hf_gpt2(d, j); }, false},
     {formats::is_hf_llama_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_llama(j, config_origin(d)); },
-     formats::load_hf_llama},
+     formats::load_hf_llama, true},
     {formats::is_hf_gemma3_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_gemma3(j, config_origin(d)); },
-     formats::load_hf_gemma3},
+     formats::load_hf_gemma3, true},
     {formats::is_hf_t5_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_t5(j, config_origin(d)); },
-     formats::load_hf_t5},
+     [](const fs::path& d, const json& j, WeightType) { return formats::load_hf_t5(d, j); }, false},
     {formats::is_hf_bert_config,  // which heads BERT has, its tensors say
      [](const fs::path& d, const json& j) {
        const formats::CheckpointTensors tensors(d);
        return formats::config_from_hf_bert(j, config_origin(d), &tensors);
      },
-     formats::load_hf_bert},
+     [](const fs::path& d, const json& j, WeightType) { return formats::load_hf_bert(d, j); }, false},
 };
 
 // DIR's config.json, checked to be a model directory's (errors name what is missing), and its Hugging Face family.
@@ -108,11 +109,13 @@ bool is_gguf_file(const fs::path& path) { return formats::is_gguf_file(path); }
 std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) { return formats::load_gguf_tokenizer(path); }
 std::optional<std::string> gguf_chat_template(const fs::path& path) { return formats::gguf_chat_template(path); }
 
-Model load_model(const fs::path& dir) {
+namespace {
+
+Model load_as_stored(const fs::path& dir) {
   if (formats::is_gguf_file(dir)) return formats::load_gguf_model(dir);  // llama.cpp's single file
   // Hugging Face checkpoints are read as published (formats/hf_*.cpp).
   const auto [config_text, family] = read_config(dir);
-  if (family != nullptr) return family->load(dir, json::parse(config_text));
+  if (family != nullptr) return family->load(dir, json::parse(config_text), WeightType::F32);
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
@@ -146,6 +149,21 @@ Model load_model(const fs::path& dir) {
     for (Parameter* p : model.parameters()) reader.load_into(p->name, p->value.view());
   }
   release_cached_memory();  // the buffers the model was built in, which loading replaced
+  return model;
+}
+
+}  // namespace
+
+Model load_model(const fs::path& dir, WeightType matrices) {
+  if (matrices == WeightType::F32) return load_as_stored(dir);
+  check(matrices == WeightType::BF16 || matrices == WeightType::F16,
+        "load_model: matrices must be f32, bf16 or f16, got {}", weight_type_name(matrices));
+  if (!formats::is_gguf_file(dir))
+    if (const auto [config_text, family] = read_config(dir); family != nullptr && family->loads_16_bits)
+      return family->load(dir, json::parse(config_text), matrices);
+  Model model = load_as_stored(dir);
+  model.set_storage(matrices);
+  model.hold_as_stored();
   return model;
 }
 

@@ -158,6 +158,13 @@ std::shared_ptr<FileMapping> map_file(const fs::path& path, MapAccess access) {
   return mapping;
 }
 
+void release_pages(const void* data, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 std::shared_ptr<FileMapping> map_private(const fs::path& path) {
   std::shared_ptr<FileMapping> mapping = map_file(path, MapAccess::CopyOnWrite);
   check(mapping->size > 0, "{}: not a regular, non-empty file", path.string());
@@ -195,6 +202,7 @@ void SafetensorsReader::load_into(std::string_view name, TensorView out) const {
       throw Error(fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", origin_, name,
                               dtype_name(t->dtype)));
   }
+  release_pages(src, static_cast<size_t>(t->end - t->begin));  // read once, into `out`
 }
 
 Tensor SafetensorsReader::load(std::string_view name) const {

@@ -494,8 +494,7 @@ void Model::set_storage(WeightType storage, const std::function<bool(const Param
     p->packed.shrink_to_fit();
     p->quantized.clear();
     if (storage == WeightType::F32) continue;
-    const bool multiplied = (is_projection(p->role) && p->role != Role::Router) ||
-                            (p == &impl_->tokens && impl_->config.tie_embeddings);  // the LM head
+    const bool multiplied = multiplies(*p, impl_->config);
     if (is_quantized(storage)) {
       // The multiplied matrices as blocks (their values become the blocks' values); a matrix whose rows are not
       // whole blocks of the type takes the nearest type that fits, as llama.cpp's quantizer does (the K types'
@@ -519,6 +518,11 @@ void Model::set_storage(WeightType storage, const std::function<bool(const Param
   }
   // The quantized matrices are used as their blocks: their float values go.
   if (is_quantized(storage)) impl_->relay_out([](const Parameter& p) { return !p.quantized.empty(); });
+}
+
+bool Model::multiplies(const Parameter& p, const ModelConfig& c) {
+  return (is_projection(p.role) && p.role != Role::Router) ||
+         (c.tie_embeddings && p.role == Role::TokenEmbedding && p.name == "embed.tokens.weight");  // not BERT's types
 }
 
 bool Model::holds_packed() const {
