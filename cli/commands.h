@@ -65,8 +65,8 @@ inline constexpr const char* kLoraHelp =
 std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs);
 // The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, set_weights). A 16-bit type,
 // given or the fallback for a directory, is read straight into 16 bits (load_model's `matrices`: 2 bytes a weight
-// while loading, not 6); with adapters the model loads in fp32 first (their weights round with the base's, as
-// set_weights always did). The adapters' names and slots go to *adapters when given.
+// while loading, not 6), and the adapters then join it in fp32 (small; a PEFT module saved beside them stays fp32
+// too). The adapters' names and slots go to *adapters when given.
 Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
                        WeightType fallback, std::vector<std::pair<std::string, int>>* adapters = nullptr);
 

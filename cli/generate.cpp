@@ -38,13 +38,12 @@ Model load_for_running(const std::string& dir, const std::vector<std::string>& l
   if (!weights.empty())
     check(parse_weight_type(weights, type),
           "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
-  const bool direct = lora.empty() && (type == WeightType::BF16 || type == WeightType::F16) &&
-                      (!weights.empty() || !is_gguf_file(dir));
-  if (direct) return load_model(dir, type);
-  Model model = load_model(dir);
+  const bool direct = (type == WeightType::BF16 || type == WeightType::F16) && (!weights.empty() || !is_gguf_file(dir));
+  Model model = direct ? load_model(dir, type) : load_model(dir);
   auto names = apply_lora(model, lora);
   if (adapters != nullptr) *adapters = std::move(names);
-  set_weights(model, weights, fallback);
+  if (direct) model.hold_as_stored();  // a module saved beside the adapters took values for its own fp32 copy only
+  else set_weights(model, weights, fallback);
   return model;
 }
 
