@@ -127,6 +127,27 @@ TEST(Safetensors, Bf16AndFp16RoundToNearestEven) {
   fs::remove(path);
 }
 
+// A piece of rows is those rows of the whole tensor, in each float dtype (halves widened exactly); rows outside
+// the tensor are an error naming it.
+TEST(Safetensors, RowsOfATensorAreThoseOfTheWhole) {
+  Tensor t(Shape{5, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15.5f});
+  const fs::path path = temp_path("rows.safetensors");
+  for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    write_safetensors(path, {{"t", &t}}, {}, dtype);
+    const SafetensorsReader r(path);
+    const Tensor whole = r.load("t");
+    for (const auto& [row0, rows] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {1, 2}, {4, 1}, {3, 0}}) {
+      std::vector<float> piece(static_cast<size_t>(rows * 3), -1.0f);
+      r.load_rows_into("t", row0, rows, piece.data());
+      for (int64_t i = 0; i < rows * 3; ++i) EXPECT_EQ(piece[i], whole[row0 * 3 + i]) << dtype_name(dtype) << " " << row0;
+    }
+    std::vector<float> out(15);
+    expect_error_mentions<Error>([&] { r.load_rows_into("t", 4, 2, out.data()); }, {"rows [4, 6)", "'t'", "[5, 3]"});
+    expect_error_mentions<Error>([&] { r.load_rows_into("u", 0, 1, out.data()); }, {"no tensor 'u'"});
+  }
+  fs::remove(path);
+}
+
 TEST(Safetensors, MalformedFilesAreRejectedWithTheFileAndTensorNamed) {
   const std::string ok = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   struct Case {

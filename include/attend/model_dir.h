@@ -26,8 +26,8 @@ class Tokenizer;
 // BERT (BertModel, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification);
 // one model.safetensors or shards with their index.
 // `matrices` BF16 or F16: the model as set_storage(matrices) and hold_as_stored() make it, for running: a Hugging
-// Face decoder of the Llama family or Gemma 3 has its matrices read straight into their 16 bits (a tensor at a time
-// through fp32; 2 bytes a weight while loading, not 6); other models load as fp32, then are converted.
+// Face decoder of the Llama family or Gemma 3 has its matrices read straight into their 16 bits (a piece of rows at
+// a time through fp32: 2 bytes a weight while loading, not 6); other models load as fp32, then are converted.
 Model load_model(const std::filesystem::path& dir, WeightType matrices = WeightType::F32);
 // What a model directory says about generating with it: the token ids of Hugging Face's generation_config.json, or
 // of config.json for those it leaves out (as transformers derives one from the other). Empty where neither says.

@@ -68,6 +68,9 @@ class SafetensorsReader {
   Tensor load(std::string_view name) const;
   // Loads into `out`, which must already have the tensor's shape (the error names both shapes).
   void load_into(std::string_view name, TensorView out) const;
+  // Rows [row0, row0 + rows) of the tensor (along its first dimension) into `out`, as float: a large tensor a piece
+  // at a time. The rows must lie inside the tensor.
+  void load_rows_into(std::string_view name, int64_t row0, int64_t rows, float* out) const;
 
   const std::string& origin() const { return origin_; }
   // Where the data section starts in the file (8 + the header's length).

@@ -72,6 +72,13 @@ void CheckpointTensors::load_into(std::string_view name, TensorView out, std::st
   readers_[it->second]->load_into(name, out);
 }
 
+void CheckpointTensors::load_rows_into(std::string_view name, int64_t row0, int64_t rows, float* out,
+                                       std::string_view what_for) const {
+  const auto it = where_.find(name);
+  check(it != where_.end(), "{}: no tensor '{}', which {} has", dir_.string(), name, what_for);
+  readers_[it->second]->load_rows_into(name, row0, rows, out);
+}
+
 Tensor CheckpointTensors::load(std::string_view name, std::string_view what_for) const {
   const auto it = where_.find(name);
   check(it != where_.end(), "{}: no tensor '{}', which {} has", dir_.string(), name, what_for);

@@ -42,6 +42,8 @@ class CheckpointTensors {
   // Loads tensor `name` into `out` (its shape checked, converted to float); an unknown name is an error
   // naming `what_for` (e.g. "a Llama of this config").
   void load_into(std::string_view name, TensorView out, std::string_view what_for) const;
+  // Rows [row0, row0 + rows) of it (SafetensorsReader::load_rows_into).
+  void load_rows_into(std::string_view name, int64_t row0, int64_t rows, float* out, std::string_view what_for) const;
   Tensor load(std::string_view name, std::string_view what_for) const;
   // Every tensor name, and the file (or "model.safetensors") that holds it.
   std::vector<std::string> names() const;

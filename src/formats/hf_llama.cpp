@@ -252,11 +252,10 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
                      : Model::for_loading(c);
   for (Parameter* p : model.parameters())
     if (!p->has_values()) p->storage = matrices, p->packed.resize(static_cast<size_t>(p->numel()));
-  // A parameter's rows filled from fp32 `rows`: copied into its values, or rounded into its packed bits.
-  auto fill = [&](Parameter& p, const float* rows) {
-    if (p.has_values()) return void(std::copy_n(rows, p.numel(), p.value.data()));
-    if (matrices == WeightType::BF16) kernels::float_to_bf16(p.packed.data(), rows, p.numel());
-    else kernels::float_to_half(p.packed.data(), rows, p.numel());
+  // A packed parameter's values from `at` on, n of them, rounded from fp32 into its 16 bits.
+  auto fill = [&](Parameter& p, int64_t at, const float* x, int64_t n) {
+    if (matrices == WeightType::BF16) kernels::float_to_bf16(p.packed.data() + at, x, n);
+    else kernels::float_to_half(p.packed.data() + at, x, n);
   };
   std::set<std::string> used;
   auto take = [&](const std::string& hf, TensorView out) {
@@ -267,15 +266,27 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
     tensors.load_into(hf, out, what);
     used.insert(hf);
   };
+  // A packed matrix goes through fp32 in pieces of about 64 MiB (a Llama-3-8B token table is 2.1 GB in fp32).
+  std::vector<float> piece;
   for (const auto& [hf, name] : plain_mappings(c, names)) {
     Parameter& p = *model.find(name);
     if (p.has_values()) {
       take(hf, p.value.view());
       continue;
     }
-    Tensor scratch = Tensor::uninitialized(p.value.shape());
-    take(hf, scratch.view());
-    fill(p, scratch.data());
+    const TensorInfo* t = tensors.find(hf);
+    check(t != nullptr, "{}: no tensor '{}', which {} has", dir.string(), hf, what);
+    check(t->shape == p.value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(hf), hf,
+          t->shape, p.value.shape());
+    const int64_t rows = p.value.size(0), cols = p.numel() / rows;
+    const int64_t step = std::max<int64_t>(1, (int64_t{16} << 20) / cols);
+    piece.resize(static_cast<size_t>(std::min(rows, step) * cols));
+    for (int64_t r = 0; r < rows; r += step) {
+      const int64_t n = std::min(step, rows - r);
+      tensors.load_rows_into(hf, r, n, piece.data(), what);
+      fill(p, r * cols, piece.data(), n * cols);
+    }
+    used.insert(hf);
   }
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   // q, k and v stacked into Attend's fused rows (a weight has C columns, a bias 1); q's and k's rows permuted.
@@ -296,7 +307,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
     } else {
       if (qkv_scratch.numel() != qkv.numel()) qkv_scratch = Tensor::uninitialized(qkv.value.shape());
       fuse(a, "weight", qkv_scratch.data(), C);
-      fill(qkv, qkv_scratch.data());
+      fill(qkv, 0, qkv_scratch.data(), qkv.numel());
     }
     if (c.qkv_bias) fuse(a, "bias", model.find(decoder_block(i) + "attn.qkv.bias")->value.data(), 1);
     if (c.qk_norm)  // each norm's gain is one head's channels, permuted as the head's rows are

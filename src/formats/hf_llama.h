@@ -37,8 +37,8 @@ struct DecoderNames {
 // Loads the decoder tensors of DIR (model.safetensors or its shards) into a model of configuration `c`: the
 // Llama layout, with Gemma's four norms a block when c.sandwich_norm. `what` names the model in errors; a
 // missing tensor, a wrong shape or a tensor the model has no place for is an error naming it. `matrices` BF16 or
-// F16: the multiplied matrices go straight into that type, packed, with no fp32 values (a tensor at a time through
-// an fp32 scratch), and the other parameters are rounded to it: the model load_model(dir, matrices) returns, what
+// F16: the multiplied matrices go straight into that type, packed, with no fp32 values (about 64 MiB of rows at a
+// time through an fp32 scratch), and the other parameters are rounded to it: the model load_model(dir, matrices) returns, what
 // set_storage(matrices) and hold_as_stored() make of the fp32 one.
 Model load_decoder_tensors(const std::filesystem::path& dir, const ModelConfig& c, const DecoderNames& names,
                            const std::string& what, WeightType matrices = WeightType::F32);

@@ -115,7 +115,11 @@ Model load_as_stored(const fs::path& dir) {
   if (formats::is_gguf_file(dir)) return formats::load_gguf_model(dir);  // llama.cpp's single file
   // Hugging Face checkpoints are read as published (formats/hf_*.cpp).
   const auto [config_text, family] = read_config(dir);
-  if (family != nullptr) return family->load(dir, json::parse(config_text), WeightType::F32);
+  if (family != nullptr) {
+    Model model = family->load(dir, json::parse(config_text), WeightType::F32);
+    release_cached_memory();  // the loader's scratch tensors
+    return model;
+  }
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
@@ -159,8 +163,11 @@ Model load_model(const fs::path& dir, WeightType matrices) {
   check(matrices == WeightType::BF16 || matrices == WeightType::F16,
         "load_model: matrices must be f32, bf16 or f16, got {}", weight_type_name(matrices));
   if (!formats::is_gguf_file(dir))
-    if (const auto [config_text, family] = read_config(dir); family != nullptr && family->loads_16_bits)
-      return family->load(dir, json::parse(config_text), matrices);
+    if (const auto [config_text, family] = read_config(dir); family != nullptr && family->loads_16_bits) {
+      Model model = family->load(dir, json::parse(config_text), matrices);
+      release_cached_memory();  // the loader's scratch tensors
+      return model;
+    }
   Model model = load_as_stored(dir);
   model.set_storage(matrices);
   model.hold_as_stored();
