@@ -258,13 +258,16 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
     else kernels::float_to_half(p.packed.data() + at, x, n);
   };
   std::set<std::string> used;
-  auto take = [&](const std::string& hf, TensorView out) {
+  auto expect = [&](const std::string& hf, const Shape& shape) {  // the checkpoint has it, of that shape
     const TensorInfo* t = tensors.find(hf);
     check(t != nullptr, "{}: no tensor '{}', which {} has", dir.string(), hf, what);
-    check(t->shape == out.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(hf), hf,
-          t->shape, out.shape());
-    tensors.load_into(hf, out, what);
+    check(t->shape == shape, "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(hf), hf, t->shape,
+          shape);
     used.insert(hf);
+  };
+  auto take = [&](const std::string& hf, TensorView out) {
+    expect(hf, out.shape());
+    tensors.load_into(hf, out, what);
   };
   // A packed matrix goes through fp32 in pieces of about 64 MiB (a Llama-3-8B token table is 2.1 GB in fp32).
   std::vector<float> piece;
@@ -274,10 +277,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
       take(hf, p.value.view());
       continue;
     }
-    const TensorInfo* t = tensors.find(hf);
-    check(t != nullptr, "{}: no tensor '{}', which {} has", dir.string(), hf, what);
-    check(t->shape == p.value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(hf), hf,
-          t->shape, p.value.shape());
+    expect(hf, p.value.shape());
     const int64_t rows = p.value.size(0), cols = p.numel() / rows;
     const int64_t step = std::max<int64_t>(1, (int64_t{16} << 20) / cols);
     piece.resize(static_cast<size_t>(std::min(rows, step) * cols));
@@ -286,7 +286,6 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
       tensors.load_rows_into(hf, r, n, piece.data(), what);
       fill(p, r * cols, piece.data(), n * cols);
     }
-    used.insert(hf);
   }
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   // q, k and v stacked into Attend's fused rows (a weight has C columns, a bias 1); q's and k's rows permuted.
