@@ -20,24 +20,30 @@
 
 namespace attend::cli {
 
+namespace {
+
+WeightType weights_type(const std::string& weights) {  // --weights, named
+  WeightType type;
+  check(parse_weight_type(weights, type),
+        "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
+  return type;
+}
+
+}  // namespace
+
 void set_weights(Model& model, const std::string& weights, WeightType fallback) {
   if (weights.empty()) {  // as loaded (a GGUF file's quantized or 16-bit matrices stay as they are), else `fallback`
     if (!model.holds_packed()) model.set_storage(fallback);
   } else {
-    WeightType type;
-    check(parse_weight_type(weights, type),
-          "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
-    model.set_storage(type);
+    model.set_storage(weights_type(weights));
   }
   model.hold_as_stored();  // for running: a 16-bit matrix keeps no fp32 copy of its values
 }
 
 Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
                        WeightType fallback, std::vector<std::pair<std::string, int>>* adapters) {
-  WeightType type = fallback;  // a GGUF file keeps its own types unless --weights names one
-  if (!weights.empty())
-    check(parse_weight_type(weights, type),
-          "--weights '{}': expected f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", weights);
+  // A GGUF file keeps its own types unless --weights names one.
+  const WeightType type = weights.empty() ? fallback : weights_type(weights);
   const bool direct = (type == WeightType::BF16 || type == WeightType::F16) && (!weights.empty() || !is_gguf_file(dir));
   Model model = direct ? load_model(dir, type) : load_model(dir);
   auto names = apply_lora(model, lora);

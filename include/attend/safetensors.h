@@ -77,6 +77,8 @@ class SafetensorsReader {
   uint64_t data_start() const { return static_cast<uint64_t>(data_ - static_cast<const unsigned char*>(map_->base)); }
 
  private:
+  void read_rows(const TensorInfo& t, int64_t row0, int64_t rows, float* out) const;  // load_rows_into, found
+
   std::string origin_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -111,14 +111,26 @@ std::optional<std::string> gguf_chat_template(const fs::path& path) { return for
 
 namespace {
 
-Model load_as_stored(const fs::path& dir) {
-  if (formats::is_gguf_file(dir)) return formats::load_gguf_model(dir);  // llama.cpp's single file
+// The model as set_storage(matrices) and hold_as_stored() make it; as it is for F32.
+Model stored_as(Model model, WeightType matrices) {
+  if (matrices == WeightType::F32) return model;
+  model.set_storage(matrices);
+  model.hold_as_stored();
+  return model;
+}
+
+}  // namespace
+
+Model load_model(const fs::path& dir, WeightType matrices) {
+  check(matrices == WeightType::F32 || matrices == WeightType::BF16 || matrices == WeightType::F16,
+        "load_model: matrices must be f32, bf16 or f16, got {}", weight_type_name(matrices));
+  if (formats::is_gguf_file(dir)) return stored_as(formats::load_gguf_model(dir), matrices);  // llama.cpp's file
   // Hugging Face checkpoints are read as published (formats/hf_*.cpp).
   const auto [config_text, family] = read_config(dir);
   if (family != nullptr) {
-    Model model = family->load(dir, json::parse(config_text), WeightType::F32);
+    Model model = family->load(dir, json::parse(config_text), family->loads_16_bits ? matrices : WeightType::F32);
     release_cached_memory();  // the loader's scratch tensors
-    return model;
+    return family->loads_16_bits ? std::move(model) : stored_as(std::move(model), matrices);
   }
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
@@ -153,25 +165,7 @@ Model load_as_stored(const fs::path& dir) {
     for (Parameter* p : model.parameters()) reader.load_into(p->name, p->value.view());
   }
   release_cached_memory();  // the buffers the model was built in, which loading replaced
-  return model;
-}
-
-}  // namespace
-
-Model load_model(const fs::path& dir, WeightType matrices) {
-  if (matrices == WeightType::F32) return load_as_stored(dir);
-  check(matrices == WeightType::BF16 || matrices == WeightType::F16,
-        "load_model: matrices must be f32, bf16 or f16, got {}", weight_type_name(matrices));
-  if (!formats::is_gguf_file(dir))
-    if (const auto [config_text, family] = read_config(dir); family != nullptr && family->loads_16_bits) {
-      Model model = family->load(dir, json::parse(config_text), matrices);
-      release_cached_memory();  // the loader's scratch tensors
-      return model;
-    }
-  Model model = load_as_stored(dir);
-  model.set_storage(matrices);
-  model.hold_as_stored();
-  return model;
+  return stored_as(std::move(model), matrices);
 }
 
 void export_hf(const Model& model, const fs::path& dir, const Tokenizer* tokenizer) {

@@ -181,30 +181,34 @@ void SafetensorsReader::load_into(std::string_view name, TensorView out) const {
   const TensorInfo* t = find(name);
   check(t != nullptr, "{}: no tensor '{}'", origin_, name);
   check(t->shape == out.shape(), "{}: tensor '{}' has shape {}, expected {}", origin_, name, t->shape, out.shape());
-  load_rows_into(name, 0, t->shape.rank() == 0 ? 1 : t->shape[0], out.data());
+  read_rows(*t, 0, t->shape.rank() == 0 ? 1 : t->shape[0], out.data());
 }
 
 void SafetensorsReader::load_rows_into(std::string_view name, int64_t row0, int64_t rows, float* out) const {
   const TensorInfo* t = find(name);
   check(t != nullptr, "{}: no tensor '{}'", origin_, name);
-  const int64_t all = t->shape.rank() == 0 ? 1 : t->shape[0];
+  read_rows(*t, row0, rows, out);
+}
+
+void SafetensorsReader::read_rows(const TensorInfo& t, int64_t row0, int64_t rows, float* out) const {
+  const int64_t all = t.shape.rank() == 0 ? 1 : t.shape[0];
   check(row0 >= 0 && rows >= 0 && row0 + rows <= all, "{}: rows [{}, {}) of tensor '{}' of shape {}", origin_, row0,
-        row0 + rows, name, t->shape);
-  if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
-    throw Error(fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", origin_, name,
-                            dtype_name(t->dtype)));
-  const int64_t per_row = all == 0 ? 0 : t->shape.numel() / all;
+        row0 + rows, t.name, t.shape);
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+    throw Error(fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", origin_, t.name,
+                            dtype_name(t.dtype)));
+  const int64_t per_row = all == 0 ? 0 : t.shape.numel() / all;
   const auto n = static_cast<size_t>(rows * per_row);
   if (n == 0) return;  // nothing to copy
-  const size_t element = static_cast<size_t>(dtype_size(t->dtype));
-  const unsigned char* src = data_ + t->begin + static_cast<size_t>(row0 * per_row) * element;
-  switch (t->dtype) {
+  const size_t element = static_cast<size_t>(dtype_size(t.dtype));
+  const unsigned char* src = data_ + t.begin + static_cast<size_t>(row0 * per_row) * element;
+  switch (t.dtype) {
     case DType::F32: std::memcpy(out, src, n * 4); break;
     case DType::BF16:
     case DType::F16: {
       std::vector<uint16_t> halves(n);  // the file's data need not be 2-byte aligned
       std::memcpy(halves.data(), src, n * 2);
-      if (t->dtype == DType::BF16) kernels::bf16_to_float(out, halves.data(), static_cast<int64_t>(n));
+      if (t.dtype == DType::BF16) kernels::bf16_to_float(out, halves.data(), static_cast<int64_t>(n));
       else kernels::half_to_float(out, halves.data(), static_cast<int64_t>(n));
       break;
     }
