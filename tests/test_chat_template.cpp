@@ -7,6 +7,7 @@
 #include "tokenize/jinja_value.h"
 #include "tokenize/chat_template_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -192,6 +193,44 @@ TEST(ChatTemplate, Extensions) {
   EXPECT_EQ(run("{{ 3 is lt(4) }} {{ 3 is in([1, 3]) }} {{ 'x' is sameas('x') }}"), "true true true");
   EXPECT_EQ(run("{{ '\\d' }}"), "\\d");  // Python keeps an unknown escape
   EXPECT_EQ(run("{% for x in [] %}{% else %}none{% endfor %}|{% for x in [1] %}{% break %}{% else %}no{% endfor %}"), "none|");
+}
+
+TEST(ChatTemplate, DictsOfAnySizeKeepOrderAndFindEveryKey) {
+  // Below 16 entries a dict is scanned, from 16 on it is indexed: both keep insertion order, replace a
+  // repeated key in place and find every key.
+  for (int n : {3, 15, 16, 17, 40}) {
+    std::string literal = "{", expected_keys, expected_values;
+    for (int k = 0; k < n; ++k) {
+      literal += fmt::format("'k{}': {}, ", k, k);
+      expected_keys += fmt::format("k{},", k);
+      expected_values += fmt::format("{},", k == 0 ? 99 : k);
+    }
+    literal += "'k0': 99}";  // repeated: replaces the first entry's value, keeps its place
+    std::string lookups;
+    for (int k = 0; k < n; ++k) lookups += fmt::format("{{{{ d['k{}'] }}}},", k);
+    EXPECT_EQ(run(fmt::format("{{% set d = {} %}}{{% for k in d %}}{{{{ k }}}},{{% endfor %}}|{}|{{{{ d | length }}}}"
+                              "{{{{ d['k{}'] is defined }}}}",
+                              literal, lookups, n)),
+              expected_keys + "|" + expected_values + "|" + std::to_string(n) + "false")
+        << n << " keys";
+  }
+  std::string sets;  // a namespace's attributes, set one by one past the index's threshold
+  for (int k = 0; k < 20; ++k) sets += fmt::format("{{% set ns.a{} = {} %}}", k, k * k);
+  EXPECT_EQ(run("{% set ns = namespace() %}" + sets + "{% set ns.a3 = -1 %}{{ ns.a0 }} {{ ns.a3 }} {{ ns.a19 }}"), "0 -1 361");
+}
+
+TEST(ChatTemplate, LoopIsItsOwnForEachTurnThatKeepsIt) {
+  // `loop` is filled again turn by turn only when nothing else holds it.
+  EXPECT_EQ(run("{% set ns = namespace(first=none) %}{% for x in 'abc' %}{% if loop.first %}{% set ns.first = loop %}"
+                "{% endif %}{{ loop.index }}{{ loop.previtem }}{% endfor %} {{ ns.first.index }}{{ ns.first.last }}"),
+            "12a3b 1false");
+  EXPECT_EQ(run("{% set ns = namespace(all=[]) %}{% for x in [5, 6] %}{% set ns.all = ns.all + [loop] %}{% endfor %}"
+                "{{ ns.all | map(attribute='index0') | list }}"),
+            "[0, 1]");
+  // A dict the body sets as `loop` is replaced by the next turn's loop, not filled in.
+  EXPECT_EQ(run("{% for x in [1, 2] %}{{ loop.index }}{{ loop.extra }}{% set loop = {'extra': 'E'} %}{{ loop.extra }}"
+                "{% endfor %}"),
+            "1E2E");
 }
 
 TEST(ChatTemplate, IntegerEdgesNeitherOverflowNorHang) {

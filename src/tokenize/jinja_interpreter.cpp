@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -140,16 +142,42 @@ void Interpreter::exec_set(const Stmt& s, const ScopePtr& scope, Value rhs) {
   }
 }
 
+// `loop` for turn i of n: a new dict each turn, as @huggingface/jinja makes one. The dict in the scope is
+// filled again instead when nothing else holds it and it has loop's keys in loop's order (a
+// {% set l = loop %} keeps its own; a dict the body set as `loop` is only reused when it is one).
+void Interpreter::set_loop(Scope& scope, const std::vector<Value>& items, int64_t i) {
+  static constexpr std::array<std::string_view, 9> kKeys = {"index", "index0", "revindex", "revindex0", "first",
+                                                            "last", "length", "previtem", "nextitem"};
+  const int64_t n = static_cast<int64_t>(items.size());
+  const size_t at = static_cast<size_t>(i);
+  std::array<Value, 9> values = {
+      Value::from_int(i + 1),     Value::from_int(i),
+      Value::from_int(n - i),     Value::from_int(n - i - 1),
+      Value::from_bool(i == 0),   Value::from_bool(i == n - 1),
+      Value::from_int(n),         i > 0 ? items[at - 1] : Value::undefined(),
+      i < n - 1 ? items[at + 1] : Value::undefined()};
+  Dict loop;
+  if (auto it = scope.vars.find("loop"); it != scope.vars.end() && it->second.kind == Value::Kind::Dict &&
+                                         it->second.dict.use_count() == 1 &&
+                                         std::ranges::equal(it->second.dict->entries(), kKeys, {}, [](const auto& e) {
+                                           return std::string_view(e.first);
+                                         }))
+    loop = std::move(*it->second.dict);
+  for (size_t k = 0; k < kKeys.size(); ++k) loop.set(kKeys[k], std::move(values[k]));
+  scope.set("loop", Value::from_dict(std::move(loop)));
+}
+
 Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
   auto loop_scope = std::make_shared<Scope>(scope);
   const Value iterable = eval(*s.expr, loop_scope);
-  std::vector<Value> source;
+  std::vector<Value> made;  // a dict's keys, a string's characters
+  const std::vector<Value>* source = &made;
   if (iterable.is_list()) {
-    source = iterable.items();
+    source = &iterable.items();
   } else if (iterable.is_dict()) {  // a dict iterates over its keys
-    for (const auto& [key, v] : iterable.dict->entries()) source.push_back(Value::from_string(key));
+    for (const auto& [key, v] : iterable.dict->entries()) made.push_back(Value::from_string(key));
   } else if (iterable.is_string()) {  // Python iterates over the characters
-    for (std::string_view c : code_points(iterable.s())) source.push_back(Value::from_string(std::string(c)));
+    for (std::string_view c : code_points(iterable.s())) made.push_back(Value::from_string(std::string(c)));
   } else {
     fail(fmt::format("cannot loop over a {}", type_name(iterable)));
   }
@@ -164,30 +192,23 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, st
       fail(fmt::format("cannot unpack {} values into {} loop variables", item.items().size(), target.children.size()));
     for (size_t j = 0; j < target.children.size(); ++j) into.set(target.children[j]->name, item.items()[j]);
   };
-  std::vector<Value> items;
-  for (const Value& item : source) {
-    charge(1);
-    if (s.condition) {  // for x in xs if cond: the condition sees the loop variable
+  std::vector<Value> kept;  // for x in xs if cond: the condition sees the loop variable
+  if (s.condition) {
+    for (const Value& item : *source) {
+      charge(1);
       auto test_scope = std::make_shared<Scope>(loop_scope);
       bind(*test_scope, item);
-      if (!truthy(eval(*s.condition, test_scope))) continue;
+      if (truthy(eval(*s.condition, test_scope))) kept.push_back(item);
     }
-    items.push_back(item);
+    source = &kept;
+  } else {
+    charge(static_cast<int64_t>(source->size()));
   }
+  const std::vector<Value>& items = *source;
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
     charge(1);
-    Dict loop;
-    loop.set("index", Value::from_int(i + 1));
-    loop.set("index0", Value::from_int(i));
-    loop.set("revindex", Value::from_int(n - i));
-    loop.set("revindex0", Value::from_int(n - i - 1));
-    loop.set("first", Value::from_bool(i == 0));
-    loop.set("last", Value::from_bool(i == n - 1));
-    loop.set("length", Value::from_int(n));
-    loop.set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined());
-    loop.set("nextitem", i < n - 1 ? items[static_cast<size_t>(i + 1)] : Value::undefined());
-    loop_scope->set("loop", Value::from_dict(std::move(loop)));
+    set_loop(*loop_scope, items, i);
     bind(*loop_scope, items[static_cast<size_t>(i)]);
     if (exec(s.body, loop_scope, out) == Flow::Break) break;
   }

@@ -67,6 +67,7 @@ class Interpreter {
   Flow exec(const Body& body, const ScopePtr& scope, std::string& out);
   Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out);
   Flow exec_for(const Stmt& s, const ScopePtr& scope, std::string& out);
+  void set_loop(Scope& scope, const std::vector<Value>& items, int64_t i);
   void exec_set(const Stmt& s, const ScopePtr& scope, Value rhs);
   void define_macro(const Stmt& s, const ScopePtr& scope);
   void exec_call_block(const Stmt& s, const ScopePtr& scope, std::string& out);

@@ -20,28 +20,39 @@ void check_depth(uint32_t depth) {
 }
 }  // namespace
 
-const Value* Dict::find(std::string_view key) const {
-  auto it = index_.find(std::string(key));
-  return it == index_.end() ? nullptr : &entries_[it->second].second;
+size_t Dict::position(std::string_view key) const {
+  if (entries_.size() < kIndexFrom) {
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (entries_[i].first == key) return i;
+    return entries_.size();
+  }
+  auto it = index_.find(key);
+  return it == index_.end() ? entries_.size() : it->second;
 }
 
-void Dict::set(const std::string& key, Value value) {
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    entries_[it->second].second = std::move(value);
+void Dict::reindex() {
+  index_.clear();
+  if (entries_.size() < kIndexFrom) return;
+  for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+}
+
+const Value* Dict::find(std::string_view key) const {
+  const size_t i = position(key);
+  return i == entries_.size() ? nullptr : &entries_[i].second;
+}
+
+void Dict::set(std::string_view key, Value value) {
+  const size_t i = position(key);
+  if (i < entries_.size()) {
+    entries_[i].second = std::move(value);
     return;
   }
-  index_.emplace(key, entries_.size());
-  entries_.emplace_back(key, std::move(value));
-}
-
-bool Dict::erase(std::string_view key) {
-  auto it = index_.find(std::string(key));
-  if (it == index_.end()) return false;
-  entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(it->second));
-  index_.clear();
-  for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
-  return true;
+  entries_.emplace_back(std::string(key), std::move(value));
+  if (entries_.size() == kIndexFrom) {
+    reindex();
+  } else if (entries_.size() > kIndexFrom) {
+    index_.emplace(entries_.back().first, i);
+  }
 }
 
 void Dict::clear() {

@@ -84,19 +84,28 @@ struct Value {
   double as_double() const { return kind == Kind::Int ? static_cast<double>(integer) : kind == Kind::Bool ? boolean : number; }
 };
 
-// A dict: string keys in insertion order (Python's dict, JavaScript's Map), with an index for lookups.
+// A dict: string keys in insertion order (Python's dict, JavaScript's Map). Most dicts of a chat template
+// are small (a message, `loop`, a tool call) and are found by a scan; a dict of kIndexFrom entries or more
+// gets a hash index.
 class Dict {
  public:
   const Value* find(std::string_view key) const;
-  void set(const std::string& key, Value value);  // replaces in place, or appends
-  bool erase(std::string_view key);
+  void set(std::string_view key, Value value);  // replaces in place, or appends
   void clear();
   size_t size() const { return entries_.size(); }
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
  private:
+  static constexpr size_t kIndexFrom = 16;
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  size_t position(std::string_view key) const;  // entries_.size() when absent
+  void reindex();
+
   std::vector<std::pair<std::string, Value>> entries_;
-  std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<std::string, size_t, Hash, std::equal_to<>> index_;  // empty below kIndexFrom entries
 };
 
 // A call's arguments, evaluated: positional ones, then keyword ones in the order written.
