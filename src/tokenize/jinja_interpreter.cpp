@@ -161,9 +161,12 @@ void Interpreter::set_loop(Scope& scope, const std::vector<Value>& items, int64_
                                          it->second.dict.use_count() == 1 &&
                                          std::ranges::equal(it->second.dict->entries(), kKeys, {}, [](const auto& e) {
                                            return std::string_view(e.first);
-                                         }))
+                                         })) {
     loop = std::move(*it->second.dict);
-  for (size_t k = 0; k < kKeys.size(); ++k) loop.set(kKeys[k], std::move(values[k]));
+    for (size_t k = 0; k < kKeys.size(); ++k) loop.set_at(k, std::move(values[k]));
+  } else {
+    for (size_t k = 0; k < kKeys.size(); ++k) loop.set(kKeys[k], std::move(values[k]));
+  }
   scope.set("loop", Value::from_dict(std::move(loop)));
 }
 

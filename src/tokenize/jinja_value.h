@@ -91,6 +91,7 @@ class Dict {
  public:
   const Value* find(std::string_view key) const;
   void set(std::string_view key, Value value);  // replaces in place, or appends
+  void set_at(size_t i, Value value) { entries_.at(i).second = std::move(value); }  // entry i's value
   void clear();
   size_t size() const { return entries_.size(); }
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
