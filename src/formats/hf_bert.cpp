@@ -129,14 +129,14 @@ ModelConfig config_from_hf_bert(const json& j, const std::string& origin, const 
   return validated(c, origin);
 }
 
-Model load_hf_bert(const fs::path& dir, const json& config) {
+Model load_hf_bert(const fs::path& dir, const json& config, WeightType matrices) {
   const CheckpointTensors tensors(dir);
   const ModelConfig c = config_from_hf_bert(config, (dir / "config.json").string(), &tensors);
   const std::string prefix = tensors.find("bert.embeddings.word_embeddings.weight") != nullptr ? "bert." : "";
   // The masked-LM bias is cls.predictions.bias, saved once; some files keep its tied copy under the decoder's name.
   const std::string mlm_bias =
       tensors.find("cls.predictions.bias") != nullptr ? "cls.predictions.bias" : "cls.predictions.decoder.bias";
-  Model model = Model::for_loading(c);
+  Model model = model_for_loading(c, matrices, dir);
   auto skipped = [&](const std::string& name) {
     return name == prefix + "embeddings.position_ids" || name == "cls.predictions.decoder.bias" ||
            (c.tie_embeddings && name == "cls.predictions.decoder.weight") ||
@@ -144,6 +144,7 @@ Model load_hf_bert(const fs::path& dir, const json& config) {
   };
   load_mapped(tensors, model, bert_mappings(c, prefix, mlm_bias), skipped,
               fmt::format("a BERT of this config ({} layers, hidden_size {})", c.n_layers, c.d_model));
+  finish_loading(model, matrices);
   return model;
 }
 

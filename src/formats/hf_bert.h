@@ -25,8 +25,9 @@ bool is_hf_bert_config(const nlohmann::json& config);
 // `architectures` or, given the checkpoint's tensors, from which of them it holds. Errors name the key.
 ModelConfig config_from_hf_bert(const nlohmann::json& config, const std::string& origin,
                                 const CheckpointTensors* tensors = nullptr);
-// Loads DIR (config.json; model.safetensors or its shards).
-Model load_hf_bert(const std::filesystem::path& dir, const nlohmann::json& config);
+// Loads DIR (config.json; model.safetensors or its shards), its matrices as `matrices` (model_for_loading).
+Model load_hf_bert(const std::filesystem::path& dir, const nlohmann::json& config,
+                  WeightType matrices = WeightType::F32);
 // BERT's tensors and where each lies in Attend's parameters; `prefix` begins the encoder's names ("bert." in the
 // heads' classes, "" in BertModel's), `mlm_bias` names the masked-LM head's bias.
 std::vector<RowMapping> bert_mappings(const ModelConfig& c, const std::string& prefix, const std::string& mlm_bias);

@@ -1,6 +1,8 @@
 // Hugging Face checkpoint directories: one weights file or shards named by an index, and config keys.
 #include "formats/hf_checkpoint.h"
 
+#include "kernels/convert.h"
+
 #include <attend/error.h>
 #include <attend/io.h>
 #include <attend/tokenizer.h>
@@ -151,10 +153,49 @@ Parameter& parameter_named(Model& model, const std::string& name) {
 
 }  // namespace
 
+Model model_for_loading(const ModelConfig& c, WeightType matrices, const fs::path& dir) {
+  const bool half = matrices == WeightType::BF16 || matrices == WeightType::F16;
+  check(half || matrices == WeightType::F32, "{}: loading as {}: expected f32, bf16 or f16", dir.string(),
+        weight_type_name(matrices));
+  if (!half) return Model::for_loading(c);
+  Model model = Model::for_loading(c, [&](const Parameter& p) { return Model::multiplies(p, c); });
+  for (Parameter* p : model.parameters())
+    if (!p->has_values()) p->storage = matrices, p->packed.resize(static_cast<size_t>(p->numel()));
+  return model;
+}
+
+void fill_packed(Parameter& p, int64_t at, const float* x, int64_t n) {
+  check(at >= 0 && at + n <= static_cast<int64_t>(p.packed.size()), "internal: {} values at {} past '{}''s {}", n, at,
+        p.name, p.packed.size());
+  if (p.storage == WeightType::BF16) kernels::float_to_bf16(p.packed.data() + at, x, n);
+  else if (p.storage == WeightType::F16) kernels::float_to_half(p.packed.data() + at, x, n);
+  else throw Error(fmt::format("internal: '{}' is held as {}, not packed in 16 bits", p.name, weight_type_name(p.storage)));
+}
+
+void load_packed_rows(const CheckpointTensors& tensors, std::string_view name, Parameter& p, int64_t row,
+                      std::string_view what_for, std::vector<float>& scratch) {
+  const TensorInfo* t = tensors.find(name);
+  check(t != nullptr, "internal: no tensor '{}'", name);
+  const int64_t rows = t->shape.rank() == 0 ? 1 : t->shape[0];
+  const int64_t cols = rows == 0 ? 0 : t->shape.numel() / rows;
+  const int64_t step = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(cols, 1));
+  scratch.resize(static_cast<size_t>(std::min(rows, step) * cols));
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t n = std::min(step, rows - r);
+    tensors.load_rows_into(name, r, n, scratch.data(), what_for);
+    fill_packed(p, (row + r) * cols, scratch.data(), n * cols);
+  }
+}
+
+void finish_loading(Model& model, WeightType matrices) {
+  if (matrices != WeightType::F32) model.set_storage(matrices, [](const Parameter& p) { return p.has_values(); });
+}
+
 void load_mapped(const CheckpointTensors& tensors, Model& model, const std::vector<RowMapping>& mappings,
                  const std::function<bool(const std::string&)>& skipped, const std::string& what) {
   std::set<std::string> used;
   std::map<std::string, int64_t> covered;  // rows mapped into each parameter
+  std::vector<float> scratch;              // for packed parameters
   for (const RowMapping& m : mappings) {
     Parameter& p = parameter_named(model, m.attend);
     const TensorInfo* t = tensors.find(m.hf);
@@ -163,7 +204,8 @@ void load_mapped(const CheckpointTensors& tensors, Model& model, const std::vect
     const int64_t stride = p.value.rank() == 2 ? p.value.size(1) : 1;
     check(t->shape == rows_of(p, rows), "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(m.hf),
           m.hf, t->shape, rows_of(p, rows));
-    tensors.load_into(m.hf, TensorView(p.value.data() + m.row * stride, t->shape), what);
+    if (p.has_values()) tensors.load_into(m.hf, TensorView(p.value.data() + m.row * stride, t->shape), what);
+    else load_packed_rows(tensors, m.hf, p, m.row, what, scratch);
     used.insert(m.hf);
     covered[m.attend] += rows;
   }

@@ -105,6 +105,19 @@ struct RowMapping {
   int64_t row = 0;
 };
 
+// A model of configuration c for a loader to fill as `matrices` (f32, bf16 or f16). In 16 bits the matrices the
+// forward multiplies by (Model::multiplies) get packed rows and no fp32 values: a loader reads them through
+// load_packed_rows, and finish_loading rounds the rest.
+Model model_for_loading(const ModelConfig& c, WeightType matrices, const std::filesystem::path& dir);
+// Rounds n fp32 values into packed parameter p's 16 bits from element `at` on.
+void fill_packed(Parameter& p, int64_t at, const float* x, int64_t n);
+// Checkpoint tensor `name`, whose shape the caller checked, into rows [row, …) of packed parameter p, about 64 MiB
+// of fp32 at a time through `scratch` (a Llama-3-8B token table is 2.1 GB in fp32).
+void load_packed_rows(const CheckpointTensors& tensors, std::string_view name, Parameter& p, int64_t row,
+                      std::string_view what_for, std::vector<float>& scratch);
+// After a 16-bit load: what set_storage(matrices) would still pack among the parameters read in fp32.
+void finish_loading(Model& model, WeightType matrices);
+
 // Loads every mapped tensor of `tensors` into its rows of `model` (shapes checked, naming the tensor), checks that
 // the mapped rows cover each parameter they name, and refuses any tensor that is neither mapped nor `skipped`.
 // `what` names the model in errors ("a T5 of this config").

@@ -88,43 +88,50 @@ ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
   return validated(c, origin);
 }
 
-Model load_hf_gpt2(const fs::path& dir, const json& config) {
+Model load_hf_gpt2(const fs::path& dir, const json& config, WeightType matrices) {
   const ModelConfig c = config_from_hf_gpt2(config, (dir / "config.json").string());
-  Model model = Model::for_loading(c);
-  const fs::path weights = dir / "model.safetensors";
-  check(fs::exists(weights), "{}: missing model.safetensors (Attend reads GPT-2 checkpoints in safetensors)",
-        dir.string());
-  const SafetensorsReader reader(weights);
+  const CheckpointTensors tensors(dir);
+  Model model = model_for_loading(c, matrices, dir);
+  const std::string what = "a GPT-2 of this config";
   // Names may carry the "transformer." prefix of GPT2LMHeadModel's state dict.
   auto find = [&](const std::string& name) -> const TensorInfo* {
-    if (const TensorInfo* t = reader.find(name)) return t;
-    return reader.find("transformer." + name);
+    if (const TensorInfo* t = tensors.find(name)) return t;
+    return tensors.find("transformer." + name);
   };
   std::set<std::string> used;
+  std::vector<float> scratch;  // a packed parameter's rows in fp32
+  Tensor transposed;           // a packed Conv1D weight in Attend's [out, in]
   for (const Mapping& m : gpt2_mappings(c)) {
     const TensorInfo* t = find(m.hf);
-    check(t != nullptr, "{}: no tensor '{}' (or 'transformer.{}'), which a GPT-2 of this config has", weights.string(),
-          m.hf, m.hf);
+    check(t != nullptr, "{}: no tensor '{}' (or 'transformer.{}'), which {} has", dir.string(), m.hf, m.hf, what);
     used.insert(t->name);
-    Parameter* p = model.find(m.attend);
+    Parameter& p = *model.find(m.attend);
     if (m.transpose) {
-      const Tensor src = reader.load(t->name);
-      check(src.rank() == 2 && src.size(0) == p->value.size(1) && src.size(1) == p->value.size(0),
-            "{}: tensor '{}' has shape {}, config.json implies [{}, {}] (Conv1D: [in, out])", weights.string(), t->name,
-            src.shape(), p->value.size(1), p->value.size(0));
-      transpose_into(p->value, src);
-    } else {
-      check(t->shape == p->value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", weights.string(),
-            t->name, t->shape, p->value.shape());
-      reader.load_into(t->name, p->value.view());  // straight into the parameter, no copy between
+      const Tensor src = tensors.load(t->name, what);
+      check(src.rank() == 2 && src.size(0) == p.value.size(1) && src.size(1) == p.value.size(0),
+            "{}: tensor '{}' has shape {}, config.json implies [{}, {}] (Conv1D: [in, out])", tensors.origin(t->name),
+            t->name, src.shape(), p.value.size(1), p.value.size(0));
+      if (p.has_values()) {
+        transpose_into(p.value, src);
+      } else {
+        transposed = Tensor::uninitialized(p.value.shape());
+        transpose_into(transposed, src);
+        fill_packed(p, 0, transposed.data(), transposed.numel());
+      }
+      continue;
     }
+    check(t->shape == p.value.shape(), "{}: tensor '{}' has shape {}, config.json implies {}", tensors.origin(t->name),
+          t->name, t->shape, p.value.shape());
+    if (p.has_values()) tensors.load_into(t->name, p.value.view(), what);  // straight into the parameter
+    else load_packed_rows(tensors, t->name, p, 0, what, scratch);
   }
-  for (const TensorInfo& t : reader.tensors()) {
-    if (used.contains(t.name) || is_buffer(t.name)) continue;
-    if (c.tie_embeddings && (t.name == "lm_head.weight" || t.name == "transformer.lm_head.weight")) continue;  // tied
-    throw Error(fmt::format("{}: unexpected tensor '{}' ({}): not part of a GPT-2 of this config", weights.string(),
-                            t.name, t.shape));
+  for (const std::string& name : tensors.names()) {
+    if (used.contains(name) || is_buffer(name)) continue;
+    if (c.tie_embeddings && (name == "lm_head.weight" || name == "transformer.lm_head.weight")) continue;  // tied
+    throw Error(fmt::format("{}: unexpected tensor '{}' ({}): not part of {}", tensors.origin(name), name,
+                            tensors.find(name)->shape, what));
   }
+  finish_loading(model, matrices);
   return model;
 }
 

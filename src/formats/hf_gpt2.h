@@ -15,8 +15,10 @@ namespace attend::formats {
 bool is_hf_gpt2_config(const nlohmann::json& config);
 // Attend's configuration of a Hugging Face GPT-2 config.json; errors name the key.
 ModelConfig config_from_hf_gpt2(const nlohmann::json& config, const std::string& origin);
-// Loads DIR as a Hugging Face GPT-2 checkpoint.
-Model load_hf_gpt2(const std::filesystem::path& dir, const nlohmann::json& config);
+// Loads DIR (config.json; model.safetensors or its shards) as a Hugging Face GPT-2 checkpoint, its matrices
+// as `matrices` (model_for_loading).
+Model load_hf_gpt2(const std::filesystem::path& dir, const nlohmann::json& config,
+                  WeightType matrices = WeightType::F32);
 
 // One Hugging Face tensor and the Attend parameter it is; Conv1D weights ([in, out]) are transposed.
 struct Mapping {

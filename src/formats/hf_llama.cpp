@@ -3,7 +3,6 @@
 #include "formats/hf_llama.h"
 
 #include "formats/hf_checkpoint.h"
-#include "kernels/convert.h"
 
 #include <attend/error.h>
 #include <attend/io.h>
@@ -244,19 +243,7 @@ ModelConfig config_from_hf_llama(const json& j, const std::string& origin) {
 Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const DecoderNames& names,
                            const std::string& what, WeightType matrices) {
   const CheckpointTensors tensors(dir);
-  const bool half = matrices == WeightType::BF16 || matrices == WeightType::F16;
-  check(half || matrices == WeightType::F32, "{}: loading as {}: expected f32, bf16 or f16", dir.string(),
-        weight_type_name(matrices));
-  // 16 bits: the multiplied matrices get no fp32 values, only their packed rows.
-  Model model = half ? Model::for_loading(c, [&](const Parameter& p) { return Model::multiplies(p, c); })
-                     : Model::for_loading(c);
-  for (Parameter* p : model.parameters())
-    if (!p->has_values()) p->storage = matrices, p->packed.resize(static_cast<size_t>(p->numel()));
-  // A packed parameter's values from `at` on, n of them, rounded from fp32 into its 16 bits.
-  auto fill = [&](Parameter& p, int64_t at, const float* x, int64_t n) {
-    if (matrices == WeightType::BF16) kernels::float_to_bf16(p.packed.data() + at, x, n);
-    else kernels::float_to_half(p.packed.data() + at, x, n);
-  };
+  Model model = model_for_loading(c, matrices, dir);
   std::set<std::string> used;
   auto expect = [&](const std::string& hf, const Shape& shape) {  // the checkpoint has it, of that shape
     const TensorInfo* t = tensors.find(hf);
@@ -269,8 +256,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
     expect(hf, out.shape());
     tensors.load_into(hf, out, what);
   };
-  // A packed matrix goes through fp32 in pieces of about 64 MiB (a Llama-3-8B token table is 2.1 GB in fp32).
-  std::vector<float> piece;
+  std::vector<float> scratch;  // a packed matrix's rows in fp32, a piece at a time
   for (const auto& [hf, name] : plain_mappings(c, names)) {
     Parameter& p = *model.find(name);
     if (p.has_values()) {
@@ -278,14 +264,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
       continue;
     }
     expect(hf, p.value.shape());
-    const int64_t rows = p.value.size(0), cols = p.numel() / rows;
-    const int64_t step = std::max<int64_t>(1, (int64_t{16} << 20) / cols);
-    piece.resize(static_cast<size_t>(std::min(rows, step) * cols));
-    for (int64_t r = 0; r < rows; r += step) {
-      const int64_t n = std::min(step, rows - r);
-      tensors.load_rows_into(hf, r, n, piece.data(), what);
-      fill(p, r * cols, piece.data(), n * cols);
-    }
+    load_packed_rows(tensors, hf, p, 0, what, scratch);
   }
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
   // q, k and v stacked into Attend's fused rows (a weight has C columns, a bias 1); q's and k's rows permuted.
@@ -306,7 +285,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
     } else {
       if (qkv_scratch.numel() != qkv.numel()) qkv_scratch = Tensor::uninitialized(qkv.value.shape());
       fuse(a, "weight", qkv_scratch.data(), C);
-      fill(qkv, 0, qkv_scratch.data(), qkv.numel());
+      fill_packed(qkv, 0, qkv_scratch.data(), qkv.numel());
     }
     if (c.qkv_bias) fuse(a, "bias", model.find(decoder_block(i) + "attn.qkv.bias")->value.data(), 1);
     if (c.qk_norm)  // each norm's gain is one head's channels, permuted as the head's rows are
@@ -323,7 +302,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
       continue;
     throw Error(fmt::format("{}: unexpected tensor '{}': not part of {}", tensors.origin(name), name, what));
   }
-  if (half) model.set_storage(matrices, [](const Parameter& p) { return p.has_values(); });  // the rest rounded
+  finish_loading(model, matrices);
   return model;
 }
 

@@ -113,9 +113,9 @@ ModelConfig config_from_hf_t5(const json& j, const std::string& origin) {
   return validated(c, origin);
 }
 
-Model load_hf_t5(const fs::path& dir, const json& config) {
+Model load_hf_t5(const fs::path& dir, const json& config, WeightType matrices) {
   const ModelConfig c = config_from_hf_t5(config, (dir / "config.json").string());
-  Model model = Model::for_loading(c);
+  Model model = model_for_loading(c, matrices, dir);
   // encoder/decoder.embed_tokens are `shared` again; lm_head.weight is too when the head is tied.
   auto skipped = [&](const std::string& name) {
     return name == "encoder.embed_tokens.weight" || name == "decoder.embed_tokens.weight" ||
@@ -124,6 +124,7 @@ Model load_hf_t5(const fs::path& dir, const json& config) {
   load_mapped(CheckpointTensors(dir), model, t5_mappings(c), skipped,
               fmt::format("a T5 of this config ({} + {} layers, d_model {})", c.n_layers, c.decoder_layers(),
                           c.d_model));
+  finish_loading(model, matrices);
   return model;
 }
 

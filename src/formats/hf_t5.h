@@ -23,8 +23,9 @@ namespace attend::formats {
 bool is_hf_t5_config(const nlohmann::json& config);
 // Attend's configuration of such a config.json; missing keys take T5Config's defaults; errors name the key.
 ModelConfig config_from_hf_t5(const nlohmann::json& config, const std::string& origin);
-// Loads DIR (config.json; model.safetensors or its shards).
-Model load_hf_t5(const std::filesystem::path& dir, const nlohmann::json& config);
+// Loads DIR (config.json; model.safetensors or its shards), its matrices as `matrices` (model_for_loading).
+Model load_hf_t5(const std::filesystem::path& dir, const nlohmann::json& config,
+                  WeightType matrices = WeightType::F32);
 // T5ForConditionalGeneration's tensors and where each lies in Attend's parameters.
 std::vector<RowMapping> t5_mappings(const ModelConfig& c);
 

@@ -54,8 +54,7 @@ using json = nlohmann::json;
 struct Family {
   bool (*is)(const json& config);
   ModelConfig (*config)(const fs::path& dir, const json& config);
-  Model (*load)(const fs::path& dir, const json& config, WeightType matrices);
-  bool loads_16_bits;  // `load` reads the matrices straight into a 16-bit `matrices`; else fp32, converted after
+  Model (*load)(const fs::path& dir, const json& config, WeightType matrices);  // straight into `matrices`
 };
 
 std::string config_origin(const fs::path& dir) { return (dir / "config.json").string(); }
@@ -63,22 +62,22 @@ std::string config_origin(const fs::path& dir) { return (dir / "config.json").st
 const Family kFamilies[] = {
     {formats::is_hf_gpt2_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_gpt2(j, config_origin(d)); },
-     [](const fs::path& d, const json& j, WeightType) { return formats::load_hf_gpt2(d, j); }, false},
+     formats::load_hf_gpt2},
     {formats::is_hf_llama_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_llama(j, config_origin(d)); },
-     formats::load_hf_llama, true},
+     formats::load_hf_llama},
     {formats::is_hf_gemma3_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_gemma3(j, config_origin(d)); },
-     formats::load_hf_gemma3, true},
+     formats::load_hf_gemma3},
     {formats::is_hf_t5_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_t5(j, config_origin(d)); },
-     [](const fs::path& d, const json& j, WeightType) { return formats::load_hf_t5(d, j); }, false},
+     formats::load_hf_t5},
     {formats::is_hf_bert_config,  // which heads BERT has, its tensors say
      [](const fs::path& d, const json& j) {
        const formats::CheckpointTensors tensors(d);
        return formats::config_from_hf_bert(j, config_origin(d), &tensors);
      },
-     [](const fs::path& d, const json& j, WeightType) { return formats::load_hf_bert(d, j); }, false},
+     formats::load_hf_bert},
 };
 
 // DIR's config.json, checked to be a model directory's (errors name what is missing), and its Hugging Face family.
@@ -128,9 +127,9 @@ Model load_model(const fs::path& dir, WeightType matrices) {
   // Hugging Face checkpoints are read as published (formats/hf_*.cpp).
   const auto [config_text, family] = read_config(dir);
   if (family != nullptr) {
-    Model model = family->load(dir, json::parse(config_text), family->loads_16_bits ? matrices : WeightType::F32);
+    Model model = family->load(dir, json::parse(config_text), matrices);
     release_cached_memory();  // the loader's scratch tensors
-    return family->loads_16_bits ? std::move(model) : stored_as(std::move(model), matrices);
+    return model;
   }
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
