@@ -189,6 +189,10 @@ TEST(ChatTemplate, Extensions) {
   EXPECT_EQ(run("{{ 'a-b-c'.split('-') | join('+') }} {{ ', '.join(['x', 'y']) }} {{ 'banana'.count('an') }} {{ 'banana'.find('n') }}"),
             "a+b+c x, y 2 2");
   EXPECT_EQ(run("{{ 'a' < 'b' }} {{ 'b' >= 'c' }}"), "true false");
+  // Python's case mappings, ASCII and beyond (str.upper turns ß into SS; title upper-cases after a non-letter).
+  EXPECT_EQ(run("{{ 'ÉCOLE Straße 9Ab' | lower }}|{{ 'école straße 9ab' | upper }}|{{ 'hello wORLD ünï-x 9ab' | title }}|"
+                "{{ 'Mixed CASE 42' | upper }}{{ 'Mixed CASE 42' | lower }}"),
+            "école straße 9ab|ÉCOLE STRASSE 9AB|Hello World Ünï-X 9Ab|MIXED CASE 42mixed case 42");
   EXPECT_EQ(run("{{ {'a': {'b': [5]}} | attr('a.b.0') }}"), "5");
   EXPECT_EQ(run("{{ 3 is lt(4) }} {{ 3 is in([1, 3]) }} {{ 'x' is sameas('x') }}"), "true true true");
   EXPECT_EQ(run("{{ '\\d' }}"), "\\d");  // Python keeps an unknown escape

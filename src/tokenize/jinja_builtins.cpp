@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <optional>
 
 namespace attend::tokenize::jinja {
 
@@ -45,9 +46,24 @@ std::string concat_text(const Value& v) {
   }
 }
 
-std::string lower(std::string_view s) { return to_lower(s); }
+namespace {
+// ASCII text cases without ICU (its mapping, and Python's, of these characters).
+std::optional<std::string> ascii_case(std::string_view s, char from, char to) {
+  if (!std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return std::nullopt;
+  std::string out(s);
+  for (char& c : out)
+    if (c >= from && c <= to) c = static_cast<char>(c ^ 0x20);
+  return out;
+}
+}  // namespace
+
+std::string lower(std::string_view s) {
+  if (auto ascii = ascii_case(s, 'A', 'Z')) return std::move(*ascii);
+  return to_lower(s);
+}
 
 std::string upper(std::string_view s) {
+  if (auto ascii = ascii_case(s, 'a', 'z')) return std::move(*ascii);
   std::u16string src;
   for (size_t i = 0; i < s.size();) {
     uint32_t cp = decode_utf8(s, i);
