@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <tuple>
@@ -235,6 +237,37 @@ TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
       expect_all_close(got_bf16[1], want_bf16, kFloatTolerance, what + " bf16");
       EXPECT_EQ(got[0], got[1]) << what;
       EXPECT_EQ(got_bf16[0], got_bf16[1]) << what;
+    }
+  }
+}
+
+// The row-invariant gemv (a server's batched decoding step): each weight row is loaded once for several input
+// rows, and each output is still the same bits as the row's one-row product, for every count of rows (the passes
+// of 8, 4, 2 and 1 rows), every weight type and an inner size with a scalar tail (the one-row product is
+// checked against fp64 above).
+TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
+  const int64_t OC = 37;
+  for (int64_t C : {64, 77, 768}) {
+    for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19}) {
+      auto x = random_vector(N * C, 8), w = random_vector(OC * C, 9), b = random_vector(OC, 10);
+      auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);
+      std::vector<uint16_t> w_bf16(OC * C), w_f16(OC * C);
+      float_to_bf16(w_bf16.data(), wf.data(), OC * C);
+      float_to_half(w_f16.data(), wf.data(), OC * C);
+      using Gemv = std::function<void(float*, const float*, int64_t)>;
+      const std::pair<const char*, Gemv> kinds[] = {
+          {"f32", [&](float* o, const float* in, int64_t n) { matmul_forward_rows(o, in, wf.data(), bf.data(), n, C, OC); }},
+          {"bf16", [&](float* o, const float* in, int64_t n) { matmul_forward_bf16(o, in, w_bf16.data(), bf.data(), n, C, OC); }},
+          {"f16", [&](float* o, const float* in, int64_t n) { matmul_forward_f16(o, in, w_f16.data(), bf.data(), n, C, OC); }}};
+      for (const auto& [kind, gemv] : kinds) {
+        const std::string what = fmt::format("{} N={} C={}", kind, N, C);
+        std::vector<float> all(N * OC), one(OC);
+        gemv(all.data(), xf.data(), N);
+        for (int64_t n = 0; n < N; ++n) {
+          gemv(one.data(), xf.data() + n * C, 1);
+          ASSERT_EQ(std::memcmp(one.data(), all.data() + n * OC, OC * sizeof(float)), 0) << what << " row " << n;
+        }
+      }
     }
   }
 }

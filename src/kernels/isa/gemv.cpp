@@ -28,21 +28,55 @@ struct Fp16 {
   static float widen(uint16_t w) { return lanes::widen_f16(w); }
 };
 
-// Σ_c x[c]·w[c] with the weights stored as Format's type: 32 channels a step in 32/kLanes independent
-// accumulators (two AVX-512 registers, four AVX2 ones), so that the FMAs' latency does not bound the loop.
-template <typename Format, typename W>
-[[gnu::noinline]] float dot(const float* x, const W* w, int64_t C) {
+// out[n·out_stride] = Σ_c x[n·C + c]·w[c] + bias for the R input rows n: each weight row is loaded (and widened)
+// once for all R rows. Each row's sum runs 32 channels a step in 32/kLanes independent accumulators (two AVX-512
+// registers, four AVX2 ones), so that the FMAs' latency does not bound the loop, in the same order for every R:
+// a row's result is the same bits however many rows pass with it (the server's batches rely on that).
+constexpr size_t kPrefetchBytes = 2048;
+
+template <typename Format, int64_t R, typename W>
+[[gnu::noinline]] void dots(float* out, int64_t out_stride, const float* x, const W* w, int64_t C, float bias) {
   constexpr int64_t kStep = 32, kAccumulators = kStep / lanes::kLanes;
-  Lanes acc[kAccumulators] = {};
+  // Every loop over rows and accumulators unrolled, so that the sums live in registers (an array the epilogue
+  // indexed went through the stack: zeroed with rep stos, stored and reloaded, a third of a 768-channel row's time).
+  Lanes acc[R][kAccumulators];
+#pragma GCC unroll 16
+  for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+    for (int64_t a = 0; a < kAccumulators; ++a) acc[n][a] = Lanes{};
   int64_t c = 0;
-  for (; c + kStep <= C; c += kStep)
-    for (int64_t a = 0; a < kAccumulators; ++a)
-      acc[a] += lanes::load(x + c + a * lanes::kLanes) * Format::load(w + c + a * lanes::kLanes);
-  for (int64_t a = 1; a < kAccumulators; ++a) acc[0] += acc[a];
-  float s = lanes::sum(acc[0]);
-  for (; c < C; ++c) s += x[c] * Format::widen(w[c]);
-  return s;
+  for (; c + kStep <= C; c += kStep) {
+    if constexpr (R > 1)  // several rows a pass read the weights slower than the hardware prefetcher expects
+      for (size_t b = 0; b < kStep * sizeof(W); b += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(w + c) + kPrefetchBytes + b);
+    if constexpr (R == 1) {  // each weight vector widened just before its product (the order below streamed
+                             // fp16 rows 10-30% slower alone on Zen 4)
+#pragma GCC unroll 16
+      for (int64_t a = 0; a < kAccumulators; ++a)
+        acc[0][a] += lanes::load(x + c + a * lanes::kLanes) * Format::load(w + c + a * lanes::kLanes);
+      continue;
+    }
+    Lanes wc[kAccumulators];
+#pragma GCC unroll 16
+    for (int64_t a = 0; a < kAccumulators; ++a) wc[a] = Format::load(w + c + a * lanes::kLanes);
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+      for (int64_t a = 0; a < kAccumulators; ++a) acc[n][a] += lanes::load(x + n * C + c + a * lanes::kLanes) * wc[a];
+  }
+#pragma GCC unroll 16
+  for (int64_t n = 0; n < R; ++n) {
+#pragma GCC unroll 16
+    for (int64_t a = 1; a < kAccumulators; ++a) acc[n][0] += acc[n][a];
+    float s = lanes::sum(acc[n][0]);
+    for (int64_t t = c; t < C; ++t) s += x[n * C + t] * Format::widen(w[t]);
+    out[n * out_stride] = s + bias;
+  }
 }
+
+// Input rows a pass over a weight row takes at most, their sums held in registers: AVX-512's 32 hold eight rows'
+// two accumulators and the weights, AVX2's 16 two rows' four; SSE's 16 one row's eight.
+constexpr int64_t kRowsPerPass = lanes::kLanes == 16 ? 8 : lanes::kLanes == 8 ? 2 : 1;
 
 // Threads split the output channels (channels.h), each streams its weight rows once.
 template <typename Format, typename W>
@@ -50,8 +84,17 @@ void gemv_rows(float* out, const float* inp, const W* weight, const float* bias,
   auto channels = [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       const W* w = weight + o * C;
-      for (int64_t n = 0; n < N; ++n)
-        out[n * OC + o] = dot<Format>(inp + n * C, w, C) + (bias != nullptr ? bias[o] : 0.0f);
+      const float b = bias != nullptr ? bias[o] : 0.0f;
+      int64_t n = 0;
+      if (N >= 4) {  // fewer rows stream the weights faster one at a time (measured, docs/BENCHMARKS.md)
+        for (; n + kRowsPerPass <= N; n += kRowsPerPass)
+          dots<Format, kRowsPerPass>(out + n * OC + o, OC, inp + n * C, w, C, b);
+        if constexpr (kRowsPerPass > 4)
+          if (n + 4 <= N) dots<Format, 4>(out + n * OC + o, OC, inp + n * C, w, C, b), n += 4;
+        if constexpr (kRowsPerPass > 2)
+          if (n + 2 <= N) dots<Format, 2>(out + n * OC + o, OC, inp + n * C, w, C, b), n += 2;
+      }
+      for (; n < N; ++n) dots<Format, 1>(out + n * OC + o, OC, inp + n * C, w, C, b);
     }
   };
   split_channels(OC, channels);
