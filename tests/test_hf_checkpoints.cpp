@@ -145,12 +145,14 @@ TEST(HfLlama, EachVariantMatchesTheReference) {
 // bit for bit, is the one set_storage and hold_as_stored make of the fp32 load, and it runs (a greedy step through a
 // session gives the same logits). For GPT-2 (loaded in fp32, then converted) the same holds by the other path.
 TEST(HfCheckpoints, SixteenBitLoadingIsTheConvertedModel) {
-  // Every family reads its matrices straight into 16 bits (no fp32 copy of the model): the same bits as loading
-  // fp32 and converting, and the same outputs.
-  const fs::path gpt2 = fs::path(ATTEND_TEST_DATA) / "hf-gpt2";
+  // Every family, and Attend's own directories, read their matrices straight into 16 bits (no fp32 copy of the
+  // model): the same bits as loading fp32 and converting, and the same outputs.
+  const fs::path gpt2 = fs::path(ATTEND_TEST_DATA) / "hf-gpt2", kModels = fs::path(ATTEND_TEST_DATA) / "models";
   for (const fs::path& dir : {kLlama / "tied-llama3", kLlama / "untied-linear", kLlama / "dynamic", kLlama / "qwen2",
                               kLlama / "qwen3", kLlama / "mistral", kGemma / "pattern", kGemma / "layer-types", gpt2,
-                              kT5 / "v1_0", kT5 / "v1_1", kBert / "base", kBert / "mlm", kBert / "classifier"})
+                              kT5 / "v1_0", kT5 / "v1_1", kBert / "base", kBert / "mlm", kBert / "classifier",
+                              kModels / "gpt", kModels / "llama", kModels / "moe", kModels / "t5", kModels / "bert",
+                              kModels / "encoder_mean"})
     for (const WeightType type : {WeightType::BF16, WeightType::F16}) {
       SCOPED_TRACE(dir.filename().string() + " " + weight_type_name(type));
       const Model direct = load_model(dir, type);

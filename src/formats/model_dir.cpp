@@ -7,6 +7,7 @@
 #include <attend/tokenizer.h>
 
 #include "formats/gguf_model.h"
+#include "formats/hf_checkpoint.h"
 #include "formats/hf_gpt2.h"
 #include "formats/hf_bert.h"
 #include "formats/hf_gemma3.h"
@@ -134,7 +135,8 @@ Model load_model(const fs::path& dir, WeightType matrices) {
   const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
   check(fs::exists(weights_path), "{}: missing model.safetensors", dir.string());
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
-  Model model = Model::for_loading(config);
+  // 16 bits: the matrices packed with no fp32 values, read through a scratch as Hugging Face's directories are.
+  Model model = formats::model_for_loading(config, matrices, dir);
   const SafetensorsReader reader(weights_path);
   std::set<std::string> expected;
   // The file maps straight into the parameter buffer when it is that buffer: every tensor F32, in the
@@ -155,7 +157,16 @@ Model load_model(const fs::path& dir, WeightType matrices) {
   for (const TensorInfo& t : reader.tensors())
     check(expected.contains(t.name), "{}: unexpected tensor '{}' ({} {}): config.json implies no such parameter",
           weights_path.string(), t.name, dtype_name(t.dtype), t.shape);
-  if (mappable) {
+  if (matrices != WeightType::F32) {
+    const formats::CheckpointTensors tensors(dir);
+    const std::string what = fmt::format("this {} model", architecture_name(config.architecture));
+    std::vector<float> scratch;
+    for (Parameter* p : model.parameters()) {
+      if (p->has_values()) tensors.load_into(p->name, p->value.view(), what);
+      else formats::load_packed_rows(tensors, p->name, *p, 0, what, scratch);
+    }
+    formats::finish_loading(model, matrices);
+  } else if (mappable) {
     std::shared_ptr<FileMapping> mapping = map_private(weights_path);
     check(mapping->size >= reader.data_start() + next, "{}: changed while it was being loaded", weights_path.string());
     auto* values = reinterpret_cast<float*>(static_cast<unsigned char*>(mapping->base) + reader.data_start());
@@ -164,7 +175,7 @@ Model load_model(const fs::path& dir, WeightType matrices) {
     for (Parameter* p : model.parameters()) reader.load_into(p->name, p->value.view());
   }
   release_cached_memory();  // the buffers the model was built in, which loading replaced
-  return stored_as(std::move(model), matrices);
+  return model;
 }
 
 void export_hf(const Model& model, const fs::path& dir, const Tokenizer* tokenizer) {
