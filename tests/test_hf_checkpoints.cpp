@@ -141,9 +141,9 @@ TEST(HfLlama, EachVariantMatchesTheReference) {
   }
 }
 
-// load_model(dir, bf16|f16) reads a decoder's matrices straight into 16 bits: the model, parameter by parameter and
-// bit for bit, is the one set_storage and hold_as_stored make of the fp32 load, and it runs (a greedy step through a
-// session gives the same logits). For GPT-2 (loaded in fp32, then converted) the same holds by the other path.
+// load_model(dir, bf16|f16) reads the matrices straight into 16 bits: the model, parameter by parameter and bit for
+// bit, is the one set_storage and hold_as_stored make of the fp32 load, and it runs (the same logits from a
+// session's step, or the same hidden states for an encoder).
 TEST(HfCheckpoints, SixteenBitLoadingIsTheConvertedModel) {
   // Every family, and Attend's own directories, read their matrices straight into 16 bits (no fp32 copy of the
   // model): the same bits as loading fp32 and converting, and the same outputs.

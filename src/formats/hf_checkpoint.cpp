@@ -165,8 +165,8 @@ Model model_for_loading(const ModelConfig& c, WeightType matrices, const fs::pat
 }
 
 void fill_packed(Parameter& p, int64_t at, const float* x, int64_t n) {
-  check(at >= 0 && at + n <= static_cast<int64_t>(p.packed.size()), "internal: {} values at {} past '{}''s {}", n, at,
-        p.name, p.packed.size());
+  check(at >= 0 && at + n <= static_cast<int64_t>(p.packed.size()), "internal: {} values at {} past the {} of '{}'", n, at,
+        p.packed.size(), p.name);
   if (p.storage == WeightType::BF16) kernels::float_to_bf16(p.packed.data() + at, x, n);
   else if (p.storage == WeightType::F16) kernels::float_to_half(p.packed.data() + at, x, n);
   else throw Error(fmt::format("internal: '{}' is held as {}, not packed in 16 bits", p.name, weight_type_name(p.storage)));
@@ -178,6 +178,10 @@ void load_packed_rows(const CheckpointTensors& tensors, std::string_view name, P
   check(t != nullptr, "internal: no tensor '{}'", name);
   const int64_t rows = t->shape.rank() == 0 ? 1 : t->shape[0];
   const int64_t cols = rows == 0 ? 0 : t->shape.numel() / rows;
+  const int64_t p_cols = p.value.rank() == 2 ? p.value.size(1) : 1;
+  check(cols == p_cols && row >= 0 && row + rows <= p.value.size(0),
+        "{}: tensor '{}' of shape {} does not fit rows {}.. of '{}' (shape {})", tensors.origin(name), name, t->shape,
+        row, p.name, p.value.shape());
   const int64_t step = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(cols, 1));
   scratch.resize(static_cast<size_t>(std::min(rows, step) * cols));
   for (int64_t r = 0; r < rows; r += step) {

@@ -102,6 +102,8 @@ std::string upper(std::string_view s) {
 
 namespace {
 bool is_letter(std::string_view c) {
+  if (c.size() == 1 && static_cast<unsigned char>(c[0]) < 0x80)
+    return (c[0] >= 'a' && c[0] <= 'z') || (c[0] >= 'A' && c[0] <= 'Z');
   size_t i = 0;
   return u_isalpha(static_cast<UChar32>(decode_utf8(c, i)));
 }

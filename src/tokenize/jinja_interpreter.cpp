@@ -142,9 +142,10 @@ void Interpreter::exec_set(const Stmt& s, const ScopePtr& scope, Value rhs) {
   }
 }
 
-// `loop` for turn i of n: a new dict each turn, as @huggingface/jinja makes one. The dict in the scope is
-// filled again instead when nothing else holds it and it has loop's keys in loop's order (a
-// {% set l = loop %} keeps its own; a dict the body set as `loop` is only reused when it is one).
+// `loop` for turn i of n: a new dict each turn, as @huggingface/jinja makes one. When nothing else holds the
+// last turn's and it has loop's keys in loop's order, its entries (their vector and key strings) are taken over
+// and given the new values (a {% set l = loop %} keeps its own; a dict the body set as `loop` is only taken
+// when it is one).
 void Interpreter::set_loop(Scope& scope, const std::vector<Value>& items, int64_t i) {
   static constexpr std::array<std::string_view, 9> kKeys = {"index", "index0", "revindex", "revindex0", "first",
                                                             "last", "length", "previtem", "nextitem"};
