@@ -103,14 +103,31 @@ inline Lanes load(const int8_t* p) {
   return __builtin_convertvector(b, Lanes);
 }
 
-// Pairwise, halving the vector until one lane is left (log₂ kLanes adds, where a lane-by-lane loop was a
-// chain of kLanes − 1 dependent adds: the cost of a decode attention score, whose dot product is only 64 long).
+// Pairwise, halving the vector until one lane is left: lane i + lane i + w for w = kLanes/2, ..., 1 (log₂ kLanes
+// adds, where a lane-by-lane loop was a chain of kLanes − 1 dependent adds: the cost of a decode attention score,
+// whose dot product is only 64 long). The same tree on every set, so the same bits; AVX2 and AVX-512 halve in
+// registers (GCC kept the array below in memory: a batched gemv's eight sums a weight row, 8% of its time).
 inline float sum(Lanes v) {
+#if defined(__AVX512F__)
+  const __m512 z = reinterpret_cast<__m512>(v);
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(z),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+#elif defined(__AVX2__)
+  const __m256 h = reinterpret_cast<__m256>(v);
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+#endif
+#if defined(__AVX512F__) || defined(__AVX2__)
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));  // lanes 0, 1 + lanes 2, 3
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));   // lane 0 + lane 1
+  return _mm_cvtss_f32(q);
+#else
   float x[kLanes];
   std::memcpy(x, &v, sizeof v);
   for (int64_t width = kLanes / 2; width > 0; width /= 2)
     for (int64_t i = 0; i < width; ++i) x[i] += x[i + width];
   return x[0];
+#endif
 }
 
 inline float widen_bf16(uint16_t bits) { return std::bit_cast<float>(uint32_t{bits} << 16); }
