@@ -237,6 +237,8 @@ void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp
 //     (33 against 44 ms at 32, 286-292 against 320-323 at 256; at 512 the GEMM's 964-982 tokens/s against
 //     919-941);
 //   - the other types: up to 16 rows.
+constexpr int64_t kF16GemvRows = 64;
+
 int64_t int8_rows_limit(const Parameter& weight) {
   const bool bf16 = kernels::bf16_kernel_in_use();
   const kernels::Isa isa = kernels::active_isa();
@@ -430,7 +432,9 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
                                             weight.packed.data(), bias, N, C, OC);
       [[fallthrough]];  // no bf16 dot products on this CPU (AVX2): the same numbers through sgemm, below
     case WeightType::F16:
-      if (weight.storage == WeightType::F16 && rows)
+      // fp16: short prompts too on the gemv (several rows a pass over each weight row), which outruns widening the
+      // whole matrix for sgemm up to about kF16GemvRows rows.
+      if (weight.storage == WeightType::F16 && (rows || N <= kF16GemvRows))
         return kernels::matmul_forward_f16(out, inp, weight.packed.data(), bias, N, C, OC);
       // sgemm on the weight's fp32 values, which are its packed 16-bit values exactly. bf16: the input rounded as
       // the bf16 GEMM rounds it, so that a CPU without one computes the same numbers (without widening the weight
