@@ -74,15 +74,16 @@ int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2, passes = 8, streams = 0;
   std::string weights = "f32", kv_cache = "f32", shape = "gpt2", isa = "auto", model_path;
+  bool weights_given = false, shape_given = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
     else if (flag == "--new") new_tokens = std::atoll(value.c_str());
     else if (flag == "--threads") threads = std::atoi(value.c_str());
-    else if (flag == "--weights") weights = value;
+    else if (flag == "--weights") weights = value, weights_given = true;
     else if (flag == "--passes") passes = std::atoi(value.c_str());
     else if (flag == "--kv-cache") kv_cache = value;
-    else if (flag == "--shape") shape = value;
+    else if (flag == "--shape") shape = value, shape_given = true;
     else if (flag == "--isa") isa = value;
     else if (flag == "--model") model_path = value;
     else if (flag == "--streams") streams = std::atoi(value.c_str());
@@ -101,6 +102,11 @@ int main(int argc, char** argv) {
       (shape != "gpt2" && shape != "llama-1b")) {
     std::fprintf(stderr, "attend_generate_bench: --prompt, --new, --threads and --passes must be positive, --streams not "
                          "negative, --weights f32 or bf16, --shape gpt2 or llama-1b\n");
+    return 2;
+  }
+  if (!model_path.empty() && (weights_given || shape_given)) {
+    std::fprintf(stderr, "attend_generate_bench: --model runs the model as it loads (a GGUF file's types, a directory's "
+                         "fp32); --weights and --shape are for the random-weight shapes\n");
     return 2;
   }
   attend::CacheType cache_type;
