@@ -38,7 +38,8 @@ std::map<std::string, std::string> parse_shard_index(std::string_view text, std:
 CheckpointTensors::CheckpointTensors(const fs::path& dir) : dir_(dir) {
   const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   if (fs::exists(single) || !fs::exists(index)) {
-    check(fs::exists(single), "{}: no model.safetensors (nor model.safetensors.index.json for shards)", dir.string());
+    check(fs::exists(single), "{}: no model.safetensors (nor model.safetensors.index.json for shards; Attend reads "
+          "checkpoints in safetensors, not pytorch_model.bin)", dir.string());
     readers_.push_back(std::make_unique<SafetensorsReader>(single));
     for (const TensorInfo& t : readers_[0]->tensors()) where_.emplace(t.name, 0);
     return;

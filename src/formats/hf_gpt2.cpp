@@ -90,8 +90,6 @@ ModelConfig config_from_hf_gpt2(const json& j, const std::string& origin) {
 
 Model load_hf_gpt2(const fs::path& dir, const json& config, WeightType matrices) {
   const ModelConfig c = config_from_hf_gpt2(config, (dir / "config.json").string());
-  check(fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"),
-        "{}: missing model.safetensors (Attend reads GPT-2 checkpoints in safetensors)", dir.string());
   const CheckpointTensors tensors(dir);
   Model model = model_for_loading(c, matrices, dir);
   const std::string what = "a GPT-2 of this config";
