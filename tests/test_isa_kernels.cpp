@@ -118,9 +118,10 @@ TEST_P(IsaKernels, Bf16RoundsToNearestEvenAndWidensExactly) {
 
 // Decoding's matmul for each weight type, against the fp64 product of the stored weights' exact values.
 // An fp32 sum of C products has error at most γ_C·Σ|x·w| (each product rounds once and each addition once,
-// whatever the order); the bias adds one more rounding of the result.
+// whatever the order); the bias adds one more rounding of the result. 4100 channels: 16-bit rows of 8 KiB and more,
+// which one input row reads eight at a time.
 TEST_P(IsaKernels, GemvMatchesTheExactProductWithinTheSumsBound) {
-  for (const int64_t C : {77, 768}) {
+  for (const int64_t C : {77, 768, 4100}) {
     const int64_t OC = 600;  // shared between threads
     for (int64_t N = 1; N <= kGemvRows; ++N) {
       const auto x = random_vector(N * C, 21, -2, 2), w = random_vector(OC * C, 22), b = random_vector(OC, 23);

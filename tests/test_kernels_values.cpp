@@ -244,10 +244,11 @@ TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
 // The row-invariant gemv (a server's batched decoding step): each weight row is loaded once for several input
 // rows, and each output is still the same bits as the row's one-row product, for every count of rows (the passes
 // of 8, 4, 2 and 1 rows), every weight type and an inner size with a scalar tail (the one-row product is
-// checked against fp64 above).
+// checked against fp64 above). 4099 channels make 16-bit rows long enough (≥ 8 KiB) that one input row takes
+// eight weight rows a pass, with 37 channels leaving five to the one-row kernel.
 TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
   const int64_t OC = 37;
-  for (int64_t C : {64, 77, 768}) {
+  for (int64_t C : {64, 77, 768, 4099}) {
     for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19}) {
       auto x = random_vector(N * C, 8), w = random_vector(OC * C, 9), b = random_vector(OC, 10);
       auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);

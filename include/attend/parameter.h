@@ -6,8 +6,10 @@
 
 #include <attend/tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +29,24 @@ const char* weight_type_name(WeightType t);  // "f32", "bf16", "f16", "q8_0", ..
 // The type a name names ("f32", "bf16", "f16", "q8_0", ... "q6_k"; case ignored); false for another name.
 bool parse_weight_type(const std::string& name, WeightType& out);
 
+// An allocator on 64-byte boundaries, for the matrices the decoding kernels stream, so that no vector load
+// straddles two cache lines. std::allocator gives 16 for large blocks (mmap, with malloc's 16-byte header in
+// front), and every other 32-byte load of AVX-512's fp16 gemv straddled two lines. On Zen 4 the change was
+// within the noise of one-thread generation (docs/BENCHMARKS.md); it costs nothing.
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlignment{64};
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p, kAlignment); }
+  friend bool operator==(const CacheLineAllocator&, const CacheLineAllocator&) { return true; }
+};
+// A matrix packed in 16 bits (Parameter::packed).
+using PackedBits = std::vector<uint16_t, CacheLineAllocator<uint16_t>>;
+
 // Consecutive rows of a quantized matrix that share one block type: its rows' blocks, row after row. A GGUF
 // file's Q, K and V (one fused matrix here) are three such segments, each of its own type where llama.cpp's
 // mixes give them one. The blocks are used where they lie: in a GGUF file's mapping (which `owner` keeps
@@ -37,7 +57,8 @@ struct QuantizedRows {
   const uint8_t* data = nullptr;      // rows × the type's row bytes
   int64_t bytes = 0;
   std::shared_ptr<const void> owner;  // keeps `data` alive
-  std::vector<uint8_t> repacked;  // Q4_0, Q8_0: the rows eight at a time for decoding (kernels/quant.h); else empty
+  // Q4_0, Q8_0: the rows eight at a time for decoding (kernels/quant.h); else empty.
+  std::vector<uint8_t, CacheLineAllocator<uint8_t>> repacked;
 
   static QuantizedRows owning(int64_t rows, WeightType type, std::vector<uint8_t> blocks);
   std::span<const uint8_t> blocks() const { return {data, static_cast<size_t>(bytes)}; }
@@ -128,7 +149,7 @@ struct Parameter {
   // the matrix is also kept packed in that type (`packed`), which the matmuls read (half the bytes), and
   // `value` holds exactly the same numbers widened, which lookups, norms and training read.
   WeightType storage = WeightType::F32;
-  std::vector<uint16_t> packed;
+  PackedBits packed;
   // A quantized type (is_quantized(storage)): the matrix's rows as blocks, in segments, which the matmuls
   // (dequantizing a prompt's weights piece by piece) and the token lookup read. A model's quantized matrix has
   // no values (value.data() is nullptr, the shape stays): Model::ensure_values gives it its blocks' values

@@ -506,7 +506,7 @@ void Model::set_storage(WeightType storage, const std::function<bool(const Param
     }
     // Every value becomes what a checkpoint of that dtype holds, so every path (the fp32 lookups, the 16-bit
     // matmuls) sees one model; the multiplied matrices also stay packed.
-    std::vector<uint16_t> bits(static_cast<size_t>(p->numel()));
+    PackedBits bits(static_cast<size_t>(p->numel()));
     if (storage == WeightType::BF16) {
       kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
       kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());

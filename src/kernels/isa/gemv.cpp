@@ -74,6 +74,49 @@ template <typename Format, int64_t R, typename W>
   }
 }
 
+// One input row against K consecutive weight rows: out[k] = Σ_c x[c]·w[k·C + c] + bias[k]. Each row's sum is the
+// one dots<Format, 1> makes (the same accumulators, steps and epilogue), so the bits do not change. For long rows
+// the input row (C floats, twice a 16-bit weight row's bytes) no longer stays in L1 beside the weights streaming
+// through, and one weight row at a time reads it back from L2 for every row; K rows a pass read it once for K.
+// Taken for 16-bit rows of 8 KiB and more (Llama-3.2-1B's FFN down projection: 16 KiB), where one core streamed
+// 22-24 GB/s against 12-13 one row at a time (Zen 4, AVX-512 and AVX2; a standalone loop) and Llama-3.2-1B's
+// fp16 generation on one thread ran 15-20% faster. Rows of 3-6 KiB streamed slower eight at a time (20 against
+// 22 GB/s), and GPT-2's fp32 FFN down projection (12 KiB rows) made its generation slower, not faster
+// (docs/BENCHMARKS.md).
+template <typename Format, int64_t K, typename W>
+[[gnu::noinline]] void dots_across(float* out, const float* x, const W* w, int64_t C, const float* bias) {
+  constexpr int64_t kStep = 32, kAccumulators = kStep / lanes::kLanes;
+  Lanes acc[K][kAccumulators];
+#pragma GCC unroll 16
+  for (int64_t k = 0; k < K; ++k)
+#pragma GCC unroll 16
+    for (int64_t a = 0; a < kAccumulators; ++a) acc[k][a] = Lanes{};
+  int64_t c = 0;
+  for (; c + kStep <= C; c += kStep) {
+    Lanes xc[kAccumulators];
+#pragma GCC unroll 16
+    for (int64_t a = 0; a < kAccumulators; ++a) xc[a] = lanes::load(x + c + a * lanes::kLanes);
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < K; ++k)
+#pragma GCC unroll 16
+      for (int64_t a = 0; a < kAccumulators; ++a) acc[k][a] += xc[a] * Format::load(w + k * C + c + a * lanes::kLanes);
+  }
+#pragma GCC unroll 16
+  for (int64_t k = 0; k < K; ++k) {
+#pragma GCC unroll 16
+    for (int64_t a = 1; a < kAccumulators; ++a) acc[k][0] += acc[k][a];
+    float s = lanes::sum(acc[k][0]);
+    for (int64_t t = c; t < C; ++t) s += x[t] * Format::widen(w[k * C + t]);
+    out[k] = s + (bias != nullptr ? bias[k] : 0.0f);
+  }
+}
+
+// Weight rows one input row takes side by side, for 16-bit rows of kLongRowBytes and more. AVX-512's 32
+// registers hold eight rows' two accumulators; AVX2's eight rows' four spill some, and eight still streamed
+// fastest (21-23 against 12-20 GB/s for two to four). SSE one row.
+constexpr int64_t kWeightRowsPerPass = lanes::kLanes >= 8 ? 8 : 1;
+constexpr int64_t kLongRowBytes = 8192;
+
 // Input rows a pass over a weight row takes at most, their sums held in registers: AVX-512's 32 hold eight rows'
 // two accumulators and the weights, AVX2's 16 two rows' four; SSE's 16 one row's eight.
 constexpr int64_t kRowsPerPass = lanes::kLanes == 16 ? 8 : lanes::kLanes == 8 ? 2 : 1;
@@ -82,6 +125,15 @@ constexpr int64_t kRowsPerPass = lanes::kLanes == 16 ? 8 : lanes::kLanes == 8 ? 
 template <typename Format, typename W>
 void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
   auto channels = [&](int64_t o0, int64_t o1) {
+    if constexpr (kWeightRowsPerPass > 1)
+      if (sizeof(W) == 2 && N < 4 && C * int64_t{sizeof(W)} >= kLongRowBytes) {  // one input row, K weight rows
+        int64_t o = o0;
+        for (; o + kWeightRowsPerPass <= o1; o += kWeightRowsPerPass)
+          for (int64_t n = 0; n < N; ++n)
+            dots_across<Format, kWeightRowsPerPass>(out + n * OC + o, inp + n * C, weight + o * C, C,
+                                                    bias != nullptr ? bias + o : nullptr);
+        o0 = o;
+      }
     for (int64_t o = o0; o < o1; ++o) {
       const W* w = weight + o * C;
       const float b = bias != nullptr ? bias[o] : 0.0f;
