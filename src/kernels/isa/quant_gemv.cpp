@@ -512,7 +512,9 @@ struct Q4X8 {
 // GCC 12 takes the undefined upper lanes inside the AVX-512 intrinsics for uninitialized values (GCC bug 105593,
 // fixed in 13).
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no such warning, and warns about the unknown name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 struct Q8X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 34;
   template <int R>
