@@ -296,8 +296,8 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
   auto exactly = [](WeightType half, const float* values, int64_t n) {
     std::vector<uint16_t> bits(static_cast<size_t>(n));
     std::vector<float> back(static_cast<size_t>(n));
-    if (half == WeightType::F16) kernels::float_to_half(bits.data(), values, n), kernels::half_to_float(back.data(), bits.data(), n);
-    else kernels::float_to_bf16(bits.data(), values, n), kernels::bf16_to_float(back.data(), bits.data(), n);
+    kernels::round_to_half(nn::half_type(half), bits.data(), values, n);
+    kernels::widen_half(nn::half_type(half), back.data(), bits.data(), n);
     return std::memcmp(back.data(), values, static_cast<size_t>(n) * sizeof(float)) == 0;
   };
   // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32, or the scheme's; a model written as stored says the
@@ -413,9 +413,7 @@ void export_gguf(const Model& model, const std::filesystem::path& file, const To
     } else if (t == WeightType::F32) {
       std::memcpy(data.data(), values, bytes);
     } else if (t == WeightType::F16 || t == WeightType::BF16) {
-      auto* bits = reinterpret_cast<uint16_t*>(data.data());
-      if (t == WeightType::F16) kernels::float_to_half(bits, values, place.rows * C);
-      else kernels::float_to_bf16(bits, values, place.rows * C);
+      kernels::round_to_half(nn::half_type(t), reinterpret_cast<uint16_t*>(data.data()), values, place.rows * C);
     } else {
       const kernels::QuantType q = nn::quant_type(t);
       const std::vector<float> importance =

@@ -34,4 +34,11 @@ void round_to_half(Half type, uint16_t* out, const float* inp, int64_t n) {
     float_to_half(out, inp, n);
 }
 
+void widen_half(Half type, float* out, const uint16_t* inp, int64_t n) {
+  if (type == Half::BF16)
+    bf16_to_float(out, inp, n);
+  else
+    half_to_float(out, inp, n);
+}
+
 }  // namespace attend::kernels

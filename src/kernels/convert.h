@@ -16,8 +16,9 @@ void half_to_float(float* out, const uint16_t* inp, int64_t n);
 void float_to_bf16(uint16_t* out, const float* inp, int64_t n);
 void bf16_to_float(float* out, const uint16_t* inp, int64_t n);
 
-// Rounds to the 16-bit format `type` (either of the two above).
+// Rounds to the 16-bit format `type` (either of the two above), and widens back from it.
 void round_to_half(Half type, uint16_t* out, const float* inp, int64_t n);
+void widen_half(Half type, float* out, const uint16_t* inp, int64_t n);
 
 // Symmetric int8 per row of C values: scale = max|x|/127, q = round(x/scale) ∈ [−127, 127], x ≈ q·scale.
 // The rounding error of each element is at most scale/2 = max|x|/254.

@@ -68,6 +68,12 @@ const float* rounded_floats(Precision p, const float* x, int64_t n) {
 
 }  // namespace
 
+kernels::Half half_type(WeightType t) {
+  if (t == WeightType::BF16) return kernels::Half::BF16;
+  if (t == WeightType::F16) return kernels::Half::F16;
+  throw Error(fmt::format("internal: weight type {} is not a 16-bit type", weight_type_name(t)));
+}
+
 kernels::QuantType quant_type(WeightType t) {
   switch (t) {
     case WeightType::Q8_0: return kernels::QuantType::Q8_0;

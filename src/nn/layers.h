@@ -11,6 +11,7 @@
 #include <attend/rng.h>
 #include <attend/tensor.h>
 
+#include "kernels/gemm.h"
 #include "kernels/quant.h"
 #include "nn/lora.h"
 
@@ -71,6 +72,8 @@ void linear_backward(float* dinp, Parameter& weight, float* dbias, const float* 
 
 // The block type of a quantized weight type (kernels/quant.h).
 kernels::QuantType quant_type(WeightType t);
+// The 16-bit format of WeightType::BF16 or F16 (kernels::round_to_half and widen_half); an error for another type.
+kernels::Half half_type(WeightType t);
 // The type llama.cpp's quantizer takes for rows that are not whole blocks of `t`: the K types' 256-value blocks
 // give way to Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0 (32-value blocks); Q8_0 for the others, which fit no better.
 WeightType block_fallback(WeightType t);

@@ -507,13 +507,8 @@ void Model::set_storage(WeightType storage, const std::function<bool(const Param
     // Every value becomes what a checkpoint of that dtype holds, so every path (the fp32 lookups, the 16-bit
     // matmuls) sees one model; the multiplied matrices also stay packed.
     PackedBits bits(static_cast<size_t>(p->numel()));
-    if (storage == WeightType::BF16) {
-      kernels::float_to_bf16(bits.data(), p->value.data(), p->numel());
-      kernels::bf16_to_float(p->value.data(), bits.data(), p->numel());
-    } else {
-      kernels::float_to_half(bits.data(), p->value.data(), p->numel());
-      kernels::half_to_float(p->value.data(), bits.data(), p->numel());
-    }
+    kernels::round_to_half(nn::half_type(storage), bits.data(), p->value.data(), p->numel());
+    kernels::widen_half(nn::half_type(storage), p->value.data(), bits.data(), p->numel());
     if (multiplied) p->storage = storage, p->packed = std::move(bits);
   }
   // The quantized matrices are used as their blocks: their float values go.
