@@ -8,8 +8,8 @@
 # ATTEND_MODEL_DIR holds the model the GGUF was made from (Attend's own directory or a Hugging Face one), or is the
 # GGUF file itself (Attend then runs the very file llama.cpp runs); WEIGHTS is Attend's --weights (bf16 by default,
 # against an F16 GGUF; "stored" runs a GGUF file's matrices as it stores them). llama-bench runs with flash
-# attention off and on, the better taken; both engines use an f16 KV cache and 2 threads. Prints one JSON line per
-# measurement.
+# attention off and on, the better taken; both engines use an f16 KV cache and THREADS threads (2 by default; pin
+# a one-thread run with taskset). Prints one JSON line per measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llama=${1:?usage: bench/beside_llama_model.sh LLAMA_BIN_DIR MODEL.gguf ATTEND_MODEL_DIR [ROUNDS] [WEIGHTS]}
@@ -17,6 +17,7 @@ gguf=${2:?usage}
 model=${3:?usage}
 rounds=${4:-3}
 weights=${5:-bf16}
+threads=${THREADS:-2}
 if [[ -f $model ]]; then  # a GGUF file: its vocabulary from attend inspect's first line
   vocab=$(build/attend inspect "$model" --summary | sed -n '1s/.*vocabulary \([0-9]*\).*/\1/p')
 else
@@ -34,13 +35,13 @@ brief() {
 # only stop token (a random model would otherwise stop at its EOS now and then), and "tokens" shows it ran 128.
 attend_run() {
   local ids=$1 label=$2
-  build/attend generate --model "$model" --prompt-ids "$ids" --max-new-tokens 128 --greedy --eos $((vocab - 1)) \
+  ATTEND_THREADS=$threads build/attend generate --model "$model" --prompt-ids "$ids" --max-new-tokens 128 --greedy --eos $((vocab - 1)) \
     "${weight_option[@]}" --kv-cache f16 2>&1 >/dev/null | tail -1 |
     sed -E "s/([0-9]+) tokens \(([a-z]+)\), prompt ([0-9.]+) ms, ([0-9.]+) tokens\/s/{\"engine\": \"attend\", \"run\": \"$label\", \"tokens\": \1, \"prompt_ms\": \3, \"generate_tokens_per_s\": \4}/"
 }
 for round in $(seq 1 "$rounds"); do
   echo "{\"round\": $round, \"engine\": \"llama.cpp\"}"
-  "$llama/llama-bench" -m "$gguf" -p 512 -n 128 -fa 0,1 -r 2 -t 2 -o jsonl | brief
+  "$llama/llama-bench" -m "$gguf" -p 512 -n 128 -fa 0,1 -r 2 -t "$threads" -o jsonl | brief
   echo "{\"round\": $round, \"engine\": \"attend\", \"weights\": \"$weights\"}"
   attend_run "$prompt" "prompt 512 + 128"
   attend_run "${prompt%%,*}" "prompt 1 + 128"
