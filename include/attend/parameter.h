@@ -29,23 +29,19 @@ const char* weight_type_name(WeightType t);  // "f32", "bf16", "f16", "q8_0", ..
 // The type a name names ("f32", "bf16", "f16", "q8_0", ... "q6_k"; case ignored); false for another name.
 bool parse_weight_type(const std::string& name, WeightType& out);
 
-// An allocator on 64-byte boundaries, for the matrices the decoding kernels stream, so that no vector load
-// straddles two cache lines. std::allocator gives 16 for large blocks (mmap, with malloc's 16-byte header in
-// front), and every other 32-byte load of AVX-512's fp16 gemv straddled two lines. On Zen 4 the change was
-// within the noise of one-thread generation (docs/BENCHMARKS.md); it costs nothing.
+// std::vector's allocator for the streamed matrices: allocate_weights (tensor.h).
 template <typename T>
-struct CacheLineAllocator {
+struct WeightAllocator {
   using value_type = T;
-  static constexpr std::align_val_t kAlignment{64};
-  CacheLineAllocator() = default;
+  WeightAllocator() = default;
   template <typename U>
-  CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
-  void deallocate(T* p, size_t) noexcept { ::operator delete(p, kAlignment); }
-  friend bool operator==(const CacheLineAllocator&, const CacheLineAllocator&) { return true; }
+  WeightAllocator(const WeightAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(allocate_weights(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { free_weights(p, n * sizeof(T)); }
+  friend bool operator==(const WeightAllocator&, const WeightAllocator&) { return true; }
 };
 // A matrix packed in 16 bits (Parameter::packed).
-using PackedBits = std::vector<uint16_t, CacheLineAllocator<uint16_t>>;
+using PackedBits = std::vector<uint16_t, WeightAllocator<uint16_t>>;
 
 // Consecutive rows of a quantized matrix that share one block type: its rows' blocks, row after row. A GGUF
 // file's Q, K and V (one fused matrix here) are three such segments, each of its own type where llama.cpp's
@@ -58,7 +54,7 @@ struct QuantizedRows {
   int64_t bytes = 0;
   std::shared_ptr<const void> owner;  // keeps `data` alive
   // Q4_0, Q8_0: the rows eight at a time for decoding (kernels/quant.h); else empty.
-  std::vector<uint8_t, CacheLineAllocator<uint8_t>> repacked;
+  std::vector<uint8_t, WeightAllocator<uint8_t>> repacked;
 
   static QuantizedRows owning(int64_t rows, WeightType type, std::vector<uint8_t> blocks);
   std::span<const uint8_t> blocks() const { return {data, static_cast<size_t>(bytes)}; }

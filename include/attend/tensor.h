@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -16,6 +17,15 @@
 #include <vector>
 
 namespace attend {
+
+// Memory for the matrices the decoding kernels stream. On 64-byte boundaries, so that no vector load of a row
+// straddles two cache lines (std::allocator gives 16 for large blocks: mmap with malloc's 16-byte header in
+// front). From 2 MiB on, in transparent huge pages: 2 MiB-aligned and advised (MADV_HUGEPAGE) before the first
+// write, which is all the kernel's default THP setting ("madvise") asks. Two threads streamed fp16 rows at 56 GB/s
+// from huge pages against 38 from 4 KiB pages, eight alternations in one process on Zen 4 (docs/BENCHMARKS.md).
+void* allocate_weights(size_t bytes);
+void free_weights(void* p, size_t bytes);
+
 
 class Shape {
  public:

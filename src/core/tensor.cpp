@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace attend {
@@ -141,6 +143,22 @@ int64_t cached_memory_bytes() {
   std::lock_guard lock(cache().mutex);
   return static_cast<int64_t>(cache().bytes);
 }
+
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+size_t weight_alignment(size_t bytes) { return bytes >= kHugePage ? kHugePage : 64; }
+}  // namespace
+
+void* allocate_weights(size_t bytes) {
+  const size_t alignment = weight_alignment(bytes);
+  const size_t rounded = std::max<size_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
+  void* p = ::operator new(rounded, std::align_val_t{alignment});
+  // Before the first write: the pages are then faulted in as huge ones where the kernel has them to give.
+  if (alignment == kHugePage) (void)madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
+void free_weights(void* p, size_t bytes) { ::operator delete(p, std::align_val_t{weight_alignment(bytes)}); }
 
 void Tensor::FreeDeleter::operator()(float* p) const {
   if (!owned) return;
