@@ -26,7 +26,6 @@ namespace attend {
 void* allocate_weights(size_t bytes);
 void free_weights(void* p, size_t bytes);
 
-
 class Shape {
  public:
   static constexpr int kMaxRank = 6;

@@ -33,10 +33,21 @@ struct Fp16 {
 // registers, four AVX2 ones), so that the FMAs' latency does not bound the loop, in the same order for every R:
 // a row's result is the same bits however many rows pass with it (the server's batches rely on that).
 constexpr size_t kPrefetchBytes = 2048;
+constexpr int64_t kStep = 32, kAccumulators = kStep / lanes::kLanes;
+
+// The end of one row's sum, the same for every kernel below (so that each row's result is the same bits): the
+// accumulators added in order, their lanes summed, then the scalar tail of channels [c, C).
+template <typename Format, typename W>
+[[gnu::always_inline]] inline float finish(Lanes (&acc)[kAccumulators], const float* x, const W* w, int64_t c, int64_t C) {
+#pragma GCC unroll 16
+  for (int64_t a = 1; a < kAccumulators; ++a) acc[0] += acc[a];
+  float s = lanes::sum(acc[0]);
+  for (int64_t t = c; t < C; ++t) s += x[t] * Format::widen(w[t]);
+  return s;
+}
 
 template <typename Format, int64_t R, typename W>
 [[gnu::noinline]] void dots(float* out, int64_t out_stride, const float* x, const W* w, int64_t C, float bias) {
-  constexpr int64_t kStep = 32, kAccumulators = kStep / lanes::kLanes;
   // Every loop over rows and accumulators unrolled, so that the sums live in registers (an array the epilogue
   // indexed went through the stack: zeroed with rep stos, stored and reloaded, a third of a 768-channel row's time).
   Lanes acc[R][kAccumulators];
@@ -65,13 +76,7 @@ template <typename Format, int64_t R, typename W>
       for (int64_t a = 0; a < kAccumulators; ++a) acc[n][a] += lanes::load(x + n * C + c + a * lanes::kLanes) * wc[a];
   }
 #pragma GCC unroll 16
-  for (int64_t n = 0; n < R; ++n) {
-#pragma GCC unroll 16
-    for (int64_t a = 1; a < kAccumulators; ++a) acc[n][0] += acc[n][a];
-    float s = lanes::sum(acc[n][0]);
-    for (int64_t t = c; t < C; ++t) s += x[n * C + t] * Format::widen(w[t]);
-    out[n * out_stride] = s + bias;
-  }
+  for (int64_t n = 0; n < R; ++n) out[n * out_stride] = finish<Format>(acc[n], x + n * C, w, c, C) + bias;
 }
 
 // One input row against K consecutive weight rows: out[k] = Σ_c x[c]·w[k·C + c] + bias[k]. Each row's sum is the
@@ -85,7 +90,6 @@ template <typename Format, int64_t R, typename W>
 // (docs/BENCHMARKS.md).
 template <typename Format, int64_t K, typename W>
 [[gnu::noinline]] void dots_across(float* out, const float* x, const W* w, int64_t C, const float* bias) {
-  constexpr int64_t kStep = 32, kAccumulators = kStep / lanes::kLanes;
   Lanes acc[K][kAccumulators];
 #pragma GCC unroll 16
   for (int64_t k = 0; k < K; ++k)
@@ -102,13 +106,7 @@ template <typename Format, int64_t K, typename W>
       for (int64_t a = 0; a < kAccumulators; ++a) acc[k][a] += xc[a] * Format::load(w + k * C + c + a * lanes::kLanes);
   }
 #pragma GCC unroll 16
-  for (int64_t k = 0; k < K; ++k) {
-#pragma GCC unroll 16
-    for (int64_t a = 1; a < kAccumulators; ++a) acc[k][0] += acc[k][a];
-    float s = lanes::sum(acc[k][0]);
-    for (int64_t t = c; t < C; ++t) s += x[t] * Format::widen(w[k * C + t]);
-    out[k] = s + (bias != nullptr ? bias[k] : 0.0f);
-  }
+  for (int64_t k = 0; k < K; ++k) out[k] = finish<Format>(acc[k], x, w + k * C, c, C) + (bias != nullptr ? bias[k] : 0.0f);
 }
 
 // Weight rows one input row takes side by side, for 16-bit rows of kLongRowBytes and more. AVX-512's 32
