@@ -8,7 +8,7 @@
 # ATTEND_MODEL_DIR holds the model the GGUF was made from (Attend's own directory or a Hugging Face one), or is the
 # GGUF file itself (Attend then runs the very file llama.cpp runs); WEIGHTS is Attend's --weights (bf16 by default,
 # against an F16 GGUF; "stored" runs a GGUF file's matrices as it stores them). llama-bench runs with flash
-# attention off and on, the better taken; both engines use an f16 KV cache and THREADS threads (2 by default; pin
+# attention off and on, its weights mapped and read in (bench/llama_bench.sh), the best taken; both engines use an f16 KV cache and THREADS threads (2 by default; pin
 # a one-thread run with taskset). Prints one JSON line per measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,9 +28,7 @@ weight_option=(--weights "$weights")
 # 512 prompt ids drawn once (a fixed seed), the same for every round.
 prompt=$(awk -v v="${vocab:-32000}" 'BEGIN { srand(1); for (i = 0; i < 512; ++i) printf "%s%d", (i ? "," : ""), 1000 + int(rand() * (v - 2000)) }')
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(grep -o 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')" >&2
-brief() {
-  sed -E 's/.*"flash_attn": ([a-z]+).*"n_prompt": ([0-9]+), "n_gen": ([0-9]+).*"avg_ts": ([0-9.]+).*/{"flash_attn": \1, "n_prompt": \2, "n_gen": \3, "tokens_per_s": \4}/'
-}
+source bench/llama_bench.sh
 # attend generate prints "N tokens (why), prompt P ms, R tokens/s" on stderr; the last id of the vocabulary is the
 # only stop token (a random model would otherwise stop at its EOS now and then), and "tokens" shows it ran 128.
 attend_run() {
@@ -41,7 +39,7 @@ attend_run() {
 }
 for round in $(seq 1 "$rounds"); do
   echo "{\"round\": $round, \"engine\": \"llama.cpp\"}"
-  "$llama/llama-bench" -m "$gguf" -p 512 -n 128 -fa 0,1 -r 2 -t "$threads" -o jsonl | brief
+  llama_bench "$llama" -m "$gguf" -p 512 -n 128 -r 2 -t "$threads"
   echo "{\"round\": $round, \"engine\": \"attend\", \"weights\": \"$weights\"}"
   attend_run "$prompt" "prompt 512 + 128"
   attend_run "${prompt%%,*}" "prompt 1 + 128"

@@ -20,6 +20,12 @@
 // weight bytes per token / bandwidth, with each pass's rate taken over its own bound. The KV cache's bytes
 // per token (the mean over the generated tokens) are reported beside it, not counted in the bound.
 // bench/generate.sh runs it beside PyTorch (bench/generate_torch.py).
+//
+//   build/bench/attend_generate_bench --pages-ab [the options above; fp32 weights]
+//
+// --pages-ab holds the model twice in one process, its parameter buffer in 2 MiB pages (as Attend lays it out) and
+// a copy in 4 KiB pages, and alternates the passes between the two: what huge pages give generation, without
+// the drift between processes. The probe reads huge pages in every mode (the most the machine gives).
 #include "nn/kv_cache.h"
 
 #include <attend/error.h>
@@ -33,10 +39,14 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,8 +56,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+using Probe = std::vector<float, attend::WeightAllocator<float>>;  // in huge pages, as the weights
+
 // Seconds to sum `data` on every thread: the read-bandwidth probe.
-double read_seconds(const std::vector<float>& data) {
+double read_seconds(const Probe& data) {
   const int64_t n = static_cast<int64_t>(data.size());
   const auto start = std::chrono::steady_clock::now();
   double total = 0.0;
@@ -74,9 +86,13 @@ int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2, passes = 8, streams = 0;
   std::string weights = "f32", kv_cache = "f32", shape = "gpt2", isa = "auto", model_path;
-  bool weights_given = false, shape_given = false;
+  bool weights_given = false, shape_given = false, pages_ab = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
+    if (flag == "--pages-ab") {
+      pages_ab = true, --i;  // a flag without a value
+      continue;
+    }
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
     else if (flag == "--new") new_tokens = std::atoll(value.c_str());
     else if (flag == "--threads") threads = std::atoi(value.c_str());
@@ -91,10 +107,11 @@ int main(int argc, char** argv) {
       std::fprintf(flag == "--help" ? stdout : stderr,
                    "usage: attend_generate_bench [--shape gpt2|llama-1b | --model FILE.gguf|DIR] [--prompt 512] [--new 128] [--threads 2]\n"
                    "       [--weights f32|bf16] [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512|avx512vnni]\n"
-                   "       [--streams S]\n"
+                   "       [--streams S] [--pages-ab]\n"
                    "GPT-2-124M (or Llama-3.2-1B) shape, random weights: prompt and generation rates, per-token latency, the\n"
                    "share of the memory-bandwidth bound; one JSON line. --streams S: S sessions stepped together as a\n"
-                   "server's, the aggregate rate and the step times.\n");
+                   "server's, the aggregate rate and the step times. --pages-ab: fp32 weights in 2 MiB pages and in 4 KiB\n"
+                   "pages, alternating pass by pass.\n");
       return flag == "--help" ? 0 : 2;
     }
   }
@@ -123,7 +140,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attend_generate_bench: --isa: %s\n", e.what());
     return 2;
   }
-  const std::vector<float> probe(int64_t{1} << 26, 1.0f);  // 256 MiB
+  const Probe probe(int64_t{1} << 26, 1.0f);  // 256 MiB
   constexpr int64_t kProbeEvery = 8;                        // generated tokens between probes
   const bool bf16 = weights == "bf16";
   auto built = [&] {
@@ -203,12 +220,14 @@ int main(int argc, char** argv) {
   // measured during the pass it bounds: the probe runs after every 8th generated token (outside the tokens'
   // timing), and a pass's bandwidth is its probes' bytes over their time. A pass's share of the bound is
   // its rate over that bound; the figures reported are the medians over the passes.
-  std::vector<double> prompt_s, generate_rate, token_s, bandwidth, share;
-  for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms up
-    attend::Session session(model, {.max_T = prompt_len + new_tokens, .cache = cache_type});
+  struct Passes {
+    std::vector<double> prompt_s, generate_rate, token_s, bandwidth, share;
+  };
+  auto run_pass = [&](const attend::Model& m, Passes* out) {  // out: nullptr for the warm-up
+    attend::Session session(m, {.max_T = prompt_len + new_tokens, .cache = cache_type});
     auto start = std::chrono::steady_clock::now();
     std::span<const float> logits = session.step(prompt);
-    if (pass > 0) prompt_s.push_back(seconds_since(start));
+    if (out) out->prompt_s.push_back(seconds_since(start));
     double total = 0.0, probe_s = 0.0;
     int probes = 0;
     for (int64_t t = 0; t < new_tokens; ++t) {
@@ -218,26 +237,65 @@ int main(int argc, char** argv) {
       logits = session.step(one);
       const double s = seconds_since(start);
       total += s;
-      if (pass > 0) token_s.push_back(s);
+      if (out) out->token_s.push_back(s);
       if (t % kProbeEvery == kProbeEvery - 1 || (t == new_tokens - 1 && probes == 0)) {
         probe_s += read_seconds(probe);
         ++probes;
       }
     }
-    if (pass > 0) {
-      const double pass_bandwidth = double(probes) * double(probe.size()) * sizeof(float) / probe_s / 1e9;
-      generate_rate.push_back(double(new_tokens) / total);
-      bandwidth.push_back(pass_bandwidth);
-      share.push_back(generate_rate.back() / (pass_bandwidth * 1e9 / weight_bytes));
+    if (!out) return;
+    const double pass_bandwidth = double(probes) * double(probe.size()) * sizeof(float) / probe_s / 1e9;
+    out->generate_rate.push_back(double(new_tokens) / total);
+    out->bandwidth.push_back(pass_bandwidth);
+    out->share.push_back(out->generate_rate.back() / (pass_bandwidth * 1e9 / weight_bytes));
+  };
+  if (pages_ab) {
+    // The same model again, its parameter buffer copied into 4 KiB pages (advised against huge ones).
+    const bool fp32 = std::all_of(model.parameters().begin(), model.parameters().end(), [](const attend::Parameter* p) {
+      return p->packed.empty() && p->quantized.empty();
+    });
+    if (!fp32) {
+      std::fprintf(stderr, "attend_generate_bench: --pages-ab compares the fp32 parameter buffer's pages; this model's "
+                           "matrices are packed or quantized\n");
+      return 2;
     }
+    attend::Model small = model_path.empty() ? built() : attend::load_model(model_path);
+    const std::span<const float> values = model.parameter_buffer();
+    const size_t bytes = (values.size_bytes() + 4095) / 4096 * 4096;
+    void* memory = std::aligned_alloc(4096, bytes);
+    if (memory == nullptr) return 1;
+    (void)madvise(memory, bytes, MADV_NOHUGEPAGE);
+    std::memcpy(memory, values.data(), values.size_bytes());
+    small.adopt_parameter_buffer(std::span<float>(static_cast<float*>(memory), values.size()),
+                                 std::shared_ptr<void>(memory, std::free));
+    Passes huge, pages4k;
+    run_pass(model, nullptr);
+    run_pass(small, nullptr);
+    std::string pairs;
+    for (int pass = 0; pass < passes; ++pass) {  // alternating, each order as often
+      const bool huge_first = pass % 2 == 0;
+      run_pass(huge_first ? model : small, huge_first ? &huge : &pages4k);
+      run_pass(huge_first ? small : model, huge_first ? &pages4k : &huge);
+      pairs += fmt::format("{}{:.3f}", pass ? ", " : "", huge.generate_rate.back() / pages4k.generate_rate.back());
+    }
+    fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"weights\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, "
+               "\"prompt\": {}, \"new\": {}, \"huge_generate_tokens_per_s\": {:.1f}, \"small_generate_tokens_per_s\": {:.1f}, "
+               "\"huge_over_small_by_pair\": [{}], \"huge_share_of_bound\": {:.2f}, \"small_share_of_bound\": {:.2f}, "
+               "\"read_gbs\": {:.1f}}}\n",
+               shape, weights, kv_cache, threads, prompt_len, new_tokens, percentile(huge.generate_rate, 0.5),
+               percentile(pages4k.generate_rate, 0.5), pairs, percentile(huge.share, 0.5), percentile(pages4k.share, 0.5),
+               percentile(huge.bandwidth, 0.5));
+    return 0;
   }
-  const double ttft = percentile(prompt_s, 0.5), rate = percentile(generate_rate, 0.5);
-  const double read_gbs = percentile(bandwidth, 0.5);
+  Passes r;
+  for (int pass = 0; pass <= passes; ++pass) run_pass(model, pass > 0 ? &r : nullptr);  // pass 0 warms up
+  const double ttft = percentile(r.prompt_s, 0.5), rate = percentile(r.generate_rate, 0.5);
+  const double read_gbs = percentile(r.bandwidth, 0.5);
   fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"weights\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, \"prompt_tokens_per_s\": {:.1f}, "
              "\"ttft_ms\": {:.1f}, \"generate_tokens_per_s\": {:.1f}, \"token_ms_p50\": {:.2f}, \"token_ms_p90\": {:.2f}, "
              "\"token_ms_p99\": {:.2f}, \"read_gbs\": {:.1f}, \"weight_mb_per_token\": {:.0f}, \"kv_mb_per_token\": {:.0f}, \"bound_tokens_per_s\": {:.1f}, "
              "\"share_of_bound\": {:.2f}}}\n",
              shape, weights, kv_cache, threads, prompt_len, new_tokens, double(prompt_len) / ttft, 1e3 * ttft, rate,
-             1e3 * percentile(token_s, 0.5), 1e3 * percentile(token_s, 0.9), 1e3 * percentile(token_s, 0.99), read_gbs,
-             weight_bytes / 1e6, kv_bytes / 1e6, read_gbs * 1e9 / weight_bytes, percentile(share, 0.5));
+             1e3 * percentile(r.token_s, 0.5), 1e3 * percentile(r.token_s, 0.9), 1e3 * percentile(r.token_s, 0.99), read_gbs,
+             weight_bytes / 1e6, kv_bytes / 1e6, read_gbs * 1e9 / weight_bytes, percentile(r.share, 0.5));
 }

@@ -31,6 +31,27 @@ TEST(Tensor, ZeroInitialisedAndAligned) {
   empty.fill(1.0f);  // a no-op, not a crash
 }
 
+// A model's parameter and gradient buffers: zeroed, on 64 bytes, and from 2 MiB on on a 2 MiB boundary (where
+// the kernel can back them with huge pages); freed by free_weights, not the heap or the kept blocks.
+TEST(Tensor, WeightsAreZeroedAndAlignedForHugePages) {
+  for (int64_t n : {int64_t{0}, int64_t{7}, int64_t{1} << 19, (int64_t{1} << 19) + 1, int64_t{3} << 20}) {
+    Tensor t = Tensor::weights({n});
+    EXPECT_EQ(t.numel(), n);
+    ASSERT_NE(t.data(), nullptr);
+    const uintptr_t alignment = n * 4 >= (int64_t{2} << 20) ? uintptr_t{2} << 20 : 64;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % alignment, 0u) << n;
+    for (float v : t.span()) ASSERT_EQ(v, 0.0f) << n;
+    t.fill(2.0f);
+    Tensor moved = std::move(t);
+    if (n > 0) {
+      EXPECT_EQ(moved[n - 1], 2.0f);
+    }
+  }
+  const int64_t kept = cached_memory_bytes();
+  { Tensor big = Tensor::weights({int64_t{1} << 20}); }
+  EXPECT_EQ(cached_memory_bytes(), kept);  // not handed to the heap's kept blocks
+}
+
 TEST(Tensor, CloneIsDeepAndMoveTransfers) {
   Tensor a({2, 2}, {1, 2, 3, 4});
   Tensor b = a.clone();

@@ -90,6 +90,9 @@ class Tensor {
   // A tensor over memory it does not own (a parameter's slice of its model's one buffer): the owner keeps
   // the memory alive as long as the tensor, and freeing the tensor leaves it alone.
   static Tensor borrowing(float* data, Shape shape);
+  // Zero-filled, in allocate_weights' memory (huge pages from 2 MiB on): a model's parameter and gradient buffers,
+  // which every generated token or training step streams whole.
+  static Tensor weights(Shape shape);
   Tensor clone() const;
 
   float* data() { return storage_.get(); }
@@ -113,12 +116,14 @@ class Tensor {
   struct Uninitialized {};
   Tensor(Shape shape, Uninitialized);
 
-  // Returns the block to the allocator (src/core/tensor.cpp), which keeps large blocks for reuse.
+  // Returns the block to where it came from (src/core/tensor.cpp): the heap, which keeps large blocks for
+  // reuse; free_weights; or nowhere, for borrowed memory.
   struct FreeDeleter {
+    enum class From : uint8_t { Heap, Weights, Borrowed };
     FreeDeleter() noexcept {}
-    explicit FreeDeleter(size_t size, bool owned = true) noexcept : bytes(size), owned(owned) {}
+    explicit FreeDeleter(size_t size, From from = From::Heap) noexcept : bytes(size), from(from) {}
     size_t bytes = 0;
-    bool owned = true;
+    From from = From::Heap;
     void operator()(float* p) const;
   };
   std::unique_ptr<float[], FreeDeleter> storage_;

@@ -161,8 +161,10 @@ void* allocate_weights(size_t bytes) {
 void free_weights(void* p, size_t bytes) { ::operator delete(p, std::align_val_t{weight_alignment(bytes)}); }
 
 void Tensor::FreeDeleter::operator()(float* p) const {
-  if (!owned) return;
-  if (kKeepBlocks && bytes >= kCachedBytes)
+  if (from == From::Borrowed) return;
+  if (from == From::Weights)
+    free_weights(p, bytes);
+  else if (kKeepBlocks && bytes >= kCachedBytes)
     cache().put(p, bytes);
   else
     std::free(p);
@@ -193,7 +195,17 @@ Tensor::Tensor(Shape shape, std::span<const float> values) : Tensor(shape) {
 Tensor Tensor::borrowing(float* data, Shape shape) {
   Tensor t;
   t.shape_ = shape;
-  t.storage_ = std::unique_ptr<float[], FreeDeleter>(data, FreeDeleter{0, /*owned=*/false});
+  t.storage_ = std::unique_ptr<float[], FreeDeleter>(data, FreeDeleter{0, FreeDeleter::From::Borrowed});
+  return t;
+}
+
+Tensor Tensor::weights(Shape shape) {
+  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(shape.numel()) * sizeof(float));
+  Tensor t;
+  t.shape_ = shape;
+  t.storage_ = std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(allocate_weights(bytes)),
+                                                     FreeDeleter{bytes, FreeDeleter::From::Weights});
+  t.zero();
   return t;
 }
 

@@ -311,7 +311,7 @@ void Model::Impl::lay_out(const std::function<bool(const Parameter&)>& blocks_on
     offsets.push_back(kept ? total : -1);
     if (kept) total += p->numel();
   }
-  values = Tensor({total});  // zero weights
+  values = Tensor::weights({total});  // zero weights
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter& p = *params[i];
     p.value = Tensor::borrowing(offsets[i] >= 0 ? values.data() + offsets[i] : nullptr, p.value.shape());
@@ -329,7 +329,7 @@ void Model::Impl::relay_out(const std::function<bool(const Parameter&)>& blocks_
     next.push_back(kept ? total : -1);
     if (kept) total += p->numel();
   }
-  Tensor moved = Tensor::uninitialized({total});  // every kept value is copied or dequantized in below
+  Tensor moved = Tensor::weights({total});  // every kept value is copied or dequantized in below
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter& p = *params[i];
     float* to = next[i] >= 0 ? moved.data() + next[i] : nullptr;
@@ -371,7 +371,7 @@ void Model::Impl::ensure_gradients() {
           "(Model::ensure_values, or freeze it)", p->name);
     total += p->numel();
   }
-  grads = Tensor({total});
+  grads = Tensor::weights({total});
   total = 0;
   for (Parameter* p : params) {
     p->grad = p->frozen ? Tensor() : Tensor::borrowing(grads.data() + total, p->value.shape());
