@@ -107,11 +107,11 @@ void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
   set_bandwidth(state, double(V * C) * (bf16 ? 2.0 : 4.0));
 }
 
-// A server's batched decoding step on 16-bit weights: `rows` input rows times the same LM head in fp16 (77 MB), the
-// row-invariant gemv (each weight row loaded once for up to eight input rows); GMAC/s of products.
+// A server's batched decoding step on 16-bit weights: `rows` input rows times the same LM head in fp16 (77 MB), or
+// a matrix of the same bytes with rows of `in` = 3072 channels (as GPT-2's FFN down projection's), the row-invariant gemv (each weight row loaded once for up to eight input rows); GMAC/s of products.
 void BM_Decode_GemvRowsF16(benchmark::State& state) {
   attend::set_num_threads(static_cast<int>(state.range(1)));
-  const int64_t N = state.range(0), V = 50257, C = 768;
+  const int64_t N = state.range(0), C = state.range(2), V = 50257 * 768 / C;
   const std::vector<float> w = random_floats(V * C, 1), x = random_floats(N * C, 2);
   std::vector<uint16_t> w16(V * C);
   attend::kernels::float_to_half(w16.data(), w.data(), V * C);
@@ -215,7 +215,7 @@ BENCHMARK(BM_Kernel_LayerNormForwardBackward)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
-BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8}, {1, 2}, {768, 3072}})->ArgNames({"rows", "threads", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ4_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8_InCache)->Arg(1)->Arg(8)->ArgName("rows")->Unit(benchmark::kMicrosecond)->UseRealTime();

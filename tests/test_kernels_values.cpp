@@ -245,10 +245,12 @@ TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
 // rows, and each output is still the same bits as the row's one-row product, for every count of rows (the passes
 // of 8, 4, 2 and 1 rows), every weight type and an inner size with a scalar tail (the one-row product is
 // checked against fp64 above). 4099 channels make 16-bit rows long enough (≥ 8 KiB) that one input row takes
-// eight weight rows a pass, with 37 channels leaving five to the one-row kernel.
+// eight weight rows a pass, with 37 channels leaving five to the one-row kernel. Input rows that fill L1 (eight of
+// 1,031 channels, four of 4,099) take blocks of four input rows and three weight rows on AVX-512, with one weight
+// row and up to three input rows left over.
 TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
   const int64_t OC = 37;
-  for (int64_t C : {64, 77, 768, 4099}) {
+  for (int64_t C : {64, 77, 768, 1031, 4099}) {
     for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19}) {
       auto x = random_vector(N * C, 8), w = random_vector(OC * C, 9), b = random_vector(OC, 10);
       auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);

@@ -79,6 +79,48 @@ template <typename Format, int64_t R, typename W>
   for (int64_t n = 0; n < R; ++n) out[n * out_stride] = finish<Format>(acc[n], x + n * C, w, c, C) + bias;
 }
 
+// R input rows against K consecutive weight rows (a block): out[n·out_stride + k] = Σ_c x[n·C + c]·w[k·C + c] +
+// bias[k]. Each (row, weight row) sum is the one dots<Format, 1> makes (the same accumulators, steps and
+// epilogue), so the bits do not change. Eight rows against one weight row (dots<Format, 8>) load sixteen input
+// vectors for sixteen products: the input rows, 8·C floats, leave L1 for rows of 768 channels and more, and the
+// kernel ran at the rate L2 returns them (about 27 GMAC/s a core on Zen 4). Four rows against K weight rows load
+// each input vector once for K products.
+template <typename Format, int64_t R, int64_t K, typename W>
+[[gnu::noinline]] void dots_block(float* out, int64_t out_stride, const float* x, const W* w, int64_t C, const float* bias) {
+  Lanes acc[R][K][kAccumulators];
+#pragma GCC unroll 16
+  for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < K; ++k)
+#pragma GCC unroll 16
+      for (int64_t a = 0; a < kAccumulators; ++a) acc[n][k][a] = Lanes{};
+  int64_t c = 0;
+  for (; c + kStep <= C; c += kStep) {
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < K; ++k)
+      for (size_t b = 0; b < kStep * sizeof(W); b += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(w + k * C + c) + kPrefetchBytes + b);
+    Lanes wc[K][kAccumulators];
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < K; ++k)
+#pragma GCC unroll 16
+      for (int64_t a = 0; a < kAccumulators; ++a) wc[k][a] = Format::load(w + k * C + c + a * lanes::kLanes);
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+      for (int64_t a = 0; a < kAccumulators; ++a) {
+        const Lanes xv = lanes::load(x + n * C + c + a * lanes::kLanes);
+#pragma GCC unroll 16
+        for (int64_t k = 0; k < K; ++k) acc[n][k][a] += xv * wc[k][a];
+      }
+  }
+#pragma GCC unroll 16
+  for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < K; ++k)
+      out[n * out_stride + k] = finish<Format>(acc[n][k], x + n * C, w + k * C, c, C) + (bias != nullptr ? bias[k] : 0.0f);
+}
+
 // One input row against K consecutive weight rows: out[k] = Σ_c x[c]·w[k·C + c] + bias[k]. Each row's sum is the
 // one dots<Format, 1> makes (the same accumulators, steps and epilogue), so the bits do not change. For long rows
 // the input row (C floats, twice a 16-bit weight row's bytes) no longer stays in L1 beside the weights streaming
@@ -119,6 +161,14 @@ constexpr int64_t kLongRowBytes = 8192;
 // two accumulators and the weights, AVX2's 16 two rows' four; SSE's 16 one row's eight.
 constexpr int64_t kRowsPerPass = lanes::kLanes == 16 ? 8 : lanes::kLanes == 8 ? 2 : 1;
 
+// Where the input rows a pass takes fill L1 (Zen 4's is 32 KiB; eight rows of 1,024 channels and more), blocks of
+// four input rows against three weight rows (dots_block; AVX-512's 32 registers hold their 24 accumulators). The
+// 8-row fp16 gemv, one core, Zen 4: rows of 1,536 channels 12.6-12.9 against 14.2-14.8 ms, of 3,072 10.1-10.3 against
+// 14.7-15.0; rows of 768 slower so (10.2-11.6 against 8.0-8.3 ms: each weight vector is widened once per four input
+// rows instead of eight), which keep dots<Format, 8>. AVX2's 16 registers hold no such block.
+constexpr int64_t kBlockInputRows = 4, kBlockWeightRows = lanes::kLanes == 16 ? 3 : 1;
+constexpr int64_t kInputBytesInL1 = int64_t{32} << 10;
+
 // Threads split the output channels (channels.h), each streams its weight rows once.
 template <typename Format, typename W>
 void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
@@ -130,6 +180,20 @@ void gemv_rows(float* out, const float* inp, const W* weight, const float* bias,
           for (int64_t n = 0; n < N; ++n)
             dots_across<Format, kWeightRowsPerPass>(out + n * OC + o, inp + n * C, weight + o * C, C,
                                                     bias != nullptr ? bias + o : nullptr);
+        o0 = o;
+      }
+    if constexpr (kBlockWeightRows > 1)
+      if (N >= kBlockInputRows && std::min(N, kRowsPerPass) * C * int64_t{sizeof(float)} >= kInputBytesInL1) {
+        const int64_t whole = N - N % kBlockInputRows;
+        int64_t o = o0;
+        for (; o + kBlockWeightRows <= o1; o += kBlockWeightRows) {
+          const float* b = bias != nullptr ? bias + o : nullptr;
+          for (int64_t n = 0; n < whole; n += kBlockInputRows)
+            dots_block<Format, kBlockInputRows, kBlockWeightRows>(out + n * OC + o, OC, inp + n * C, weight + o * C, C, b);
+          for (int64_t k = 0; k < kBlockWeightRows; ++k)
+            for (int64_t n = whole; n < N; ++n)
+              dots<Format, 1>(out + n * OC + o + k, OC, inp + n * C, weight + (o + k) * C, C, b != nullptr ? b[k] : 0.0f);
+        }
         o0 = o;
       }
     for (int64_t o = o0; o < o1; ++o) {
