@@ -21,7 +21,9 @@ bench="build/bench/attend_generate_bench --isa ${ATTEND_ISA:-auto}"
 source bench/llama_bench.sh
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
      "$(grep -o 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')" >&2
-echo "llama.cpp: $("$llama/llama-bench" --version 2>&1 | head -1 || true)" >&2
+# llama-bench has no --version: its build is in every JSON line it writes.
+echo "llama.cpp: $("$llama/llama-bench" -m "$gguf/gpt2-F16.gguf" -p 0 -n 1 -r 1 -t 2 -o jsonl 2>/dev/null |
+  sed -E 's/.*"build_commit": "([^"]+)", "build_number": ([0-9]+).*/build \2 (\1)/' | head -1)" >&2
 
 for round in $(seq 1 "$rounds"); do
   for pair in "f32 gpt2-f32" "bf16 gpt2-F16"; do

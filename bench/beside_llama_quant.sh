@@ -20,7 +20,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
      "$(grep -o 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')" >&2
 # llama-bench has no --version: its build is in every JSON line it writes.
 echo "llama.cpp: $("$llama/llama-bench" -m "$1" -p 0 -n 1 -r 1 -t 2 -o jsonl 2>/dev/null |
-  sed -E 's/.*"build_commit": "([0-9a-f]+)", "build_number": ([0-9]+).*/build \2 (\1)/' | head -1)" >&2
+  sed -E 's/.*"build_commit": "([^"]+)", "build_number": ([0-9]+).*/build \2 (\1)/' | head -1)" >&2
 for round in $(seq 1 "$rounds"); do
   for file in "$@"; do
     echo "{\"round\": $round, \"engine\": \"llama.cpp\", \"file\": \"$(basename "$file")\"}"
