@@ -169,9 +169,7 @@ Model model_for_loading(const ModelConfig& c, WeightType matrices, const fs::pat
 void fill_packed(Parameter& p, int64_t at, const float* x, int64_t n) {
   check(at >= 0 && at + n <= static_cast<int64_t>(p.packed.size()), "internal: {} values at {} past the {} of '{}'", n, at,
         p.packed.size(), p.name);
-  check(p.storage == WeightType::BF16 || p.storage == WeightType::F16, "internal: '{}' is held as {}, not packed in 16 bits",
-        p.name, weight_type_name(p.storage));
-  kernels::round_to_half(nn::half_type(p.storage), p.packed.data() + at, x, n);
+  kernels::round_to_half(nn::half_type(p.storage), p.packed.data() + at, x, n);  // half_type refuses other types
 }
 
 void load_packed_rows(const CheckpointTensors& tensors, std::string_view name, Parameter& p, int64_t row,
