@@ -14,6 +14,7 @@
 #include "kernels/decode_attention_layout.h"
 
 #include <attend/model.h>
+#include <attend/parameter.h>
 
 #include <cstdint>
 #include <list>
@@ -42,12 +43,16 @@ class KVStorage {
   float* scales(int64_t row) { return scales_.data() + row; }
 
  private:
+  // In allocate_weights' memory: decoding streams every cached row once a token, and from 4 KiB pages it read
+  // them at a fraction of the rate huge pages give (the hardware prefetchers stop at each page's end).
+  template <typename T>
+  using Rows = std::vector<T, WeightAllocator<T>>;
   CacheType type_ = CacheType::F32;
   int64_t d_head_ = 0;
-  std::vector<float> f32_;
-  std::vector<uint16_t> f16_;
-  std::vector<int8_t> i8_;
-  std::vector<float> scales_;
+  Rows<float> f32_;
+  Rows<uint16_t> f16_;
+  Rows<int8_t> i8_;
+  Rows<float> scales_;
 };
 
 struct KVPoolConfig {
