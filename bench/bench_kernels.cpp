@@ -108,7 +108,8 @@ void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
 }
 
 // A server's batched decoding step on 16-bit weights: `rows` input rows times the same LM head in fp16 (77 MB), or
-// a matrix of the same bytes with rows of `in` = 3072 channels (as GPT-2's FFN down projection's), the row-invariant gemv (each weight row loaded once for up to eight input rows); GMAC/s of products.
+// a matrix of the same bytes with rows of `in` = 3072 channels (as GPT-2's FFN down projection's), the
+// row-invariant gemv (each weight row loaded once for up to eight input rows); GMAC/s of products.
 void BM_Decode_GemvRowsF16(benchmark::State& state) {
   attend::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t N = state.range(0), C = state.range(2), V = 50257 * 768 / C;

@@ -8,8 +8,9 @@
 # ATTEND_MODEL_DIR holds the model the GGUF was made from (Attend's own directory or a Hugging Face one), or is the
 # GGUF file itself (Attend then runs the very file llama.cpp runs); WEIGHTS is Attend's --weights (bf16 by default,
 # against an F16 GGUF; "stored" runs a GGUF file's matrices as it stores them). llama-bench runs with flash
-# attention off and on, its weights mapped and read in (bench/llama_bench.sh), the best taken; both engines use an f16 KV cache and THREADS threads (2 by default; pin
-# a one-thread run with taskset). Prints one JSON line per measurement.
+# attention off and on, its weights mapped and read in (bench/llama_bench.sh), the best taken; both engines use an
+# f16 KV cache and THREADS threads (2 by default; pin a one-thread run with taskset). Prints one JSON line per
+# measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llama=${1:?usage: bench/beside_llama_model.sh LLAMA_BIN_DIR MODEL.gguf ATTEND_MODEL_DIR [ROUNDS] [WEIGHTS]}

@@ -6,8 +6,9 @@
 #
 # LLAMA_BIN_DIR holds a llama.cpp build's llama-bench (built outside this repository). llama-bench: a 512-token
 # prompt (pp512) and 128 tokens generated from an empty context (tg128), 3 repetitions, flash attention off and
-# on, weights mapped and read in (bench/llama_bench.sh; the best is llama.cpp's figure); Attend (attend_generate_bench --model FILE): the same prompt, and 128
-# tokens after a 1-token prompt, 3 passes, an fp16 KV cache as llama.cpp's default. One JSON line a measurement.
+# on, weights mapped and read in (bench/llama_bench.sh; the best is llama.cpp's figure); Attend
+# (attend_generate_bench --model FILE): the same prompt, and 128 tokens after a 1-token prompt, 3 passes, an fp16
+# KV cache as llama.cpp's default. One JSON line a measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llama=${1:?usage: bench/beside_llama_quant.sh LLAMA_BIN_DIR ROUNDS FILE.gguf...}

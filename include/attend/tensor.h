@@ -90,9 +90,11 @@ class Tensor {
   // A tensor over memory it does not own (a parameter's slice of its model's one buffer): the owner keeps
   // the memory alive as long as the tensor, and freeing the tensor leaves it alone.
   static Tensor borrowing(float* data, Shape shape);
-  // Zero-filled, in allocate_weights' memory (huge pages from 2 MiB on): a model's parameter and gradient buffers,
-  // which every generated token or training step streams whole.
+  // In allocate_weights' memory (huge pages from 2 MiB on): a model's parameter and gradient buffers, which every
+  // generated token or training step streams whole. Zero-filled, or left as they are for a buffer its maker
+  // overwrites in full.
   static Tensor weights(Shape shape);
+  static Tensor uninitialized_weights(Shape shape);
   Tensor clone() const;
 
   float* data() { return storage_.get(); }

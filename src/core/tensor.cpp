@@ -199,12 +199,17 @@ Tensor Tensor::borrowing(float* data, Shape shape) {
   return t;
 }
 
-Tensor Tensor::weights(Shape shape) {
-  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(shape.numel()) * sizeof(float));
+Tensor Tensor::uninitialized_weights(Shape shape) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
   Tensor t;
   t.shape_ = shape;
   t.storage_ = std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(allocate_weights(bytes)),
                                                      FreeDeleter{bytes, FreeDeleter::From::Weights});
+  return t;
+}
+
+Tensor Tensor::weights(Shape shape) {
+  Tensor t = uninitialized_weights(shape);
   t.zero();
   return t;
 }

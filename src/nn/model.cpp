@@ -329,7 +329,7 @@ void Model::Impl::relay_out(const std::function<bool(const Parameter&)>& blocks_
     next.push_back(kept ? total : -1);
     if (kept) total += p->numel();
   }
-  Tensor moved = Tensor::weights({total});  // every kept value is copied or dequantized in below
+  Tensor moved = Tensor::uninitialized_weights({total});  // every kept value is copied or dequantized in below
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter& p = *params[i];
     float* to = next[i] >= 0 ? moved.data() + next[i] : nullptr;

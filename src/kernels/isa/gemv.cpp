@@ -83,8 +83,8 @@ template <typename Format, int64_t R, typename W>
 // bias[k]. Each (row, weight row) sum is the one dots<Format, 1> makes (the same accumulators, steps and
 // epilogue), so the bits do not change. Eight rows against one weight row (dots<Format, 8>) load sixteen input
 // vectors for sixteen products: the input rows, 8·C floats, leave L1 from about 1,024 channels on, and the kernel
-// then ran at the rate L2 returns them (19-21 GMAC/s a core on Zen 4 at 2,048 and 3,072 channels, 38 at 768). Four rows against K weight rows load
-// each input vector once for K products.
+// then ran at the rate L2 returns them (19-21 GMAC/s a core on Zen 4 at 2,048 and 3,072 channels, 38 at 768).
+// Four rows against K weight rows load each input vector once for K products.
 template <typename Format, int64_t R, int64_t K, typename W>
 [[gnu::noinline]] void dots_block(float* out, int64_t out_stride, const float* x, const W* w, int64_t C, const float* bias) {
   Lanes acc[R][K][kAccumulators];
