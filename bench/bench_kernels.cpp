@@ -206,6 +206,27 @@ void BM_Decode_GemvQ8_0x8_InCache(benchmark::State& state) {
   state.counters["GMAC/s"] = benchmark::Counter(double(N * OC * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One input row against one 768 × 768 matrix of fp32, bf16 or fp16 weights (2.4 MB, 1.2 MB: inside L2 of a Zen 4
+// or recent Intel core for the 16-bit formats, in L2 and L3 for fp32): the one-row kernels' arithmetic rate, with
+// the reads from memory out of the way, which bounds how fast generation can stream the weights on one core.
+void BM_Decode_GemvInCache(benchmark::State& state, int format) {
+  using namespace attend::kernels;
+  attend::set_num_threads(1);
+  const int64_t C = 768, OC = 768;
+  const std::vector<float> w = random_floats(OC * C, 11), x = random_floats(C, 2);
+  std::vector<uint16_t> w16(OC * C);
+  if (format == 1) float_to_bf16(w16.data(), w.data(), OC * C);
+  if (format == 2) float_to_half(w16.data(), w.data(), OC * C);
+  std::vector<float> out(OC);
+  for (auto _ : state) {
+    if (format == 0) matmul_forward(out.data(), x.data(), w.data(), static_cast<const float*>(nullptr), 1, C, OC);
+    if (format == 1) matmul_forward_bf16(out.data(), x.data(), w16.data(), nullptr, 1, C, OC);
+    if (format == 2) matmul_forward_f16(out.data(), x.data(), w16.data(), nullptr, 1, C, OC);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bandwidth(state, double(OC * C) * (format == 0 ? 4.0 : 2.0));
+}
+
 void threads_1_2(benchmark::internal::Benchmark* b) {
   b->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
 }
@@ -220,6 +241,9 @@ BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8}, {1, 2}, {768, 3072}
 BENCHMARK(BM_Decode_GemvQ8_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ4_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8_InCache)->Arg(1)->Arg(8)->ArgName("rows")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Decode_GemvInCache, f32, 0)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Decode_GemvInCache, bf16, 1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Decode_GemvInCache, f16, 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode_Attention, f32, attend::CacheType::F32)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Attention, f16, attend::CacheType::F16)->Apply(threads_1_2);
 

@@ -16,6 +16,8 @@ void add_info_command(CLI::App& app) {
     fmt::print("cpu features  {}\n", info.cpu_isa);
     fmt::print("kernels       {} (the decode matmuls and attention, conversions, optimizer updates; widest here: {})\n",
                info.kernel_isa, info.widest_kernel_isa);
+    fmt::print("16-bit gemv   {}\n", info.gemv_prefetch ? "software prefetch 2 KiB ahead (Intel's cores; ATTEND_GEMV_PREFETCH=0 turns it off)"
+                                                        : "hardware prefetch alone (ATTEND_GEMV_PREFETCH=1 adds software prefetch)");
     fmt::print("bf16 matmul   {}\n", info.bf16_matmul ? "oneDNN bf16 (AVX-512 BF16)"
                                                      : "none on this CPU: 16-bit weights' prompts run sgemm on their fp32 "
                                                        "values (fp32's speed); generation reads the 16-bit weights");

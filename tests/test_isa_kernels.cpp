@@ -143,8 +143,16 @@ TEST_P(IsaKernels, GemvMatchesTheExactProductWithinTheSumsBound) {
            [&](int64_t i) { return half_value(w_f16[i]); }},
       };
       for (const Case& c : cases) {
-        std::vector<float> out(N * OC);
+        // With and without software prefetch (kernels/cpu.h: which one a CPU takes): the same bits.
+        const bool chosen = gemv_prefetch();
+        std::vector<float> out(N * OC), other(N * OC);
+        set_gemv_prefetch(!chosen);
+        c.run(other.data());
+        set_gemv_prefetch(chosen);
         c.run(out.data());
+        for (int64_t i = 0; i < N * OC; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(other[i]))
+              << c.name << " weights, C=" << C << " N=" << N << ": prefetching changed output " << i;
         for (int64_t n = 0; n < N; ++n) {
           for (int64_t o = 0; o < OC; ++o) {
             double exact = 0.0, magnitude = 0.0;

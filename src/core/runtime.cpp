@@ -44,6 +44,7 @@ RuntimeInfo runtime_info() {
   if (info.cpu_isa.empty()) info.cpu_isa = "sse2";
   info.kernel_isa = kernels::isa_name(kernels::active_isa());
   info.widest_kernel_isa = kernels::isa_name(kernels::cpu_isa());
+  info.gemv_prefetch = kernels::gemv_prefetch();
   info.bf16_matmul = kernels::bf16_kernel_available();
   info.threads = kernels::num_threads();
   info.cores = static_cast<int>(std::thread::hardware_concurrency());

@@ -3,6 +3,9 @@
 #include <cpuid.h>
 
 #include <array>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
 
 namespace attend::kernels {
 namespace {
@@ -23,6 +26,26 @@ Isa detect() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
     return Isa::Avx2;
   return Isa::Generic;
+}
+
+bool is_intel() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[12];
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::string_view(vendor, sizeof vendor) == "GenuineIntel";
+}
+
+bool& prefetching() {
+  static bool on = [] {
+    const char* forced = std::getenv("ATTEND_GEMV_PREFETCH");
+    if (forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1"))
+      return std::string_view(forced) == "1";
+    return is_intel();
+  }();
+  return on;
 }
 
 constexpr std::array kAll = {Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni};
@@ -62,5 +85,9 @@ Isa cpu_isa() {
 Isa active_isa() { return chosen(); }
 
 Isa set_isa(Isa isa) { return chosen() = isa <= cpu_isa() ? isa : cpu_isa(); }
+
+bool gemv_prefetch() { return prefetching(); }
+
+void set_gemv_prefetch(bool on) { prefetching() = on; }
 
 }  // namespace attend::kernels

@@ -30,4 +30,14 @@ Isa active_isa();
 // Not to be called while kernels run on other threads.
 Isa set_isa(Isa isa);
 
+// Whether the one-row gemv over 16-bit weights (generation's matmuls on bf16 and fp16 rows) prefetches its
+// weight rows 2 KiB ahead in software. On Intel's cores the hardware prefetchers fall behind a stream read this
+// fast: an Emerald Rapids Xeon generated GPT-2-124M in bf16 at 0.63-0.68 of its bandwidth bound without, 0.90-0.93
+// with (docs/BENCHMARKS.md). On Zen 4 software prefetch made the fp32 row slower and the 16-bit rows were not
+// measured with it, so other vendors' cores keep the hardware's prefetchers alone. ATTEND_GEMV_PREFETCH=1 or 0
+// forces the choice; the results are the same bits either way.
+bool gemv_prefetch();
+// Sets it (tests and benchmarks; not while kernels run on other threads).
+void set_gemv_prefetch(bool on);
+
 }  // namespace attend::kernels

@@ -1,5 +1,6 @@
 // Decoding's matmul: one row (or a few) times each weight row, a stream through the weights bound by
 // memory. The weights are fp32, bf16 or fp16; products and sums are fp32.
+#include "kernels/cpu.h"
 #include "kernels/isa/isa.h"
 #include "kernels/isa/channels.h"
 #include "kernels/isa/lanes.h"
@@ -46,7 +47,9 @@ template <typename Format, typename W>
   return s;
 }
 
-template <typename Format, int64_t R, typename W>
+// Prefetch: the weights read kPrefetchBytes ahead in software (for several rows a pass always; for one row where
+// gemv_prefetch() says, kernels/cpu.h).
+template <typename Format, int64_t R, bool Prefetch = (R > 1), typename W>
 [[gnu::noinline]] void dots(float* out, int64_t out_stride, const float* x, const W* w, int64_t C, float bias) {
   // Every loop over rows and accumulators unrolled, so that the sums live in registers (an array the epilogue
   // indexed went through the stack: zeroed with rep stos, stored and reloaded, a third of a 768-channel row's time).
@@ -57,7 +60,7 @@ template <typename Format, int64_t R, typename W>
     for (int64_t a = 0; a < kAccumulators; ++a) acc[n][a] = Lanes{};
   int64_t c = 0;
   for (; c + kStep <= C; c += kStep) {
-    if constexpr (R > 1)  // several rows a pass read the weights slower than the hardware prefetcher expects
+    if constexpr (Prefetch)  // several rows a pass read the weights slower than the hardware prefetcher expects
       for (size_t b = 0; b < kStep * sizeof(W); b += 64)
         __builtin_prefetch(reinterpret_cast<const char*>(w + c) + kPrefetchBytes + b);
     if constexpr (R == 1) {  // each weight vector widened just before its product (the order below streamed
@@ -172,6 +175,7 @@ constexpr int64_t kInputBytesInL1 = int64_t{32} << 10;
 // Threads split the output channels (channels.h), each streams its weight rows once.
 template <typename Format, typename W>
 void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
+  const bool prefetch = sizeof(W) == 2 && gemv_prefetch();
   auto channels = [&](int64_t o0, int64_t o1) {
     if constexpr (kWeightRowsPerPass > 1)
       if (sizeof(W) == 2 && N < 4 && C * int64_t{sizeof(W)} >= kLongRowBytes) {  // one input row, K weight rows
@@ -208,7 +212,11 @@ void gemv_rows(float* out, const float* inp, const W* weight, const float* bias,
         if constexpr (kRowsPerPass > 2)
           if (n + 2 <= N) dots<Format, 2>(out + n * OC + o, OC, inp + n * C, w, C, b), n += 2;
       }
-      for (; n < N; ++n) dots<Format, 1>(out + n * OC + o, OC, inp + n * C, w, C, b);
+      for (; n < N; ++n)
+        if (prefetch)
+          dots<Format, 1, true>(out + n * OC + o, OC, inp + n * C, w, C, b);
+        else
+          dots<Format, 1, false>(out + n * OC + o, OC, inp + n * C, w, C, b);
     }
   };
   split_channels(OC, channels);

@@ -52,8 +52,13 @@ inline void store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
 // bf16 widens exactly: each value is the top half of its float.
 inline Lanes load_bf16(const uint16_t* p) {
   Lanes v;
-#if defined(__AVX2__) && !defined(__AVX512F__)
-  // One vpmovzxwd from memory; through the vector extension GCC 12 widens each half of the register apart.
+  // One vpmovzxwd from memory and one shift. Through the vector extension GCC 12 widens each half of the register
+  // apart (a load, two vpmovzxwd, an extract and an insert): on Intel's cores, whose 512-bit shuffles all issue on
+  // one port, that bounded the one-row bf16 gemv at about half the rate of fp16's (docs/BENCHMARKS.md).
+#if defined(__AVX512F__)
+  const __m512i words = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+  std::memcpy(&v, &words, sizeof v);
+#elif defined(__AVX2__)
   const __m256i words = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
   std::memcpy(&v, &words, sizeof v);
 #else
@@ -108,11 +113,21 @@ inline Lanes load_f16(const uint16_t* p) {
   return out;
 }
 
+// One vpmovsxbd from memory and one conversion (GCC 12's vector extension widens in two steps with extracts).
 inline Lanes load(const int8_t* p) {
+#if defined(__AVX512F__)
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__AVX2__)
+  const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
   using Bytes = int8_t __attribute__((vector_size(kLanes)));
   Bytes b;
   std::memcpy(&b, p, sizeof b);
-  return __builtin_convertvector(b, Lanes);
+  const Lanes v = __builtin_convertvector(b, Lanes);
+#endif
+  Lanes out;
+  std::memcpy(&out, &v, sizeof out);
+  return out;
 }
 
 // Pairwise, halving the vector until one lane is left: lane i + lane i + w for w = kLanes/2, ..., 1 (log₂ kLanes
