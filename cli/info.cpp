@@ -18,9 +18,13 @@ void add_info_command(CLI::App& app) {
                info.kernel_isa, info.widest_kernel_isa);
     fmt::print("16-bit gemv   {}\n", info.gemv_prefetch ? "software prefetch 2 KiB ahead (Intel's cores; ATTEND_GEMV_PREFETCH=0 turns it off)"
                                                         : "hardware prefetch alone (ATTEND_GEMV_PREFETCH=1 adds software prefetch)");
-    fmt::print("bf16 matmul   {}\n", info.bf16_matmul ? "oneDNN bf16 (AVX-512 BF16)"
-                                                     : "none on this CPU: 16-bit weights' prompts run sgemm on their fp32 "
-                                                       "values (fp32's speed); generation reads the 16-bit weights");
+    fmt::print("bf16 matmul   {}\n",
+               info.bf16_matmul_used ? "oneDNN bf16 (AVX-512 BF16)"
+               : info.bf16_matmul    ? "oneDNN's bf16 not taken: without AMX this Intel core's bf16 products are no faster "
+                                       "than its fp32 FMAs, so 16-bit weights' prompts widen to fp32 for sgemm "
+                                       "(ATTEND_BF16_GEMM=1 takes it)"
+                                     : "none on this CPU: 16-bit weights' prompts run sgemm on their fp32 "
+                                       "values (fp32's speed); generation reads the 16-bit weights");
   });
 }
 

@@ -96,11 +96,12 @@ void train_command(const TrainArgs& args, Communicator* group) {
               tokenizer.vocab_size(), tokenizer.vocab_size());
     run.model.vocab_size = tokenizer.vocab_size();
   }
-  if (run.train.precision == Precision::BF16 && !runtime_info().bf16_matmul) {
-    // Without bf16 dot products the GEMMs widen their operands to fp32 first: the same work plus the
-    // conversions (842 against 1,026 tokens/s on an AVX2 EPYC). fp32 is then both faster and more exact.
-    log::warn("train.precision=bf16: this CPU has no bf16 matmul (AVX-512 BF16), so bf16 would train slower "
-              "than fp32; training in fp32");
+  if (run.train.precision == Precision::BF16 && !runtime_info().bf16_matmul_used) {
+    // Without bf16 dot products (or where they are no faster than fp32's: Intel's cores without AMX,
+    // kernels/gemm.h) the GEMMs widen their operands to fp32 first: the same work plus the conversions
+    // (842 against 1,026 tokens/s on an AVX2 EPYC). fp32 is then both faster and more exact.
+    log::warn("train.precision=bf16: this CPU has no bf16 matmul faster than its fp32 one (AVX-512 BF16; on "
+              "Intel, AMX), so bf16 would train slower than fp32; training in fp32");
     run.train.precision = Precision::F32;
   }
   run.validate();

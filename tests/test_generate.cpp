@@ -402,6 +402,7 @@ TEST(Sessions, CopiesContinueAloneAndBadStepsChangeNothing) {
 // take inputs rounded to that type as in mixed precision, each decoded token's stay fp32. A visible difference
 // from fp32 (bf16 keeps 8 bits of mantissa, f16 11).
 TEST(Decoding, SixteenBitStorageEqualsTheCheckpointOfThatType) {
+  kernels::set_bf16_kernel_enabled(true);  // where oneDNN has one, even if this CPU does not take it by default
   const std::vector<int32_t> prompt = {5, 2, 1, 7, 3};
   ASSERT_GT(static_cast<int64_t>(prompt.size()), kernels::kGemvRows);  // the prompt takes the GEMM path
   auto decode_all = [&](const Model& m) {
@@ -477,6 +478,7 @@ TEST(Decoding, SixteenBitStorageEqualsTheCheckpointOfThatType) {
       ASSERT_EQ(0, std::memcmp(p->value.data(), rounded.find(p->name)->value.data(), p->numel() * sizeof(float)))
           << name << " " << p->name;
   }
+  kernels::set_bf16_kernel_enabled(kernels::bf16_kernel_preferred());
 }
 
 // Quantized storage: the multiplied matrices become ggml blocks and every value the blocks' values, so the model

@@ -103,7 +103,7 @@ TEST(GemmHalf, EqualsTheProductOfTheRoundedOperandsForBothFormats) {
       }
     }
   }
-  set_bf16_kernel_enabled(true);
+  set_bf16_kernel_enabled(bf16_kernel_preferred());
 }
 
 // The LRU map behind the bf16 primitive cache, by hand: capacity 3, keys 1 2 3, then 1 is used, so 4 evicts 2
@@ -156,6 +156,7 @@ TEST(GemmHalf, PrimitiveCacheIsBoundedAndEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(bf16_matmul_cache_stats().made, made) << "M = 1 was evicted though recently used";
   product(50);
   EXPECT_EQ(bf16_matmul_cache_stats().made, made + 1) << "M = 50 should have been evicted";
+  set_bf16_kernel_enabled(bf16_kernel_preferred());
 }
 
 // Rounding to bf16 vectorised and threaded gives the scalar rule everywhere: nearest, ties to even, NaN quiet.

@@ -25,6 +25,7 @@ struct RuntimeInfo {
   std::string widest_kernel_isa;  // the widest set this CPU runs
   bool gemv_prefetch = false;  // the one-row gemv over 16-bit weights prefetches in software (kernels/cpu.h)
   bool bf16_matmul = false;  // oneDNN has a bf16 matmul for this CPU (AVX-512 BF16); else bf16 GEMMs widen to fp32
+  bool bf16_matmul_used = false;  // and it is taken (not on Intel's cores without AMX: kernels/gemm.h)
   int threads = 1;
   int cores = 1;
 };

@@ -46,6 +46,7 @@ RuntimeInfo runtime_info() {
   info.widest_kernel_isa = kernels::isa_name(kernels::cpu_isa());
   info.gemv_prefetch = kernels::gemv_prefetch();
   info.bf16_matmul = kernels::bf16_kernel_available();
+  info.bf16_matmul_used = kernels::bf16_kernel_in_use();
   info.threads = kernels::num_threads();
   info.cores = static_cast<int>(std::thread::hardware_concurrency());
   return info;

@@ -28,7 +28,7 @@ Isa detect() {
   return Isa::Generic;
 }
 
-bool is_intel() {
+bool read_vendor_is_intel() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
   char vendor[12];
@@ -43,7 +43,7 @@ bool& prefetching() {
     const char* forced = std::getenv("ATTEND_GEMV_PREFETCH");
     if (forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1"))
       return std::string_view(forced) == "1";
-    return is_intel();
+    return cpu_is_intel();
   }();
   return on;
 }
@@ -85,6 +85,11 @@ Isa cpu_isa() {
 Isa active_isa() { return chosen(); }
 
 Isa set_isa(Isa isa) { return chosen() = isa <= cpu_isa() ? isa : cpu_isa(); }
+
+bool cpu_is_intel() {
+  static const bool intel = read_vendor_is_intel();
+  return intel;
+}
 
 bool gemv_prefetch() { return prefetching(); }
 

@@ -30,6 +30,10 @@ Isa active_isa();
 // Not to be called while kernels run on other threads.
 Isa set_isa(Isa isa);
 
+// Whether the CPU is Intel's (CPUID's vendor string "GenuineIntel"): where the kernels' best choice was measured
+// to differ between vendors' cores of the same instruction set.
+bool cpu_is_intel();
+
 // Whether the one-row gemv over 16-bit weights (generation's matmuls on bf16 and fp16 rows) prefetches its
 // weight rows 2 KiB ahead in software. On Intel's cores the hardware prefetchers fall behind a stream read this
 // fast: an Emerald Rapids Xeon generated GPT-2-124M in bf16 at 0.63-0.68 of its bandwidth bound without, 0.90-0.93

@@ -1,12 +1,15 @@
 #include "kernels/gemm.h"
 
 #include "kernels/convert.h"
+#include "kernels/cpu.h"
 #include "kernels/lru_cache.h"
 #include "kernels/parallel.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include <cassert>
 #include <map>
 #include <memory>
@@ -41,7 +44,10 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-std::atomic<bool> bf16_kernel_enabled{true};
+std::atomic<bool>& bf16_kernel_enabled() {
+  static std::atomic<bool> enabled{bf16_kernel_preferred()};
+  return enabled;
+}
 
 // Entries are shared pointers, so one evicted while another thread still runs it stays alive until done.
 struct Bf16MatmulCache {
@@ -57,7 +63,7 @@ Bf16MatmulCache& bf16_cache() {
 
 // The cached oneDNN bf16 matmul for these shapes, or null where this CPU has none.
 std::shared_ptr<const Bf16Matmul> bf16_matmul(const MatmulKey& key) {
-  if (!bf16_kernel_enabled.load(std::memory_order_relaxed)) return nullptr;
+  if (!bf16_kernel_enabled().load(std::memory_order_relaxed)) return nullptr;
   Bf16MatmulCache& cache = bf16_cache();
   const std::lock_guard<std::mutex> lock(cache.mutex);
   if (const auto* found = cache.primitives.find(key)) return *found;
@@ -174,9 +180,22 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
   stream.wait();
 }
 
-void set_bf16_kernel_enabled(bool enabled) { bf16_kernel_enabled = enabled; }
+void set_bf16_kernel_enabled(bool enabled) { bf16_kernel_enabled() = enabled; }
 
-bool bf16_kernel_in_use() { return bf16_kernel_enabled.load(std::memory_order_relaxed) && bf16_kernel_available(); }
+bool bf16_kernel_in_use() { return bf16_kernel_enabled().load(std::memory_order_relaxed) && bf16_kernel_available(); }
+
+bool bf16_kernel_preferred() {
+  static const bool preferred = [] {
+    const char* forced = std::getenv("ATTEND_BF16_GEMM");
+    if (forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1"))
+      return std::string_view(forced) == "1";
+    if (!cpu_is_intel()) return true;
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & amx) == amx;
+  }();
+  return preferred;
+}
 
 bool bf16_kernel_available() {
   static const bool available = [] {

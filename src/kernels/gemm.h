@@ -35,9 +35,17 @@ void gemm_half(Half type, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 // one, bf16 GEMMs widen to fp32.
 bool bf16_kernel_available();
 
-// Tests turn oneDNN's bf16 matmul off (and back on) to check the widening path that other CPUs take.
+// Whether the bf16 matmul, where oneDNN has one, is faster than widening to fp32 for sgemm on this CPU, and so
+// taken by default. Not on Intel's cores without AMX: their AVX-512 BF16 dot product (32 products, one port) does
+// no more than two ports of 16-lane fp32 FMAs, and the operands' conversion comes on top (an Emerald Rapids guest:
+// GPT-2-124M's bf16 prompts 1.5× faster through sgemm, Q8_0's 2.1-2.3× on the int8 kernels; docs/BENCHMARKS.md).
+// Zen 4 and Zen 5, whose 512-bit FMAs are fewer or narrower, gain from it. ATTEND_BF16_GEMM=1 or 0 forces it.
+bool bf16_kernel_preferred();
+
+// Tests turn oneDNN's bf16 matmul off (and back on) to check the widening path that other CPUs take; it starts
+// as bf16_kernel_preferred() says.
 void set_bf16_kernel_enabled(bool enabled);
-// Whether bf16 GEMMs run oneDNN's bf16 matmul now (available and not turned off).
+// Whether bf16 GEMMs run oneDNN's bf16 matmul now (available and turned on).
 bool bf16_kernel_in_use();
 
 // The bf16 matmul primitives kept (one per shape; past the capacity the least recently used goes), and how
