@@ -16,8 +16,10 @@ void add_info_command(CLI::App& app) {
     fmt::print("cpu features  {}\n", info.cpu_isa);
     fmt::print("kernels       {} (the decode matmuls and attention, conversions, optimizer updates; widest here: {})\n",
                info.kernel_isa, info.widest_kernel_isa);
-    fmt::print("16-bit gemv   {}\n", info.gemv_prefetch ? "software prefetch 2 KiB ahead (Intel's cores; ATTEND_GEMV_PREFETCH=0 turns it off)"
-                                                        : "hardware prefetch alone (ATTEND_GEMV_PREFETCH=1 adds software prefetch)");
+    fmt::print("decode gemv   {}\n", info.gemv_prefetch ? "16-bit and quantized rows prefetched 2 KiB ahead in software "
+                                                          "(Intel's cores; ATTEND_GEMV_PREFETCH=0 turns it off)"
+                                                        : "hardware prefetch alone on 16-bit and quantized rows "
+                                                          "(ATTEND_GEMV_PREFETCH=1 adds software prefetch)");
     fmt::print("bf16 matmul   {}\n",
                info.bf16_matmul_used ? "oneDNN bf16 (AVX-512 BF16)"
                : info.bf16_matmul    ? "oneDNN's bf16 not taken: without AMX this Intel core's bf16 products are no faster "

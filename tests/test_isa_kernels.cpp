@@ -336,6 +336,44 @@ TEST_P(IsaKernels, GemvQuantRowsDoNotDependOnTheirNeighbours) {
   }
 }
 
+// Software prefetch (kernels/cpu.h's gemv_prefetch: decoding's one to three rows on Intel's cores) changes no
+// bit of the quantized kernels: every type's plain kernel and the repacked Q4_0 and Q8_0 ones, with it and without.
+TEST_P(IsaKernels, QuantizedGemvIsTheSameWithAndWithoutPrefetch) {
+  const int64_t C = 768, OC = 67;
+  const auto x = random_vector(3 * C, 61, -2, 2), w = random_vector(OC * C, 62), b = random_vector(OC, 63);
+  const std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end());
+  const bool chosen = gemv_prefetch();
+  for (QuantType type : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                         QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+    const int64_t row_bytes = quant_row_bytes(type, C);
+    std::vector<uint8_t> blocks(OC * row_bytes);
+    for (int64_t o = 0; o < OC; ++o) quantize_row(type, blocks.data() + o * row_bytes, wf.data() + o * C, C);
+    std::vector<uint8_t> repacked;
+    if (type == QuantType::Q4_0) repacked.resize(q4_0x8_bytes(OC, C)), repack_q4_0x8(repacked.data(), blocks.data(), OC, C);
+    if (type == QuantType::Q8_0) repacked.resize(q8_0x8_bytes(OC, C)), repack_q8_0x8(repacked.data(), blocks.data(), OC, C);
+    for (int64_t N = 1; N <= 3; ++N) {
+      std::vector<float> on(N * OC), off(N * OC);
+      auto run = [&](bool prefetch, std::vector<float>& out, bool packed) {
+        set_gemv_prefetch(prefetch);
+        if (packed)
+          (type == QuantType::Q4_0 ? table().gemv_q4_0x8 : table().gemv_q8_0x8)(out.data(), xf.data(), repacked.data(),
+                                                                                bf.data(), N, C, OC);
+        else
+          table().gemv_quant(type, out.data(), xf.data(), blocks.data(), bf.data(), N, C, OC);
+      };
+      for (bool packed : {false, true}) {
+        if (packed && repacked.empty()) continue;
+        run(false, off, packed);
+        run(true, on, packed);
+        set_gemv_prefetch(chosen);
+        for (int64_t i = 0; i < N * OC; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(on[i]), std::bit_cast<uint32_t>(off[i]))
+              << quant_format(type).name << (packed ? " repacked" : "") << " N=" << N << " output " << i;
+      }
+    }
+  }
+}
+
 // Q4_0 and Q8_0 rows repacked eight at a time: the repacked kernel gives every channel of its groups what the
 // plain kernel gives, up to the order of the fp32 sums (the integer sums are exact in both), for one row, for
 // decoding's few (each thread quantizing them itself) and for a prompt's many (quantized beforehand, in parallel);

@@ -23,7 +23,7 @@ struct RuntimeInfo {
   std::string cpu_isa;       // the widest vector extensions found, e.g. "avx512f avx512bf16 avx2 fma"
   std::string kernel_isa;    // the set the per-set kernels run with, e.g. "avx2"
   std::string widest_kernel_isa;  // the widest set this CPU runs
-  bool gemv_prefetch = false;  // the one-row gemv over 16-bit weights prefetches in software (kernels/cpu.h)
+  bool gemv_prefetch = false;  // decoding's gemv over 16-bit and quantized weights prefetches in software (kernels/cpu.h)
   bool bf16_matmul = false;  // oneDNN has a bf16 matmul for this CPU (AVX-512 BF16); else bf16 GEMMs widen to fp32
   bool bf16_matmul_used = false;  // and it is taken (not on Intel's cores without AMX: kernels/gemm.h)
   int threads = 1;
