@@ -39,12 +39,7 @@ bool read_vendor_is_intel() {
 }
 
 bool& prefetching() {
-  static bool on = [] {
-    const char* forced = std::getenv("ATTEND_GEMV_PREFETCH");
-    if (forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1"))
-      return std::string_view(forced) == "1";
-    return cpu_is_intel();
-  }();
+  static bool on = forced_choice("ATTEND_GEMV_PREFETCH", cpu_is_intel());
   return on;
 }
 
@@ -89,6 +84,13 @@ Isa set_isa(Isa isa) { return chosen() = isa <= cpu_isa() ? isa : cpu_isa(); }
 bool cpu_is_intel() {
   static const bool intel = read_vendor_is_intel();
   return intel;
+}
+
+bool forced_choice(const char* variable, bool otherwise) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr) return otherwise;
+  const std::string_view forced(value);
+  return forced == "1" ? true : forced == "0" ? false : otherwise;
 }
 
 bool gemv_prefetch() { return prefetching(); }

@@ -34,12 +34,16 @@ Isa set_isa(Isa isa);
 // to differ between vendors' cores of the same instruction set.
 bool cpu_is_intel();
 
-// Whether decoding's gemv (one to three input rows) over 16-bit and quantized weights prefetches its weight rows
-// about 2 KiB ahead in software. On Intel's cores the hardware prefetchers fall behind these streams: an Emerald
-// Rapids Xeon generated GPT-2-124M in bf16 at 0.63-0.68 of its bandwidth bound without, 0.90-0.93 with; Q4_K_M
-// at 0.47-0.63 without, 0.66-0.80 with; Q4_0 0.56-0.64 and 0.70-0.89 (docs/BENCHMARKS.md). On Zen 4 software prefetch made the fp32 row slower and the 16-bit rows were not
-// measured with it, so other vendors' cores keep the hardware's prefetchers alone. ATTEND_GEMV_PREFETCH=1 or 0
-// forces the choice; the results are the same bits either way.
+// A per-CPU choice forced from the environment: true where `variable` is "1", false where "0", else `otherwise`.
+bool forced_choice(const char* variable, bool otherwise);
+
+// Whether decoding's gemv (one to three input rows) over 16-bit and quantized weights prefetches its weights in
+// software: 16-bit and K-type rows 2 KiB ahead, repacked Q4_0/Q8_0 rows a group of eight ahead. On Intel's cores
+// the hardware prefetchers fall behind these streams: an Emerald Rapids Xeon generated GPT-2-124M in bf16 at
+// 0.63-0.68 of its bandwidth bound without, 0.90-0.93 with; Q4_K_M at 0.47-0.63 without, 0.66-0.80 with; Q4_0
+// 0.56-0.64 and 0.70-0.89 (docs/BENCHMARKS.md). On Zen 4 software prefetch made the fp32 row slower and the 16-bit
+// rows were not measured with it, so other vendors' cores keep the hardware's prefetchers alone.
+// ATTEND_GEMV_PREFETCH=1 or 0 forces the choice; the results are the same bits either way.
 bool gemv_prefetch();
 // Sets it (tests and benchmarks; not while kernels run on other threads).
 void set_gemv_prefetch(bool on);

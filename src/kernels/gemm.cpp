@@ -8,8 +8,6 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 #include <cassert>
 #include <map>
 #include <memory>
@@ -186,13 +184,9 @@ bool bf16_kernel_in_use() { return bf16_kernel_enabled().load(std::memory_order_
 
 bool bf16_kernel_preferred() {
   static const bool preferred = [] {
-    const char* forced = std::getenv("ATTEND_BF16_GEMM");
-    if (forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1"))
-      return std::string_view(forced) == "1";
-    if (!cpu_is_intel()) return true;
     const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
     const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-    return (isa & amx) == amx;
+    return forced_choice("ATTEND_BF16_GEMM", !cpu_is_intel() || (isa & amx) == amx);
   }();
   return preferred;
 }

@@ -33,7 +33,6 @@ struct Fp16 {
 // once for all R rows. Each row's sum runs 32 channels a step in 32/kLanes independent accumulators (two AVX-512
 // registers, four AVX2 ones), so that the FMAs' latency does not bound the loop, in the same order for every R:
 // a row's result is the same bits however many rows pass with it (the server's batches rely on that).
-constexpr size_t kPrefetchBytes = 2048;
 constexpr int64_t kStep = 32, kAccumulators = kStep / lanes::kLanes;
 
 // The end of one row's sum, the same for every kernel below (so that each row's result is the same bits): the
@@ -47,7 +46,7 @@ template <typename Format, typename W>
   return s;
 }
 
-// Prefetch: the weights read kPrefetchBytes ahead in software (for several rows a pass always; for one row where
+// Prefetch: the weights read lanes::kPrefetchAhead bytes ahead in software (for several rows a pass always; for one row where
 // gemv_prefetch() says, kernels/cpu.h).
 template <typename Format, int64_t R, bool Prefetch = (R > 1), typename W>
 [[gnu::noinline]] void dots(float* out, int64_t out_stride, const float* x, const W* w, int64_t C, float bias) {
@@ -61,8 +60,7 @@ template <typename Format, int64_t R, bool Prefetch = (R > 1), typename W>
   int64_t c = 0;
   for (; c + kStep <= C; c += kStep) {
     if constexpr (Prefetch)  // several rows a pass read the weights slower than the hardware prefetcher expects
-      for (size_t b = 0; b < kStep * sizeof(W); b += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(w + c) + kPrefetchBytes + b);
+      lanes::prefetch(reinterpret_cast<const char*>(w + c) + lanes::kPrefetchAhead, kStep * sizeof(W));
     if constexpr (R == 1) {  // each weight vector widened just before its product (the order below streamed
                              // fp16 rows 10-30% slower alone on Zen 4)
 #pragma GCC unroll 16
@@ -101,8 +99,7 @@ template <typename Format, int64_t R, int64_t K, typename W>
   for (; c + kStep <= C; c += kStep) {
 #pragma GCC unroll 16
     for (int64_t k = 0; k < K; ++k)
-      for (size_t b = 0; b < kStep * sizeof(W); b += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(w + k * C + c) + kPrefetchBytes + b);
+      lanes::prefetch(reinterpret_cast<const char*>(w + k * C + c) + lanes::kPrefetchAhead, kStep * sizeof(W));
     Lanes wc[K][kAccumulators];
 #pragma GCC unroll 16
     for (int64_t k = 0; k < K; ++k)

@@ -49,6 +49,14 @@ inline Lanes load(const float* p) {
 
 inline void store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
 
+// How far ahead of their use decoding's gemv fetches weights in software (kernels/cpu.h's gemv_prefetch).
+constexpr int64_t kPrefetchAhead = 2048;
+
+// Asks for the cache lines of the bytes [p, p + bytes); a prefetch never faults, so past an array's end is harmless.
+inline void prefetch(const void* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
+}
+
 // bf16 widens exactly: each value is the top half of its float.
 inline Lanes load_bf16(const uint16_t* p) {
   Lanes v;
@@ -56,10 +64,12 @@ inline Lanes load_bf16(const uint16_t* p) {
   // apart (a load, two vpmovzxwd, an extract and an insert): on Intel's cores, whose 512-bit shuffles all issue on
   // one port, that bounded the one-row bf16 gemv at about half the rate of fp16's (docs/BENCHMARKS.md).
 #if defined(__AVX512F__)
-  const __m512i words = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+  const __m512i halves = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i words = _mm512_slli_epi32(halves, 16);
   std::memcpy(&v, &words, sizeof v);
 #elif defined(__AVX2__)
-  const __m256i words = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
+  const __m256i halves = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i words = _mm256_slli_epi32(halves, 16);
   std::memcpy(&v, &words, sizeof v);
 #else
   using Halves = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));

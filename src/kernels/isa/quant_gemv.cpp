@@ -403,10 +403,9 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
   // The K types: a tile of channels at a time against every row, each weight row's blocks unpacked once for
   // R rows (dot_k); the tile's rows stay in the first-level cache while the rows' activations pass.
   // Decoding's one or few rows on Intel's cores (gemv_prefetch, kernels/cpu.h): each weight row's lines fetched
-  // kAheadBytes before its dot product, where the hardware prefetchers alone left the K types' stream waiting on
-  // its loads.
+  // lanes::kPrefetchAhead bytes before its dot product, where the hardware prefetchers alone left the K types'
+  // stream waiting on its loads.
   const bool ahead = N < 4 && gemv_prefetch();
-  constexpr int64_t kAheadBytes = 2048;
   auto run_k = [&](auto dot) {
     using Dot = decltype(dot);
     constexpr int64_t kTile = 16;
@@ -415,9 +414,7 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
         const int64_t t1 = std::min(o1, t0 + kTile);
         for (int64_t n0 = 0; n0 < N; n0 += 64)
           for (int64_t o = t0; o < t1; ++o) {
-            if (ahead)
-              for (int64_t byte = 0; byte < row_bytes; byte += 64)
-                __builtin_prefetch(rows + o * row_bytes + kAheadBytes + byte);
+            if (ahead) lanes::prefetch(rows + o * row_bytes + lanes::kPrefetchAhead, row_bytes);
             k_rows<Dot>(rows + o * row_bytes, acts, act_row, n0, std::min(N, n0 + 64), blocks, out + o, OC,
                         bias != nullptr ? bias[o] : 0.0f);
           }
@@ -628,7 +625,7 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
   auto quantize = [&](Act32* to, int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) quantize_act32(to + n * blocks, inp + n * C, C);
   };
-  const bool ahead = N < 4 && gemv_prefetch();  // as the K types' run_k above
+  const bool ahead = N < 4 && gemv_prefetch();  // decoding on Intel's cores: each group fetches the next one
   constexpr int64_t kOwnCopy = 16;  // rows up to which each thread quantizes them itself
   const Act32* shared = nullptr;
   if (N > kOwnCopy) {
@@ -642,8 +639,7 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
     for (int64_t g = g0; g < g1; ++g) {
       const uint8_t* w = repacked + g * group_bytes;
       const float* b = bias != nullptr ? bias + 8 * g : nullptr;
-      if (ahead)
-        for (int64_t byte = 0; byte < group_bytes; byte += 64) __builtin_prefetch(w + group_bytes + byte);
+      if (ahead) lanes::prefetch(w + group_bytes, group_bytes);
       // Rows a pass over the group's blocks: eight where AVX-512's 32 vector registers hold their sums (each row's
       // arithmetic is the same whatever the pass holds), four with AVX2's 16.
 #if defined(__AVX512F__)
