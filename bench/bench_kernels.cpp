@@ -227,6 +227,29 @@ void BM_Decode_GemvInCache(benchmark::State& state, int format) {
   set_bandwidth(state, double(OC * C) * (format == 0 ? 4.0 : 2.0));
 }
 
+// The K types' kernel (Q4_K, Q5_K, Q6_K: the mix of a Q4_K_M file) on one 512 × 1,536 matrix (0.4-0.6 MB, inside
+// L2 of a Zen 4 or recent Intel core) against 1 input row (decoding) or 64 (a prompt's tile, four rows a pass over
+// each block), one thread: the arithmetic rate, with the reads from memory out of the way. Compare instruction
+// sets in one run with ATTEND_ISA.
+void BM_Decode_GemvKInCache(benchmark::State& state) {
+  using namespace attend::kernels;
+  attend::set_num_threads(1);
+  const QuantType type = static_cast<QuantType>(state.range(0));
+  const int64_t N = state.range(1), C = 1536, OC = 512;
+  const int64_t row_bytes = quant_row_bytes(type, C);
+  std::vector<uint8_t> blocks(OC * row_bytes);
+  const std::vector<float> w = random_floats(OC * C, 12), x = random_floats(N * C, 2);
+  for (int64_t r = 0; r < OC; ++r) quantize_row(type, blocks.data() + r * row_bytes, w.data() + r * C, C);
+  std::vector<float> out(N * OC);
+  for (auto _ : state) {
+    matmul_forward_quant_rows(type, out.data(), x.data(), blocks.data(), nullptr, N, C, OC);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(quant_format(type).name);
+  set_bandwidth(state, double(blocks.size()));
+  state.counters["GMAC/s"] = benchmark::Counter(double(N * OC * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void threads_1_2(benchmark::internal::Benchmark* b) {
   b->Arg(1)->Arg(2)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
 }
@@ -241,6 +264,9 @@ BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8}, {1, 2}, {768, 3072}
 BENCHMARK(BM_Decode_GemvQ8_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ4_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8_InCache)->Arg(1)->Arg(8)->ArgName("rows")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Decode_GemvKInCache)
+    ->ArgsProduct({{int(attend::kernels::QuantType::Q4_K), int(attend::kernels::QuantType::Q5_K), int(attend::kernels::QuantType::Q6_K)}, {1, 64}})
+    ->ArgNames({"type", "rows"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode_GemvInCache, f32, 0)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode_GemvInCache, bf16, 1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode_GemvInCache, f16, 2)->Unit(benchmark::kMicrosecond)->UseRealTime();

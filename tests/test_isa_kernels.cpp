@@ -294,7 +294,7 @@ TEST_P(IsaKernels, GemvQuantWithinTheActivationRoundingBound) {
 TEST_P(IsaKernels, GemvQuantChannelsDoNotDependOnTheirNeighbours) {
   const int64_t C = 512, OC = 37;
   for (QuantType type : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
-                         QuantType::Q4_K, QuantType::Q6_K}) {
+                         QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
     const auto x = random_vector(kGemvRows * C, 41, -2, 2), w = random_vector(OC * C, 42);
     const std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end());
     const int64_t row_bytes = quant_row_bytes(type, C);

@@ -239,7 +239,10 @@ void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp
 //     1,708-1,734);
 //   - the K types (which take four input rows a pass over each block): with AVX-512 BF16 up to 32 rows (Q4_K_M,
 //     30 against 30 ms at 32 rows, 59 against 44 at 64); on AVX-512 without BF16 at any length (Q4_K_M at 64
-//     rows 59-69 against 124-179 ms, at 512 517-523 against 619-632 ms on the fp32 GEMM); on AVX2 up to 256 rows
+//     rows 59-69 against 124-179 ms, at 512 517-523 against 619-632 ms on the fp32 GEMM; on an Intel Xeon
+//     without AMX up to 128 rows: its sgemm runs two 512-bit FMAs a cycle where the int8 kernels' 512-bit integer
+//     work shares two ports, Q4_K_M pp512 556-594 tokens/s on the int8 kernels against 910-935, pp64 538-655
+//     against 477-499, 2026-11-28); on AVX2 up to 256 rows
 //     (33 against 44 ms at 32, 286-292 against 320-323 at 256; at 512 the GEMM's 964-982 tokens/s against
 //     919-941);
 //   - the other types: up to 16 rows.
@@ -261,7 +264,8 @@ int64_t int8_rows_limit(const Parameter& weight) {
   });
   if (!k_types || isa == kernels::Isa::Generic) return 16;
   if (bf16) return 32;
-  return isa == kernels::Isa::Avx2 ? 256 : kAny;
+  if (isa == kernels::Isa::Avx2) return 256;
+  return kernels::cpu_is_intel() ? 128 : kAny;
 }
 
 // out (N, OC) = inp · Wᵀ + bias for a W held as stored without float values (quantized blocks, or packed in 16

@@ -22,6 +22,14 @@
 #include <immintrin.h>
 #endif
 
+// GCC 12 takes the undefined upper lanes inside the AVX-512 intrinsics (the casts and zero-extensions to 512 bits,
+// the reductions) for uninitialized values (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no such warnings, and warns about the unknown names
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace attend::kernels::ATTEND_ISA {
 namespace {
 
@@ -200,11 +208,79 @@ float dot_32(const uint8_t* w, const Act32* a, int64_t blocks) {
 // each. Each row has its own sums and accumulators, and its operations are the same whatever R: a row's result
 // does not depend on the rows beside it (decoding alone or in a batch gives the same numbers).
 constexpr int kRowsAtOnce = 4;
+constexpr int64_t kTileBytes = 16 << 10;  // a prompt's tile of weight rows (gemv_quant)
+
+#if defined(__AVX512BW__)
+// The K types in 512 bits: 64 levels a vector, their pair products with the activations (vpmaddubsw, 32 int16
+// lanes) multiplied by each lane's sub-block scale and summed into 32-bit lanes (vpmaddwd, vpaddd). A sub-block's
+// scale sits in the lanes of its pairs: permuted from the block's scales, once per block for all R rows.
+// (AVX512-VNNI's vpdpwssd would do vpmaddwd + vpaddd in one, but a row's sum then waits five cycles on each
+// product where vpaddd waits one: one row's dot ran at the AVX2 kernel's speed.)
+inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+inline __m512i scaled_onto(__m512i sum, __m512i pairs, __m512i scales) {
+  return _mm512_add_epi32(sum, _mm512_madd_epi16(pairs, scales));
+}
+// The permutations that put a block's int16 scale first + i / span in lane i = 0..31 of vector k (span: the pair
+// sums per sub-block, 16 for sub-blocks of 32 levels, 8 for 16; first = 32k / span). Tables, not loops: a row of
+// GPT-2's is three blocks, and what a dot sets up it sets up per row.
+template <int kSpan>
+struct ScaleLanes {
+  alignas(64) int16_t index[4][32];
+  constexpr ScaleLanes() : index{} {
+    for (int k = 0; k < 4; ++k)
+      for (int i = 0; i < 32; ++i) index[k][i] = static_cast<int16_t>((32 * k + i) / kSpan);
+  }
+  __m512i operator[](int k) const { return _mm512_load_si512(index[k]); }
+};
+constexpr ScaleLanes<16> kScalesOf32;  // Q4_K, Q5_K: vector i holds sub-blocks 2i, 2i + 1
+constexpr ScaleLanes<8> kScalesOf16;   // Q6_K: vector k holds sub-blocks 4k .. 4k + 3
+#endif
 
 // Q4_K and Q5_K: Σ_j (d·sc_j)·Σ q·x − (dmin·m_j)·Σx over the eight sub-blocks of 32.
 template <int kBits, int R>
 void dot_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* result) {
   constexpr int64_t kBytes = kBits == 5 ? 176 : 144;
+#if defined(__AVX512BW__)
+  __m512 acc[R];
+  __m256 acc_min[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
+  // Sub-block pair 2i, 2i + 1 is one 32-byte word of nibbles: broadcast to both halves, the low half keeps the low
+  // nibbles (values 64i .. 64i + 31), the high half shifts the high ones down (64i + 32 .. 64i + 63).
+  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m512i mask = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
+  for (int64_t b = 0; b < blocks; ++b, w += kBytes) {
+    const float dw = half_value(w), dminw = half_value(w + 2);
+    const uint8_t* qh = w + 16;
+    const uint8_t* qs = kBits == 5 ? w + 48 : w + 16;
+    alignas(16) uint8_t sc[8], m[8];
+    quant_layout::scales_mins_k4(w + 4, sc, m);
+    const __m128i m_twice = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)),
+                                             _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+    const __m256i m16 = _mm256_cvtepu8_epi16(m_twice);
+    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    __m512i isum[R];
+    for (int r = 0; r < R; ++r) {
+      acc_min[r] = accumulate(acc_min[r], _mm256_madd_epi16(m16, load32(a[r][b].sums)), dminw * a[r][b].d);
+      isum[r] = _mm512_setzero_si512();
+    }
+    const __m512i high = kBits == 5 ? _mm512_broadcast_i64x4(load32(qh)) : _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i) {
+      __m512i u = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(load32(qs + 32 * i)), shifts), mask);
+      if constexpr (kBits == 5) {
+        // Bit 2i of qh[l] is value 64i + l's fifth bit, bit 2i + 1 value 64i + 32 + l's.
+        const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * i))),
+                                               _mm256_set1_epi8(static_cast<char>(2 << (2 * i))), 1);
+        u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(high, bit), u, sixteen);
+      }
+      const __m512i scales = _mm512_permutexvar_epi16(kScalesOf32[i], sc16);
+      for (int r = 0; r < R; ++r)
+        isum[r] = scaled_onto(isum[r], _mm512_maddubs_epi16(u, load64(a[r][b].q + 64 * i)), scales);
+    }
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_set1_ps(dw * a[r][b].d), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) result[r] = _mm512_reduce_add_ps(acc[r]) - total(acc_min[r]);
+#else
 #if defined(__AVX2__)
   Acc acc[R] = {}, acc_min[R] = {};
 #else
@@ -272,11 +348,45 @@ void dot_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* resu
     result[r] = acc[r] + correction[r];
 #endif
   }
+#endif
 }
 
 // Q6_K: Σ_j (d·sc_j)·(Σ q·x − 32·Σx) over sixteen sub-blocks of 16.
 template <int R>
 void dot_q6_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* result) {
+#if defined(__AVX512BW__)
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i mask = _mm512_set1_epi8(15), top = _mm512_set1_epi8(0x30);
+  for (int64_t b = 0; b < blocks; ++b, w += 210) {
+    const float dw = half_value(w + 208);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192)));
+    const __m512i sc512 = _mm512_zextsi256_si512(sc16);
+    __m512i isum[R];
+    for (int r = 0; r < R; ++r)  // the offset's share, −32·Σ_j sc_j·Σx_j, as the start
+      isum[r] = _mm512_zextsi256_si512(
+          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(a[r][b].sums)), 5)));
+    for (int h = 0; h < 2; ++h) {
+      // Half h's 128 levels: 64 bytes of low nibbles (values 0-63 low, 64-127 high) and 32 of two-bit pairs. The
+      // pairs' bytes beside themselves shifted by 2 put each value's two bits at bits 0-1 (values 0-63) or 4-5
+      // (64-127) of the byte beside its nibble.
+      const __m512i low = load64(w + 64 * h);
+      const __m256i bits = load32(w + 128 + 32 * h);
+      const __m512i pairs = _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 2), 1);
+      const __m512i u0 = _mm512_or_si512(_mm512_and_si512(low, mask), _mm512_and_si512(_mm512_slli_epi16(pairs, 4), top));
+      const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low, 4), mask), _mm512_and_si512(pairs, top));
+      const __m512i s0 = _mm512_permutexvar_epi16(kScalesOf16[2 * h], sc512);
+      const __m512i s1 = _mm512_permutexvar_epi16(kScalesOf16[2 * h + 1], sc512);
+      for (int r = 0; r < R; ++r) {
+        isum[r] = scaled_onto(isum[r], _mm512_maddubs_epi16(u0, load64(a[r][b].q + 128 * h)), s0);
+        isum[r] = scaled_onto(isum[r], _mm512_maddubs_epi16(u1, load64(a[r][b].q + 128 * h + 64)), s1);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_set1_ps(dw * a[r][b].d), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) result[r] = _mm512_reduce_add_ps(acc[r]);
+#else
   Acc acc[R] = {};
   float correction[R] = {};
   for (int64_t b = 0; b < blocks; ++b, w += 210) {
@@ -338,6 +448,7 @@ void dot_q6_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* r
 #endif
   }
   for (int r = 0; r < R; ++r) result[r] = total(acc[r]) + correction[r];
+#endif
 }
 
 // A K type's dots of one weight row with rows n0 .. n1 of the activations (act_row bytes apart), R at a time.
@@ -400,22 +511,24 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
                             (bias != nullptr ? bias[o] : 0.0f);
     });
   };
-  // The K types: a tile of channels at a time against every row, each weight row's blocks unpacked once for
-  // R rows (dot_k); the tile's rows stay in the first-level cache while the rows' activations pass.
+  // The K types: a tile of channels (about kTileBytes of weights) against four input rows at a time, each weight
+  // row's blocks unpacked once for the four (dot_k): the tile and the four rows' activations (1.2 KB per 1,024
+  // channels and row) stay in the first-level cache. (Every row against one weight row at a time read the rows'
+  // activations from L2 for each channel: 3-10% slower on 64 rows, Xeon.)
   // Decoding's one or few rows on Intel's cores (gemv_prefetch, kernels/cpu.h): each weight row's lines fetched
   // lanes::kPrefetchAhead bytes before its dot product, where the hardware prefetchers alone left the K types'
   // stream waiting on its loads.
   const bool ahead = N < 4 && gemv_prefetch();
   auto run_k = [&](auto dot) {
     using Dot = decltype(dot);
-    constexpr int64_t kTile = 16;
+    const int64_t tile = std::max<int64_t>(4, kTileBytes / row_bytes);
     split_channels(OC, [&](int64_t o0, int64_t o1) {
-      for (int64_t t0 = o0; t0 < o1; t0 += kTile) {
-        const int64_t t1 = std::min(o1, t0 + kTile);
-        for (int64_t n0 = 0; n0 < N; n0 += 64)
+      for (int64_t t0 = o0; t0 < o1; t0 += tile) {
+        const int64_t t1 = std::min(o1, t0 + tile);
+        for (int64_t n0 = 0; n0 < N; n0 += kRowsAtOnce)
           for (int64_t o = t0; o < t1; ++o) {
             if (ahead) lanes::prefetch(rows + o * row_bytes + lanes::kPrefetchAhead, row_bytes);
-            k_rows<Dot>(rows + o * row_bytes, acts, act_row, n0, std::min(N, n0 + 64), blocks, out + o, OC,
+            k_rows<Dot>(rows + o * row_bytes, acts, act_row, n0, std::min(N, n0 + kRowsAtOnce), blocks, out + o, OC,
                         bias != nullptr ? bias[o] : 0.0f);
           }
       }
@@ -516,12 +629,6 @@ struct Q4X8 {
 // block) goes into the first lane of each row's pair, so that no product is spent on the offset. Without VNNI,
 // 256 bits hold four rows and the signed product goes through |w| times x with w's sign. Every row's operations
 // are the same whatever R.
-// GCC 12 takes the undefined upper lanes inside the AVX-512 intrinsics for uninitialized values (GCC bug 105593,
-// fixed in 13).
-#pragma GCC diagnostic push
-#if !defined(__clang__)  // clang has no such warning, and warns about the unknown name
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 struct Q8X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 34;
   template <int R>
@@ -612,7 +719,6 @@ struct Q8X8 {
 #endif
   }
 };
-#pragma GCC diagnostic pop
 
 // The repacked kernels' loop: the input rows quantized once, the groups of eight channels shared between the
 // threads, each group's input rows eight (AVX2: four) at a time. Decoding's few rows are quantized by each thread
@@ -686,3 +792,5 @@ void gemv_q4_0x8(float* out, const float* inp, const uint8_t* repacked, const fl
 }
 
 }  // namespace attend::kernels::ATTEND_ISA
+
+#pragma GCC diagnostic pop
