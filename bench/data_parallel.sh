@@ -37,10 +37,11 @@ run() {  # NAME: one run of that configuration
   out=$(fresh "$name")
   case $name in
     one) OMP_NUM_THREADS=2 build/attend train "${common[@]}" --set out="$out" ;;
-    dp) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set out="$out" ;;
-    end) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set train.bucket_mb=0 --set out="$out" ;;
-    bf16) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set train.allreduce=bf16 --set out="$out" ;;
-    zero) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set train.zero=true --set out="$out" ;;
+    # dp, end, bf16: without ZeRO-1 (train.zero=false; its default, auto, turns it on with several ranks)
+    dp) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set train.zero=false --set out="$out" ;;
+    end) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set train.zero=false --set train.bucket_mb=0 --set out="$out" ;;
+    bf16) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set train.zero=false --set train.allreduce=bf16 --set out="$out" ;;
+    zero) mpirun -np 2 -x OMP_NUM_THREADS=1 build/attend train "${common[@]}" --set out="$out" ;;  # the default
   esac >/dev/null 2>"$out/stderr" || { cat "$out/stderr"; exit 1; }
   python3 - "$name" "$out/metrics.jsonl" <<'PY' | tee -a "$work/results.jsonl"
 import json, statistics, sys

@@ -122,9 +122,8 @@ void train_command(const TrainArgs& args, Communicator* group) {
     fmt::print(stderr, "model: {} parameters ({}, {} layers, d_model {})\n", model.count().total(),
                architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
   if (leader && ranks > 1)
-    fmt::print(stderr, "data parallel: {} ranks ({}), {} gradients in buckets of {} MB{}\n", ranks,
-               group->transport(), run.train.allreduce == Precision::BF16 ? "bf16" : "f32", run.train.bucket_mb,
-               run.train.zero ? ", ZeRO-1 (optimizer state split across the ranks)" : "");
+    fmt::print(stderr, "data parallel: {} ranks ({}), {} gradients in buckets of {} MB\n", ranks,
+               group->transport(), run.train.allreduce == Precision::BF16 ? "bf16" : "f32", run.train.bucket_mb);
   Trainer trainer(std::move(model), *data, run.train, out, args.resume, &tokenizer, group);
   if (!leader) {  // the others train; rank 0 reports
     trainer.run({}, &g_stop);

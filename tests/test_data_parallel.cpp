@@ -313,6 +313,7 @@ TrainConfig parallel_config(int64_t steps) {
 struct RunResult {
   std::vector<StepReport> steps;
   std::vector<float> weights;
+  bool zero = false;  // the run split its optimizer state (Trainer::zero)
 };
 
 // Trains config on `ranks` threads (1: a plain single process, no group at all) and returns rank 0's reports.
@@ -329,6 +330,7 @@ RunResult train_on(int ranks, const ModelConfig& model, const Dataset& data, con
     trainer.run([&](const StepReport& r) { reports.push_back(r); });
     if (leader) {
       out.steps = reports;
+      out.zero = trainer.zero();
       auto w = trainer.model().parameter_buffer();
       out.weights.assign(w.begin(), w.end());
     }
@@ -531,6 +533,27 @@ TEST(DataParallel, TrainsOnlyTheUnfrozenParameters) {
   for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_NEAR(b.steps[i].loss, a.steps[i].loss, 1e-6 * a.steps[i].loss);
   config.zero = true;
   testing::expect_error_mentions<Error>([&] { run(2, fresh_dir("frozen_zero")); }, {"train.zero", "frozen"});
+}
+
+// train.zero's default, "auto", is ZeRO-1 wherever it applies: on with several ranks when every parameter trains
+// (the same run as asking for it, bit for bit), off with frozen parameters and in one process.
+TEST(DataParallel, ZeroOneIsOnByDefaultWhereItApplies) {
+  const auto tokens = pattern_tokens();
+  LmDataset data(tokens, {}, {.batch_size = 6, .seq_len = 12, .seed = 3});
+  TrainConfig automatic = parallel_config(4), on = automatic;
+  ASSERT_FALSE(automatic.zero.has_value());
+  on.zero = true;
+  const ModelConfig model = tiny(Architecture::Decoder);
+  const RunResult a = train_on(2, model, data, automatic, fresh_dir("zero_auto"));
+  const RunResult b = train_on(2, model, data, on, fresh_dir("zero_on"));
+  EXPECT_TRUE(a.zero);
+  EXPECT_TRUE(b.zero);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i + 1;
+  EXPECT_EQ(a.weights, b.weights);
+  auto frozen = [](const Parameter& p) { return p.name.find(".attn.") == std::string::npos; };
+  EXPECT_FALSE(train_on(2, model, data, automatic, fresh_dir("zero_auto_frozen"), false, frozen).zero);
+  EXPECT_FALSE(train_on(1, model, data, automatic, fresh_dir("zero_auto_one")).zero);
 }
 
 // One rank's error must not leave the others waiting: the local group's abort wakes them with an error.

@@ -820,6 +820,16 @@ TEST(RunConfigs, ExampleConfigsParseAndValidate) {
   EXPECT_EQ(r.train.precision, Precision::BF16);
   EXPECT_NE(r.to_json().find("\"precision\": \"bf16\""), std::string::npos);
   testing::expect_error_mentions<Error>([&] { r.set("train.precision", "fp8"); }, {"'precision'", "'fp8'", "f32, bf16, f16"});
+  // train.zero: true, false, or "auto" (unset: ZeRO-1 where it applies), and written back as given.
+  EXPECT_FALSE(r.train.zero.has_value());
+  EXPECT_NE(r.to_json().find("\"zero\": \"auto\""), std::string::npos);
+  r.set("train.zero", "false");
+  EXPECT_EQ(r.train.zero, std::optional<bool>(false));
+  EXPECT_EQ(RunConfig::from_json(r.to_json()).train.zero, std::optional<bool>(false));
+  r.set("train.zero", "auto");
+  EXPECT_FALSE(r.train.zero.has_value());
+  testing::expect_error_mentions<Error>([&] { r.set("train.zero", "sometimes"); },
+                                        {"'zero'", "\"sometimes\"", "expected true, false or \"auto\""});
   RunConfig scaled = RunConfig::from_json(read_file(fs::path(ATTEND_DATA_DIR) / ".." / "configs" / "gpt.json"));
   scaled.set("train.loss_scale", "0.5");
   testing::expect_error_mentions<Error>([&] { scaled.validate(); }, {"train.loss_scale must be at least 1"});

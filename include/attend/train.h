@@ -203,8 +203,10 @@ struct TrainConfig {
   // Data parallelism (a Trainer given a Communicator of several ranks; `mpirun -np N attend train`): each rank
   // trains on its share of every micro-batch and the gradients are summed across ranks in buckets of
   // bucket_mb megabytes, started while backward runs; F32 or BF16 on the wire. ZeRO-1 splits the optimizer
-  // state across the ranks (each updates its share of the parameters, then they are gathered).
-  bool zero = false;
+  // state across the ranks (each updates its share of the parameters, then they are gathered): the same
+  // numbers, 1/N of the optimizer's memory and of its update's work. Unset ("auto"), it is on wherever it
+  // applies: several ranks and no frozen parameters (a LoRA run's base has no optimizer state to split).
+  std::optional<bool> zero;
   Precision allreduce = Precision::F32;
   double bucket_mb = 25.0;            // 0: one bucket, sent after the whole backward
   // LoRA fine-tuning (run.json's "train": {"lora": {"r", "alpha", "dropout", "targets", "rslora"}}): r > 0 gives
@@ -342,6 +344,8 @@ class Trainer {
   void save_checkpoint();
   int64_t steps_done() const;
   Model& model();
+  // Whether this run splits the optimizer state across its ranks (ZeRO-1: config.zero, or "auto").
+  bool zero() const;
 
  private:
   struct State;

@@ -43,10 +43,12 @@ std::string_view strip(std::string_view text, bool left, bool right) {
     const CodePoint cp = decode_utf8(text, i);
     return cp.value != kInvalid && is_whitespace(cp.value) ? static_cast<size_t>(cp.length) : 0;
   };
-  if (left)
-    while (!text.empty())
+  if (left) {
+    while (!text.empty()) {
       if (const size_t n = space_at(0)) text.remove_prefix(n);
       else break;
+    }
+  }
   if (right)
     while (!text.empty()) {
       size_t s = text.size() - 1;

@@ -48,8 +48,19 @@ void for_each_data_field(DataConfig& d, F&& f) {
   f("max_target_len", d.max_target_len, "seq2seq: target tokens kept, EOS included");
 }
 
+// "zero" is true, false or "auto" (unset in the struct).
+struct ZeroSwitch {
+  std::optional<bool>& zero;
+  void read(const nlohmann::json& v, const std::string& where) {
+    check(v.is_boolean() || v == "auto", "{} is {}, expected true, false or \"auto\"", where, v.dump());
+    zero = v.is_boolean() ? std::optional<bool>(v.get<bool>()) : std::nullopt;
+  }
+  nlohmann::ordered_json write() const { return zero ? nlohmann::ordered_json(*zero) : nlohmann::ordered_json("auto"); }
+};
+
 template <typename F>
 void for_each_train_field(TrainConfig& t, F&& f) {
+  ZeroSwitch zero{t.zero};
   f("steps", t.steps, "optimiser steps");
   f("grad_accum", t.grad_accum, "micro-batches per step (the same update as one batch that many times larger)");
   f("lr", t.schedule.lr, "peak learning rate (inverse_sqrt: a multiplier, 1 is the paper's)");
@@ -77,7 +88,7 @@ void for_each_train_field(TrainConfig& t, F&& f) {
   f("precision", t.precision, "matmul operands: f32, bf16 (mixed precision, fast with AVX-512 BF16) or f16 (loss-scaled)");
   f("loss_scale", t.loss_scale, "f16: the starting loss scale (halved on overflow)");
   f("loss_scale_window", t.loss_scale_window, "f16: steps without overflow before the scale doubles");
-  f("zero", t.zero, "mpirun: ZeRO-1, each rank holds and updates 1/N of the optimizer state");
+  f("zero", zero, "mpirun: ZeRO-1, each rank holds and updates 1/N of the optimizer state; auto: on with several ranks unless some parameters are frozen (LoRA)");
   f("allreduce", t.allreduce, "mpirun: the gradients' type on the wire, f32 or bf16 (half the bytes)");
   f("bucket_mb", t.bucket_mb, "mpirun: megabytes of fp32 gradients per bucket, sent while backward runs; 0: one bucket at the end");
   f("frozen_weights", t.frozen_weights, "LoRA: the frozen projections held as f32, bf16, f16, or quantized (q8_0, q4_k, ...: QLoRA)");

@@ -130,6 +130,7 @@ struct Trainer::State {
   // Data parallelism: the group (null, or one rank: a single process) and the gradient reduction.
   Communicator* group = nullptr;
   std::unique_ptr<train::GradientReducer> reducer;
+  bool zero = false;  // ZeRO-1 in use: config.zero, or by default where it applies
 
   State(Model m, const Dataset& d, const TrainConfig& c, fs::path p, const Tokenizer* t, Communicator* g)
       : model(std::move(m)), data(d), config(c), dir(std::move(p)), tokenizer(t), group(g) {}
@@ -149,7 +150,7 @@ struct Trainer::State {
 std::vector<train::Segment> Trainer::State::segments_of(int r) {
   std::vector<train::Segment> out;
   const std::vector<Parameter*> params = model.trainable_parameters();
-  if (!parallel() || !config.zero) {
+  if (!zero) {
     for (Parameter* p : params) out.push_back({p, 0, p->numel()});
     return out;
   }
@@ -311,12 +312,15 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
   }
   if (s.parallel()) {
     const bool frozen = s.model.trainable_parameters().size() != s.model.parameters().size();
-    check(!(c.zero && frozen), "train.zero: ZeRO-1 splits the state of every parameter, and some are frozen (their "
-          "optimizer state is small then: leave train.zero off)");
+    check(!(c.zero == true && frozen), "train.zero: ZeRO-1 splits the state of every parameter, and some are frozen "
+          "(their optimizer state is small then: leave train.zero off or \"auto\")");
+    s.zero = c.zero.value_or(!frozen);
+    if (s.leader() && s.zero)
+      log::info("train.zero: ZeRO-1, the optimizer state split across the {} ranks", s.ranks());
     const double bucket = c.bucket_mb * 1e6 / sizeof(float);
     s.reducer = std::make_unique<train::GradientReducer>(
         *group, static_cast<int64_t>(s.model.gradient_buffer().size()),
-        train::ReducerOptions{.zero = c.zero, .bf16_wire = c.allreduce == Precision::BF16,
+        train::ReducerOptions{.zero = s.zero, .bf16_wire = c.allreduce == Precision::BF16,
                               .bucket_elements = static_cast<int64_t>(bucket)});
   }
   s.optimizer = std::make_unique<train::Optimizer>(c.optimizer, s.segments_of(s.rank()));
@@ -354,6 +358,7 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::steps_done() const { return s_->step; }
 Model& Trainer::model() { return s_->model; }
+bool Trainer::zero() const { return s_->zero; }
 
 StepReport Trainer::step() {
   State& s = *s_;
@@ -416,7 +421,7 @@ StepReport Trainer::step() {
   if (s.reducer) {
     r.compute_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     s.reducer->finish();
-    if (c.zero)
+    if (s.zero)
       for (const train::Range& range : s.reducer->owned()) owned.push_back(grads.subspan(range.begin, range.size()));
     double loss = r.loss;
     train::sum_in_rank_order(*s.group, std::span(&loss, 1));
@@ -461,7 +466,7 @@ StepReport Trainer::step() {
   } else {
     s.bad_streak = 0;
     s.optimizer->step(r.lr);
-    if (s.reducer && c.zero) s.reducer->gather_values(s.model.parameter_buffer());
+    if (s.reducer && s.zero) s.reducer->gather_values(s.model.parameter_buffer());
     if (scaling && ++s.clean_steps >= c.loss_scale_window) {
       s.loss_scale *= 2.0;
       s.clean_steps = 0;
@@ -516,7 +521,7 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
 void Trainer::save_checkpoint() {
   State& s = *s_;
   std::unique_ptr<train::Optimizer> gathered;
-  if (s.parallel() && s.config.zero) gathered = s.gather_optimizer_state();  // every rank takes part
+  if (s.zero) gathered = s.gather_optimizer_state();  // every rank takes part
   if (!s.leader()) return;
   train::Optimizer& optimizer = gathered ? *gathered : *s.optimizer;
   const fs::path tmp = s.dir / "checkpoint.tmp", old = s.dir / "checkpoint.old";

@@ -93,7 +93,7 @@ void quantize_act256(Act256* out, const float* x, int64_t C) {
 using Acc = __m256;
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 // 16-bit pair sums of u·x (u < 128, so no pair saturates: 2·127·127 < 2¹⁵).
-inline __m256i pairs(__m256i u, __m256i x) { return _mm256_maddubs_epi16(u, x); }
+[[maybe_unused]] inline __m256i pairs(__m256i u, __m256i x) { return _mm256_maddubs_epi16(u, x); }
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 // init + the sums of four products u·x in each 32-bit lane: VNNI's vpdpbusd, one instruction for vpmaddubsw +
 // vpmaddwd (+ vpaddd).
