@@ -6,11 +6,14 @@
 
 #include <attend/server.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 namespace attend {
@@ -194,6 +197,32 @@ TEST(Server, AnswersLoadingUntilTheModelIsLoadedThenServes) {
   EXPECT_NE(metrics.find("# TYPE attend_time_to_first_token_seconds histogram"), std::string::npos);
   server.stop();
   runner.join();
+}
+
+// The listening socket's backlog holds a burst of clients: cpp-httplib's default of 5 left the SYNs of the rest of
+// eight streams starting at once to the kernel's one-second retry. The kernel reports a listening socket's backlog as
+// its send queue (ss, iproute2).
+TEST(Server, ListensWithABacklogForBurstsOfClients) {
+  Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2}}, tiny_model);
+  std::thread runner([&] { server.run(); });
+  httplib::Client client("127.0.0.1", server.port());
+  for (int i = 0; i < 500 && !get(client, "/health"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::string command = fmt::format("ss -ltnH 'sport = :{}' 2>/dev/null", server.port());
+  std::string listing;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[512];
+    while (fgets(buffer, sizeof buffer, pipe) != nullptr) listing += buffer;
+    pclose(pipe);
+  }
+  server.stop();
+  runner.join();
+  if (listing.empty()) GTEST_SKIP() << "ss (iproute2) is not installed: " << command;
+  std::istringstream fields(listing);
+  std::string state;
+  int64_t received = 0, backlog = 0;
+  fields >> state >> received >> backlog;
+  EXPECT_EQ(state, "LISTEN") << listing;
+  EXPECT_GE(backlog, 128) << listing;
 }
 
 TEST(Server, ALoadThatFailsIsReportedByHealthAndTheApi) {

@@ -13,7 +13,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -619,6 +622,15 @@ Server::Server(ServerOptions options, std::function<ServedModel()> load) : impl_
   m.http.set_write_timeout(m.options.request_timeout_s, 0);
   m.http.set_keep_alive_max_count(1000);
   m.routes();
+  // Debian's cpp-httplib is a library built with its default listen backlog of 5: clients past that in a burst
+  // (eight streams starting at once) waited for the kernel's one-second SYN retry, a first token 1.07 s late. The
+  // socket-options hook sees the socket before it is bound; once it listens, listen() again raises the backlog
+  // (Linux updates a listening socket's).
+  int listening = -1;
+  m.http.set_socket_options([&listening](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listening = sock;
+  });
   if (m.options.port == 0) {
     m.port = m.http.bind_to_any_port(m.options.host);
     check(m.port > 0, "serve: cannot listen on {} (any port)", m.options.host);
@@ -627,6 +639,9 @@ Server::Server(ServerOptions options, std::function<ServedModel()> load) : impl_
           "this machine)", m.options.host, m.options.port);
     m.port = m.options.port;
   }
+  constexpr int kListenBacklog = 512;
+  check(listening >= 0 && ::listen(listening, kListenBacklog) == 0, "serve: cannot listen on {}:{} with a backlog of {}: {}",
+        m.options.host, m.port, kListenBacklog, std::strerror(errno));
   m.loader = std::thread([&m] {
     try {
       m.served = std::make_unique<ServedModel>(m.load());
