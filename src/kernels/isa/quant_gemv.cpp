@@ -255,8 +255,10 @@ constexpr int64_t kTileBytes = 16 << 10;  // a prompt's tile of weight rows (gem
 // The K types in 512 bits: 64 levels a vector, their pair products with the activations (vpmaddubsw, 32 int16
 // lanes) multiplied by each lane's sub-block scale and summed into 32-bit lanes (vpmaddwd, vpaddd). A sub-block's
 // scale sits in the lanes of its pairs: permuted from the block's scales, once per block for all R rows.
-// (AVX512-VNNI's vpdpwssd would do vpmaddwd + vpaddd in one, but a row's sum then waits five cycles on each
-// product where vpaddd waits one: one row's dot ran at the AVX2 kernel's speed.)
+// (AVX512-VNNI's vpdpwssd would do vpmaddwd + vpaddd in one, but it puts each product's five-cycle latency on the
+// row's chain of sums, where vpaddd puts one; it measured no faster. On Intel's cores the 512-bit integer work
+// issues on two ports where 256-bit issues on three, so in cache these dots run level with the AVX2 ones; from
+// memory, decoding Q4_K_M, they were faster: docs/BENCHMARKS.md.)
 inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i scaled_onto(__m512i sum, __m512i pairs, __m512i scales) {
   return _mm512_add_epi32(sum, _mm512_madd_epi16(pairs, scales));
