@@ -227,7 +227,7 @@ void BM_Decode_GemvInCache(benchmark::State& state, int format) {
   set_bandwidth(state, double(OC * C) * (format == 0 ? 4.0 : 2.0));
 }
 
-// The K types' kernel (Q4_K, Q5_K, Q6_K: the mix of a Q4_K_M file) on one 512 × 1,536 matrix (0.4-0.6 MB, inside
+// The K types' kernel (Q4_K, Q5_K, Q6_K: the mix of a Q4_K_M file) on one 512 × 1,536 matrix (0.4-0.7 MB, inside
 // L2 of a Zen 4 or recent Intel core) against 1 input row (decoding) or 64 (a prompt's tile, four rows a pass over
 // each block), one thread: the arithmetic rate, with the reads from memory out of the way. Compare instruction
 // sets in one run with ATTEND_ISA.

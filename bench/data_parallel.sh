@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Data parallelism on one 2-core machine, GPT-2-124M shape on the Brown corpus (GPT-2's tokenizer), fp32:
 #   one    1 process × 2 threads                     (the baseline)
-#   dp     mpirun -np 2, 1 thread each, f32 gradients in 25 MB buckets started during backward
+#   dp     mpirun -np 2, 1 thread each, f32 gradients in 25 MB buckets started during backward, without ZeRO-1
+#          (train.zero=false)
 #   end    the same with one bucket sent after the whole backward (bucket_mb=0: nothing hidden)
 #   bf16   dp with bf16 gradients on the wire
-#   zero   dp with ZeRO-1
+#   zero   the default: dp with ZeRO-1 (train.zero's auto)
 # in alternating rounds, each run in its own process(es). Per run: the median over its steps (the first
 # dropped) of tokens/s, compute (forward + backward) and the wait for the reduction after backward, and the
 # bytes each rank sent per step, and the time spent in backward's hook moving the transfers on. Then

@@ -311,7 +311,7 @@ TEST_P(IsaKernels, GemvQuantChannelsDoNotDependOnTheirNeighbours) {
 }
 
 // Nor does a row's value depend on the input rows beside it (the K types unpack a weight block once for four rows
-// of a prompt or a batch): each of 9 rows, a prompt's worth of rows (70: tiles of 64 and a rest) and decoding's
+// of a prompt or a batch): each of 9 rows, a prompt's worth of rows (70: four at a time and a rest) and decoding's
 // single row give the same numbers bit for bit, so a request's tokens do not depend on its batch.
 TEST_P(IsaKernels, GemvQuantRowsDoNotDependOnTheirNeighbours) {
   const int64_t C = 512, OC = 21, N = 70;

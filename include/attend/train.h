@@ -204,7 +204,8 @@ struct TrainConfig {
   // trains on its share of every micro-batch and the gradients are summed across ranks in buckets of
   // bucket_mb megabytes, started while backward runs; F32 or BF16 on the wire. ZeRO-1 splits the optimizer
   // state across the ranks (each updates its share of the parameters, then they are gathered): the same
-  // numbers, 1/N of the optimizer's memory and of its update's work. Unset ("auto"), it is on wherever it
+  // gradient sums and update but for the clipping norm's sum (each rank's share, then the ranks': a rounding
+  // apart), 1/N of the optimizer's memory and of its update's work. Unset ("auto"), it is on wherever it
   // applies: several ranks and no frozen parameters (a LoRA run's base has no optimizer state to split).
   std::optional<bool> zero;
   Precision allreduce = Precision::F32;

@@ -237,12 +237,13 @@ void quantized_rows_forward(const QuantizedRows& s, float* out, const float* inp
 //     at any length on CPUs without bf16 and for Q4_0 on CPUs with VNNI, where it outruns dequantizing for the
 //     bf16 GEMM (pp512: Q4_0 1,860-2,007 against 1,435-1,739 tokens/s; Q8_0 the other way, 1,531-1,538 against
 //     1,708-1,734);
-//   - the K types (which take four input rows a pass over each block): with AVX-512 BF16 up to 32 rows (Q4_K_M,
-//     30 against 30 ms at 32 rows, 59 against 44 at 64); on AVX-512 without BF16 at any length (Q4_K_M at 64
-//     rows 59-69 against 124-179 ms, at 512 517-523 against 619-632 ms on the fp32 GEMM; on an Intel Xeon
-//     without AMX up to 128 rows: its sgemm runs two 512-bit FMAs a cycle where the int8 kernels' 512-bit integer
-//     work shares two ports, Q4_K_M pp512 556-594 tokens/s on the int8 kernels against 910-935, pp64 538-655
-//     against 477-499, 2026-11-28); on AVX2 up to 256 rows
+//   - the K types (which take four input rows a pass over each block): where the bf16 GEMM is in use up to 32 rows
+//     (Q4_K_M, 30 against 30 ms at 32 rows, 59 against 44 at 64); without it, on AMD's AVX-512 cores at any length
+//     (Zen 4, AVX-512 forced without BF16: Q4_K_M at 64 rows 59-69 against 124-179 ms, at 512 517-523 against
+//     619-632 ms on the fp32 GEMM), on Intel's (an Emerald Rapids Xeon, which has AVX-512 BF16 but no AMX) up to
+//     128 rows: its sgemm runs two 512-bit FMAs a cycle where the int8 kernels' 512-bit integer work shares two
+//     ports (Q4_K_M pp512 556-572 tokens/s on the int8 kernels against 910-935, pp64 538-655 against 477-499,
+//     2026-11-28); on AVX2 up to 256 rows
 //     (33 against 44 ms at 32, 286-292 against 320-323 at 256; at 512 the GEMM's 964-982 tokens/s against
 //     919-941);
 //   - the other types: up to 16 rows.

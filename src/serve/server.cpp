@@ -639,9 +639,12 @@ Server::Server(ServerOptions options, std::function<ServedModel()> load) : impl_
           "this machine)", m.options.host, m.options.port);
     m.port = m.options.port;
   }
+  m.http.set_socket_options(httplib::default_socket_options);  // the hook's `listening` ends with this constructor
   constexpr int kListenBacklog = 512;
-  check(listening >= 0 && ::listen(listening, kListenBacklog) == 0, "serve: cannot listen on {}:{} with a backlog of {}: {}",
-        m.options.host, m.port, kListenBacklog, std::strerror(errno));
+  const int relisten = listening >= 0 ? ::listen(listening, kListenBacklog) : -1;
+  const int error = listening >= 0 ? errno : EBADF;
+  check(relisten == 0, "serve: cannot listen on {}:{} with a backlog of {}: {}", m.options.host, m.port, kListenBacklog,
+        std::strerror(error));
   m.loader = std::thread([&m] {
     try {
       m.served = std::make_unique<ServedModel>(m.load());

@@ -25,7 +25,7 @@
 // GCC 12 takes the undefined upper lanes inside the AVX-512 intrinsics (the casts and zero-extensions to 512 bits,
 // the reductions) for uninitialized values (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
-#if !defined(__clang__)  // clang has no such warnings, and warns about the unknown names
+#if !defined(__clang__) && __GNUC__ < 13  // clang has no such warnings, and warns about the unknown names
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -55,7 +55,8 @@ struct Act256 {
   int8_t q[256];
 };
 
-// The largest |x| of n values (a multiple of 16): exact in any order.
+// The largest |x| of n values (a multiple of 16): exact in any order. (For finite values: the sets treat a NaN
+// differently, and a row with one has no meaningful product anyway.)
 float amax_of(const float* x, int n) {
 #if defined(__AVX512F__)
   __m512 m = _mm512_setzero_ps();
@@ -77,7 +78,7 @@ float amax_of(const float* x, int n) {
 }
 
 // q[i] = x[i]·id rounded to the nearest integer, ties to even (nearbyint's rounding in the default mode, which the
-// vector conversions use), for 16 values with |x·id| ≤ 127; returns Σq. The same numbers on every set.
+// vector conversions use), for 16 values with |x·id| ≤ 127; returns Σq. The same numbers on every set for finite x.
 int32_t round16(const float* x, float id, int8_t* q) {
 #if defined(__AVX512F__)
   const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(id)));
