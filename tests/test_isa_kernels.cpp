@@ -288,6 +288,44 @@ TEST_P(IsaKernels, GemvQuantWithinTheActivationRoundingBound) {
   }
 }
 
+// The input's int8 blocks themselves, exactly (each set quantizes them in its own vector code): against one-hot
+// Q8_0 weight rows, channel o's output is the one product 127 · q_o · (d_w · d_x), with q_o = x_o / d_x rounded to
+// nearest, ties to even, and d_x = amax / 127 of o's block. Block 0 holds 127 (so d_x = 1) and values on ties.
+TEST_P(IsaKernels, ActivationBlocksRoundToNearestEvenExactly) {
+  const int64_t C = 96, OC = C;
+  std::vector<float> x = [&] {
+    const auto r = random_vector(C, 46, -3, 3);
+    return std::vector<float>(r.begin(), r.end());
+  }();
+  const float ties[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 126.5f, -126.5f, -127.0f, 64.5f, 3.5f, -2.5f};
+  std::copy(std::begin(ties), std::end(ties), x.begin());
+  x[40] = 0.0f;  // block 1 keeps random values; block 2 is all zeros (d_x = 0)
+  std::fill(x.begin() + 64, x.end(), 0.0f);
+  const int64_t row_bytes = quant_row_bytes(QuantType::Q8_0, C);
+  std::vector<uint8_t> blocks(OC * row_bytes);
+  std::vector<float> one_hot(C);
+  for (int64_t o = 0; o < OC; ++o) {
+    std::fill(one_hot.begin(), one_hot.end(), 0.0f);
+    one_hot[o] = 1.0f;
+    quantize_row(QuantType::Q8_0, blocks.data() + o * row_bytes, one_hot.data(), C);
+  }
+  std::vector<float> out(OC);
+  table().gemv_quant(QuantType::Q8_0, out.data(), x.data(), blocks.data(), nullptr, 1, C, OC);
+  for (int64_t o = 0; o < OC; ++o) {
+    const int64_t b = o / 32;
+    float amax = 0;
+    for (int64_t k = 32 * b; k < 32 * b + 32; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    const float q = std::nearbyint(x[o] * id);
+    const uint8_t* block = blocks.data() + o * row_bytes + 34 * b;
+    const auto dw = static_cast<float>(half_value(static_cast<uint16_t>(block[0] | block[1] << 8)));
+    ASSERT_EQ(static_cast<int8_t>(block[2 + o % 32]), 127) << "channel " << o;
+    EXPECT_EQ(out[o], 127.0f * q * (dw * d)) << "channel " << o << ": x = " << x[o] << ", d_x = " << d;
+  }
+  EXPECT_EQ(out[1], 127.0f * 2.0f * static_cast<float>(half_value(static_cast<uint16_t>(blocks[row_bytes] | blocks[row_bytes + 1] << 8))))
+      << "2.5 rounds to 2";
+}
+
 // A channel's value does not depend on the channels beside it (the kernel takes several rows at a time, and
 // which rows go together depends on the threads' shares): every channel of a 37-channel gemv equals, bit for
 // bit, the gemv of its row alone. Decoding's results then do not vary with the thread count or the timing.
