@@ -45,6 +45,7 @@ CheckpointTensors::CheckpointTensors(const fs::path& dir) : dir_(dir) {
     for (const TensorInfo& t : readers_[0]->tensors()) where_.emplace(t.name, 0);
     return;
   }
+  sharded_ = true;
   const std::map<std::string, std::string> weight_map = parse_shard_index(read_file(index), index.string());
   std::map<std::string, size_t> files;  // shard name → readers_ index
   for (const auto& [name, file] : weight_map) {

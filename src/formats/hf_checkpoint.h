@@ -49,11 +49,14 @@ class CheckpointTensors {
   std::vector<std::string> names() const;
   const std::string& origin(std::string_view name) const;  // `name` must be one of names()
   const std::filesystem::path& dir() const { return dir_; }
+  // The reader of DIR/model.safetensors when the checkpoint is that one file; nullptr for shards.
+  const SafetensorsReader* single() const { return sharded_ ? nullptr : readers_.front().get(); }
 
  private:
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsReader>> readers_;
   std::map<std::string, size_t, std::less<>> where_;  // tensor name → readers_ index
+  bool sharded_ = false;  // read through model.safetensors.index.json
 };
 
 // Reads optional config.json keys with Hugging Face's defaults: absent or null keeps the default; present,

@@ -137,7 +137,8 @@ Model load_model(const fs::path& dir, WeightType matrices) {
   const ModelConfig config = ModelConfig::from_json(config_text, config_path.string());
   // 16 bits: the matrices packed with no fp32 values, read through a scratch as Hugging Face's directories are.
   Model model = formats::model_for_loading(config, matrices, dir);
-  const SafetensorsReader reader(weights_path);
+  const formats::CheckpointTensors tensors(dir);  // model.safetensors, its header parsed once for all below
+  const SafetensorsReader& reader = *tensors.single();
   std::set<std::string> expected;
   // The file maps straight into the parameter buffer when it is that buffer: every tensor F32, in the
   // model's order, one after the other (what save_model writes in f32), and the data float-aligned.
@@ -158,7 +159,6 @@ Model load_model(const fs::path& dir, WeightType matrices) {
     check(expected.contains(t.name), "{}: unexpected tensor '{}' ({} {}): config.json implies no such parameter",
           weights_path.string(), t.name, dtype_name(t.dtype), t.shape);
   if (matrices != WeightType::F32) {
-    const formats::CheckpointTensors tensors(dir);
     const std::string what = fmt::format("this {} model", architecture_name(config.architecture));
     std::vector<float> scratch;
     for (Parameter* p : model.parameters()) {
