@@ -466,7 +466,7 @@ StepReport Trainer::step() {
   } else {
     s.bad_streak = 0;
     s.optimizer->step(r.lr);
-    if (s.reducer && s.zero) s.reducer->gather_values(s.model.parameter_buffer());
+    if (s.zero) s.reducer->gather_values(s.model.parameter_buffer());
     if (scaling && ++s.clean_steps >= c.loss_scale_window) {
       s.loss_scale *= 2.0;
       s.clean_steps = 0;

@@ -160,6 +160,18 @@ inline __m256i nibbles16(const uint8_t* p) {
   const __m128i mask = _mm_set1_epi8(15);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), mask), _mm_and_si128(b, mask));
 }
+// Σ_j c_j·Σx_j over the sixteen activation sums of a 256-value block, in 32-bit lanes: c as sixteen int16
+// (vpmaddwd). The K types' offsets: Q4_K/Q5_K's minimums (mins_per_sum), Q6_K's scales times 32.
+inline __m256i weighted_sums(__m256i c16, const Act256& x) { return _mm256_madd_epi16(c16, load32(x.sums)); }
+// Q4_K/Q5_K's eight minimums, each twice: sub-block j of 32 is activation sums 2j and 2j + 1.
+inline __m256i mins_per_sum(const uint8_t* m) {
+  return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)),
+                                               _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
+}
+// Q6_K's start for a block's integer sum: −32·Σ_j sc_j·Σx_j, the levels' offset of 32, from the sums at once.
+inline __m256i q6_offset(__m256i sc16, const Act256& x) {
+  return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(weighted_sums(sc16, x), 5));
+}
 #else
 using Acc = float;
 inline float total(float acc) { return acc; }
@@ -298,13 +310,11 @@ void dot_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* resu
     const uint8_t* qs = kBits == 5 ? w + 48 : w + 16;
     alignas(16) uint8_t sc[8], m[8];
     quant_layout::scales_mins_k4(w + 4, sc, m);
-    const __m128i m_twice = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)),
-                                             _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-    const __m256i m16 = _mm256_cvtepu8_epi16(m_twice);
+    const __m256i m16 = mins_per_sum(m);
     const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
     __m512i isum[R];
     for (int r = 0; r < R; ++r) {
-      acc_min[r] = accumulate(acc_min[r], _mm256_madd_epi16(m16, load32(a[r][b].sums)), dminw * a[r][b].d);
+      acc_min[r] = accumulate(acc_min[r], weighted_sums(m16, a[r][b]), dminw * a[r][b].d);
       isum[r] = _mm512_setzero_si512();
     }
     const __m512i high = kBits == 5 ? _mm512_broadcast_i64x4(load32(qh)) : _mm512_setzero_si512();
@@ -338,14 +348,11 @@ void dot_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* resu
     alignas(16) uint8_t sc[8], m[8];
     quant_layout::scales_mins_k4(scales, sc, m);
 #if defined(__AVX2__)
-    // The minimums' share, dmin·Σ_j m_j·Σx_j: each m_j twice (sub-block j is activation sums 2j and 2j + 1) times
-    // the sixteen sums, in one vpmaddwd; its own accumulator, scaled by dmin.
-    const __m128i m_twice = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)),
-                                             _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-    const __m256i m16 = _mm256_cvtepu8_epi16(m_twice);
+    // The minimums' share, dmin·Σ_j m_j·Σx_j, in one vpmaddwd; its own accumulator, scaled by dmin.
+    const __m256i m16 = mins_per_sum(m);
     __m256i isum[R];
     for (int r = 0; r < R; ++r) {
-      acc_min[r] = accumulate(acc_min[r], _mm256_madd_epi16(m16, load32(a[r][b].sums)), dminw * a[r][b].d);
+      acc_min[r] = accumulate(acc_min[r], weighted_sums(m16, a[r][b]), dminw * a[r][b].d);
       isum[r] = _mm256_setzero_si256();
     }
     const __m256i mask = _mm256_set1_epi8(15);
@@ -407,9 +414,7 @@ void dot_q6_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* r
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192)));
     const __m512i sc512 = _mm512_zextsi256_si512(sc16);
     __m512i isum[R];
-    for (int r = 0; r < R; ++r)  // the offset's share, −32·Σ_j sc_j·Σx_j, as the start
-      isum[r] = _mm512_zextsi256_si512(
-          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(a[r][b].sums)), 5)));
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_zextsi256_si512(q6_offset(sc16, a[r][b]));
     for (int h = 0; h < 2; ++h) {
       // Half h's 128 levels: 64 bytes of low nibbles (values 0-63 low, 64-127 high) and 32 of two-bit pairs. The
       // pairs' bytes beside themselves shifted by 2 put each value's two bits at bits 0-1 (values 0-63) or 4-5
@@ -440,8 +445,7 @@ void dot_q6_k(const uint8_t* w, const Act256* const* a, int64_t blocks, float* r
     // The sixteen scales as int16, and the offset's share, 32·Σ_j sc_j·Σx_j, taken from the integer sums at once.
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
     __m256i isum[R];
-    for (int r = 0; r < R; ++r)
-      isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(a[r][b].sums)), 5));
+    for (int r = 0; r < R; ++r) isum[r] = q6_offset(sc16, a[r][b]);
     const __m256i mask = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
       // Scales 8h .. 8h + 7 in both 128-bit lanes, for the in-lane shuffles below.
