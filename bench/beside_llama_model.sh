@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Attend beside llama.cpp on one model directory and its GGUF (the same weights), alternating the engines round by
 # round: prompt processing (512 tokens) and generation (128 tokens, from an empty cache and after the prompt).
+# Attend is measured as llama-bench measures itself (a warm-up, then the passes; attend_generate_bench --model), and
+# once more cold, as a user's `attend generate` runs (one prompt in a fresh process: oneDNN's first kernels and the
+# buffers' first pages included).
 # docs/BENCHMARKS.md, "A Llama-3.2-1B shape beside llama.cpp".
 #
 #   bench/beside_llama_model.sh LLAMA_BIN_DIR MODEL.gguf ATTEND_MODEL_DIR [ROUNDS] [WEIGHTS]
@@ -38,10 +41,13 @@ attend_run() {
     "${weight_option[@]}" --kv-cache f16 2>&1 >/dev/null | tail -1 |
     sed -E "s/([0-9]+) tokens \(([a-z]+)\), prompt ([0-9.]+) ms, ([0-9.]+) tokens\/s/{\"engine\": \"attend\", \"run\": \"$label\", \"tokens\": \1, \"prompt_ms\": \3, \"generate_tokens_per_s\": \4}/"
 }
+bench=(build/bench/attend_generate_bench --model "$model" "${weight_option[@]}" --threads "$threads" --kv-cache f16 --passes 2)
 for round in $(seq 1 "$rounds"); do
   echo "{\"round\": $round, \"engine\": \"llama.cpp\"}"
   llama_bench "$llama" -m "$gguf" -p 512 -n 128 -r 2 -t "$threads"
   echo "{\"round\": $round, \"engine\": \"attend\", \"weights\": \"$weights\"}"
-  attend_run "$prompt" "prompt 512 + 128"
-  attend_run "${prompt%%,*}" "prompt 1 + 128"
+  "${bench[@]}" --prompt 512 --new 1 | sed -E 's/.*("prompt_tokens_per_s": [0-9.]+).*/{"engine": "attend", "run": "pp512 (warm)", \1}/'
+  "${bench[@]}" --prompt 1 --new 128 | sed -E 's/.*("generate_tokens_per_s": [0-9.]+).*("share_of_bound": [0-9.]+).*/{"engine": "attend", "run": "tg128 (warm)", \1, \2}/'
+  attend_run "$prompt" "prompt 512 + 128 (cold)"
+  attend_run "${prompt%%,*}" "prompt 1 + 128 (cold)"
 done

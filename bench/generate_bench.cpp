@@ -3,10 +3,11 @@
 //
 //   build/bench/attend_generate_bench [--shape gpt2|llama-1b --prompt 512 --new 128 --threads 2 --weights f32|bf16
 //                                      --kv-cache f32|f16|int8 --passes 8 --isa auto|generic|avx2|avx512|avx512vnni]
-//   build/bench/attend_generate_bench --model FILE.gguf|DIR [the same options but --shape and --weights]
+//   build/bench/attend_generate_bench --model FILE.gguf|DIR [the same options but --shape; --weights for a DIR]
 //
 // --model runs a model as it loads (a GGUF file's quantized matrices as their blocks), e.g. the very file
-// llama-bench runs (bench/beside_llama_quant.sh).
+// llama-bench runs (bench/beside_llama_quant.sh); a directory with --weights bf16 loads its matrices into bf16 as
+// attend generate does (bench/beside_llama_model.sh).
 //
 //   build/bench/attend_generate_bench --model FILE.gguf --streams 8 --prompt 32 --new 128 --kv-cache f16
 //
@@ -26,6 +27,11 @@
 // --pages-ab holds the model twice in one process, its parameter buffer in 2 MiB pages (as Attend lays it out) and
 // a copy in 4 KiB pages, and alternates the passes between the two: what huge pages give generation, without
 // the drift between processes. The probe reads huge pages in every mode (the most the machine gives).
+//
+//   build/bench/attend_generate_bench --weights-ab [the options above but --weights and --model]
+//
+// --weights-ab holds the random model twice, fp32 and bf16 (the same values rounded), and alternates the passes
+// between them: bf16's gain over fp32 within each pair, free of the drift between processes (issue 18's 1.8x).
 #include "nn/kv_cache.h"
 
 #include <attend/error.h>
@@ -86,11 +92,15 @@ int main(int argc, char** argv) {
   int64_t prompt_len = 512, new_tokens = 128;
   int threads = 2, passes = 8, streams = 0;
   std::string weights = "f32", kv_cache = "f32", shape = "gpt2", isa = "auto", model_path;
-  bool weights_given = false, shape_given = false, pages_ab = false;
+  bool weights_given = false, shape_given = false, pages_ab = false, weights_ab = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
     if (flag == "--pages-ab") {
       pages_ab = true, --i;  // a flag without a value
+      continue;
+    }
+    if (flag == "--weights-ab") {
+      weights_ab = true, --i;
       continue;
     }
     if (flag == "--prompt") prompt_len = std::atoll(value.c_str());
@@ -107,11 +117,11 @@ int main(int argc, char** argv) {
       std::fprintf(flag == "--help" ? stdout : stderr,
                    "usage: attend_generate_bench [--shape gpt2|llama-1b | --model FILE.gguf|DIR] [--prompt 512] [--new 128] [--threads 2]\n"
                    "       [--weights f32|bf16] [--kv-cache f32|f16|int8] [--passes 8] [--isa auto|generic|avx2|avx512|avx512vnni]\n"
-                   "       [--streams S] [--pages-ab]\n"
+                   "       [--streams S] [--pages-ab | --weights-ab]\n"
                    "GPT-2-124M (or Llama-3.2-1B) shape, random weights: prompt and generation rates, per-token latency, the\n"
                    "share of the memory-bandwidth bound; one JSON line. --streams S: S sessions stepped together as a\n"
                    "server's, the aggregate rate and the step times. --pages-ab: fp32 weights in 2 MiB pages and in 4 KiB\n"
-                   "pages, alternating pass by pass.\n");
+                   "pages, alternating pass by pass. --weights-ab: the random model in fp32 and in bf16, alternating.\n");
       return flag == "--help" ? 0 : 2;
     }
   }
@@ -121,9 +131,15 @@ int main(int argc, char** argv) {
                          "negative, --weights f32 or bf16, --shape gpt2 or llama-1b\n");
     return 2;
   }
-  if (!model_path.empty() && (weights_given || shape_given)) {
-    std::fprintf(stderr, "attend_generate_bench: --model runs the model as it loads (a GGUF file's types, a directory's "
-                         "fp32); --weights and --shape are for the random-weight shapes\n");
+  if (weights_ab && (weights_given || !model_path.empty() || pages_ab)) {
+    std::fprintf(stderr, "attend_generate_bench: --weights-ab compares the random shape's fp32 and bf16 weights; it takes "
+                         "neither --weights, --model nor --pages-ab\n");
+    return 2;
+  }
+  const bool gguf = model_path.size() > 5 && model_path.ends_with(".gguf");
+  if (!model_path.empty() && (shape_given || (weights_given && gguf))) {
+    std::fprintf(stderr, "attend_generate_bench: --model runs the model's own shape, and a GGUF file's types as stored; "
+                         "--shape is for the random-weight shapes, --weights for those and for model directories\n");
     return 2;
   }
   attend::CacheType cache_type;
@@ -157,20 +173,26 @@ int main(int argc, char** argv) {
     if (bf16) m.set_storage(attend::WeightType::BF16);
     return m;
   };
-  attend::Model model = model_path.empty() ? built() : attend::load_model(model_path);
+  // A directory with --weights bf16 loads its matrices straight into bf16, as attend generate --weights bf16 does.
+  const attend::WeightType loaded_as = bf16 ? attend::WeightType::BF16 : attend::WeightType::F32;
+  attend::Model model = model_path.empty() ? built() : attend::load_model(model_path, loaded_as);
   const attend::ModelConfig c = model.config();
-  if (!model_path.empty()) shape = model_path, weights = "as loaded";
+  if (!model_path.empty()) shape = model_path, weights = weights_given ? weights : "as loaded";
   // Bytes each generated token reads: every matrix once as it is stored (the tied embedding as the LM head), one
   // row of a lookup table (the position table, an untied token table).
-  double weight_bytes = 0.0;
-  for (const attend::Parameter* p : model.parameters()) {
-    const bool lookup = p->role == attend::Role::PositionTable ||
-                        (p->role == attend::Role::TokenEmbedding && !c.tie_embeddings);
-    if (lookup) weight_bytes += 4.0 * double(p->value.size(-1));
-    else if (!p->quantized.empty()) for (const attend::QuantizedRows& s : p->quantized) weight_bytes += double(s.bytes);
-    else if (!p->packed.empty()) weight_bytes += 2.0 * double(p->numel());
-    else weight_bytes += 4.0 * double(p->numel());
-  }
+  auto bytes_per_token = [&c](const attend::Model& m) {
+    double bytes = 0.0;
+    for (const attend::Parameter* p : m.parameters()) {
+      const bool lookup = p->role == attend::Role::PositionTable ||
+                          (p->role == attend::Role::TokenEmbedding && !c.tie_embeddings);
+      if (lookup) bytes += 4.0 * double(p->value.size(-1));
+      else if (!p->quantized.empty()) for (const attend::QuantizedRows& s : p->quantized) bytes += double(s.bytes);
+      else if (!p->packed.empty()) bytes += 2.0 * double(p->numel());
+      else bytes += 4.0 * double(p->numel());
+    }
+    return bytes;
+  };
+  const double weight_bytes = bytes_per_token(model);
   // Keys and values of every layer at the mean position of the generated tokens.
   const double kv_bytes_per_position = double(attend::nn::KVCache::memory_bytes(
       {.n_layers = c.n_layers, .batch = 1, .max_T = 1, .n_kv_heads = c.kv_heads(), .d_head = c.d_head(), .storage = cache_type}));
@@ -247,8 +269,34 @@ int main(int argc, char** argv) {
     const double pass_bandwidth = double(probes) * double(probe.size()) * sizeof(float) / probe_s / 1e9;
     out->generate_rate.push_back(double(new_tokens) / total);
     out->bandwidth.push_back(pass_bandwidth);
-    out->share.push_back(out->generate_rate.back() / (pass_bandwidth * 1e9 / weight_bytes));
+    out->share.push_back(out->generate_rate.back() / (pass_bandwidth * 1e9 / bytes_per_token(m)));
   };
+  // Two models' passes alternating, each order as often, after a warm-up of each: one JSON line with each one's
+  // median rate and share of the bound, and a's rate over b's pair by pair.
+  auto alternate = [&](const attend::Model& a, const attend::Model& b, const char* a_name, const char* b_name) {
+    Passes ra, rb;
+    run_pass(a, nullptr);
+    run_pass(b, nullptr);
+    std::string pairs;
+    for (int pass = 0; pass < passes; ++pass) {
+      const bool a_first = pass % 2 == 0;
+      run_pass(a_first ? a : b, a_first ? &ra : &rb);
+      run_pass(a_first ? b : a, a_first ? &rb : &ra);
+      pairs += fmt::format("{}{:.3f}", pass ? ", " : "", ra.generate_rate.back() / rb.generate_rate.back());
+    }
+    fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, \"prompt\": {}, \"new\": {}, "
+               "\"a\": \"{}\", \"b\": \"{}\", \"a_generate_tokens_per_s\": {:.1f}, \"b_generate_tokens_per_s\": {:.1f}, "
+               "\"a_over_b_by_pair\": [{}], \"a_share_of_bound\": {:.2f}, \"b_share_of_bound\": {:.2f}, \"read_gbs\": {:.1f}}}\n",
+               shape, kv_cache, threads, prompt_len, new_tokens, a_name, b_name, percentile(ra.generate_rate, 0.5),
+               percentile(rb.generate_rate, 0.5), pairs, percentile(ra.share, 0.5), percentile(rb.share, 0.5),
+               percentile(ra.bandwidth, 0.5));
+  };
+  if (weights_ab) {
+    attend::Model half = built();
+    half.set_storage(attend::WeightType::BF16);
+    alternate(half, model, "bf16", "f32");
+    return 0;
+  }
   if (pages_ab) {
     // The same model again, its parameter buffer copied into 4 KiB pages (advised against huge ones).
     const bool fp32 = std::all_of(model.parameters().begin(), model.parameters().end(), [](const attend::Parameter* p) {
@@ -268,23 +316,7 @@ int main(int argc, char** argv) {
     std::memcpy(memory, values.data(), values.size_bytes());
     small.adopt_parameter_buffer(std::span<float>(static_cast<float*>(memory), values.size()),
                                  std::shared_ptr<void>(memory, std::free));
-    Passes huge, pages4k;
-    run_pass(model, nullptr);
-    run_pass(small, nullptr);
-    std::string pairs;
-    for (int pass = 0; pass < passes; ++pass) {  // alternating, each order as often
-      const bool huge_first = pass % 2 == 0;
-      run_pass(huge_first ? model : small, huge_first ? &huge : &pages4k);
-      run_pass(huge_first ? small : model, huge_first ? &pages4k : &huge);
-      pairs += fmt::format("{}{:.3f}", pass ? ", " : "", huge.generate_rate.back() / pages4k.generate_rate.back());
-    }
-    fmt::print("{{\"impl\": \"attend\", \"shape\": \"{}\", \"weights\": \"{}\", \"kv_cache\": \"{}\", \"threads\": {}, "
-               "\"prompt\": {}, \"new\": {}, \"huge_generate_tokens_per_s\": {:.1f}, \"small_generate_tokens_per_s\": {:.1f}, "
-               "\"huge_over_small_by_pair\": [{}], \"huge_share_of_bound\": {:.2f}, \"small_share_of_bound\": {:.2f}, "
-               "\"read_gbs\": {:.1f}}}\n",
-               shape, weights, kv_cache, threads, prompt_len, new_tokens, percentile(huge.generate_rate, 0.5),
-               percentile(pages4k.generate_rate, 0.5), pairs, percentile(huge.share, 0.5), percentile(pages4k.share, 0.5),
-               percentile(huge.bandwidth, 0.5));
+    alternate(model, small, "2 MiB pages", "4 KiB pages");
     return 0;
   }
   Passes r;
