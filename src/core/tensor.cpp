@@ -44,14 +44,14 @@ bool Shape::operator==(const Shape& other) const {
 std::string Shape::str() const { return fmt::format("[{}]", fmt::join(begin(), end(), ", ")); }
 
 TensorView TensorView::row(int64_t i) const {
-  check(shape_.rank() >= 1 && i >= 0 && i < shape_[0], "row {} out of range for shape {}", i, shape_.str());
+  check(shape_.rank() >= 1 && i >= 0 && i < shape_[0], "row {} out of range for shape {}", i, shape_);
   Shape rest(std::span<const int64_t>(shape_.begin() + 1, shape_.end()));
   return {data_ + i * rest.numel(), rest};
 }
 
 TensorView TensorView::reshaped(Shape shape) const {
-  check(shape.numel() == numel(), "cannot view shape {} as {}: element counts {} and {} differ", shape_.str(),
-        shape.str(), numel(), shape.numel());
+  check(shape.numel() == numel(), "cannot view shape {} as {}: element counts {} and {} differ", shape_,
+        shape, numel(), shape.numel());
   return {data_, shape};
 }
 
@@ -180,7 +180,7 @@ Tensor::Tensor(Shape shape, Uninitialized) : shape_(shape) {
     cache().release();
     p = std::aligned_alloc(64, rounded);
   }
-  check(p != nullptr, "out of memory allocating a tensor of shape {} ({} bytes)", shape.str(), bytes);
+  check(p != nullptr, "out of memory allocating a tensor of shape {} ({} bytes)", shape, bytes);
   storage_ = std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(p), FreeDeleter{rounded});
 }
 
@@ -188,7 +188,7 @@ Tensor::Tensor(Shape shape) : Tensor(shape, Uninitialized{}) { zero(); }
 
 Tensor::Tensor(Shape shape, std::span<const float> values) : Tensor(shape) {
   check(static_cast<int64_t>(values.size()) == shape.numel(), "tensor of shape {} needs {} values, got {}",
-        shape.str(), shape.numel(), values.size());
+        shape, shape.numel(), values.size());
   std::copy(values.begin(), values.end(), data());
 }
 
@@ -227,15 +227,15 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::reshape(Shape shape) {
-  check(shape.numel() == numel(), "cannot reshape {} to {}: element counts {} and {} differ", shape_.str(),
-        shape.str(), numel(), shape.numel());
+  check(shape.numel() == numel(), "cannot reshape {} to {}: element counts {} and {} differ", shape_,
+        shape, numel(), shape.numel());
   shape_ = shape;
 }
 
 void Tensor::fill(float value) { kernels::fill(data(), numel(), value); }
 
 void check_same_shape(const Shape& a, const Shape& b, const char* what) {
-  check(a == b, "{}: shapes {} and {} differ", what, a.str(), b.str());
+  check(a == b, "{}: shapes {} and {} differ", what, a, b);  // formatted only on failure
 }
 
 }  // namespace attend

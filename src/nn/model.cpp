@@ -271,7 +271,7 @@ std::vector<std::string> Model::copy_parameters_from(const Model& source) {
     check(from->has_values(), "'{}' is held as {} only in the source model (Model::ensure_values)", p->name,
           weight_type_name(from->storage));
     check(from->value.shape() == p->value.shape(), "'{}' is {} in the source model, {} in this one", p->name,
-          from->value.shape().str(), p->value.shape().str());
+          from->value.shape(), p->value.shape());
     std::copy(from->value.span().begin(), from->value.span().end(), p->value.data());
   }
   check(kept.size() < impl_->params.size(), "the source model shares no parameter with this one (its first is '{}')",
