@@ -3,11 +3,11 @@
 //
 //   build/bench/attend_generate_bench [--shape gpt2|llama-1b --prompt 512 --new 128 --threads 2 --weights f32|bf16
 //                                      --kv-cache f32|f16|int8 --passes 8 --isa auto|generic|avx2|avx512|avx512vnni]
-//   build/bench/attend_generate_bench --model FILE.gguf|DIR [the same options but --shape; --weights for a DIR]
+//   build/bench/attend_generate_bench --model FILE.gguf|DIR [the same options but --shape]
 //
 // --model runs a model as it loads (a GGUF file's quantized matrices as their blocks), e.g. the very file
-// llama-bench runs (bench/beside_llama_quant.sh); a directory with --weights bf16 loads its matrices into bf16 as
-// attend generate does (bench/beside_llama_model.sh).
+// llama-bench runs (bench/beside_llama_quant.sh); with --weights bf16 its matrices are loaded into bf16 as
+// attend generate --weights bf16 loads them (load_model; bench/beside_llama_model.sh).
 //
 //   build/bench/attend_generate_bench --model FILE.gguf --streams 8 --prompt 32 --new 128 --kv-cache f16
 //
@@ -131,15 +131,18 @@ int main(int argc, char** argv) {
                          "negative, --weights f32 or bf16, --shape gpt2 or llama-1b\n");
     return 2;
   }
+  if ((weights_ab || pages_ab) && streams > 0) {
+    std::fprintf(stderr, "attend_generate_bench: --pages-ab and --weights-ab time one sequence; they take no --streams\n");
+    return 2;
+  }
   if (weights_ab && (weights_given || !model_path.empty() || pages_ab)) {
     std::fprintf(stderr, "attend_generate_bench: --weights-ab compares the random shape's fp32 and bf16 weights; it takes "
                          "neither --weights, --model nor --pages-ab\n");
     return 2;
   }
-  const bool gguf = model_path.size() > 5 && model_path.ends_with(".gguf");
-  if (!model_path.empty() && (shape_given || (weights_given && gguf))) {
-    std::fprintf(stderr, "attend_generate_bench: --model runs the model's own shape, and a GGUF file's types as stored; "
-                         "--shape is for the random-weight shapes, --weights for those and for model directories\n");
+  if (!model_path.empty() && shape_given) {
+    std::fprintf(stderr, "attend_generate_bench: --model runs the model's own shape; --shape is for the random-weight "
+                         "shapes\n");
     return 2;
   }
   attend::CacheType cache_type;
@@ -173,7 +176,7 @@ int main(int argc, char** argv) {
     if (bf16) m.set_storage(attend::WeightType::BF16);
     return m;
   };
-  // A directory with --weights bf16 loads its matrices straight into bf16, as attend generate --weights bf16 does.
+  // --model with --weights bf16: the matrices loaded into bf16, as attend generate --weights bf16 loads them.
   const attend::WeightType loaded_as = bf16 ? attend::WeightType::BF16 : attend::WeightType::F32;
   attend::Model model = model_path.empty() ? built() : attend::load_model(model_path, loaded_as);
   const attend::ModelConfig c = model.config();
