@@ -15,13 +15,34 @@
 #include <attend/runtime.h>
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <new>
 #include <vector>
 
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint64_t seed) {
+// The kernels' operands 64-byte aligned, as Attend's tensors are (glibc's malloc gives 16 bytes: every 512-bit
+// load of a row would cross two cache lines, which cost the 8-row gemv a third of its rate on the Xeon).
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const Aligned64&) const { return true; }
+};
+template <typename T>
+using Buffer = std::vector<T, Aligned64<T>>;
+
+Buffer<float> random_floats(int64_t n, uint64_t seed) {
   attend::Rng rng(seed);
-  std::vector<float> v(n);
+  Buffer<float> v(n);
   for (float& x : v) x = 4.0f * rng.uniform() - 2.0f;
   return v;
 }
@@ -35,7 +56,7 @@ void set_bandwidth(benchmark::State& state, double bytes_per_iteration) {
 void BM_Bandwidth_Triad(benchmark::State& state) {
   attend::set_num_threads(static_cast<int>(state.range(0)));
   const int64_t n = int64_t{32} << 20;
-  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  Buffer<float> a(n), b(n, 1.0f), c(n, 2.0f);
   for (auto _ : state) {
     attend::kernels::parallel_for(n, 1 << 16, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + 3.0f * c[i];
@@ -50,7 +71,7 @@ void BM_Kernel_SoftmaxForwardBackward(benchmark::State& state) {
   attend::set_num_threads(static_cast<int>(state.range(0)));
   const int64_t N = 4096, V = 2048;
   auto z = random_floats(N * V, 1), dp = random_floats(N * V, 2);
-  std::vector<float> p(N * V), dz(N * V);
+  Buffer<float> p(N * V), dz(N * V);
   for (auto _ : state) {
     attend::kernels::softmax_forward(p.data(), z.data(), N, V, 1.0f);
     attend::kernels::softmax_backward(dz.data(), dp.data(), p.data(), N, V, 1.0f);
@@ -64,7 +85,7 @@ void BM_Kernel_LayerNormForwardBackward(benchmark::State& state) {
   attend::set_num_threads(static_cast<int>(state.range(0)));
   const int64_t N = 8192, C = 768;
   auto x = random_floats(N * C, 1), dy = random_floats(N * C, 2), w = random_floats(C, 3), b = random_floats(C, 4);
-  std::vector<float> y(N * C), dx(N * C), dw(C), db(C), mean(N), rstd(N);
+  Buffer<float> y(N * C), dx(N * C), dw(C), db(C), mean(N), rstd(N);
   for (auto _ : state) {
     attend::kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
     attend::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
@@ -79,7 +100,7 @@ void BM_Kernel_GeluForwardBackward(benchmark::State& state) {
   attend::set_num_threads(static_cast<int>(state.range(0)));
   const int64_t n = int64_t{8192} * 3072;
   auto x = random_floats(n, 1), dy = random_floats(n, 2);
-  std::vector<float> y(n), dx(n);
+  Buffer<float> y(n), dx(n);
   for (auto _ : state) {
     attend::kernels::activation_forward(attend::Activation::GELUTanh, y.data(), x.data(), n);
     attend::kernels::activation_backward(attend::Activation::GELUTanh, dx.data(), dy.data(), x.data(), n);
@@ -93,10 +114,10 @@ void BM_Kernel_GeluForwardBackward(benchmark::State& state) {
 void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
   attend::set_num_threads(static_cast<int>(state.range(0)));
   const int64_t V = 50257, C = 768;
-  const std::vector<float> w = random_floats(V * C, 1), x = random_floats(C, 2);
-  std::vector<uint16_t> w16(bf16 ? V * C : 0);
+  const Buffer<float> w = random_floats(V * C, 1), x = random_floats(C, 2);
+  Buffer<uint16_t> w16(bf16 ? V * C : 0);
   if (bf16) attend::kernels::float_to_bf16(w16.data(), w.data(), V * C);
-  std::vector<float> out(V);
+  Buffer<float> out(V);
   for (auto _ : state) {
     if (bf16)
       attend::kernels::matmul_forward_bf16(out.data(), x.data(), w16.data(), nullptr, 1, C, V);
@@ -113,10 +134,10 @@ void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
 void BM_Decode_GemvRowsF16(benchmark::State& state) {
   attend::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t N = state.range(0), C = state.range(2), V = 50257 * 768 / C;
-  const std::vector<float> w = random_floats(V * C, 1), x = random_floats(N * C, 2);
-  std::vector<uint16_t> w16(V * C);
+  const Buffer<float> w = random_floats(V * C, 1), x = random_floats(N * C, 2);
+  Buffer<uint16_t> w16(V * C);
   attend::kernels::float_to_half(w16.data(), w.data(), V * C);
-  std::vector<float> out(N * V);
+  Buffer<float> out(N * V);
   for (auto _ : state) {
     attend::kernels::matmul_forward_f16(out.data(), x.data(), w16.data(), nullptr, N, C, V);
     benchmark::DoNotOptimize(out.data());
@@ -132,11 +153,11 @@ void BM_Decode_Attention(benchmark::State& state, attend::CacheType storage) {
   attend::set_num_threads(static_cast<int>(state.range(0)));
   const int64_t layers = 48, T = 576, H = 12, D = 64;
   attend::nn::KVCache cache({.n_layers = layers, .batch = 1, .max_T = T, .n_kv_heads = H, .d_head = D, .storage = storage});
-  const std::vector<float> kv = random_floats(T * H * D, 3), q = random_floats(H * D, 4);
+  const Buffer<float> kv = random_floats(T * H * D, 3), q = random_floats(H * D, 4);
   for (int64_t l = 0; l < layers; ++l) {
     cache.write(l, 0, kv.data(), kv.data(), T);
   }
-  std::vector<float> out(H * D);
+  Buffer<float> out(H * D);
   attend::kernels::AttentionParams<float> p;
   p.Tq = 1, p.Tk = T, p.n_heads = H, p.n_kv_heads = H, p.d_head = D, p.causal = true, p.q_offset = T - 1;
   for (auto _ : state) {
@@ -156,14 +177,14 @@ void decode_gemv_x8(benchmark::State& state, attend::kernels::QuantType type) {
   const int64_t N = state.range(0), C = 768;
   struct Matrix {
     int64_t rows, cols;
-    std::vector<uint8_t> blocks, repacked;
+    Buffer<uint8_t> blocks, repacked;
   };
   std::vector<Matrix> matrices;
   auto add = [&](int64_t rows, int64_t cols) {
     const bool q8 = type == QuantType::Q8_0;
-    Matrix m{rows, cols, std::vector<uint8_t>(rows * quant_row_bytes(type, cols)),
-             std::vector<uint8_t>(q8 ? q8_0x8_bytes(rows, cols) : q4_0x8_bytes(rows, cols))};
-    const std::vector<float> w = random_floats(rows * cols, 10 + matrices.size());
+    Matrix m{rows, cols, Buffer<uint8_t>(rows * quant_row_bytes(type, cols)),
+             Buffer<uint8_t>(q8 ? q8_0x8_bytes(rows, cols) : q4_0x8_bytes(rows, cols))};
+    const Buffer<float> w = random_floats(rows * cols, 10 + matrices.size());
     for (int64_t r = 0; r < rows; ++r)
       quantize_row(type, m.blocks.data() + r * quant_row_bytes(type, cols), w.data() + r * cols, cols);
     (q8 ? repack_q8_0x8 : repack_q4_0x8)(m.repacked.data(), m.blocks.data(), rows, cols);
@@ -171,8 +192,8 @@ void decode_gemv_x8(benchmark::State& state, attend::kernels::QuantType type) {
   };
   for (int layer = 0; layer < 12; ++layer) add(3 * C, C), add(C, C), add(4 * C, C), add(C, 4 * C);
   add(50257, C);
-  const std::vector<float> x = random_floats(N * 4 * C, 2);
-  std::vector<float> out(N * 50257);
+  const Buffer<float> x = random_floats(N * 4 * C, 2);
+  Buffer<float> out(N * 50257);
   double bytes = 0, macs = 0;
   for (const Matrix& m : matrices) bytes += double(m.blocks.size()), macs += double(N * m.rows * m.cols);
   for (auto _ : state) {
@@ -192,13 +213,13 @@ void BM_Decode_GemvQ8_0x8_InCache(benchmark::State& state) {
   using namespace attend::kernels;
   attend::set_num_threads(1);
   const int64_t N = state.range(0), C = 768, OC = 768;
-  std::vector<uint8_t> blocks(OC * quant_row_bytes(QuantType::Q8_0, C)), repacked(q8_0x8_bytes(OC, C));
-  const std::vector<float> w = random_floats(OC * C, 10);
+  Buffer<uint8_t> blocks(OC * quant_row_bytes(QuantType::Q8_0, C)), repacked(q8_0x8_bytes(OC, C));
+  const Buffer<float> w = random_floats(OC * C, 10);
   for (int64_t r = 0; r < OC; ++r)
     quantize_row(QuantType::Q8_0, blocks.data() + r * quant_row_bytes(QuantType::Q8_0, C), w.data() + r * C, C);
   repack_q8_0x8(repacked.data(), blocks.data(), OC, C);
-  const std::vector<float> x = random_floats(N * C, 2);
-  std::vector<float> out(N * OC);
+  const Buffer<float> x = random_floats(N * C, 2);
+  Buffer<float> out(N * OC);
   for (auto _ : state) {
     matmul_forward_x8(QuantType::Q8_0, out.data(), x.data(), repacked.data(), blocks.data(), nullptr, N, C, OC);
     benchmark::DoNotOptimize(out.data());
@@ -213,11 +234,11 @@ void BM_Decode_GemvInCache(benchmark::State& state, int format) {
   using namespace attend::kernels;
   attend::set_num_threads(1);
   const int64_t C = 768, OC = 768;
-  const std::vector<float> w = random_floats(OC * C, 11), x = random_floats(C, 2);
-  std::vector<uint16_t> w16(OC * C);
+  const Buffer<float> w = random_floats(OC * C, 11), x = random_floats(C, 2);
+  Buffer<uint16_t> w16(OC * C);
   if (format == 1) float_to_bf16(w16.data(), w.data(), OC * C);
   if (format == 2) float_to_half(w16.data(), w.data(), OC * C);
-  std::vector<float> out(OC);
+  Buffer<float> out(OC);
   for (auto _ : state) {
     if (format == 0) matmul_forward(out.data(), x.data(), w.data(), static_cast<const float*>(nullptr), 1, C, OC);
     if (format == 1) matmul_forward_bf16(out.data(), x.data(), w16.data(), nullptr, 1, C, OC);
@@ -237,10 +258,10 @@ void BM_Decode_GemvKInCache(benchmark::State& state) {
   const QuantType type = static_cast<QuantType>(state.range(0));
   const int64_t N = state.range(1), C = 1536, OC = 512;
   const int64_t row_bytes = quant_row_bytes(type, C);
-  std::vector<uint8_t> blocks(OC * row_bytes);
-  const std::vector<float> w = random_floats(OC * C, 12), x = random_floats(N * C, 2);
+  Buffer<uint8_t> blocks(OC * row_bytes);
+  const Buffer<float> w = random_floats(OC * C, 12), x = random_floats(N * C, 2);
   for (int64_t r = 0; r < OC; ++r) quantize_row(type, blocks.data() + r * row_bytes, w.data() + r * C, C);
-  std::vector<float> out(N * OC);
+  Buffer<float> out(N * OC);
   for (auto _ : state) {
     matmul_forward_quant_rows(type, out.data(), x.data(), blocks.data(), nullptr, N, C, OC);
     benchmark::DoNotOptimize(out.data());

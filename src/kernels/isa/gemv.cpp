@@ -109,7 +109,11 @@ template <typename Format, int64_t R, int64_t K, typename W>
     for (int64_t n = 0; n < R; ++n)
 #pragma GCC unroll 16
       for (int64_t a = 0; a < kAccumulators; ++a) {
-        const Lanes xv = lanes::load(x + n * C + c + a * lanes::kLanes);
+        Lanes xv = lanes::load(x + n * C + c + a * lanes::kLanes);
+        // Held in a register for its K products: GCC otherwise folds the load into each FMA, three loads of
+        // every input vector where there are two load ports (the 4 x 3 block ran at 22 GMAC/s a core on the
+        // Xeon, load-bound; docs/BENCHMARKS.md).
+        asm("" : "+v"(xv));
 #pragma GCC unroll 16
         for (int64_t k = 0; k < K; ++k) acc[n][k][a] += xv * wc[k][a];
       }
