@@ -281,7 +281,7 @@ BENCHMARK(BM_Kernel_LayerNormForwardBackward)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
-BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8}, {1, 2}, {768, 3072}})->ArgNames({"rows", "threads", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8, 16, 32, 64}, {1, 2}, {768, 3072}})->ArgNames({"rows", "threads", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ4_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8_InCache)->Arg(1)->Arg(8)->ArgName("rows")->Unit(benchmark::kMicrosecond)->UseRealTime();

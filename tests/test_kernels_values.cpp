@@ -248,11 +248,13 @@ TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
 // checked against fp64 above). 4099 channels make 16-bit rows long enough (≥ 8 KiB) that one input row takes
 // eight weight rows a pass, with 37 channels leaving five to the one-row kernel. Input rows that fill L1 (eight of
 // 1,031 channels, four of 4,099) take blocks of four input rows and three weight rows on AVX-512, with one weight
-// row and up to three input rows left over.
+// row and up to three input rows left over. From 32 rows of up to about 1,100 channels, on AVX-512, each group of
+// three weight rows is widened into fp32 once for blocks of four input rows, the input rows in tiles of 1 MiB
+// (252 rows of 1,031 channels: 260 make a whole tile and a short one).
 TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
   const int64_t OC = 37;
   for (int64_t C : {64, 77, 768, 1031, 4099}) {
-    for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19}) {
+    for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19, 40, 67, 260}) {
       auto x = random_vector(N * C, 8), w = random_vector(OC * C, 9), b = random_vector(OC, 10);
       auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);
       std::vector<uint16_t> w_bf16(OC * C), w_f16(OC * C);

@@ -7,6 +7,10 @@
 #include "kernels/parallel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
 
 namespace attend::kernels::ATTEND_ISA {
 namespace {
@@ -42,7 +46,9 @@ template <typename Format, typename W>
 #pragma GCC unroll 16
   for (int64_t a = 1; a < kAccumulators; ++a) acc[0] += acc[a];
   float s = lanes::sum(acc[0]);
-  for (int64_t t = c; t < C; ++t) s += x[t] * Format::widen(w[t]);
+  // An explicit fused multiply-add: left to GCC, the tail was contracted in some kernels and not in others (or
+  // vectorized as products, then added), and a row's bits depended on the kernel that ran it.
+  for (int64_t t = c; t < C; ++t) s = std::fma(x[t], Format::widen(w[t]), s);
   return s;
 }
 
@@ -173,11 +179,80 @@ constexpr int64_t kRowsPerPass = lanes::kLanes == 16 ? 8 : lanes::kLanes == 8 ? 
 constexpr int64_t kBlockInputRows = 4, kBlockWeightRows = lanes::kLanes == 16 ? 3 : 1;
 constexpr int64_t kInputBytesInL1 = int64_t{32} << 10;
 
+// Many input rows (a server step's prompt chunks, a short fp16 prompt): each group of kBlockWeightRows weight rows
+// is widened once into fp32 (exactly) in the thread's scratch, and every block of four input rows takes it from
+// there (dots_block<Fp32>), the input rows in tiles of about kInputTileBytes that stay in L2. A 16-bit weight row
+// passed eight input rows at a time is widened again for each eight, and those conversions share the FMAs' two
+// ports on Intel's cores: 240 rows against GPT-2's 768-channel fp16 rows ran at 22-24 GMAC/s a Xeon core eight at
+// a time, 41-47 like this (a standalone loop; docs/BENCHMARKS.md). Taken where a block's widened weight rows and
+// input rows fit in L1 together (rows of up to about 1,100 channels); longer rows ran slower widened (3,072
+// channels: 76-80 against 65-68 ms for 64 rows on one core) and take dots_block on the 16-bit rows below. From 32
+// rows: at 16, two passes of eight were faster. Each output is the same bits as its row alone:
+// the products see the same fp32 weights, and dots_block keeps dots<Format, 1>'s accumulators and order.
+constexpr int64_t kWidenedRowsFrom = 32;
+constexpr int64_t kInputTileBytes = int64_t{1} << 20, kInputTileRows = 64;
+
+// The calling thread's fp32 scratch of at least n floats, 64-byte aligned.
+float* widening_scratch(int64_t n) {
+  struct Scratch {
+    float* p = nullptr;
+    int64_t size = 0;
+    ~Scratch() { std::free(p); }
+  };
+  thread_local Scratch scratch;
+  if (scratch.size < n) {
+    std::free(scratch.p);
+    scratch.p = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64)));
+    if (scratch.p == nullptr) throw std::bad_alloc();
+    scratch.size = n;
+  }
+  return scratch.p;
+}
+
+// out rows [0, N) × weight rows [o0, o1) as described above; returns where the whole groups of weight rows end
+// (the rest is the caller's).
+template <typename Format, typename W>
+int64_t widened_blocks(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C,
+                       int64_t OC, int64_t o0, int64_t o1) {
+  constexpr int64_t K = kBlockWeightRows, R = kBlockInputRows;
+  const int64_t end = o0 + (o1 - o0) / K * K;
+  const int64_t tile = std::max(kInputTileRows, kInputTileBytes / (C * int64_t{sizeof(float)}) / R * R);
+  float* widened = std::is_same_v<W, float> ? nullptr : widening_scratch(K * C);
+  for (int64_t n0 = 0; n0 < N; n0 += tile) {
+    const int64_t n1 = std::min(N, n0 + tile), whole = n0 + (n1 - n0) / R * R;
+    for (int64_t o = o0; o < end; o += K) {
+      const W* w = weight + o * C;
+      const float* wf;
+      if constexpr (std::is_same_v<W, float>) {
+        wf = w;
+      } else {
+        int64_t i = 0;
+        for (; i + lanes::kLanes <= K * C; i += lanes::kLanes) {
+          lanes::prefetch(reinterpret_cast<const char*>(w + i) + lanes::kPrefetchAhead, lanes::kLanes * sizeof(W));
+          lanes::store(widened + i, Format::load(w + i));
+        }
+        for (; i < K * C; ++i) widened[i] = Format::widen(w[i]);
+        wf = widened;
+      }
+      const float* b = bias != nullptr ? bias + o : nullptr;
+      for (int64_t n = n0; n < whole; n += R)
+        dots_block<Fp32, R, K>(out + n * OC + o, OC, inp + n * C, wf, C, b);
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = whole; n < n1; ++n)
+          dots<Fp32, 1, false>(out + n * OC + o + k, OC, inp + n * C, wf + k * C, C, b != nullptr ? b[k] : 0.0f);
+    }
+  }
+  return end;
+}
+
 // Threads split the output channels (channels.h), each streams its weight rows once.
 template <typename Format, typename W>
 void gemv_rows(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC) {
   const bool prefetch = sizeof(W) == 2 && gemv_prefetch();
   auto channels = [&](int64_t o0, int64_t o1) {
+    if constexpr (kBlockWeightRows > 1)
+      if (N >= kWidenedRowsFrom && (kBlockWeightRows + kBlockInputRows) * C * int64_t{sizeof(float)} <= kInputBytesInL1)
+        o0 = widened_blocks<Format>(out, inp, weight, bias, N, C, OC, o0, o1);
     if constexpr (kWeightRowsPerPass > 1)
       if (sizeof(W) == 2 && N < 4 && C * int64_t{sizeof(W)} >= kLongRowBytes) {  // one input row, K weight rows
         int64_t o = o0;
