@@ -193,8 +193,10 @@ TEST(PagedSessions, AReusedPrefixGivesTheNumbersOfComputingIt) {
   }
 }
 
-// Sessions adding one token each, in one row-invariant step of seven (more than the per-row kernel's four), give
-// each the logits of its step alone, bit for bit, for every storage a weight can have.
+// Sessions adding one token each, in one row-invariant step of seven (more than the per-row kernel's four), with
+// two running prompt chunks beside them (of 6 and 40 rows: 16-bit and quantized weights take them in the same
+// forward, 50 rows, past the gemv's blocks of widened weight rows from 32), give each the logits of its step
+// alone, bit for bit, for every storage a weight can have.
 TEST(PagedSessions, ARowInvariantStepGivesEachSessionItsLogitsAlone) {
   for (const WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8_0, WeightType::Q4_0,
                                 WeightType::Q4_K, WeightType::Q6_K}) {
@@ -217,7 +219,8 @@ TEST(PagedSessions, ARowInvariantStepGivesEachSessionItsLogitsAlone) {
       next.push_back({static_cast<int32_t>(i * 11 % 97)});
       group.push_back(&together[i]);
     }
-    next[3] = tokens(6, 9);  // one session runs a prompt chunk beside them
+    next[3] = tokens(6, 9);  // two sessions run prompt chunks beside them
+    next[5] = tokens(40, 10);
     step_row_invariant(group, next);
     for (int i = 0; i < 7; ++i)
       EXPECT_TRUE(same_bits(together[i].logits(), alone[i].step(next[i])))

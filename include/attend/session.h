@@ -129,10 +129,10 @@ class Session {
 void step(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens);
 
 // The same with every session's numbers independent of the others in the step, bit for bit, whatever their
-// number and lengths: sessions that add one token go through the model together in groups of up to four (the
-// matmuls' per-row kernel), and each session that adds several through its own forward (its own GEMM shapes).
-// A server uses it so that a request's tokens do not depend on the requests beside it. Costs one pass over the
-// weights per group instead of one per step.
+// number and lengths: sessions that add one token go through the model together on the matmuls' per-row
+// kernels, and so do sessions that add several where the model multiplies that many rows on those kernels anyway
+// (16-bit and quantized weights' short prompts); otherwise each session that adds several runs its own forward
+// (its own GEMM shapes). A server uses it so that a request's tokens do not depend on the requests beside it.
 void step_row_invariant(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens);
 
 }  // namespace attend

@@ -460,6 +460,13 @@ void linear_forward_as_stored(float* out, const float* inp, const Parameter& wei
 }
 }  // namespace
 
+bool rows_take_per_row_kernels(const Parameter& weight, int64_t rows) {
+  if (!weight.lora.empty() || precision_for(weight, Precision::F32) != Precision::F32) return false;
+  if (!weight.quantized.empty()) return rows <= int8_rows_limit(weight);
+  if (weight.storage == WeightType::F16) return rows <= kF16GemvRows;
+  return rows <= kernels::kGemvRows;
+}
+
 SelectAdapters::SelectAdapters(std::span<const uint64_t> row_masks) : outer_(row_adapters) { row_adapters = row_masks; }
 SelectAdapters::~SelectAdapters() { row_adapters = outer_; }
 

@@ -30,6 +30,10 @@ namespace attend::nn {
 void linear_forward(float* out, const float* inp, const Parameter& weight, const float* bias, int64_t N, int64_t C,
                     int64_t OC, Precision precision = Precision::F32, std::vector<uint16_t>* w_rounded = nullptr,
                     const LoraStream* drop = nullptr);
+// Whether linear_forward (fp32) of `rows` rows on `weight` takes the per-row (decoding) kernels without a
+// PerRowMatmuls: few rows, a 16-bit weight's short prompt on the gemv, a quantized weight's on the int8 kernels
+// (not a weight with LoRA adapters). Such rows then come out the same bits among any others under one.
+bool rows_take_per_row_kernels(const Parameter& weight, int64_t rows);
 // While one is alive, linear_forward on this thread multiplies any number of rows with the per-row (decoding)
 // kernels, so that each row's outputs are those of that row alone, bit for bit (step_row_invariant's decoding
 // rows). Not for prompts: the per-row kernels run far below the GEMM's rate at many rows.
