@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 namespace attend::kernels::ATTEND_ISA {
 namespace {
@@ -76,19 +77,37 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
   int32_t* buckets = reinterpret_cast<int32_t*>(partials + p.B * n_blocks * H * stride);
   detail::fill_t5_buckets(buckets, p);
 
-  parallel_for(p.B * n_blocks, 1, [&](int64_t w0, int64_t w1) {
+  // Keys past the causal diagonal or the sequence's length, or older than a sliding window, are never read.
+  auto visible_end = [&](int64_t b) {
+    int64_t end = p.Tk;
+    if (p.causal) end = std::min(end, p.q_offset + 1);
+    if (p.key_lengths != nullptr) end = std::min<int64_t>(end, p.key_lengths[b]);
+    return end;
+  };
+  // The threads share the (sequence, block) items that hold a visible key, in equal counts. Split over every
+  // item, sequences of different lengths (a server's) left one thread with the long ones' blocks and the other
+  // with the short ones' empty blocks. The others get l = 0 (nothing visible) for the merge.
+  const int64_t first = detail::first_visible_key(p, 0);
+  thread_local std::vector<int64_t> items;
+  items.clear();
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t end = visible_end(b);
+    for (int64_t blk = 0; blk < n_blocks; ++blk) {
+      if (std::max(blk * kBlock, first) < std::min(blk * kBlock + kBlock, end))
+        items.push_back(b * n_blocks + blk);
+      else
+        for (int64_t h = 0; h < H; ++h) partials[(b * n_blocks + blk) * H * stride + h * stride + D + 1] = 0.0f;
+    }
+  }
+  const int64_t* item = items.data();
+  parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t i0, int64_t i1) {
     float* scores = workspace + thread_index() * scores_size(p);  // (H, kBlock)
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t b = w / n_blocks;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t w = item[i], b = w / n_blocks;
       float* part = partials + w * H * stride;
-      // Keys past the causal diagonal or the sequence's length, or older than a sliding window, are never read.
-      int64_t end = p.Tk;
-      if (p.causal) end = std::min(end, p.q_offset + 1);
-      if (p.key_lengths != nullptr) end = std::min<int64_t>(end, p.key_lengths[b]);
-      const int64_t j0 = std::max((w % n_blocks) * kBlock, detail::first_visible_key(p, 0));
-      const int64_t j1 = std::min((w % n_blocks) * kBlock + kBlock, end);
-      for (int64_t h = 0; h < H; ++h) part[h * stride + D + 1] = 0.0f;  // l = 0: nothing visible yet
-      if (j0 >= j1) continue;
+      const int64_t j0 = std::max((w % n_blocks) * kBlock, first);
+      const int64_t j1 = std::min((w % n_blocks) * kBlock + kBlock, visible_end(b));
+      for (int64_t h = 0; h < H; ++h) part[h * stride + D + 1] = 0.0f;  // l = 0 until a head sees a key
       // Row (b, j, kvh) is at (b·rows + j)·Hkv + kvh: a position's heads are adjacent. A paged cache's block
       // lies `shift` positions further.
       const int64_t blk = w % n_blocks;
