@@ -139,6 +139,56 @@ TEST(Sampling, TheNotesDistributionsByHand) {
   expect_error_mentions<Error>([] { SamplingOptions{.temperature = 0}.validate(); }, {"temperature"});
 }
 
+// A vocabulary's length: the distribution (sorting only as much as the nucleus needs, in growing prefixes) equals
+// the definition worked out with a full sort, for nuclei of a few tokens to most of the vocabulary, with and
+// without top-k; and a draw lands on the token whose cumulative interval (by id) holds u.
+TEST(Sampling, ALargeVocabularyMatchesTheFullSortDefinition) {
+  const int64_t V = 50257;
+  std::vector<float> logits(V);
+  Rng rng(7);
+  for (float& z : logits) z = static_cast<float>(6.0 * rng.uniform_double() - 3.0);
+  logits[123] = logits[456];  // a tie
+  for (const SamplingOptions o : {SamplingOptions{.temperature = 0.7, .top_p = 0.9},
+                                  SamplingOptions{.temperature = 1.3, .top_p = 0.999},
+                                  SamplingOptions{.temperature = 0.2, .top_p = 0.3}, SamplingOptions{.top_k = 40, .top_p = 0.5},
+                                  SamplingOptions{.temperature = 0.8}, SamplingOptions{.top_k = 1000}}) {
+    std::vector<int32_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    const int64_t k = o.top_k > 0 ? o.top_k : V;
+    auto w = [&](int32_t id) { return std::exp((double{logits[id]} - logits[order[0]]) / o.temperature); };
+    double total = 0.0;
+    for (int64_t i = 0; i < k; ++i) total += w(order[i]);
+    int64_t kept = 0;
+    for (double mass = 0.0; kept < k;) {
+      mass += w(order[kept++]) / total;
+      if (mass >= o.top_p - 1e-12) break;
+    }
+    double kept_total = 0.0;
+    for (int64_t i = 0; i < kept; ++i) kept_total += w(order[i]);
+    std::vector<double> want(V, 0.0);
+    for (int64_t i = 0; i < kept; ++i) want[order[i]] = w(order[i]) / kept_total;
+    const std::vector<double> got = sampling_distribution(logits.data(), V, o);
+    const std::string what = fmt::format("T={} k={} p={}", o.temperature, o.top_k, o.top_p);
+    for (int64_t v = 0; v < V; ++v) {
+      ASSERT_EQ(got[v] == 0.0, want[v] == 0.0) << what << " token " << v;
+      ASSERT_NEAR(got[v], want[v], 1e-12 + 1e-9 * want[v]) << what << " token " << v;
+    }
+    for (const double u : {0.0, 0.3, 0.77, 0.999999}) {
+      double cumulative = 0.0;
+      int32_t expected = 0;
+      for (int64_t v = 0; v < V; ++v)
+        if (want[v] > 0.0) {
+          expected = static_cast<int32_t>(v);
+          if (u < (cumulative += want[v])) break;
+        }
+      EXPECT_EQ(sample_token(logits.data(), V, o, u), expected) << what << " u=" << u;
+    }
+  }
+}
+
 // Sampling frequencies match the truncated distribution: 20,000 draws, each share within 4 binomial
 // standard deviations (√(p(1−p)/n) ≤ 0.0036), so a fixed seed passes by a wide margin and a wrong
 // distribution (off by 0.05 or more) fails.
