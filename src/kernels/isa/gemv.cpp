@@ -192,8 +192,9 @@ constexpr int64_t kInputBytesInL1 = int64_t{32} << 10;
 constexpr int64_t kWidenedRowsFrom = 32;
 constexpr int64_t kInputTileBytes = int64_t{1} << 20, kInputTileRows = 64;
 
-// The calling thread's fp32 scratch of at least n floats, 64-byte aligned.
-float* widening_scratch(int64_t n) {
+// The calling thread's fp32 scratch of at least n floats, 64-byte aligned (unused where AVX2's and SSE's registers
+// hold no blocks).
+[[maybe_unused]] float* widening_scratch(int64_t n) {
   struct Scratch {
     float* p = nullptr;
     int64_t size = 0;
