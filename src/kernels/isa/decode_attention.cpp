@@ -135,12 +135,36 @@ void decode_attention(float* out, const float* q, const KV* k, const KV* v, cons
         o[D + 1] = static_cast<float>(vec::sum<float>(j1 - j0, [&](int64_t j) { return s[j] = vec::exp(s[j] - m); }));
         std::fill_n(o, D, 0.0f);
       }
-      for (int64_t j = j0; j < j1; ++j) {
-        for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
-          const int64_t r = (b * rows + j + shift) * Hkv + kvh;
-          const float row_scale = v_scales != nullptr ? v_scales[r] : 1.0f;
-          for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
-            if (part[h * stride + D + 1] > 0.0f) axpy(part + h * stride, scores[h * kBlock + j - j0] * row_scale, v + r * D, D);
+      if constexpr (kD > 0 && kD % kLanes == 0 && kD / kLanes <= 8) {
+        // Head by head, the head's output in registers over the block's positions (position by position it was
+        // loaded and stored again for every row: 4 KiB of loads and stores per position and head of GPT-2). The
+        // block's value rows, 32 positions, stay in L1 and L2 after the first head reads them. Each output channel
+        // sums the same products in the same order.
+        for (int64_t h = 0; h < H; ++h) {
+          float* o = part + h * stride;
+          if (o[D + 1] <= 0.0f) continue;
+          const int64_t kvh = h / G;
+          Lanes acc[kD / kLanes];
+#pragma GCC unroll 8
+          for (int64_t d = 0; d < kD / kLanes; ++d) acc[d] = Lanes{};
+          for (int64_t j = j0; j < j1; ++j) {
+            const int64_t r = (b * rows + j + shift) * Hkv + kvh;
+            const float row_scale = v_scales != nullptr ? v_scales[r] : 1.0f;
+            const float w = scores[h * kBlock + j - j0] * row_scale;
+#pragma GCC unroll 8
+            for (int64_t d = 0; d < kD / kLanes; ++d) acc[d] = acc[d] + w * load(v + r * D + d * kLanes);
+          }
+#pragma GCC unroll 8
+          for (int64_t d = 0; d < kD / kLanes; ++d) lanes::store(o + d * kLanes, acc[d]);
+        }
+      } else {
+        for (int64_t j = j0; j < j1; ++j) {
+          for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
+            const int64_t r = (b * rows + j + shift) * Hkv + kvh;
+            const float row_scale = v_scales != nullptr ? v_scales[r] : 1.0f;
+            for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
+              if (part[h * stride + D + 1] > 0.0f) axpy(part + h * stride, scores[h * kBlock + j - j0] * row_scale, v + r * D, D);
+          }
         }
       }
     }
