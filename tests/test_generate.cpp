@@ -117,6 +117,11 @@ TEST(Sampling, TheNotesDistributionsByHand) {
   const double z = std::exp(1.0) + std::exp(0.5) + 1.0;
   EXPECT_NEAR(p[1], std::exp(0.5) / z, 1e-12);
   EXPECT_EQ(p[3], 0.0);
+  // A NaN logit is never kept: the others' softmax.
+  const float with_nan[4] = {2.0f, std::numeric_limits<float>::quiet_NaN(), 0.0f, -1.0f};
+  p = sampling_distribution(with_nan, 4, {.top_p = 0.99});
+  EXPECT_EQ(p[1], 0.0);
+  EXPECT_NEAR(p[0], std::exp(2.0) / (std::exp(2.0) + 1.0 + std::exp(-1.0)), 1e-12);
   // Greedy and top-k = 1 are the argmax (the lower id wins a tie).
   const float tie[3] = {1.0f, 3.0f, 3.0f};
   EXPECT_EQ(sample_token(tie, 3, {.greedy = true}, 0.99), 1);

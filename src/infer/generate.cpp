@@ -32,14 +32,17 @@ void kept_tokens(const float* logits, int64_t V, const SamplingOptions& o, std::
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   thread_local std::vector<int32_t> order;
   order.resize(static_cast<size_t>(V));
+  // The largest logit and whether any is NaN, in passes the compiler vectorizes (std::max passes a NaN over).
   float top = -std::numeric_limits<float>::infinity();
-  int64_t numbers = 0;
-  for (int64_t i = 0; i < V; ++i) {  // without a branch per logit; std::max passes a NaN over
-    order[numbers] = static_cast<int32_t>(i);
-    numbers += !std::isnan(logits[i]);
-    top = std::max(top, logits[i]);
+  bool nan = false;
+  for (int64_t i = 0; i < V; ++i) top = std::max(top, logits[i]), nan |= logits[i] != logits[i];
+  if (!nan) {
+    std::iota(order.begin(), order.end(), 0);
+  } else {
+    int64_t numbers = 0;
+    for (int64_t i = 0; i < V; ++i) order[numbers] = static_cast<int32_t>(i), numbers += !std::isnan(logits[i]);
+    order.resize(static_cast<size_t>(numbers));
   }
-  order.resize(static_cast<size_t>(numbers));
   if (order.empty()) {  // nothing to draw from: the first id, as greedy's argmax gives
     ids.push_back(0), p.push_back(1.0);
     return;
