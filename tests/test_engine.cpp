@@ -5,11 +5,15 @@
 
 #include <attend/engine.h>
 #include <attend/error.h>
+#include <attend/session.h>
 #include <attend/tokenizer.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <span>
 #include <thread>
 
 namespace attend {
@@ -114,6 +118,35 @@ TEST_F(EngineTest, RequestsRunTogetherGiveTheTokensOfEachAlone) {
   EXPECT_GT(s.max_batch_sequences, 1);
   EXPECT_EQ(s.batch_sequences.count, s.steps);
   EXPECT_EQ(s.time_to_first_token.count, 8);
+}
+
+// A token's log-probability and the top alternatives' are the log-softmax of the logits that chose it (worked out
+// here in double from a session's own step over the prompt), the alternatives in decreasing order.
+TEST_F(EngineTest, LogProbabilitiesAreTheLogSoftmaxOfTheLogits) {
+  CompletionParams p;
+  p.prompt = prompt(23, 4);
+  p.max_tokens = 1;
+  p.sampling = SamplingOptions{.greedy = true};
+  p.top_logprobs = 3;
+  Engine engine(*model_, tokenizer_, {.max_sequences = 1});
+  auto request = engine.submit(p);
+  EngineEvent first;
+  for (EngineEvent e; request->next(e);)
+    if (e.token >= 0) first = e;
+  Session s(*model_);
+  const std::span<const float> logits = s.step(p.prompt);
+  double max = -std::numeric_limits<double>::infinity(), sum = 0.0;
+  for (const float z : logits) max = std::max(max, double{z});
+  for (const float z : logits) sum += std::exp(z - max);
+  const double lse = max + std::log(sum);
+  ASSERT_GE(first.token, 0);
+  EXPECT_NEAR(first.logprob, logits[first.token] - lse, 1e-4);
+  ASSERT_EQ(first.top.size(), 3u);
+  EXPECT_EQ(first.top[0].id, first.token) << "greedy's token is the most likely";
+  for (size_t i = 0; i < first.top.size(); ++i) {
+    EXPECT_NEAR(first.top[i].logprob, logits[first.top[i].id] - lse, 1e-4) << i;
+    if (i > 0) EXPECT_LE(first.top[i].logprob, first.top[i - 1].logprob) << i;
+  }
 }
 
 TEST_F(EngineTest, StopStringsEosAndBudgetsEndChoices) {
