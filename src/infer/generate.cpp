@@ -24,8 +24,9 @@ namespace {
 // without top-k), then the nucleus, the smallest prefix by decreasing logit (ties: the lower id first) whose
 // probability reaches top_p, renormalised. Only as much of the vocabulary is sorted as the nucleus needs: the
 // largest 64 logits, then four times as many, and so on (a full sort of 50,257 ids and four exponentials of each
-// took 30-55 ms a sampled token, on the server's one engine thread for every sequence; now 1-6 ms); without top-k and top-p nothing is sorted. `ids` and `p`
-// come out in the order of decreasing logit. NaN logits are never kept.
+// took 30-55 ms a sampled token, on the server's one engine thread for every sequence; now 1-6 ms); without top-k
+// and top-p nothing is sorted. `ids` and `p` come out in the order of decreasing logit, or by id where nothing was
+// sorted. NaN logits are never kept.
 void kept_tokens(const float* logits, int64_t V, const SamplingOptions& o, std::vector<int32_t>& ids,
                  std::vector<double>& p) {
   ids.clear(), p.clear();

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <utility>
 
 namespace attend {
 
@@ -293,12 +292,14 @@ void step_row_invariant(const std::vector<Session*>& sessions, const std::vector
   // pass over the weights for all (a server's eight new prompts of 30 tokens on GPT-2 in fp16 took eight).
   size_t longest = 0;
   for (const std::vector<int32_t>& t : tokens) longest = std::max(longest, t.size());
-  const std::vector<const Parameter*> parameters = std::as_const(*sessions.front()).model().parameters();
-  const bool together = longest == 1 || std::all_of(parameters.begin(), parameters.end(), [&](const Parameter* p) {
-    return !is_projection(p->role) || p->role == Role::HeadMatrix ||  // the head takes each session's last row
-           nn::rows_take_per_row_kernels(*p, static_cast<int64_t>(longest));
-  });
-  if (together) {
+  auto chunks_per_row = [&] {  // asked only of a step that has chunks
+    const std::vector<const Parameter*> parameters = sessions.front()->model().parameters();
+    return std::all_of(parameters.begin(), parameters.end(), [&](const Parameter* p) {
+      return !is_projection(p->role) || p->role == Role::HeadMatrix ||  // the head takes each session's last row
+             nn::rows_take_per_row_kernels(*p, static_cast<int64_t>(longest));
+    });
+  };
+  if (longest == 1 || chunks_per_row()) {
     const nn::PerRowMatmuls rows;
     step(sessions, tokens);
     return;
