@@ -11,6 +11,7 @@
 #include "kernels/quant.h"
 #include "kernels/softmax.h"
 
+#include <attend/generate.h>
 #include <attend/rng.h>
 #include <attend/runtime.h>
 #include <benchmark/benchmark.h>
@@ -144,6 +145,16 @@ void BM_Decode_GemvRowsF16(benchmark::State& state) {
   }
   set_bandwidth(state, double(V * C) * 2.0);
   state.counters["GMAC/s"] = benchmark::Counter(double(N * V * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Drawing one token from GPT-2's 50,257 logits (uniform in [−6, 6): a flat distribution, most of it in a top-p
+// nucleus of 0.95), as a server does for each sequence each step on its engine thread; µs a token.
+void BM_Sample_Token(benchmark::State& state, attend::SamplingOptions options) {
+  const int64_t V = 50257;
+  Buffer<float> logits = random_floats(V, 9);
+  for (float& z : logits) z *= 3.0f;
+  attend::Rng rng(1);
+  for (auto _ : state) benchmark::DoNotOptimize(attend::sample_token(logits.data(), V, options, rng.uniform_double()));
 }
 
 // Decoding's attention: one query of GPT-2's shape (12 heads of 64) against 576 cached positions, the mean
@@ -291,6 +302,10 @@ BENCHMARK(BM_Decode_GemvKInCache)
 BENCHMARK_CAPTURE(BM_Decode_GemvInCache, f32, 0)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode_GemvInCache, bf16, 1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode_GemvInCache, f16, 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Sample_Token, greedy, attend::SamplingOptions{.greedy = true})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Sample_Token, temperature_1, attend::SamplingOptions{})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Sample_Token, top_p_0_95, attend::SamplingOptions{.temperature = 0.8, .top_p = 0.95})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Sample_Token, top_k_40, attend::SamplingOptions{.top_k = 40})->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Decode_Attention, f32, attend::CacheType::F32)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Attention, f16, attend::CacheType::F16)->Apply(threads_1_2);
 

@@ -208,6 +208,43 @@ TEST_P(IsaKernels, SumOfSquaresAndScaleAndFill) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], 3.25f);
 }
 
+// Sampling's weights e^{(z − top)·inv_t} in double against the long double exponential of the same argument:
+// within 4 units in the last place where the result is normal (the Taylor polynomial's Horner steps round a few
+// times), within one subnormal step below; e^0 exactly 1; −∞ and arguments below −746 give 0; NaN gives 0 and no
+// share of the sum. Lengths that end inside a register, temperatures of 0.2 to 5.
+TEST_P(IsaKernels, SamplingWeightsAreTheExponentialInDouble) {
+  const double ulp = 0x1p-52;
+  for (const double inv_t : {1.0, 1.0 / 0.7, 5.0, 0.2}) {
+    const int64_t n = 1003;
+    const auto r = random_vector(n, 43, -40, 0);
+    std::vector<float> z(r.begin(), r.end());
+    const float top = 1.5f;
+    for (float& v : z) v += top;
+    z[0] = top;
+    z[1] = -std::numeric_limits<float>::infinity();
+    z[2] = std::numeric_limits<float>::quiet_NaN();
+    const float deep[] = {-140.0f, -141.7f, -144.0f, -148.5f, -149.1f, -149.3f, -150.0f, -1e30f};
+    for (int i = 0; i < 8; ++i) z[3 + i] = static_cast<float>(deep[i] * 5.0 / inv_t + top);  // x near −700 to −746
+    std::vector<double> w(n, -1.0);
+    const double total = table().exp_weights(w.data(), z.data(), n, top, inv_t);
+    long double want_total = 0.0L;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = (static_cast<double>(z[i]) - top) * inv_t;
+      if (std::isnan(x)) {
+        ASSERT_EQ(w[i], 0.0) << "NaN logit at " << i;
+        continue;
+      }
+      const long double exact = expl(static_cast<long double>(x));
+      want_total += exact;
+      const double bound = exact >= 0x1p-1022L ? 4 * ulp * static_cast<double>(exact) : 0x1p-1074;
+      ASSERT_NEAR(w[i], static_cast<double>(exact), bound) << "x = " << x << " at " << i << ", 1/T = " << inv_t;
+    }
+    EXPECT_EQ(w[0], 1.0);
+    EXPECT_EQ(w[1], 0.0);
+    EXPECT_NEAR(total, static_cast<double>(want_total), (n + 4) * ulp * static_cast<double>(want_total));
+  }
+}
+
 // Every set computes decode attention like the plain reference kernel (fp32 cache): the same softmax
 // over the same scores, merged from blocks. Head sizes 20, 64 and 128 (the last two compiled for their size).
 TEST_P(IsaKernels, DecodeAttentionMatchesTheReference) {

@@ -4,6 +4,8 @@
 #include <attend/session.h>
 #include <attend/tokenizer.h>
 
+#include "kernels/elementwise.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +22,21 @@ void SamplingOptions::validate() const {
 
 namespace {
 
+// The largest of x[0, n) that is not NaN (−∞ where there is none), in sixteen independent running maxima without
+// a branch per value (the same value whatever the order): std::max_element's compare and branch per value took
+// about 40 µs over 50,257 logits, this 17-25.
+float largest(const float* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lane[kLanes];
+  std::fill_n(lane, kLanes, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], x[i + l]);
+  float best = *std::max_element(lane, lane + kLanes);
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
 // The tokens sampling keeps and their probabilities: softmax(logits/τ) over the k largest logits (all of them
 // without top-k), then the nucleus, the smallest prefix by decreasing logit (ties: the lower id first) whose
 // probability reaches top_p, renormalised. Only as much of the vocabulary is sorted as the nucleus needs: the
@@ -33,10 +50,11 @@ void kept_tokens(const float* logits, int64_t V, const SamplingOptions& o, std::
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   thread_local std::vector<int32_t> order;
   order.resize(static_cast<size_t>(V));
-  // The largest logit and whether any is NaN, in passes the compiler vectorizes (std::max passes a NaN over).
-  float top = -std::numeric_limits<float>::infinity();
-  bool nan = false;
-  for (int64_t i = 0; i < V; ++i) top = std::max(top, logits[i]), nan |= logits[i] != logits[i];
+  // The largest logit and whether any is NaN, in sixteen running maxima (std::max passes a NaN over).
+  const float top = largest(logits, V);
+  int32_t nans = 0;  // a count rather than a flag: GCC vectorizes the sum, not a bool's or
+  for (int64_t i = 0; i < V; ++i) nans += logits[i] != logits[i];
+  const bool nan = nans > 0;
   if (!nan) {
     std::iota(order.begin(), order.end(), 0);
   } else {
@@ -54,14 +72,25 @@ void kept_tokens(const float* logits, int64_t V, const SamplingOptions& o, std::
     std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
     order.resize(static_cast<size_t>(k));
   }
-  // Each candidate's e^{(z − max)/τ}, worked out once.
+  // Each candidate's e^{(z − max)/τ}, worked out once: the whole vocabulary in the kernels' vector pass (NaNs get
+  // no weight), or only the k kept.
   const double inv_t = 1.0 / o.temperature;
   thread_local std::vector<double> weights;
   weights.resize(static_cast<size_t>(V));
   double total = 0.0;
-  for (const int32_t id : order) total += weights[id] = std::exp((static_cast<double>(logits[id]) - top) * inv_t);
+  if (k == n) {
+    total = kernels::exp_weights(weights.data(), logits, V, top, inv_t);
+  } else {
+    for (const int32_t id : order) total += weights[id] = std::exp((static_cast<double>(logits[id]) - top) * inv_t);
+  }
   if (o.top_p >= 1.0) {  // every one of the k, in decreasing order when top-k sorted them, else by id
-    for (const int32_t id : order) ids.push_back(id), p.push_back(weights[id] / total);
+    ids.assign(order.begin(), order.end());
+    p.resize(ids.size());
+    if (static_cast<int64_t>(ids.size()) == V) {  // every id, in order
+      for (int64_t i = 0; i < V; ++i) p[i] = weights[i] / total;
+    } else {
+      for (size_t i = 0; i < ids.size(); ++i) p[i] = weights[ids[i]] / total;
+    }
     return;
   }
   // The nucleus, sorting a growing prefix of the candidates until it holds top_p of the mass.
@@ -100,20 +129,10 @@ std::vector<double> sampling_distribution(const float* logits, int64_t V, const 
 
 namespace {
 
-// The first index of the largest logit, as std::max_element finds it, in two passes: the largest value (sixteen
-// independent running maxima, without a branch per value; the same value whatever the order), then the first place
-// that holds it. A vocabulary's 50,000 to 250,000 logits each decoding step: std::max_element's one compare and
-// branch per value took about 40 µs of a server's step per sequence (17-25 µs this way). NaN logits are passed over (all NaN: index 0, as
-// std::max_element).
+// The first index of the largest logit, as std::max_element finds it, in two passes: the largest value (`largest`),
+// then the first place that holds it. NaN logits are passed over (all NaN: index 0, as std::max_element).
 int32_t argmax(const float* x, int64_t n) {
-  constexpr int64_t kLanes = 16;
-  float lane[kLanes];
-  std::fill_n(lane, kLanes, -std::numeric_limits<float>::infinity());
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], x[i + l]);
-  float best = *std::max_element(lane, lane + kLanes);
-  for (; i < n; ++i) best = std::max(best, x[i]);
+  const float best = largest(x, n);
   for (int64_t j = 0; j < n; ++j)
     if (x[j] == best) return static_cast<int32_t>(j);
   return static_cast<int32_t>(std::max_element(x, x + n) - x);  // NaNs: no value equals the maximum found
@@ -127,20 +146,26 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, d
   thread_local std::vector<double> p;
   kept_tokens(logits, V, o, ids, p);
   // The draw walks the kept tokens by id, as the cumulative distribution over the vocabulary runs.
+  double cumulative = 0.0;
+  int32_t last = 0;
+  auto walk = [&](size_t i) {
+    if (p[i] == 0.0) return false;
+    cumulative += p[i];
+    last = ids[i];
+    return u < cumulative;
+  };
+  if (std::is_sorted(ids.begin(), ids.end())) {  // without top-k and top-p: every token, by id
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (walk(i)) return last;
+    return last;  // u within rounding of 1
+  }
   thread_local std::vector<int32_t> by_id;
   by_id.resize(ids.size());
   std::iota(by_id.begin(), by_id.end(), 0);
-  if (!std::is_sorted(ids.begin(), ids.end()))
-    std::sort(by_id.begin(), by_id.end(), [&](int32_t a, int32_t b) { return ids[a] < ids[b]; });
-  double cumulative = 0.0;
-  int32_t last = 0;
-  for (const int32_t i : by_id) {
-    if (p[i] == 0.0) continue;
-    cumulative += p[i];
-    last = ids[i];
-    if (u < cumulative) return last;
-  }
-  return last;  // u within rounding of 1
+  std::sort(by_id.begin(), by_id.end(), [&](int32_t a, int32_t b) { return ids[a] < ids[b]; });
+  for (const int32_t i : by_id)
+    if (walk(static_cast<size_t>(i))) return last;
+  return last;
 }
 
 namespace {

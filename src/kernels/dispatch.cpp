@@ -105,4 +105,8 @@ void fill(float* out, int64_t n, float value) { active_kernels().fill(out, n, va
 void scale(float* x, int64_t n, float factor) { active_kernels().scale(x, n, factor); }
 double sum_squares(const float* x, int64_t n) { return active_kernels().sum_squares(x, n); }
 
+double exp_weights(double* w, const float* z, int64_t n, float top, double inv_t) {
+  return active_kernels().exp_weights(w, z, n, top, inv_t);
+}
+
 }  // namespace attend::kernels

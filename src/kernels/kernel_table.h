@@ -35,6 +35,7 @@ using AdamFn = void(float* param, float* m, float* v, const float* grad, int64_t
 using FillFn = void(float* out, int64_t n, float value);
 using ScaleFn = void(float* x, int64_t n, float factor);
 using SumSquaresFn = double(const float* x, int64_t n);
+using ExpWeightsFn = double(double* w, const float* z, int64_t n, float top, double inv_t);
 
 struct KernelTable {
   Isa isa;
@@ -57,6 +58,7 @@ struct KernelTable {
   FillFn* fill;
   ScaleFn* scale;
   SumSquaresFn* sum_squares;
+  ExpWeightsFn* exp_weights;
 };
 
 // Each set's table, defined in src/kernels/isa/table.cpp compiled for that set. Only call the table of a

@@ -34,5 +34,6 @@ AdamFn adam_update;
 FillFn fill;
 ScaleFn scale;
 SumSquaresFn sum_squares;
+ExpWeightsFn exp_weights;
 
 }  // namespace attend::kernels::ATTEND_ISA

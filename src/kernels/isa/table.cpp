@@ -25,6 +25,7 @@ const KernelTable& kernel_table() {
       .fill = fill,
       .scale = scale,
       .sum_squares = sum_squares,
+      .exp_weights = exp_weights,
   };
   return table;
 }
