@@ -4,12 +4,12 @@
 // one whose is not. Plain fetch and server-sent events, so that both servers are measured the same way.
 //
 //   node bench/serve_load.mjs --url http://127.0.0.1:8080 [--levels 1,2,4,8,16] [--requests 2] [--max-tokens 128]
-//                             [--prefix 512] [--json out.json]
+//                             [--temperature 0] [--prefix 512] [--json out.json]
 //
-// Each client sends --requests requests one after another (each a different prompt, greedy, ignore_eos, so that
-// every one runs its whole budget). The rate counts generated tokens (the usage the server reports at the end of
-// a stream, or else the streamed chunks with text) over the level's wall time; the latencies are between chunks
-// with text.
+// Each client sends --requests requests one after another (each a different prompt, ignore_eos, so that every one
+// runs its whole budget; greedy, or sampled at --temperature, whose default in OpenAI's API is 1). The rate counts
+// generated tokens (the usage the server reports at the end of a stream, or else the streamed chunks with text)
+// over the level's wall time; the latencies are between chunks with text.
 const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => {
   if (a.startsWith("--")) pairs.push([a.slice(2), all[i + 1] && !all[i + 1].startsWith("--") ? all[i + 1] : "1"]);
   return pairs;
@@ -19,6 +19,7 @@ const levels = (args.levels ?? "1,2,4,8,16").split(",").map(Number);
 const perClient = Number(args.requests ?? 2);
 const maxTokens = Number(args["max-tokens"] ?? 128);
 const prefix = Number(args.prefix ?? 0);
+const temperature = Number(args.temperature ?? 0);
 
 const words = "the of and to a in that is was he for it with as his on be at by i this had not are but from or have an they which one you were her all she there would their we him been has when who will more no if out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man me even most made after also did many before must through back years where much your way well down should because each just those people".split(" ");
 // A prompt of about n words, different for each seed.
@@ -42,7 +43,7 @@ async function stream(text, maxTokens) {
   const start = performance.now();
   const res = await fetch(`${url}/v1/completions`, {
     method: "POST", headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ prompt: text, max_tokens: maxTokens, temperature: 0, stream: true, ignore_eos: true,
+    body: JSON.stringify({ prompt: text, max_tokens: maxTokens, temperature, stream: true, ignore_eos: true,
                            stream_options: { include_usage: true } }),
   });
   if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
@@ -84,7 +85,7 @@ async function level(n, seedBase) {
            itl_p99: percentile(itl, 99) };
 }
 
-const report = { url, max_tokens: maxTokens, requests_per_client: perClient, levels: [] };
+const report = { url, max_tokens: maxTokens, temperature, requests_per_client: perClient, levels: [] };
 await stream(prompt(1, 24), 8);  // warm up
 for (const n of levels) {
   const r = await level(n, 7919 * n);
