@@ -145,7 +145,9 @@ TEST_F(EngineTest, LogProbabilitiesAreTheLogSoftmaxOfTheLogits) {
   EXPECT_EQ(first.top[0].id, first.token) << "greedy's token is the most likely";
   for (size_t i = 0; i < first.top.size(); ++i) {
     EXPECT_NEAR(first.top[i].logprob, logits[first.top[i].id] - lse, 1e-4) << i;
-    if (i > 0) EXPECT_LE(first.top[i].logprob, first.top[i - 1].logprob) << i;
+    if (i > 0) {
+      EXPECT_LE(first.top[i].logprob, first.top[i - 1].logprob) << i;
+    }
   }
 }
 

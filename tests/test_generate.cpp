@@ -144,6 +144,23 @@ TEST(Sampling, TheNotesDistributionsByHand) {
   expect_error_mentions<Error>([] { SamplingOptions{.temperature = 0}.validate(); }, {"temperature"});
 }
 
+// The k largest logits by hand: largest first, the lower id first among equal ones, NaNs never; fewer than k where
+// fewer are numbers; none for k = 0.
+TEST(Sampling, LargestLogitsByHand) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float logits[7] = {0.5f, 2.0f, nan, 2.0f, -1.0f, 3.0f, -std::numeric_limits<float>::infinity()};
+  std::vector<int32_t> ids;
+  largest_logits(logits, 7, 3, ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{5, 1, 3}));
+  largest_logits(logits, 7, 100, ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{5, 1, 3, 0, 4, 6}));
+  largest_logits(logits, 7, 0, ids);
+  EXPECT_TRUE(ids.empty());
+  const float all_nan[2] = {nan, nan};
+  largest_logits(all_nan, 2, 1, ids);
+  EXPECT_TRUE(ids.empty());
+}
+
 // A vocabulary's length: the distribution (sorting only as much as the nucleus needs, in growing prefixes) equals
 // the definition worked out with a full sort, for nuclei of a few tokens to most of the vocabulary, with and
 // without top-k; and a draw lands on the token whose cumulative interval (by id) holds u.

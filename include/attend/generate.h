@@ -34,6 +34,9 @@ struct SamplingOptions {
 std::vector<double> sampling_distribution(const float* logits, int64_t V, const SamplingOptions& options);
 // Draws from that distribution with the uniform number u ∈ [0, 1).
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& options, double u);
+// The ids of the k largest logits, largest first (the lower id first among equal ones), into `ids`; NaN logits
+// never, so fewer than k where fewer are numbers (a server's top_logprobs; top-k sampling orders them so).
+void largest_logits(const float* logits, int64_t V, int64_t k, std::vector<int32_t>& ids);
 
 struct GenerateOptions {
   int64_t max_new_tokens = 64;

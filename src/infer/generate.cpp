@@ -37,31 +37,40 @@ float largest(const float* x, int64_t n) {
   return best;
 }
 
+// Orders token ids by decreasing logit, the lower id first among equal logits (no NaN logits among them).
+struct ByLogit {
+  const float* logits;
+  bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
+};
+
+// The ids of the logits that are numbers, in order.
+void numbers(const float* logits, int64_t V, std::vector<int32_t>& ids) {
+  int32_t nans = 0;  // a count rather than a flag: GCC vectorizes the sum, not a bool's or
+  for (int64_t i = 0; i < V; ++i) nans += logits[i] != logits[i];
+  ids.resize(static_cast<size_t>(V));
+  if (nans == 0) {
+    std::iota(ids.begin(), ids.end(), 0);
+    return;
+  }
+  int64_t kept = 0;
+  for (int64_t i = 0; i < V; ++i) ids[kept] = static_cast<int32_t>(i), kept += !std::isnan(logits[i]);
+  ids.resize(static_cast<size_t>(kept));
+}
+
 // The tokens sampling keeps and their probabilities: softmax(logits/τ) over the k largest logits (all of them
 // without top-k), then the nucleus, the smallest prefix by decreasing logit (ties: the lower id first) whose
 // probability reaches top_p, renormalised. Only as much of the vocabulary is sorted as the nucleus needs: the
 // largest 64 logits, then four times as many, and so on (a full sort of 50,257 ids and four exponentials of each
-// took 30-55 ms a sampled token, on the server's one engine thread for every sequence; now 1-6 ms); without top-k
-// and top-p nothing is sorted. `ids` and `p` come out in the order of decreasing logit, or by id where nothing was
-// sorted. NaN logits are never kept.
+// took 30-55 ms a sampled token, on the server's one engine thread for every sequence; now 0.2-4 ms); without
+// top-k and top-p nothing is sorted. `ids` and `p` come out in the order of decreasing logit, or by id where
+// nothing was sorted. NaN logits are never kept.
 void kept_tokens(const float* logits, int64_t V, const SamplingOptions& o, std::vector<int32_t>& ids,
                  std::vector<double>& p) {
   ids.clear(), p.clear();
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const ByLogit by_logit{logits};
   thread_local std::vector<int32_t> order;
-  order.resize(static_cast<size_t>(V));
-  // The largest logit and whether any is NaN, in sixteen running maxima (std::max passes a NaN over).
   const float top = largest(logits, V);
-  int32_t nans = 0;  // a count rather than a flag: GCC vectorizes the sum, not a bool's or
-  for (int64_t i = 0; i < V; ++i) nans += logits[i] != logits[i];
-  const bool nan = nans > 0;
-  if (!nan) {
-    std::iota(order.begin(), order.end(), 0);
-  } else {
-    int64_t numbers = 0;
-    for (int64_t i = 0; i < V; ++i) order[numbers] = static_cast<int32_t>(i), numbers += !std::isnan(logits[i]);
-    order.resize(static_cast<size_t>(numbers));
-  }
+  numbers(logits, V, order);
   if (order.empty()) {  // nothing to draw from: the first id, as greedy's argmax gives
     ids.push_back(0), p.push_back(1.0);
     return;
@@ -125,6 +134,13 @@ std::vector<double> sampling_distribution(const float* logits, int64_t V, const 
   kept_tokens(logits, V, o, ids, kept);
   for (size_t i = 0; i < ids.size(); ++i) p[ids[i]] = kept[i];
   return p;
+}
+
+void largest_logits(const float* logits, int64_t V, int64_t k, std::vector<int32_t>& ids) {
+  numbers(logits, V, ids);
+  const auto kept = static_cast<std::ptrdiff_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(ids.size())));
+  std::partial_sort(ids.begin(), ids.begin() + kept, ids.end(), ByLogit{logits});
+  ids.resize(static_cast<size_t>(kept));
 }
 
 namespace {

@@ -18,7 +18,6 @@
 #include <future>
 #include <limits>
 #include <mutex>
-#include <numeric>
 #include <optional>
 #include <random>
 #include <thread>
@@ -235,14 +234,9 @@ struct Engine::Impl {
       float log_z = 0.0f;
       kernels::logsumexp_forward(&log_z, logits.data(), 1, vocab);
       e.logprob = logits[token] - log_z;
-      thread_local std::vector<int32_t> order;
-      order.resize(static_cast<size_t>(vocab));
-      std::iota(order.begin(), order.end(), 0);
-      const auto k = static_cast<std::ptrdiff_t>(std::min<int64_t>(p.top_logprobs, vocab));
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t x, int32_t y) {
-        return logits[x] > logits[y] || (logits[x] == logits[y] && x < y);
-      });
-      for (std::ptrdiff_t i = 0; i < k; ++i) e.top.push_back({order[i], logits[order[i]] - log_z});
+      thread_local std::vector<int32_t> largest;
+      largest_logits(logits.data(), vocab, p.top_logprobs, largest);
+      for (const int32_t id : largest) e.top.push_back({id, logits[id] - log_z});
     }
     const Clock::time_point now = Clock::now();
     {
