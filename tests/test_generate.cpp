@@ -142,6 +142,7 @@ TEST(Sampling, TheNotesDistributionsByHand) {
   EXPECT_EQ(sample_token(many.data(), 50257, {.greedy = true}, 0.5), 0);
   expect_error_mentions<Error>([] { SamplingOptions{.top_p = 1.5}.validate(); }, {"top-p must be in (0, 1]"});
   expect_error_mentions<Error>([] { SamplingOptions{.temperature = 0}.validate(); }, {"temperature"});
+  expect_error_mentions<Error>([] { SamplingOptions{.temperature = 1e-310}.validate(); }, {"temperature", "at least"});
 }
 
 // The k largest logits by hand: largest first, the lower id first among equal ones, NaNs never; fewer than k where

@@ -276,6 +276,16 @@ TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
       }
     }
   }
+  // No input channels: every output is its bias, on the paths for many rows too (one divided by the row length).
+  const int64_t N = 40;
+  const std::vector<float> bias = cast<float>(random_vector(OC, 11)), input(1), weight(1);
+  const std::vector<uint16_t> half(1);
+  std::vector<float> out(N * OC, -1.0f);
+  matmul_forward_f16(out.data(), input.data(), half.data(), bias.data(), N, 0, OC);
+  for (int64_t i = 0; i < N * OC; ++i) ASSERT_EQ(out[i], bias[i % OC]) << "f16, C = 0, at " << i;
+  std::fill(out.begin(), out.end(), -1.0f);
+  matmul_forward_rows(out.data(), input.data(), weight.data(), bias.data(), N, 0, OC);
+  for (int64_t i = 0; i < N * OC; ++i) ASSERT_EQ(out[i], bias[i % OC]) << "f32, C = 0, at " << i;
 }
 
 TEST(Norm, FloatLayerNormAndRMSNormMatchDouble) {

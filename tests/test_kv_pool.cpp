@@ -151,6 +151,8 @@ TEST(PagedSessions, AStepThePoolCannotHoldIsRefusedAndChangesNothing) {
   EXPECT_EQ(b.position(), 0);
   expect_error_mentions<Error>([&] { step_row_invariant({&a, &b}, {{1}, tokens(40, 2)}); }, {"KV blocks", "pool"});
   EXPECT_EQ(a.position(), 40);
+  step_row_invariant({}, {});  // no sessions: nothing to do (it read the first session's model)
+  EXPECT_EQ(pool.available(), before);
 }
 
 // A prompt run in chunks of 64 positions, each its own step, publishes its whole chunks; a second session with the

@@ -15,7 +15,10 @@
 namespace attend {
 
 void SamplingOptions::validate() const {
-  check(temperature > 0.0 && std::isfinite(temperature), "sampling: temperature must be positive, got {}", temperature);
+  // 1/τ must be finite too: a subnormal τ overflowed it, and the largest logit's weight became 0·∞ = NaN.
+  check(temperature > 0.0 && std::isfinite(temperature) && std::isfinite(1.0 / temperature),
+        "sampling: temperature must be positive and at least {:g}, got {}", std::numeric_limits<double>::min(),
+        temperature);
   check(top_k >= 0, "sampling: top-k must be non-negative (0 keeps every token), got {}", top_k);
   check(top_p > 0.0 && top_p <= 1.0, "sampling: top-p must be in (0, 1], got {}", top_p);
 }

@@ -274,6 +274,7 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
 void step_row_invariant(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens) {
   check(sessions.size() == tokens.size(), "session step: {} sessions but {} token lists", sessions.size(),
         tokens.size());
+  if (sessions.empty()) return;  // nothing to step
   // What the steps below would refuse, refused before any of them runs: ids outside the vocabulary, too few
   // blocks in a pool for all of them.
   std::map<const nn::KVPool*, int64_t> blocks;

@@ -252,7 +252,8 @@ void gemv_rows(float* out, const float* inp, const W* weight, const float* bias,
   const bool prefetch = sizeof(W) == 2 && gemv_prefetch();
   auto channels = [&](int64_t o0, int64_t o1) {
     if constexpr (kBlockWeightRows > 1)
-      if (N >= kWidenedRowsFrom && (kBlockWeightRows + kBlockInputRows) * C * int64_t{sizeof(float)} <= kInputBytesInL1)
+      if (N >= kWidenedRowsFrom && C > 0 &&
+          (kBlockWeightRows + kBlockInputRows) * C * int64_t{sizeof(float)} <= kInputBytesInL1)
         o0 = widened_blocks<Format>(out, inp, weight, bias, N, C, OC, o0, o1);
     if constexpr (kWeightRowsPerPass > 1)
       if (sizeof(W) == 2 && N < 4 && C * int64_t{sizeof(W)} >= kLongRowBytes) {  // one input row, K weight rows
