@@ -89,9 +89,9 @@ class Chat {
       const int32_t token = sample_token(logits.data(), V, s_.sampling, rng_.uniform_double());
       if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) break;
       reply.push_back(token);
-      const std::string& text = reply_text.push(token);
-      if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0 &&
-          text.find("\xEF\xBF\xBD", printed.size()) == std::string::npos) {  // hold back a half-made character
+      reply_text.push(token);
+      const std::string& text = reply_text.settled();  // a half-made character waits for its bytes
+      if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
         fmt::print("{}", text.substr(printed.size()));
         std::fflush(stdout);
         printed = text;

@@ -238,10 +238,20 @@ void add_generate_command(CLI::App& app) {
     }
     std::string printed;
     std::vector<int32_t> so_far;
+    std::optional<StreamDecoder> stream;
+    if (tok != nullptr) stream.emplace(*tok);
     const Generation g = generate(model, tok, input, options, [&](int32_t id) {
       if (json_output) return true;
-      so_far.push_back(id);
-      const std::string now = text_of(so_far);
+      // The text that later ids leave as it is: a character whose bytes span ids is printed once they have all come
+      // (printed at once as U+FFFD, the rest of the line was lost when they had).
+      std::string now;
+      if (stream) {
+        stream->push(id);
+        now = stream->settled();
+      } else {
+        so_far.push_back(id);
+        now = text_of(so_far);
+      }
       if (now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
         fmt::print("{}", now.substr(printed.size()));
         std::fflush(stdout);

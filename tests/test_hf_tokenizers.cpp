@@ -110,9 +110,17 @@ TEST_P(HfTokenizer, SavedAndReloadedBehavesTheSame) {
 void expect_streams_as_decoded(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::string& name) {
   for (const bool skip : {false, true}) {
     StreamDecoder stream(tok, skip);
+    std::string settled;  // what the stream has settled so far: each one begins every later one
     for (size_t i = 0; i < ids.size(); ++i) {
       const std::string& got = stream.push(ids[i]);
       const std::string want = tok.decode(std::span(ids).first(i + 1), skip);
+      ASSERT_TRUE(stream.settled().starts_with(settled))
+          << name << " after id " << i << ": the settled text shrank or changed, now " << json(stream.settled()).dump();
+      settled = stream.settled();
+      // Nothing is held back but behind a U+FFFD or while the text does not begin with what is settled.
+      if (got.starts_with(settled) && got.find("\xEF\xBF\xBD", settled.size()) == std::string::npos) {
+        ASSERT_EQ(settled, got) << name << " after id " << i;
+      }
       if (got == want) continue;
       size_t at = 0;
       while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
@@ -156,6 +164,39 @@ TEST_P(HfTokenizer, StreamedTextIsTheWholeDecode) {
     else random.push_back(static_cast<int32_t>(rng.below(i % 2 == 0 ? 300 : static_cast<uint64_t>(tok.vocab_size()))));
   }
   expect_streams_as_decoded(tok, random, name + " (random ids)");
+}
+
+// A stream holds back a character whose bytes span ids until they have all come, and a stray byte (a character
+// that never comes whole) for eight ids only: the text after it is handed out then, not at the end of the
+// generation. A hieroglyph no vocabulary holds (four bytes: byte-level ids, or ByteFallback's byte pieces).
+TEST_P(HfTokenizer, AStreamWaitsForACharactersBytesAndNotForAStrayByte) {
+  const std::string name = GetParam();
+  ATTEND_SKIP_WITHOUT_DATA("tokenizers/" + name + "/tokenizer.json");
+  const Tokenizer& tok = family(name);
+  const std::vector<int32_t> glyph = tok.encode("\xF0\x93\x80\x80");  // U+13000
+  const std::vector<int32_t> words = tok.encode(" and then the rest of the sentence, word by word, comes out");
+  if (glyph.size() < 2 || tok.decode(glyph) != "\xF0\x93\x80\x80")
+    GTEST_SKIP() << name << " does not spell U+13000 in bytes";
+  StreamDecoder whole(tok);
+  for (size_t i = 0; i + 1 < glyph.size(); ++i) {
+    whole.push(glyph[i]);
+    EXPECT_EQ(whole.settled(), "") << name << ": part of a character handed out after id " << i;
+  }
+  whole.push(glyph.back());
+  EXPECT_EQ(whole.settled(), "\xF0\x93\x80\x80") << name;
+  // The glyph's first id alone, then the words: the stray byte's U+FFFD and what follows settle eight ids on.
+  StreamDecoder stray(tok);
+  stray.push(glyph[0]);
+  for (size_t i = 0; i < words.size(); ++i) {
+    stray.push(words[i]);
+    if (i + 1 >= 8) {
+      EXPECT_EQ(stray.settled(), stray.text()) << name << ": still held back " << i + 1 << " ids after the stray byte";
+    }
+  }
+  ASSERT_GE(words.size(), 9u);
+  std::vector<int32_t> all = {glyph[0]};
+  all.insert(all.end(), words.begin(), words.end());
+  EXPECT_EQ(stray.settled(), tok.decode(all)) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfTokenizer, ::testing::ValuesIn(kFamilies),

@@ -273,7 +273,11 @@ struct Engine::Impl {
     bool stopped = false;
     if (tokenizer != nullptr) {
       if (!c.text) c.text.emplace(*tokenizer, /*skip_special=*/true);
-      const std::string& text = c.text->push(token);
+      c.text->push(token);
+      // The settled text: a character cut short (its bytes not all made yet, U+FFFD) and what follows it wait
+      // until its bytes come or, a stray byte, for eight ids (holding everything after any U+FFFD held a sampled
+      // stream's whole rest after one stray byte).
+      const std::string& text = c.text->settled();
       size_t end = text.size();
       // A stop string ends the text before it; one that may still be coming holds back its start.
       size_t hold = 0;
@@ -290,9 +294,6 @@ struct Engine::Impl {
       }
       if (!stopped) {
         end = text.size() - hold;
-        // A character cut short (its bytes not all made yet) decodes as U+FFFD: hold it back.
-        const size_t bad = text.find("\xEF\xBF\xBD", c.sent);
-        if (bad != std::string::npos) end = std::min(end, bad);
       }
       if (end > c.sent) e.text = text.substr(c.sent, end - c.sent), c.sent = end;
     }

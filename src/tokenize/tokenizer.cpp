@@ -307,8 +307,25 @@ Tokenizer::~Tokenizer() = default;
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(&tokenizer), skip_special_(skip_special) {}
 
+namespace {
+constexpr std::string_view kCutShort = "\xEF\xBF\xBD";  // U+FFFD: bytes of a character still to come
+}  // namespace
+
 const std::string& StreamDecoder::push(int32_t id) {
-  constexpr std::string_view kCutShort = "\xEF\xBF\xBD";  // U+FFFD: bytes of a character still to come
+  decode_next(id);
+  // What is settled grows by the text up to its first U+FFFD that the last eight ids made (older ones are the
+  // text's own); not while a new id has rewritten settled text (ByteFallback's run, until its character is whole).
+  sizes_.push_back(text_.size());
+  const size_t n = sizes_.size(), older = n > 8 ? std::min(sizes_[n - 9], text_.size()) : 0;
+  if (text_.starts_with(settled_)) {
+    const size_t cut = text_.find(kCutShort, std::max(older, settled_.size()));
+    const size_t end = cut == std::string::npos ? text_.size() : cut;
+    if (end > settled_.size()) settled_.append(text_, settled_.size(), end - settled_.size());
+  }
+  return text_;
+}
+
+void StreamDecoder::decode_next(int32_t id) {
   ids_.push_back(id);
   const std::span<const int32_t> ids(ids_);
   const std::string window = tokenizer_->decode(ids.subspan(prefix_), skip_special_);
@@ -317,13 +334,13 @@ const std::string& StreamDecoder::push(int32_t id) {
   if (window.starts_with(context_)) {
     const std::string_view added = std::string_view(window).substr(context_.size());
     text_.assign(whole_).append(added);
-    if (added.find(kCutShort) != std::string_view::npos && !waited) return text_;
+    if (added.find(kCutShort) != std::string_view::npos && !waited) return;
   } else {
     // The new id rewrote the context's text (ByteFallback turns a whole run of byte ids into U+FFFDs while the
     // run is not UTF-8, the character before included): decode everything.
     text_ = tokenizer_->decode(ids, skip_special_);
     const size_t after = text_.starts_with(whole_) ? whole_.size() : 0;
-    if (text_.find(kCutShort, after) != std::string::npos && !waited) return text_;
+    if (text_.find(kCutShort, after) != std::string::npos && !waited) return;
   }
   whole_ = text_, read_ = ids_.size();
   // The next context: the last four ids, back to the start of a run of byte pieces (ByteFallback decodes a run
@@ -340,7 +357,6 @@ const std::string& StreamDecoder::push(int32_t id) {
     if (!context_.empty() || prefix_ == 0) break;
     --prefix_;
   }
-  return text_;
 }
 
 TokenizerKind Tokenizer::kind() const { return impl_->kind; }
