@@ -191,6 +191,18 @@ TEST_F(EngineTest, StopStringsEosAndBudgetsEndChoices) {
   const Outcome h = collect(*engine.submit(held), 1);
   EXPECT_EQ(h.finish[0], "stop");
   EXPECT_EQ(h.text[0], before) << "the held-back end of the text was lost";
+  // A stop string in text still held back when the budget ends the choice (U+FFFDs of stray bytes, which wait
+  // eight tokens): the text ends before it and the reason is "stop", as where it was handed out.
+  const std::vector<int32_t> split = tokenizer_->encode("\xC3\xA4");  // ä, two byte-level ids
+  ASSERT_EQ(split.size(), 2u);
+  CompletionParams stray = base;
+  stray.max_tokens = 3;
+  stray.logit_bias = {{split[0], 100.0f}};  // the lead byte three times: no character comes whole
+  stray.stop = {"\xEF\xBF\xBD\xEF\xBF\xBD"};
+  const Outcome st = collect(*engine.submit(stray), 1);
+  EXPECT_EQ(st.tokens[0], std::vector<int32_t>(3, split[0]));
+  EXPECT_EQ(st.finish[0], "stop");
+  EXPECT_EQ(st.text[0], "");
 }
 
 TEST_F(EngineTest, BadRequestsAreRefusedByName) {

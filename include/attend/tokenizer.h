@@ -174,10 +174,11 @@ class StreamDecoder {
   // Appends `id` and returns the text of every id so far.
   const std::string& push(int32_t id);
   const std::string& text() const { return text_; }
-  // What a stream can hand out: the start of text() up to a character whose bytes are still to come (U+FFFD in the
-  // text the last eight ids made; an older U+FFFD is the text's own, a stray byte that must not hold back the rest
-  // of a generation). It only grows, and while a new id has rewritten part of it (ByteFallback decodes a run of
-  // byte ids as one: U+FFFD for each while the run is not UTF-8, a character before included) it waits.
+  // What a stream can hand out: the start of text() up to a character whose bytes are still to come (a U+FFFD in
+  // text one of the last eight ids changed; an older U+FFFD is the text's own, a stray byte that must not hold
+  // back the rest of a generation), and before a run of byte pieces younger than eight ids (ByteFallback decodes a
+  // run as one: U+FFFD for each of its bytes while it is not UTF-8, characters already whole included). It only
+  // grows; while a new id has rewritten part of it, it waits.
   const std::string& settled() const { return settled_; }
 
  private:
@@ -188,10 +189,13 @@ class StreamDecoder {
   std::string whole_;             // the text of ids_[0, read_)
   std::string context_;           // the text of the context alone
   std::string text_;              // whole_ and what the ids from read_ add
-  std::vector<size_t> sizes_;     // text_'s length after each id
+  std::string previous_;          // text_ before the last id
+  std::vector<size_t> changes_;   // for each id, where it changed text_ (the length kept from before)
+  size_t run_ = 0, run_from_ = 0; // the trailing run of byte pieces: its ids, where its text begins
   std::string settled_;
 
   void decode_next(int32_t id);   // ids_, text_ and the context with `id`
+  bool byte_piece(int32_t id) const;
 };
 
 }  // namespace attend

@@ -15,8 +15,8 @@
 namespace attend {
 
 void SamplingOptions::validate() const {
-  // 1/τ must be finite too: a subnormal τ overflowed it, and the largest logit's weight became 0·∞ = NaN.
-  check(temperature > 0.0 && std::isfinite(temperature) && std::isfinite(1.0 / temperature),
+  // Not subnormal: 1/τ overflowed, and the largest logit's weight became 0·∞ = NaN.
+  check(temperature >= std::numeric_limits<double>::min() && std::isfinite(temperature),
         "sampling: temperature must be positive and at least {:g}, got {}", std::numeric_limits<double>::min(),
         temperature);
   check(top_k >= 0, "sampling: top-k must be non-negative (0 keeps every token), got {}", top_k);

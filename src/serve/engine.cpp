@@ -186,8 +186,15 @@ struct Engine::Impl {
   // character cut short), which every end but a stop string's (whose text ends before it) and an error owes.
   void finish(Active& a, Choice& c, const std::string& reason, const std::string& error = {}, bool flush = true) {
     if (c.finished) return;
+    std::string why = reason;
     if (tokenizer != nullptr && flush && reason != "error") {
-      const std::string text = tokenizer->decode(c.generated, /*skip_special=*/true);
+      std::string text = tokenizer->decode(c.generated, /*skip_special=*/true);
+      // Text held back (a character's bytes, a stray byte's next ids) may hold a stop string: it ends the text.
+      for (const std::string& s : a.request->params.stop) {
+        if (s.empty()) continue;
+        const size_t at = text.find(s, c.sent >= s.size() ? c.sent - s.size() + 1 : 0);
+        if (at != std::string::npos) text.resize(std::max(at, c.sent)), why = "stop";
+      }
       if (text.size() > c.sent) {
         EngineEvent e;
         e.choice = c.index, e.text = text.substr(c.sent);
@@ -197,7 +204,7 @@ struct Engine::Impl {
     }
     c.finished = true;
     c.session = Session(model, {.max_T = 1, .pool = &pool});  // its blocks back now
-    a.request->end(c.index, reason, error);
+    a.request->end(c.index, why, error);
   }
 
   void finish_all(Active& a, const std::string& reason, const std::string& error = {}) {

@@ -312,17 +312,35 @@ constexpr std::string_view kCutShort = "\xEF\xBF\xBD";  // U+FFFD: bytes of a ch
 }  // namespace
 
 const std::string& StreamDecoder::push(int32_t id) {
+  previous_.assign(text_);
   decode_next(id);
-  // What is settled grows by the text up to its first U+FFFD that the last eight ids made (older ones are the
-  // text's own); not while a new id has rewritten settled text (ByteFallback's run, until its character is whole).
-  sizes_.push_back(text_.size());
-  const size_t n = sizes_.size(), older = n > 8 ? std::min(sizes_[n - 9], text_.size()) : 0;
-  if (text_.starts_with(settled_)) {
-    const size_t cut = text_.find(kCutShort, std::max(older, settled_.size()));
-    const size_t end = cut == std::string::npos ? text_.size() : cut;
-    if (end > settled_.size()) settled_.append(text_, settled_.size(), end - settled_.size());
+  // Where this id changed the text: decoders rewrite the end of it (a character's bytes coming whole) and
+  // ByteFallback a whole run of byte pieces, which can also shorten it.
+  changes_.push_back(static_cast<size_t>(
+      std::mismatch(text_.begin(), text_.end(), previous_.begin(), previous_.end()).first - text_.begin()));
+  const size_t n = changes_.size();
+  // Text that none of the last eight ids changed is final: a character's bytes take at most four ids.
+  size_t stable = text_.size();
+  for (size_t i = n > 8 ? n - 8 : 0; i < n; ++i) stable = std::min(stable, changes_[i]);
+  // A run of byte pieces (ByteFallback) is decoded as one: a next byte that is not UTF-8 with it turns the whole
+  // run, characters already whole included, into U+FFFDs. Its text waits until an id that is not a byte piece ends
+  // it, or for eight ids.
+  if (!byte_piece(id)) {
+    run_ = 0;
+  } else if (run_++ == 0) {
+    run_from_ = changes_.back();
   }
+  if (!text_.starts_with(settled_)) return text_;  // settled text being rewritten: wait until it is back
+  size_t end = text_.find(kCutShort, std::max(stable, settled_.size()));  // a U+FFFD the last ids made
+  if (end == std::string::npos) end = text_.size();
+  if (run_ > 0 && run_ < 8) end = std::min(end, run_from_);
+  if (end > settled_.size()) settled_.append(text_, settled_.size(), end - settled_.size());
   return text_;
+}
+
+bool StreamDecoder::byte_piece(int32_t id) const {
+  const Tokenizer::Impl& m = *tokenizer_->impl_;  // ids the vocabulary skips (a model may still sample them) are none
+  return !m.added_by_id(id) && !m.is_gap(id) && tokenize::parse_byte_piece(m.model_token_text(id));
 }
 
 void StreamDecoder::decode_next(int32_t id) {
@@ -346,10 +364,6 @@ void StreamDecoder::decode_next(int32_t id) {
   // The next context: the last four ids, back to the start of a run of byte pieces (ByteFallback decodes a run
   // as a whole: U+FFFD for each of its bytes unless all of them are UTF-8), and further until they have text (ids
   // that decode to nothing, such as skipped special tokens, give a decoder no start to work on).
-  const Tokenizer::Impl& m = *tokenizer_->impl_;
-  auto byte_piece = [&](int32_t piece) {  // ids the vocabulary skips (a model may still sample them) are none
-    return !m.added_by_id(piece) && !m.is_gap(piece) && tokenize::parse_byte_piece(m.model_token_text(piece));
-  };
   prefix_ = read_ >= 4 ? read_ - 4 : 0;
   while (prefix_ > 0 && byte_piece(ids_[prefix_])) --prefix_;
   while (true) {
