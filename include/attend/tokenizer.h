@@ -15,6 +15,7 @@
 //   std::string text = tok.decode(ids);
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -190,7 +191,7 @@ class StreamDecoder {
   std::string context_;           // the text of the context alone
   std::string text_;              // whole_ and what the ids from read_ add
   std::string previous_;          // text_ before the last id
-  std::vector<size_t> changes_;   // for each id, where it changed text_ (the length kept from before)
+  std::array<size_t, 8> changes_{};  // for the last eight ids, where each changed text_ (the length it kept)
   size_t run_ = 0, run_from_ = 0; // the trailing run of byte pieces: its ids, where its text begins
   std::string settled_;
 

@@ -316,19 +316,19 @@ const std::string& StreamDecoder::push(int32_t id) {
   decode_next(id);
   // Where this id changed the text: decoders rewrite the end of it (a character's bytes coming whole) and
   // ByteFallback a whole run of byte pieces, which can also shorten it.
-  changes_.push_back(static_cast<size_t>(
-      std::mismatch(text_.begin(), text_.end(), previous_.begin(), previous_.end()).first - text_.begin()));
-  const size_t n = changes_.size();
+  const auto changed = static_cast<size_t>(
+      std::mismatch(text_.begin(), text_.end(), previous_.begin(), previous_.end()).first - text_.begin());
+  changes_[ids_.size() % changes_.size()] = changed;
   // Text that none of the last eight ids changed is final: a character's bytes take at most four ids.
   size_t stable = text_.size();
-  for (size_t i = n > 8 ? n - 8 : 0; i < n; ++i) stable = std::min(stable, changes_[i]);
+  for (size_t i = 0; i < std::min(ids_.size(), changes_.size()); ++i) stable = std::min(stable, changes_[i]);
   // A run of byte pieces (ByteFallback) is decoded as one: a next byte that is not UTF-8 with it turns the whole
   // run, characters already whole included, into U+FFFDs. Its text waits until an id that is not a byte piece ends
   // it, or for eight ids.
   if (!byte_piece(id)) {
     run_ = 0;
   } else if (run_++ == 0) {
-    run_from_ = changes_.back();
+    run_from_ = changed;
   }
   if (!text_.starts_with(settled_)) return text_;  // settled text being rewritten: wait until it is back
   size_t end = text_.find(kCutShort, std::max(stable, settled_.size()));  // a U+FFFD the last ids made
