@@ -115,6 +115,17 @@ struct Active {
   bool prompt_done = false;
 };
 
+// Where the first of the stop strings begins in `text`, searched from where one could end past the first `sent`
+// bytes (those before were searched as they came); npos where none does.
+size_t first_stop(const std::string& text, size_t sent, const std::vector<std::string>& stops) {
+  size_t first = std::string::npos;
+  for (const std::string& s : stops) {
+    if (s.empty()) continue;
+    first = std::min(first, text.find(s, sent >= s.size() ? sent - s.size() + 1 : 0));
+  }
+  return first;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -190,11 +201,8 @@ struct Engine::Impl {
     if (tokenizer != nullptr && flush && reason != "error") {
       std::string text = tokenizer->decode(c.generated, /*skip_special=*/true);
       // Text held back (a character's bytes, a stray byte's next ids) may hold a stop string: it ends the text.
-      for (const std::string& s : a.request->params.stop) {
-        if (s.empty()) continue;
-        const size_t at = text.find(s, c.sent >= s.size() ? c.sent - s.size() + 1 : 0);
-        if (at != std::string::npos) text.resize(std::max(at, c.sent)), why = "stop";
-      }
+      if (const size_t at = first_stop(text, c.sent, a.request->params.stop); at != std::string::npos)
+        text.resize(std::max(at, c.sent)), why = "stop";
       if (text.size() > c.sent) {
         EngineEvent e;
         e.choice = c.index, e.text = text.substr(c.sent);
@@ -285,21 +293,19 @@ struct Engine::Impl {
       // until its bytes come or, a stray byte, for eight ids (holding everything after any U+FFFD held a sampled
       // stream's whole rest after one stray byte).
       const std::string& text = c.text->settled();
-      size_t end = text.size();
       // A stop string ends the text before it; one that may still be coming holds back its start.
-      size_t hold = 0;
-      for (const std::string& s : p.stop) {
-        if (s.empty()) continue;
-        const size_t from = c.sent >= s.size() ? c.sent - s.size() + 1 : 0;
-        const size_t at = text.find(s, from);
-        if (at != std::string::npos && at < end) end = at, stopped = true;
-        for (size_t k = std::min(s.size() - 1, text.size()); k > hold; --k)
-          if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-            hold = k;
-            break;
-          }
-      }
+      size_t end = first_stop(text, c.sent, p.stop);
+      stopped = end != std::string::npos;
       if (!stopped) {
+        size_t hold = 0;
+        for (const std::string& s : p.stop) {
+          if (s.empty()) continue;
+          for (size_t k = std::min(s.size() - 1, text.size()); k > hold; --k)
+            if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+              hold = k;
+              break;
+            }
+        }
         end = text.size() - hold;
       }
       if (end > c.sent) e.text = text.substr(c.sent, end - c.sent), c.sent = end;
