@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -81,9 +82,7 @@ class Chat {
     std::vector<int32_t> reply;
     StreamDecoder reply_text(tok_, /*skip_special=*/true);
     std::string printed;
-    // A model's vocabulary can be padded past its tokenizer's (Qwen's 151,936 for 151,665 tokens): ids without a
-    // token are never sampled.
-    const int64_t V = std::min<int64_t>(model_.config().vocab_size, tok_.vocab_size());
+    const int64_t V = sampled_vocab(model_, &tok_);  // not the ids a padded vocabulary has past the tokenizer's
     const int64_t budget = std::min<int64_t>(s_.max_new_tokens, context - static_cast<int64_t>(fed_.size()));
     for (int64_t i = 0; i < budget; ++i) {
       const int32_t token = sample_token(logits.data(), V, s_.sampling, rng_.uniform_double());
@@ -164,15 +163,21 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", s.max_new_tokens, "Tokens a reply may have at most")->capture_default_str();
   cmd->add_option("--context", s.context, "Tokens the conversation may hold (at most the model's)")->capture_default_str();
   auto* greedy = cmd->add_flag("--greedy", s.sampling.greedy, "Always take the most likely token");
-  cmd->add_option("--temperature", s.sampling.temperature, "Softmax temperature")->capture_default_str()->excludes(greedy);
-  cmd->add_option("--top-k", s.sampling.top_k, "Sample from the k most likely tokens (0: all)")->capture_default_str();
-  cmd->add_option("--top-p", s.sampling.top_p, "Sample from the smallest set of probability ≥ p")->capture_default_str();
+  cmd->add_option("--temperature", s.sampling.temperature, "Softmax temperature (0 is --greedy)")
+      ->capture_default_str()->excludes(greedy);
+  cmd->add_option("--top-k", s.sampling.top_k, "Sample from the k most likely tokens (0: all)")
+      ->capture_default_str()->excludes(greedy);
+  cmd->add_option("--top-p", s.sampling.top_p, "Sample from the smallest set of probability ≥ p, in (0, 1]")
+      ->capture_default_str()->excludes(greedy);
   cmd->add_option("--seed", s.sampling.seed, "Seed of the sampling")->capture_default_str();
   cmd->add_option("--weights", s.weights, std::string(kWeightsHelp) + " (default: bf16, or as a GGUF file stores them)");
   cmd->add_option("--lora", s.lora, kLoraHelp);
   cmd->add_option("--kv-cache", s.kv_cache, "f32, f16 or int8: the KV cache's storage")->capture_default_str();
   cmd->add_option("--eos", s.eos_ids, "End a reply at these token ids (default: the model's end-of-turn tokens)");
   cmd->callback([] {
+    check(s.max_new_tokens >= 1, "--max-new-tokens must be at least 1, got {}", s.max_new_tokens);
+    check(s.context >= 2, "--context must be at least 2 (a prompt token and a reply's), got {}", s.context);
+    settle_sampling(s.sampling);
     Model model = load_for_running(s.model_dir, s.lora, s.weights, WeightType::BF16);
     check(model.config().architecture == Architecture::Decoder, "chat: {} is an {} model; chat needs a decoder",
           s.model_dir, architecture_name(model.config().architecture));
@@ -182,16 +187,26 @@ void add_chat_command(CLI::App& app) {
     ChatTemplate tmpl = model_chat_template(s.model_dir, tok, s.template_path, s.template_name);
     Chat chat(s, model, tok, std::move(tmpl));
     const bool interactive = ::isatty(STDIN_FILENO) != 0;
-    if (interactive)
-      fmt::print(stderr, "{}: chat (/reset clears the history, /exit or Ctrl-D leaves)\n", s.model_dir);
+    constexpr const char* kCommands = "/reset clears the history, /exit or Ctrl-D leaves, /help lists these";
+    if (interactive) fmt::print(stderr, "{}: chat ({})\n", s.model_dir, kCommands);
     std::string line;
+    bool failed = false;
     while (true) {
       if (interactive) fmt::print("> "), std::fflush(stdout);
       if (!std::getline(std::cin, line)) break;
-      if (line == "/exit" || line == "/quit") break;
-      if (line == "/reset") {
-        chat.reset();
-        fmt::print(stderr, "(history cleared)\n");
+      // A line that is one word after a slash is a command; any other line (a path, a sentence) is the user's turn.
+      if (line.size() > 1 && line[0] == '/' &&
+          std::all_of(line.begin() + 1, line.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); })) {
+        if (line == "/exit" || line == "/quit") break;
+        if (line == "/reset") {
+          chat.reset();
+          fmt::print(stderr, "(history cleared)\n");
+        } else if (line == "/help") {
+          fmt::print(stderr, "{}\n", kCommands);
+        } else {
+          fmt::print(stderr, "attend: unknown command {} ({})\n", line, kCommands);
+          failed = true;
+        }
         continue;
       }
       if (line.empty()) continue;
@@ -199,9 +214,12 @@ void add_chat_command(CLI::App& app) {
         chat.turn(line);
       } catch (const Error& e) {  // a template that refuses the conversation, a full context: say so, go on
         fmt::print(stderr, "attend: {}\n", e.what());
+        failed = true;
       }
     }
     if (interactive) fmt::print("\n");
+    // A session read from a pipe ends non-zero when a turn failed, for the script that ran it.
+    if (failed && !interactive) throw ExitStatus{1};
   });
 }
 

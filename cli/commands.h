@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,7 @@ class Model;
 class Tokenizer;
 struct GenerateOptions;
 struct GenerationDefaults;
+struct SamplingOptions;
 }  // namespace attend
 
 namespace attend::cli {
@@ -31,6 +33,24 @@ struct ExitStatus {
 // (generation_config.json, config.json), else the tokenizer's EOS (or [SEP]) and BOS (or [CLS]), as training used.
 void set_special_tokens(const Tokenizer* tokenizer, const GenerationDefaults& defaults, const Model& model,
                         GenerateOptions& options);
+
+// Checks an option's value is a number of at least `lo` (CLI11's PositiveNumber said "not in range 0.000000 to"
+// and a number of 309 digits).
+inline CLI::Validator at_least(double lo) {
+  return CLI::Validator(
+      [lo](std::string& text) -> std::string {
+        double x = 0;
+        if (CLI::detail::lexical_cast(text, x) && x >= lo) return {};
+        std::ostringstream say;
+        say << "expected a number of at least " << lo << ", got '" << text << "'";
+        return say.str();
+      },
+      "", "at_least");
+}
+
+// The sampling options of generate and chat, checked before the model loads: a temperature of 0 is greedy decoding
+// (as OpenAI's API and llama.cpp take it); anything else out of range is an error naming the option.
+void settle_sampling(SamplingOptions& sampling);
 
 // Token ids written "1,2,3", "1 2 3", "[1, 2]" or one per line; anything else is an error naming `origin`
 // and the bad entry.

@@ -31,6 +31,19 @@ WeightType weights_type(const std::string& weights) {  // --weights, named
 
 }  // namespace
 
+void settle_sampling(SamplingOptions& sampling) {
+  if (sampling.temperature == 0.0) sampling.greedy = true, sampling.temperature = 1.0;  // the argmax: τ unused
+  try {
+    sampling.validate();
+  } catch (const Error& e) {  // "sampling: top-p must be ..." as the option is spelled here
+    std::string what = e.what();
+    for (const auto& [from, to] : {std::pair{"sampling: temperature", "--temperature"}, {"sampling: top-k", "--top-k"},
+                                   {"sampling: top-p", "--top-p"}})
+      if (what.starts_with(from)) what = to + what.substr(std::string_view(from).size());
+    throw Error(what);
+  }
+}
+
 void set_weights(Model& model, const std::string& weights, WeightType fallback) {
   if (weights.empty()) {  // as loaded (a GGUF file's quantized or 16-bit matrices stay as they are), else `fallback`
     if (!model.holds_packed()) model.set_storage(fallback);
@@ -144,19 +157,22 @@ void add_generate_command(CLI::App& app) {
   text->excludes(ids);
   cmd->add_option("--max-new-tokens", options.max_new_tokens, "Tokens to generate at most")->capture_default_str();
   auto* greedy = cmd->add_flag("--greedy", options.sampling.greedy, "Always take the most likely token");
-  cmd->add_option("--temperature", options.sampling.temperature, "Softmax temperature (sampling)")
+  cmd->add_option("--temperature", options.sampling.temperature, "Softmax temperature (sampling; 0 is --greedy)")
       ->capture_default_str()->excludes(greedy);
   cmd->add_option("--top-k", options.sampling.top_k, "Sample from the k most likely tokens (0: all)")
       ->capture_default_str()->excludes(greedy);
   cmd->add_option("--top-p", options.sampling.top_p, "Sample from the smallest set of probability ≥ p, in (0, 1]")
       ->capture_default_str()->excludes(greedy);
   cmd->add_option("--seed", options.sampling.seed, "Seed of the sampling")->capture_default_str();
-  auto* beam_width = cmd->add_option("--beam", beam.width, "Beam search with this many beams instead of sampling");
+  auto* beam_width = cmd->add_option("--beam", beam.width, "Beam search with this many beams instead of sampling")
+                         ->check(at_least(1));
   beam_width->excludes(greedy);
   cmd->add_option("--length-penalty", beam.length_penalty, "Beam search: score = log p / length^α")
-      ->capture_default_str();
-  cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")->capture_default_str();
-  cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable)");
+      ->capture_default_str()->needs(beam_width);
+  cmd->add_option("--n-best", beam.n_best, "Beam search: print this many hypotheses, best first")
+      ->capture_default_str()->needs(beam_width);
+  cmd->add_option("--stop", stops, "Stop when the text contains this string (repeatable; not with --beam)")
+      ->excludes(beam_width);
   static std::string weights;
   static std::vector<std::string> lora;
   cmd->add_option("--weights", weights, std::string(kWeightsHelp) + " (default: f32, or as a GGUF file stores them)");
@@ -170,6 +186,8 @@ void add_generate_command(CLI::App& app) {
                                     "generation_config.json, else the tokenizer's end-of-sequence token)");
   cmd->callback([] {
     check(!prompt.empty() || !prompt_ids.empty(), "give the prompt with --prompt TEXT or --prompt-ids IDS");
+    check(options.max_new_tokens >= 1, "--max-new-tokens must be at least 1, got {}", options.max_new_tokens);
+    settle_sampling(options.sampling);
     Model model = load_for_running(model_dir, lora, weights, WeightType::F32);
     options.cache = parse_cache_type(kv_cache);
     // Without a tokenizer the model still runs on ids: --prompt-ids in, ids out.
@@ -212,6 +230,7 @@ void add_generate_command(CLI::App& app) {
             "vocabulary of {}", id, model.config().vocab_size);
     beam.decoder_start = options.decoder_start;
     beam.cache = options.cache;
+    beam.vocab = sampled_vocab(model, tok);
     if (inputs.size() > 1) {  // several prompts: one batch, one line (or JSON object) per prompt
       check(beam.width == 0, "--beam takes one prompt at a time");
       for (const Generation& g : generate_batch(model, tok, inputs, options)) {
@@ -252,6 +271,8 @@ void add_generate_command(CLI::App& app) {
         so_far.push_back(id);
         now = text_of(so_far);
       }
+      // Not the start of a stop string that the next ids may complete (it would be cut from the text).
+      now.resize(scan_stops(now, printed.size(), options.stop).end);
       if (now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
         fmt::print("{}", now.substr(printed.size()));
         std::fflush(stdout);
@@ -268,7 +289,9 @@ void add_generate_command(CLI::App& app) {
       fmt::print("{}", text.substr(printed.size()));
     fmt::print("\n");
     std::fflush(stdout);  // the text first, then the figures on stderr
-    fmt::print(stderr, "{} tokens ({}), prompt {:.0f} ms, {:.1f} tokens/s\n", g.ids.size(), g.stopped_by,
+    const bool context_full = g.stopped_by == "length" && static_cast<int64_t>(g.ids.size()) < options.max_new_tokens;
+    fmt::print(stderr, "{} tokens ({}), prompt {:.0f} ms, {:.1f} tokens/s\n", g.ids.size(),
+               context_full ? fmt::format("length: the context of {} is full", model.config().max_seq_len) : g.stopped_by,
                1e3 * g.prompt_seconds, g.generate_seconds > 0 ? double(g.ids.size()) / g.generate_seconds : 0.0);
   });
 }

@@ -35,22 +35,33 @@ void add_serve_command(CLI::App& app) {
   ServerOptions& o = s.server;
   cmd->add_option("--model", s.model, "A model directory (Attend's or a Hugging Face checkpoint) or a GGUF file")->required();
   cmd->add_option("--host", o.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
-  cmd->add_option("--port", o.port, "Port to listen on (0: any free one, printed)")->capture_default_str();
-  cmd->add_option("--parallel", o.engine.max_sequences, "Sequences generated at once (continuous batching)")->capture_default_str();
-  cmd->add_option("--ctx", o.engine.context, "Positions per sequence (0: the model's context)")->capture_default_str();
+  cmd->add_option("--port", o.port, "Port to listen on (0: any free one, printed)")
+      ->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", o.engine.max_sequences, "Sequences generated at once (continuous batching)")
+      ->capture_default_str()->check(at_least(1));
+  cmd->add_option("--ctx", o.engine.context, "Positions per sequence (0: the model's context)")
+      ->capture_default_str()->check(at_least(0));
   cmd->add_option("--kv-blocks", o.engine.kv_blocks, "KV-cache blocks of 32 positions shared by all sequences (0: "
                                                      "parallel × ctx / 32)")->capture_default_str();
   cmd->add_option("--kv-cache", s.kv_cache, "f32, f16 or int8: the KV cache's storage")->capture_default_str();
   cmd->add_option("--chunk", o.engine.chunk, "Prompt positions a sequence runs per step (a multiple of 32), and the "
                                              "unit of prefix sharing")->capture_default_str();
-  cmd->add_flag("!--no-prefix-cache", o.engine.prefix_cache, "Do not reuse the blocks of earlier prompts");
-  cmd->add_option("--queue", o.engine.max_queue, "Requests waiting beyond which the server answers 429")->capture_default_str();
+  cmd->add_flag_callback("--no-prefix-cache", [] { s.server.engine.prefix_cache = false; },
+                         "Do not reuse the blocks of earlier prompts");
+  cmd->add_option("--queue", o.engine.max_queue, "Requests waiting beyond which the server answers 429 (a request's "
+                                                 "prompts wait as one each)")
+      ->capture_default_str()->check(at_least(1));
   cmd->add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' (default: the ATTEND_API_KEY variable, "
                                           "if set)")->envname("ATTEND_API_KEY");
   cmd->add_option("--alias", s.alias, "The model's id in the API (default: the directory's or file's name)");
-  cmd->add_option("--timeout", o.request_timeout_s, "Seconds a completion may take before it ends")->capture_default_str();
-  cmd->add_option("--read-timeout", o.read_timeout_s, "Seconds a client may take to send its request")->capture_default_str();
-  cmd->add_option("--max-body", o.max_body_bytes, "Largest request body in bytes (larger: 413)")->capture_default_str();
+  cmd->add_option("--timeout", o.request_timeout_s, "Seconds a completion may take before it ends")
+      ->capture_default_str()->check(at_least(1));
+  cmd->add_option("--read-timeout", o.read_timeout_s, "Seconds a client may take to send its request")
+      ->capture_default_str()->check(at_least(1));
+  cmd->add_option("--max-body", o.max_body_bytes, "Largest request body in bytes (larger: 413)")
+      ->capture_default_str()->check(at_least(1));
+  cmd->add_option("--cors", o.cors_origin, "The origin whose web pages may call the API from a browser (CORS): \"*\" "
+                                           "any, \"\" none, or one such as http://localhost:3000")->capture_default_str();
   cmd->add_option("--embedding-pooling", o.embedding_pooling, "Decoders' embeddings: last (the last token's state) "
                                                               "or mean")->check(CLI::IsMember({"last", "mean"}));
   cmd->add_option("--tokenizer", s.tokenizer_path, "The tokenizer, if not in the model directory");

@@ -44,7 +44,7 @@ void add_train(CLI::App& parent) {
   cmd->add_option("--kind", o->kind, "bpe (byte-level, GPT-2 style), wordpiece (BERT) or unigram (SentencePiece)")
       ->capture_default_str()->check(CLI::IsMember({"bpe", "wordpiece", "unigram"}));
   cmd->add_option("--vocab-size", o->train.vocab_size, "Tokens in the vocabulary, special tokens included")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(at_least(1));
   cmd->add_option("--input", o->inputs, "Plain-text (UTF-8) training files")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", o->output, "Where to write tokenizer.json (a directory gets tokenizer.json inside)")
       ->capture_default_str();

@@ -42,7 +42,12 @@ std::vector<Series> read_metrics(const std::string& path, const std::vector<std:
     if (line.empty()) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
+      // A line nested deeper than a metrics line (two levels) is refused as it is read: the value would be printed
+      // or copied recursively.
+      j = nlohmann::json::parse(line, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        check(depth <= 8, "{}:{}: JSON nested deeper than a metrics line", path, number);
+        return true;
+      });
     } catch (const nlohmann::json::parse_error& e) {
       throw Error(fmt::format("{}:{}: not a JSON object: {}", path, number, e.what()));
     }

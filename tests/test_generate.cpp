@@ -318,6 +318,76 @@ TEST(BeamSearch, WidthOneIsGreedyAndFullWidthFindsTheBestPair) {
                                         {"n_best must be in [1, width = 2]"});
 }
 
+// A vocabulary padded past its tokenizer's (Qwen's 151,936 rows for 151,665 tokens): generation never draws the
+// ids no text has (attend generate printed nothing and failed on such an id), and beam search with `vocab`
+// searches the tokenizer's ids under their own softmax.
+TEST(Generate, APaddedVocabularyDrawsOnlyTheTokenizersIds) {
+  Model model = load_model(testing::kModels / "gpt");  // 37 ids
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "abcde ";
+  const Tokenizer tok = Tokenizer::train_from_text(text, {.kind = TokenizerKind::WordPiece, .vocab_size = 20});
+  const int64_t V = tok.vocab_size();
+  ASSERT_LT(V, model.config().vocab_size);
+  EXPECT_EQ(sampled_vocab(model, &tok), V);
+  EXPECT_EQ(sampled_vocab(model, nullptr), model.config().vocab_size);
+  // Nearly uniform draws: 13 of 13 + 4 × 6 tokens without a padded id would happen with odds of (V/37)^13 each
+  // run, never for the three seeds together (≤ 1e-9).
+  for (uint64_t seed : {1, 2, 3}) {
+    const Generation g = generate(model, &tok, {1, 2}, {.max_new_tokens = 13, .sampling = {.temperature = 100.0, .seed = seed}});
+    ASSERT_EQ(g.ids.size(), 13u);
+    for (int32_t id : g.ids) EXPECT_LT(id, V) << "seed " << seed;
+  }
+  // Beam search over the tokenizer's ids: as wide as they are and two tokens long, it finds the best pair under
+  // the softmax over those ids alone.
+  const std::vector<int32_t> prompt = {1, 2};
+  auto restricted = [&](std::vector<int32_t> prefix) {
+    const std::vector<double> all = next_log_probs(model, prefix);
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(all[v]);
+    std::vector<double> out(V);
+    for (int64_t v = 0; v < V; ++v) out[v] = all[v] - std::log(sum);
+    return out;
+  };
+  const auto first = restricted(prompt);
+  double best = -INFINITY;
+  std::vector<int32_t> best_pair;
+  for (int32_t a = 0; a < V; ++a) {
+    std::vector<int32_t> prefix = prompt;
+    prefix.push_back(a);
+    const auto second = restricted(prefix);
+    for (int32_t b = 0; b < V; ++b)
+      if (first[a] + second[b] > best) best = first[a] + second[b], best_pair = {a, b};
+  }
+  const auto beams = beam_search(model, prompt, 2, {}, {.width = V, .length_penalty = 0.0, .n_best = V, .vocab = V});
+  EXPECT_EQ(beams[0].ids, best_pair);
+  EXPECT_NEAR(beams[0].log_prob, best, 1e-4);
+  for (const Hypothesis& h : beams)
+    for (int32_t id : h.ids) EXPECT_LT(id, V);
+  testing::expect_error_mentions<Error>([&] { beam_search(model, prompt, 2, {}, {.width = 2, .vocab = 38}); },
+                                        {"vocab 38", "model's 37"});
+}
+
+// What a stream may show under stop strings: up to a stop string once one came, else all but the end that begins
+// one (hand-worked).
+TEST(Generate, StopScansHoldBackWhatAStopStringMayCut) {
+  const std::vector<std::string> stops = {"world", "", "lo!"};
+  auto scan = [&](const std::string& text, size_t shown = 0) {
+    const StopScan s = scan_stops(text, shown, stops);
+    return std::pair{s.end, s.stopped};
+  };
+  EXPECT_EQ(scan("hello"), (std::pair<size_t, bool>{3, false}));         // "lo" may begin "lo!"
+  EXPECT_EQ(scan("hello wor"), (std::pair<size_t, bool>{6, false}));     // "wor" may begin "world"
+  EXPECT_EQ(scan("hello world!"), (std::pair<size_t, bool>{6, true}));
+  EXPECT_EQ(scan("hello!"), (std::pair<size_t, bool>{3, true}));          // "lo!" at 3
+  EXPECT_EQ(scan("hello w"), (std::pair<size_t, bool>{6, false}));
+  EXPECT_EQ(scan("hello x"), (std::pair<size_t, bool>{7, false}));       // nothing to hold
+  // The search starts where a stop string could end past what was shown (those before were searched).
+  EXPECT_EQ(scan("a world and a world", 12), (std::pair<size_t, bool>{14, true}));
+  EXPECT_EQ(scan("a world", 6), (std::pair<size_t, bool>{2, true}));       // ends past the 6 shown: found
+  EXPECT_EQ(scan("a world", 7), (std::pair<size_t, bool>{7, false}));      // within what was shown: searched then
+  EXPECT_EQ(scan_stops("abc", 0, {}).end, 3u);
+}
+
 TEST(Generate, EncoderDecoderGreedyIsTheArgmaxOfFullForwardsAndBeamOneAgrees) {
   Model model = load_model(testing::kModels / "t5");
   const int64_t V = model.config().vocab_size;

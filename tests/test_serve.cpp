@@ -108,6 +108,77 @@ TEST(OpenAiRequests, BadBodiesNameTheirField) {
   EXPECT_TRUE(e["error"]["code"].is_null());
 }
 
+// A body nested past any request's depth is a 400, not the server's stack: 100,000 brackets crashed it (found by
+// reading: nlohmann parses any depth, and printing the value for the message recursed once a level).
+TEST(OpenAiRequests, DeeplyNestedBodiesAreRefused) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string deep_prompt = R"({"prompt":)" + deep + "}";
+  const std::string deep_content = R"({"messages":[{"role":"user","content":)" + deep + "}]}";
+  for (const auto& [body, chat] : {std::pair{deep, false}, {deep_prompt, false}, {deep_content, true}}) {
+    try {
+      serve::parse_completion_request(body, chat);
+      ADD_FAILURE() << "accepted";
+    } catch (const serve::ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(std::string(e.what()).find("deeper than 256"), std::string::npos) << e.what();
+    }
+  }
+  // 256 levels is more than a request nests, and still read: the prompt below is refused for its value only.
+  const std::string fine = R"({"prompt":)" + std::string(255, '[') + "1" + std::string(255, ']') + "}";
+  try {
+    serve::parse_completion_request(fine, false);
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(std::string(e.what()).find("deeper"), std::string::npos) << e.what();
+  }
+  // Brackets inside strings are text, not nesting.
+  EXPECT_NO_THROW(serve::parse_completion_request(R"({"prompt":")" + std::string(1000, '[') + R"("})", false));
+}
+
+// Chat messages reach the template as text models' templates read them: content parts joined into one string,
+// null content (a turn that only called tools) empty, "developer" as "system"; parts the model cannot read and
+// tool calls it cannot be made to make are 400s.
+TEST(OpenAiRequests, ChatContentBecomesTheTextTemplatesRead) {
+  const serve::CompletionRequest r = serve::parse_completion_request(
+      R"({"messages":[{"role":"developer","content":[{"type":"text","text":"Be brief"}]},
+                      {"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":"there"}]},
+                      {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+                       "function":{"name":"f","arguments":"{}"}}]},
+                      {"role":"tool","tool_call_id":"c1","content":"42"}],
+          "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto"})",
+      true);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[0]["content"], "Be brief");
+  EXPECT_EQ(r.messages[1]["content"], "Hi\nthere");
+  EXPECT_EQ(r.messages[2]["content"], "");
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["id"], "c1");  // other fields stay for the templates that use them
+  EXPECT_EQ(r.messages[3]["tool_call_id"], "c1");
+  for (const char* body : {
+           R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})",
+           R"({"messages":[{"role":"user","content":[{"text":"no type"}]}]})",
+           R"({"messages":[{"role":"user","content":[{"type":"text","text":5}]}]})",
+           R"({"messages":[{"role":"user","content":["bare"]}]})",
+       }) {
+    try {
+      serve::parse_completion_request(body, true);
+      ADD_FAILURE() << body << ": accepted";
+    } catch (const serve::ApiError& e) {
+      EXPECT_EQ(e.param, "messages") << body;
+    }
+  }
+  for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"f"}})"}) {
+    const std::string body = std::string(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":)") + choice + "}";
+    try {
+      serve::parse_completion_request(body, true);
+      ADD_FAILURE() << body << ": accepted";
+    } catch (const serve::ApiError& e) {
+      EXPECT_EQ(e.param, "tool_choice") << body;
+    }
+  }
+  // logprobs false on /v1/completions, as chat's flag: none.
+  EXPECT_EQ(serve::parse_completion_request(R"({"prompt":"a","logprobs":false})", false).logprobs, -1);
+}
+
 // A GET's response, or none when the server did not answer.
 std::optional<httplib::Response> get(httplib::Client& client, const char* path) {
   auto r = client.Get(path);
@@ -115,12 +186,13 @@ std::optional<httplib::Response> get(httplib::Client& client, const char* path) 
   return *r;
 }
 
-ServedModel tiny_model() {
+// A decoder of width d_model and n_layers layers with a BPE tokenizer of 300 tokens, random weights.
+ServedModel tiny_model(int64_t d_model = 32, int64_t n_layers = 1) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the cat sat on the mat and the dog ran. ";
-  ServedModel m{Model([] {
+  ServedModel m{Model([&] {
                   ModelConfig c;
-                  c.architecture = Architecture::Decoder, c.vocab_size = 300, c.d_model = 32, c.n_layers = 1;
+                  c.architecture = Architecture::Decoder, c.vocab_size = 300, c.d_model = d_model, c.n_layers = n_layers;
                   c.n_heads = 2, c.max_seq_len = 128;
                   return c;
                 }()),
@@ -203,7 +275,7 @@ TEST(Server, AnswersLoadingUntilTheModelIsLoadedThenServes) {
 // eight streams starting at once to the kernel's one-second retry. The kernel reports a listening socket's backlog as
 // its send queue (ss, iproute2).
 TEST(Server, ListensWithABacklogForBurstsOfClients) {
-  Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2}}, tiny_model);
+  Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2}}, [] { return tiny_model(); });
   std::thread runner([&] { server.run(); });
   httplib::Client client("127.0.0.1", server.port());
   for (int i = 0; i < 500 && !get(client, "/health"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -223,6 +295,92 @@ TEST(Server, ListensWithABacklogForBurstsOfClients) {
   fields >> state >> received >> backlog;
   EXPECT_EQ(state, "LISTEN") << listing;
   EXPECT_GE(backlog, 128) << listing;
+}
+
+// What a browser, curl and a batch of prompts meet: CORS preflights and headers, 405 for a served path's other
+// method, a form-encoded body over httplib's 8 KiB said to be that, a batch longer than the queue a 400 (it was a
+// 429 that no retry could pass), a batch whose last prompt ends first answered without padding (the wait on the
+// last prompt alone spun, writing the probe's spaces: 65,567 before the body), and include_usage's chunks with
+// usage null until the last.
+TEST(Server, AnswersBrowsersCurlAndBatchesAsClientsExpect) {
+  // Wide enough that a token takes about a millisecond: the events come while the answer is written (the smallest
+  // model made its 60 tokens before the first look).
+  Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2, .max_queue = 4}},
+                [] { return tiny_model(384, 6); });
+  std::thread runner([&] { server.run(); });
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(60, 0);
+  for (int i = 0; i < 500 && !(get(client, "/health") && get(client, "/health")->status == 200); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+
+  const auto preflight = client.Options("/v1/chat/completions", {{"Origin", "http://localhost:3000"},
+                                                                  {"Access-Control-Request-Method", "POST"},
+                                                                  {"Access-Control-Request-Headers", "authorization,content-type"}});
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "*");
+  EXPECT_NE(preflight->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Headers"), "authorization,content-type");
+
+  const auto wrong_method = client.Get("/v1/completions");
+  ASSERT_TRUE(wrong_method);
+  EXPECT_EQ(wrong_method->status, 405);
+  EXPECT_EQ(wrong_method->get_header_value("Allow"), "POST");
+  EXPECT_EQ(client.Get("/v1/nothing")->status, 404);
+
+  const std::string big = json{{"prompt", "the cat"}, {"max_tokens", 1}, {"user", std::string(9000, 'x')}}.dump();
+  const auto form = client.Post("/v1/completions", big, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 413);
+  EXPECT_NE(form->body.find("application/json"), std::string::npos) << form->body;
+  const auto as_json = client.Post("/v1/completions", big, "application/json");
+  EXPECT_EQ(as_json->status, 200) << as_json->body;
+  EXPECT_EQ(as_json->get_header_value("Access-Control-Allow-Origin"), "*");
+
+  const auto too_many = client.Post("/v1/completions", R"({"prompt":["a","b","c","d","e"],"max_tokens":1})", "application/json");
+  ASSERT_TRUE(too_many);
+  EXPECT_EQ(too_many->status, 400);
+  EXPECT_EQ(json::parse(too_many->body)["error"]["param"], "prompt");
+
+  // A batch whose second prompt ends at its first token (a stop string it makes at once and the first prompt's
+  // 60 greedy tokens never do), the first running on: the body is the JSON object from its first byte or nearly
+  // (a probe writes one space each 250 ms without events).
+  auto greedy_text = [&](const char* prompt, int tokens) {
+    const auto r = client.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}}.dump(),
+                               "application/json");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : std::string();
+  };
+  const std::string at_once = greedy_text("the", 1), long_text = greedy_text("the cat sat on the mat", 60);
+  ASSERT_FALSE(at_once.empty());
+  ASSERT_EQ(long_text.find(at_once), std::string::npos) << "pick another prompt: '" << at_once << "' is in " << long_text;
+  const auto batch = client.Post("/v1/completions",
+                                 json{{"prompt", {"the cat sat on the mat", "the"}}, {"max_tokens", 60}, {"temperature", 0},
+                                      {"stop", {at_once}}}.dump(),
+                                 "application/json");
+  ASSERT_TRUE(batch);
+  ASSERT_EQ(batch->status, 200) << batch->body;
+  const size_t first = batch->body.find_first_not_of(' ');
+  EXPECT_LT(first, 16u) << "padding before the body";
+  const json choices = json::parse(batch->body.substr(first))["choices"];
+  ASSERT_EQ(choices.size(), 2u);
+  EXPECT_EQ(choices[0]["finish_reason"], "length");
+  EXPECT_EQ(choices[1]["finish_reason"], "stop");
+
+  const auto streamed = client.Post("/v1/completions", R"({"prompt":"the cat","max_tokens":3,"stream":true,
+      "stream_options":{"include_usage":true}})", "application/json");
+  ASSERT_TRUE(streamed);
+  std::vector<json> chunks;
+  for (size_t at = 0; (at = streamed->body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = streamed->body.find("\n\n", at);
+    const std::string data = streamed->body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data != "[DONE]") chunks.push_back(json::parse(data));
+  }
+  ASSERT_GE(chunks.size(), 2u);
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) EXPECT_TRUE(chunks[i].contains("usage") && chunks[i]["usage"].is_null());
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 3);
+  server.stop();
+  runner.join();
 }
 
 TEST(Server, ALoadThatFailsIsReportedByHealthAndTheApi) {

@@ -23,9 +23,11 @@
 #include <attend/model.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +47,21 @@ struct EngineOptions {
   int64_t max_queue = 64;           // requests waiting beyond which submit() refuses (QueueFull)
 };
 
+// A wake-up that several requests share (CompletionParams::signal): a reader of many requests (the prompts of one
+// completions request) waits on it for an event of any of them.
+class EngineSignal {
+ public:
+  uint64_t count() const;  // events so far
+  // Waits until more than `seen` events have come, at most `timeout`; whether they had.
+  bool wait_past(uint64_t seen, std::chrono::milliseconds timeout);
+  void notify();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t count_ = 0;
+};
+
 struct CompletionParams {
   std::vector<int32_t> prompt;      // at least one token
   int64_t max_tokens = 16;          // generated tokens at most
@@ -60,6 +77,7 @@ struct CompletionParams {
   // The LoRA adapter sets it runs with (SessionOptions::adapters: bit k for the model's slot k): requests with
   // different sets are decoded in the same steps, each with its own.
   uint64_t adapters = ~uint64_t{0};
+  std::shared_ptr<EngineSignal> signal;  // notified at each of its events too, when set
 };
 
 struct TokenLogprob {

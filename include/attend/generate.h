@@ -38,6 +38,21 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opti
 // never, so fewer than k where fewer are numbers (a server's top_logprobs; top-k sampling orders them so).
 void largest_logits(const float* logits, int64_t V, int64_t k, std::vector<int32_t>& ids);
 
+// The ids generation may produce: [0, the model's vocabulary), within the tokenizer's where one is given. A
+// vocabulary can be padded past its tokenizer's (Qwen's 151,936 rows for 151,665 tokens): no text has those ids,
+// and they are never drawn.
+int64_t sampled_vocab(const Model& model, const Tokenizer* tokenizer);
+
+// How much of a growing text may be shown while generation goes on under stop strings: `end` is where the first
+// stop string begins (`stopped`), searched from where one could end past the first `shown` bytes (those before
+// were searched as they came); else the text's length less its longest end that begins a stop string (which the
+// next tokens may complete). A stream that shows text[0, end) never shows what a stop string later cuts.
+struct StopScan {
+  size_t end = 0;
+  bool stopped = false;
+};
+StopScan scan_stops(const std::string& text, size_t shown, const std::vector<std::string>& stops);
+
 struct GenerateOptions {
   int64_t max_new_tokens = 64;
   SamplingOptions sampling;
@@ -77,6 +92,8 @@ struct BeamOptions {
   int64_t n_best = 1;           // hypotheses returned, best first (at most width)
   std::optional<int32_t> decoder_start;  // encoder-decoder models: the decoder's first token (BOS)
   CacheType cache = CacheType::F32;      // the beams' KV cache storage
+  int64_t vocab = 0;  // tokens the beams may take: [0, vocab), each step's softmax over them (0: the model's
+                      // whole vocabulary; sampled_vocab for one padded past its tokenizer's)
 };
 
 struct Hypothesis {

@@ -43,6 +43,9 @@ struct ServerOptions {
   int request_timeout_s = 600;        // a completion's deadline
   int read_timeout_s = 30;            // a client that sends its request slower than this is dropped
   std::string embedding_pooling;      // decoders: "last" (default) or "mean"; encoders use their own (CLS or mean)
+  // Browsers' cross-origin requests (CORS): the origin allowed in Access-Control-Allow-Origin ("*": any, as
+  // llama-server and vLLM allow by default); empty: none (no header, preflights refused).
+  std::string cors_origin = "*";
 };
 
 class Server {

@@ -18,9 +18,41 @@
 
 namespace attend {
 
-// Parses JSON text, or throws attend::Error "<origin>: not valid JSON: ...". Besides syntax errors, the
-// parser throws out_of_range for a number too large for a double ("1e999").
+// Outside JSON nested deeper than this is refused before it is parsed: nlohmann's parser builds any depth, but
+// printing, copying or comparing the value recurses once a level (100,000 brackets in a request body took the
+// server's stack). Real files nest a few levels (tokenizer.json about eight).
+inline constexpr int kMaxJsonDepth = 256;
+
+// Whether the arrays and objects of `text` nest at most max_depth deep (brackets inside strings skipped; the
+// text need not be valid JSON, the parser says what else is wrong).
+inline bool json_depth_within(std::string_view text, int max_depth = kMaxJsonDepth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// Throws attend::Error "<origin>: JSON nested deeper than 256 levels" for text json_depth_within refuses.
+inline void check_json_depth(std::string_view text, std::string_view origin) {
+  if (!json_depth_within(text)) throw Error(fmt::format("{}: JSON nested deeper than {} levels", origin, kMaxJsonDepth));
+}
+
+// Parses JSON text, or throws attend::Error "<origin>: not valid JSON: ..." (or nested too deep, above). Besides
+// syntax errors, the parser throws out_of_range for a number too large for a double ("1e999").
 inline nlohmann::json parse_json(std::string_view text, std::string_view origin) {
+  check_json_depth(text, origin);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

@@ -1,6 +1,7 @@
 // generation_config.json and config.json's token ids (bos_token_id, eos_token_id, pad_token_id,
 // decoder_start_token_id), as Hugging Face's generate reads them: generation_config.json first, config.json for what
 // it leaves out. eos_token_id may be one id or a list.
+#include "core/json_fields.h"
 #include "formats/gguf_model.h"
 
 #include <algorithm>
@@ -45,6 +46,7 @@ std::vector<int32_t> token_ids(const json& file, const char* key, std::string_vi
 
 json parse_object(std::string_view text, std::string_view origin) {
   if (text.empty()) return json::object();
+  check_json_depth(text, origin);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   check(!j.is_discarded(), "{}: not valid JSON", origin);
   check(j.is_object(), "{}: expected a JSON object, found {}", origin, j.type_name());

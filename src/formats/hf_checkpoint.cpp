@@ -1,4 +1,5 @@
 // Hugging Face checkpoint directories: one weights file or shards named by an index, and config keys.
+#include "core/json_fields.h"
 #include "formats/hf_checkpoint.h"
 
 #include "kernels/convert.h"
@@ -18,6 +19,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::map<std::string, std::string> parse_shard_index(std::string_view text, std::string_view origin) {
+  check_json_depth(text, origin);
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   check(!j.is_discarded(), "{}: not valid JSON", origin);
   check(j.is_object(), "{}: expected a JSON object with a \"weight_map\"", origin);

@@ -6,6 +6,7 @@
 #include <attend/safetensors.h>
 #include <attend/tokenizer.h>
 
+#include "core/json_fields.h"
 #include "formats/gguf_model.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/hf_gpt2.h"
@@ -90,6 +91,7 @@ std::pair<std::string, const Family*> read_config(const fs::path& dir) {
         "{}: a training run's directory; its model is {}", dir.string(), (dir / "checkpoint").string());
   check(fs::exists(dir / "config.json"), "{}: missing config.json", dir.string());
   std::string text = read_file(dir / "config.json");
+  check_json_depth(text, config_origin(dir));
   const auto parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
   for (const Family& f : kFamilies)
     if (f.is(parsed)) return {std::move(text), &f};

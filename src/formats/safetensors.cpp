@@ -2,6 +2,7 @@
 #include <attend/io.h>
 #include <attend/safetensors.h>
 
+#include "core/json_fields.h"
 #include "kernels/convert.h"
 
 #include <nlohmann/json.hpp>
@@ -61,6 +62,7 @@ SafetensorsReader::SafetensorsReader(const fs::path& path)
   check(header_size <= size - 8, "{}: header length {} runs past the end of the file ({} bytes)", origin_,
         header_size, size);
   const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_size);
+  check_json_depth(header, origin_ + ": header");
   json j;
   try {
     j = json::parse(header);

@@ -241,7 +241,7 @@ std::vector<Generation> generate_batch(const Model& model, const Tokenizer* toke
   // Each sequence draws from its own stream of the seed: a prompt samples the same tokens alone or in a batch.
   std::vector<Rng> rngs(B, Rng(options.sampling.seed));
   std::vector<bool> open(B, true);
-  const int64_t V = model.config().vocab_size;
+  const int64_t V = sampled_vocab(model, tokenizer);
   for (Generation& g : out) g.stopped_by = "length";
   while (true) {
     std::vector<Session*> running;
@@ -275,6 +275,26 @@ std::vector<Generation> generate_batch(const Model& model, const Tokenizer* toke
   return out;
 }
 
+StopScan scan_stops(const std::string& text, size_t shown, const std::vector<std::string>& stops) {
+  size_t first = std::string::npos;
+  for (const std::string& s : stops)
+    if (!s.empty()) first = std::min(first, text.find(s, shown >= s.size() ? shown - s.size() + 1 : 0));
+  if (first != std::string::npos) return {first, true};
+  size_t hold = 0;
+  for (const std::string& s : stops)
+    for (size_t k = std::min(s.empty() ? 0 : s.size() - 1, text.size()); k > hold; --k)
+      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return {text.size() - hold, false};
+}
+
+int64_t sampled_vocab(const Model& model, const Tokenizer* tokenizer) {
+  const int64_t V = model.config().vocab_size;
+  return tokenizer != nullptr ? std::min<int64_t>(V, tokenizer->vocab_size()) : V;
+}
+
 Generation generate(const Model& model, const Tokenizer* tokenizer, const std::vector<int32_t>& prompt,
                     const GenerateOptions& options, const std::function<bool(int32_t)>& on_token) {
   std::function<bool(int64_t, int32_t)> each;
@@ -284,8 +304,9 @@ Generation generate(const Model& model, const Tokenizer* tokenizer, const std::v
 
 std::vector<Hypothesis> beam_search(const Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                                     std::span<const int32_t> eos, const BeamOptions& o) {
-  const int64_t V = model.config().vocab_size, W = o.width;
+  const int64_t V = o.vocab > 0 ? o.vocab : model.config().vocab_size, W = o.width;
   check(W >= 1, "beam search: width must be at least 1, got {}", W);
+  check(V <= model.config().vocab_size, "beam search: vocab {} is more than the model's {}", V, model.config().vocab_size);
   check(o.n_best >= 1 && o.n_best <= W, "beam search: n_best must be in [1, width = {}], got {}", W, o.n_best);
   auto score_of = [&](double log_prob, int64_t length) {
     return log_prob / std::pow(static_cast<double>(std::max<int64_t>(length, 1)), o.length_penalty);

@@ -47,6 +47,7 @@ struct EngineRequest::State {
       events.push_back(std::move(e));
     }
     ready.notify_all();
+    if (params.signal) params.signal->notify();
   }
   // The end of choice `choice`: its last event.
   void end(int64_t choice, const std::string& reason, const std::string& error = {}) {
@@ -55,6 +56,24 @@ struct EngineRequest::State {
     push(std::move(e));
   }
 };
+
+uint64_t EngineSignal::count() const {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
+
+bool EngineSignal::wait_past(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return cv_.wait_for(lock, timeout, [&] { return count_ > seen; });
+}
+
+void EngineSignal::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    ++count_;
+  }
+  cv_.notify_all();
+}
 
 bool EngineRequest::next(EngineEvent& event) {
   std::unique_lock lock(state_->mutex);
@@ -115,17 +134,6 @@ struct Active {
   bool prompt_done = false;
 };
 
-// Where the first of the stop strings begins in `text`, searched from where one could end past the first `sent`
-// bytes (those before were searched as they came); npos where none does.
-size_t first_stop(const std::string& text, size_t sent, const std::vector<std::string>& stops) {
-  size_t first = std::string::npos;
-  for (const std::string& s : stops) {
-    if (s.empty()) continue;
-    first = std::min(first, text.find(s, sent >= s.size() ? sent - s.size() + 1 : 0));
-  }
-  return first;
-}
-
 }  // namespace
 
 struct Engine::Impl {
@@ -152,7 +160,7 @@ struct Engine::Impl {
           o.max_sequences);
     check(o.chunk >= kBlock && o.chunk % kBlock == 0, "engine: chunk must be a positive multiple of {}, got {}", kBlock,
           o.chunk);
-    check(o.max_queue >= 0, "engine: max_queue must be ≥ 0, got {}", o.max_queue);
+    check(o.max_queue >= 1, "engine: max_queue must be ≥ 1 (a request waits there before it starts), got {}", o.max_queue);
     check(pool.blocks() >= blocks_for(context), "engine: {} KV blocks hold fewer than one context of {} positions",
           pool.blocks(), context);
     thread = std::thread([this] { loop(); });
@@ -166,9 +174,6 @@ struct Engine::Impl {
           "engine: context must be in [1, {}] (the model's), or 0 for the model's, got {}", m.config().max_seq_len,
           o.context);
     return o.context > 0 ? o.context : m.config().max_seq_len;
-  }
-  static int64_t sampled_vocab(const Model& m, const Tokenizer* t) {
-    return t ? std::min<int64_t>(m.config().vocab_size, t->vocab_size()) : m.config().vocab_size;
   }
 
   // Blocks a request may still take: the first sequence's to its end, and each further choice's from the block
@@ -201,8 +206,8 @@ struct Engine::Impl {
     if (tokenizer != nullptr && flush && reason != "error") {
       std::string text = tokenizer->decode(c.generated, /*skip_special=*/true);
       // Text held back (a character's bytes, a stray byte's next ids) may hold a stop string: it ends the text.
-      if (const size_t at = first_stop(text, c.sent, a.request->params.stop); at != std::string::npos)
-        text.resize(std::max(at, c.sent)), why = "stop";
+      if (const StopScan scan = scan_stops(text, c.sent, a.request->params.stop); scan.stopped)
+        text.resize(std::max(scan.end, c.sent)), why = "stop";
       if (text.size() > c.sent) {
         EngineEvent e;
         e.choice = c.index, e.text = text.substr(c.sent);
@@ -294,21 +299,9 @@ struct Engine::Impl {
       // stream's whole rest after one stray byte).
       const std::string& text = c.text->settled();
       // A stop string ends the text before it; one that may still be coming holds back its start.
-      size_t end = first_stop(text, c.sent, p.stop);
-      stopped = end != std::string::npos;
-      if (!stopped) {
-        size_t hold = 0;
-        for (const std::string& s : p.stop) {
-          if (s.empty()) continue;
-          for (size_t k = std::min(s.size() - 1, text.size()); k > hold; --k)
-            if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-              hold = k;
-              break;
-            }
-        }
-        end = text.size() - hold;
-      }
-      if (end > c.sent) e.text = text.substr(c.sent, end - c.sent), c.sent = end;
+      const StopScan scan = scan_stops(text, c.sent, p.stop);
+      stopped = scan.stopped;
+      if (scan.end > c.sent) e.text = text.substr(c.sent, scan.end - c.sent), c.sent = scan.end;
     }
     a.request->push(std::move(e));
     if (stopped) return finish(a, c, "stop", {}, /*flush=*/false);

@@ -1,5 +1,7 @@
 #include "serve/openai.h"
 
+#include "core/json_fields.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -28,6 +30,7 @@ std::string shown(const json& v) {
 }
 
 json parse_object(std::string_view body) {
+  if (!json_depth_within(body)) bad("", fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth));
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("", "the request body is not valid JSON");
   if (!j.is_object()) bad("", fmt::format("the request body is {}, expected a JSON object", shown(j)));
@@ -104,6 +107,37 @@ std::vector<Prompt> prompts(const json& v, const char* key) {
   return out;
 }
 
+// A chat message as the model's template reads it: content as one string, as the templates of text models take
+// it (Llama 3's `content | trim` failed on OpenAI's list of text parts, Qwen3's dropped a system message given
+// so): the text parts joined by newlines (vLLM's "string" content format), null (an assistant turn that only
+// called tools) empty; the "developer" role, which OpenAI's newer models read as "system", as "system". Other
+// fields (name, tool_calls, tool_call_id) stay for the templates that use them.
+json template_message(const json& msg) {
+  json out = msg;
+  if (out["role"] == "developer") out["role"] = "system";
+  const auto c = out.find("content");
+  if (c == out.end() || c->is_null()) {
+    out["content"] = "";
+  } else if (c->is_array()) {
+    std::string text;
+    for (const json& part : *c) {
+      const auto type = part.is_object() ? part.find("type") : part.end();
+      if (type == part.end() || !type->is_string())
+        bad("messages", fmt::format("a message's content holds {}, expected parts {{\"type\": \"text\", \"text\": ...}}", shown(part)));
+      if (*type != "text")
+        bad("messages", fmt::format("a message's content holds a part of type {}: the model reads text only", shown(*type)));
+      const auto t = part.find("text");
+      if (t == part.end() || !t->is_string())
+        bad("messages", fmt::format("a text part is {}, expected a string 'text'", shown(part)));
+      text += (text.empty() ? "" : "\n") + t->get<std::string>();
+    }
+    *c = text;
+  } else if (!c->is_string()) {
+    bad("messages", fmt::format("'messages' holds a message whose 'content' is {}, expected a string or a list of parts", shown(*c)));
+  }
+  return out;
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view body, bool chat) {
@@ -115,18 +149,22 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     const json* m = field(j, "messages");
     if (m == nullptr) bad("messages", "'messages' is required");
     if (!m->is_array() || m->empty()) bad("messages", fmt::format("'messages' is {}, expected a non-empty list", shown(*m)));
+    r.messages = json::array();
     for (const json& msg : *m) {
       if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
         bad("messages", fmt::format("'messages' holds {}, expected objects with a string 'role'", shown(msg)));
-      const auto c = msg.find("content");
-      if (c != msg.end() && !c->is_null() && !c->is_string() && !c->is_array())
-        bad("messages", fmt::format("'messages' holds a message whose 'content' is {}, expected a string or a list of parts", shown(*c)));
+      r.messages.push_back(template_message(msg));
     }
-    r.messages = *m;
     if (const json* t = field(j, "tools")) {
       if (!t->is_array()) bad("tools", fmt::format("'tools' is {}, expected a list", shown(*t)));
       r.tools = *t;
     }
+    // "none" and "auto" are what the template and the model do anyway; a call that must be made is not (the reply's
+    // tool calls come back as its text, not parsed into tool_calls).
+    if (const json* c = field(j, "tool_choice"))
+      if (!c->is_string() || (*c != "none" && *c != "auto"))
+        bad("tool_choice", fmt::format("'tool_choice' is {}: only \"auto\" and \"none\" are served (tool calls are "
+                                       "not parsed from the reply; docs/SERVER.md)", shown(*c)));
     if (const json* f = field(j, "response_format")) {
       const auto type = f->is_object() ? f->find("type") : f->end();
       if (type == f->end() || !type->is_string() || type->get<std::string>() != "text")
@@ -185,7 +223,9 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
     if (top && !want) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     r.logprobs = want ? top.value_or(0) : -1;
   } else {
-    r.logprobs = integer(j, "logprobs", 0, 20).value_or(-1);
+    // An integer (the alternatives per token); false, as chat's flag, asks for none.
+    const json* lp = field(j, "logprobs");
+    r.logprobs = lp != nullptr && lp->is_boolean() && !lp->get<bool>() ? -1 : integer(j, "logprobs", 0, 20).value_or(-1);
     r.echo = boolean(j, "echo", false);
     if (r.echo && r.logprobs >= 0) bad("echo", "'echo' with 'logprobs' (the prompt's log-probabilities) is not served");
   }

@@ -36,7 +36,8 @@ struct CompletionRequest {
   bool chat = false;
   std::string model;                    // empty when not given
   std::vector<Prompt> prompts;          // completions: one or more (a batch); each gets n choices
-  nlohmann::json messages;              // chat: the array as given
+  nlohmann::json messages;              // chat: the array, each content one string (parts joined) and
+                                        // "developer" read as "system"
   nlohmann::json tools;                 // chat: the tools array, or null
   std::optional<int64_t> max_tokens;    // max_tokens or max_completion_tokens
   int64_t n = 1;

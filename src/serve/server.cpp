@@ -220,14 +220,19 @@ struct Server::Impl {
       p.adapters = adapters;
       params.push_back(std::move(p));
     }
+    // Each prompt waits in the engine's queue as a request of its own: a batch longer than the queue never fits.
+    if (static_cast<int64_t>(params.size()) > options.engine.max_queue)
+      throw ApiError(400, fmt::format("{} prompts in one request: the server queues at most {} (--queue)", params.size(),
+                                      options.engine.max_queue), "prompt");
+    auto signal = std::make_shared<EngineSignal>();  // one wake-up for every prompt's events
     std::vector<std::shared_ptr<EngineRequest>> handles;
     try {
-      for (CompletionParams& p : params) handles.push_back(engine->submit(std::move(p)));
+      for (CompletionParams& p : params) p.signal = signal, handles.push_back(engine->submit(std::move(p)));
     } catch (...) {
       for (auto& h : handles) h->cancel();
       throw;
     }
-    auto job = std::make_shared<Job>(Job{this, r, chat, std::move(handles), std::move(prompt_texts),
+    auto job = std::make_shared<Job>(Job{this, r, chat, std::move(handles), std::move(signal), std::move(prompt_texts),
                                         random_id(chat ? "chatcmpl-" : "cmpl-"), unix_seconds()});
     if (r.stream) {
       res.set_header("Cache-Control", "no-cache");
@@ -247,6 +252,7 @@ struct Server::Impl {
     serve::CompletionRequest request;
     bool chat;
     std::vector<std::shared_ptr<EngineRequest>> handles;  // one per prompt
+    std::shared_ptr<EngineSignal> signal;                 // notified at an event of any of them
     std::vector<std::string> prompt_texts;
     std::string id;
     int64_t created;
@@ -300,9 +306,10 @@ struct Server::Impl {
     // is gone (then everything is cancelled) or every request is done (`done` set).
     bool next(httplib::DataSink& sink, EngineEvent& e, size_t& which, bool& done, const char* probe) {
       while (true) {
+        const uint64_t seen = signal->count();  // an event after this wakes the wait below
         bool all_done = true;
         for (size_t i = 0; i < handles.size(); ++i) {
-          const auto w = handles[i]->next_for(e, std::chrono::milliseconds(i + 1 == handles.size() ? 250 : 0));
+          const auto w = handles[i]->next_for(e, std::chrono::milliseconds(0));
           if (w == EngineRequest::Wait::Event) {
             which = i;
             return true;
@@ -313,6 +320,7 @@ struct Server::Impl {
           done = true;
           return true;
         }
+        if (signal->wait_past(seen, std::chrono::milliseconds(250))) continue;
         if (!sink.write(probe, std::strlen(probe))) {  // the client went away: its blocks go back now
           cancel();
           return false;
@@ -342,7 +350,8 @@ struct Server::Impl {
       if (done) {
         if (request.include_usage) {
           json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-                    {"model", server->model_id(request.model)}, {"choices", json::array()}, {"usage", usage()}};
+                    {"model", server->model_id(request.model)}, {"system_fingerprint", "attend"},
+                    {"choices", json::array()}, {"usage", usage()}};
           if (!write(sink, "data: " + dump(u) + "\n\n")) return false;
         }
         write(sink, "data: [DONE]\n\n");
@@ -370,8 +379,10 @@ struct Server::Impl {
                      {"logprobs", logprobs ? *logprobs : json(nullptr)}};
       if (chat) choice["delta"] = delta;
       else choice["text"] = delta;
-      return {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-              {"model", server->model_id(request.model)}, {"system_fingerprint", "attend"}, {"choices", json::array({choice})}};
+      json j = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                {"model", server->model_id(request.model)}, {"system_fingerprint", "attend"}, {"choices", json::array({choice})}};
+      if (request.include_usage) j["usage"] = nullptr;  // as OpenAI's chunks before the last, which carries it
+      return j;
     }
 
     bool whole(httplib::DataSink& sink) {
@@ -585,12 +596,44 @@ struct Server::Impl {
     http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/detokenize", [&] { detokenize(req, res); });
     });
+    // A browser's preflight before a cross-origin POST (or a GET with an Authorization header): what may follow.
+    http.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
+      if (options.cors_origin.empty()) {
+        send_error(res, 405, "cross-origin requests are not served (attend serve --cors)", "invalid_request_error");
+      } else {
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        res.set_header("Access-Control-Max-Age", "86400");
+      }
+      count("OPTIONS", res.status);
+    });
+    http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+      if (!options.cors_origin.empty()) res.set_header("Access-Control-Allow-Origin", options.cors_origin);
+    });
     // Whatever the library answers itself (an unknown path 404, a body over the limit 413) in OpenAI's shape.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      const std::string message = res.status == 404 ? fmt::format("no such endpoint: {} {}", req.method, req.path)
-                                  : res.status == 413 ? fmt::format("the request body is larger than {} bytes", options.max_body_bytes)
-                                                      : fmt::format("HTTP {}", res.status);
+      // A path served with the other method: 405 and what it takes.
+      static const std::map<std::string, const char*> kMethods = {
+          {"/health", "GET"}, {"/metrics", "GET"}, {"/", "GET"}, {"/v1/models", "GET"},
+          {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/embeddings", "POST"},
+          {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+      const auto served_path = kMethods.find(req.path);
+      if (res.status == 404 && served_path != kMethods.end()) {
+        res.status = 405;
+        res.set_header("Allow", served_path->second);
+      }
+      // The library reads a form-encoded body (curl -d's type) up to 8 KiB whatever the limit: say so.
+      const bool form = req.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded");
+      std::string message = fmt::format("HTTP {}", res.status);
+      if (res.status == 404) message = fmt::format("no such endpoint: {} {}", req.method, req.path);
+      if (res.status == 405) message = fmt::format("{} takes {}, not {}", req.path, served_path->second, req.method);
+      if (res.status == 413)
+        message = form ? "a body sent as application/x-www-form-urlencoded (curl -d's default) is read up to 8,192 bytes: "
+                         "send it with 'Content-Type: application/json'"
+                       : fmt::format("the request body is larger than {} bytes", options.max_body_bytes);
       send_error(res, res.status, message, "invalid_request_error", "",
                  res.status == 404 ? "unknown_url" : res.status == 413 ? "body_too_large" : "");
       count(res.status == 404 ? "unknown" : req.path, res.status);

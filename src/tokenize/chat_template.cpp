@@ -76,6 +76,7 @@ namespace {
 
 Value json_option(const std::string& text, std::string_view what, bool object) {
   if (text.empty()) return Value::none();
+  check_json_depth(text, what);
   nlohmann::ordered_json j;
   try {
     j = nlohmann::ordered_json::parse(text);
@@ -89,6 +90,7 @@ Value json_option(const std::string& text, std::string_view what, bool object) {
 }  // namespace
 
 std::string ChatTemplate::render_json(std::string_view messages_json, const ChatRenderOptions& options) const {
+  check_json_depth(messages_json, "chat messages");
   nlohmann::ordered_json messages;
   try {
     messages = nlohmann::ordered_json::parse(messages_json);
