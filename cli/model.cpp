@@ -147,14 +147,23 @@ std::string model_chat_template(const std::string& model) {
   return has ? ChatTemplate::from_model_dir(dir).source() : "";  // a base model has none
 }
 
+// A model with LoRA adapters written by a format that holds no adapters would lose them silently (its exports ran as
+// the base): say what writes them.
+void check_no_adapters(const Model& model, const std::string& dir, const std::string& writer) {
+  check(!model.has_lora(), "{}: the model carries LoRA adapters (r = {} on {}), which {} does not write: `attend "
+        "merge-lora` writes the model with them merged in (then export that), `attend export --format peft` or "
+        "`--format gguf-lora` the adapters alone", dir, model.config().lora_r, fmt::join(model.config().lora_targets, ", "),
+        writer);
+}
+
 void add_export(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "export", "Write a model in a Hugging Face layout: its family's (hf), or one named (hf-gpt2: GPT2LMHeadModel; "
                 "hf-llama: LlamaForCausalLM, MistralForCausalLM, Qwen2/Qwen3ForCausalLM; hf-gemma3: Gemma3ForCausalLM; "
                 "hf-t5: T5ForConditionalGeneration; hf-bert: BertForMaskedLM, BertForSequenceClassification, BertModel); "
                 "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2, qwen3, gemma3, bert); or a LoRA model's "
-                "adapters as PEFT saves them (peft: the Llama family so far) or as a GGUF LoRA for llama.cpp's --lora "
-                "(gguf-lora)");
+                "adapters as PEFT saves them (peft: GPT-2, the Llama family, BERT, T5) or as a GGUF LoRA for llama.cpp's "
+                "--lora (gguf-lora: GPT-2 and the Llama family)");
   static std::string dir, out, format = "hf", type;
   static std::vector<std::string> lora;
   cmd->add_option("--model", dir, "A model directory or GGUF file")->required();
@@ -188,6 +197,7 @@ void add_export(CLI::App& app) {
                  fmt::join(model.config().lora_targets, ", "));
       return;
     }
+    check_no_adapters(model, dir, "--format " + format);
     if (format != "gguf") model.ensure_values();  // Hugging Face's layouts hold float values
     if (format == "gguf") {
       export_gguf(model, out, tok ? &*tok : nullptr, {.type = type, .chat_template = model_chat_template(dir)});
@@ -233,6 +243,7 @@ void add_quantize(CLI::App& app) {
           "--type '{}': a quantized type (for float types use attend export --format gguf --type)", type);
     const auto start = std::chrono::steady_clock::now();
     const Model model = load_model(dir);
+    check_no_adapters(model, dir, "attend quantize");
     if (model.holds_quantized())
       fmt::print(stderr, "attend quantize: warning: {} is quantized already; its matrices are quantized again from their "
                          "dequantized values, which adds the second rounding to the first (quantize the F16 or F32 "

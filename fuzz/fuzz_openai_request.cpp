@@ -23,6 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (r.logprobs < -1 || r.logprobs > 20) fuzz::fail("openai: logprobs out of range");
         if (which == 0 && r.prompts.empty()) fuzz::fail("openai: a completion without prompts");
         if (which == 1 && (!r.messages.is_array() || r.messages.empty())) fuzz::fail("openai: a chat without messages");
+        for (const auto& m : r.messages)  // what the template reads: text content, developer as system
+          if (!m.is_object() || !m["content"].is_string() || m["role"] == "developer")
+            fuzz::fail("openai: a chat message not made into the template's text");
         for (const std::string& s : r.stop)
           if (s.empty()) fuzz::fail("openai: an empty stop string");
         for (const auto& [id, bias] : r.logit_bias)

@@ -48,6 +48,15 @@ def main():
         config = json.load(f)
     if config["peft_type"] != "LORA" or config["r"] != 4 or config["lora_alpha"] != 8:
         fail(f"adapter_config.json: {config}")
+    # Formats without adapters refuse a LoRA checkpoint (they wrote the base, silently) and name what writes them.
+    for cmd in ([attend, "export", "--model", f"{lora}/checkpoint", "--format", "hf", "-o", os.path.join(work, "no")],
+                [attend, "export", "--model", f"{lora}/checkpoint", "--format", "gguf", "-o", os.path.join(work, "no.gguf")],
+                [attend, "quantize", "--model", f"{lora}/checkpoint", "--type", "q8_0", "-o", os.path.join(work, "q.gguf")]):
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if proc.returncode == 0 or "merge-lora" not in proc.stderr or "LoRA adapters" not in proc.stderr:
+            fail(f"{' '.join(cmd[1:])}: exit {proc.returncode}, {proc.stderr!r}")
+        if any(os.path.exists(cmd[-1] + tail) for tail in ("", ".tmp")):
+            fail(f"{cmd[-1]}: written after the refusal")
 
     def generate(model, *extra):
         result = run([attend, "generate", "--model", model, "--prompt", "the jury said", "--max-new-tokens", "12",

@@ -280,6 +280,21 @@ TEST(HfLlama, BadCheckpointsAreErrorsNamingTheCause) {
   expect_error_mentions<Error>(
       [] { load_model(edited_copy("tied-llama3", [](auto& j) { j["tie_word_embeddings"] = false; })); },
       {"no tensor 'lm_head.weight'"});
+  // A family Attend does not read is named as such (it was "unknown option 'architectures'"), and so is a class
+  // of a family it reads that it does not (a sequence classifier loaded as the causal LM, its head dropped).
+  for (const bool named : {true, false}) {
+    const fs::path load = edited_copy("qwen3", [&](auto& j) {
+      j["model_type"] = "phi3";
+      if (named) j["architectures"] = {"Phi3ForCausalLM"};
+      else j.erase("architectures");
+    });
+    expect_error_mentions<Error>([&] { load_model(load); }, {"config.json", "model_type \"phi3\"", "not a model Attend reads",
+                                                             "Qwen3", "BERT"});
+    expect_error_mentions<Error>([&] { load_model_config(load); }, {named ? "(Phi3ForCausalLM)" : "model_type \"phi3\""});
+  }
+  expect_error_mentions<Error>(
+      [] { load_model(edited_copy("qwen3", [](auto& j) { j["architectures"] = {"Qwen3ForSequenceClassification"}; })); },
+      {"architectures names \"Qwen3ForSequenceClassification\"", "LlamaForCausalLM", "Qwen3ForCausalLM"});
   // A missing shard, and an index that sends a tensor to a file that does not hold it.
   const fs::path missing = edited_copy("tied-llama3", [](auto&) {});
   fs::remove(missing / "model-00002-of-00002.safetensors");

@@ -199,8 +199,12 @@ double gemma3_attention_scale(const ModelConfig& c) {
 namespace {
 
 // Llama 3.1's RoPE scaling from a rope_freqs tensor (llama.cpp's converter stores the factor each frequency is
-// divided by, not the parameters): the factor is the largest, and the other parameters are the published ones
-// whose factors equal the tensor's. An error naming the tensor when none do.
+// divided by, not the parameters). The factor is the largest; the factors depend on the trained context L0 and the
+// low and high frequency factors only through L0/low and L0/high (scaled together they give the same factors), so
+// low is taken as 1. Frequencies between the two bands give 1/factor_i = (1 − s)/f + s with s = (L0/λ_i − 1)/(high −
+// 1), a line in 1/λ_i: two of them give L0 and high. With fewer, where only the bands' edges tell, the published
+// parameters and any power-of-two context are tried. The parameters are kept where they give every factor; an
+// error naming the tensor where none do.
 void read_llama3_factors(const gguf::Reader& file, const gguf::TensorInfo& t, ModelConfig& c) {
   const std::string origin = file.path().string();
   const int64_t half = c.d_head() / 2;
@@ -212,20 +216,40 @@ void read_llama3_factors(const gguf::Reader& file, const gguf::TensorInfo& t, Mo
   const double largest = *std::max_element(factors.begin(), factors.end());
   check(std::isfinite(largest) && largest >= 1.0, "{}: rope_freqs.weight's largest factor is {}, expected at least 1",
         origin, largest);
-  for (const int64_t context : {8192, 4096, 16384, 32768, 2048})
-    for (const double high : {4.0, 2.0, 8.0}) {
-      ModelConfig candidate = c;
-      candidate.rope_llama3_factor = largest, candidate.rope_llama3_low_freq_factor = 1.0;
-      candidate.rope_llama3_high_freq_factor = high, candidate.rope_original_context = context;
-      const std::vector<float> want = llama3_rope_factors(candidate);
-      bool same = true;
-      for (int64_t i = 0; i < half && same; ++i) same = std::abs(want[i] - factors[i]) <= 1e-5 * want[i];
-      if (!same) continue;
-      c = candidate;
-      return;
+  auto gives_the_factors = [&](int64_t context, double high) {
+    ModelConfig candidate = c;
+    candidate.rope_llama3_factor = largest, candidate.rope_llama3_low_freq_factor = 1.0;
+    candidate.rope_llama3_high_freq_factor = high, candidate.rope_original_context = context;
+    const std::vector<float> want = llama3_rope_factors(candidate);
+    for (int64_t i = 0; i < half; ++i)
+      if (!(std::abs(want[i] - factors[i]) <= 1e-5 * want[i])) return false;
+    c = candidate;
+    return true;
+  };
+  // The smooth band's line through its first and last frequency.
+  std::vector<std::pair<double, double>> band;  // (1/λ_i, s_i)
+  for (int64_t i = 0; i < half; ++i) {
+    const double f = factors[i];
+    if (f > 1.0 + 1e-4 && f < largest * (1.0 - 1e-4)) {
+      const double inverse_wavelength = kernels::rope_frequency(i, c.d_head(), {.base = c.rope_base}) / (2.0 * M_PI);
+      band.emplace_back(inverse_wavelength, (1.0 / f - 1.0 / largest) / (1.0 - 1.0 / largest));
     }
-  throw Error(fmt::format("{}: rope_freqs.weight holds RoPE factors that Llama 3.1's scaling (factor {}, low 1, high "
-                          "2/4/8, trained context 2k-32k) does not give; load the Hugging Face checkpoint instead",
+  }
+  if (band.size() >= 2) {
+    const auto [x0, s0] = band.front();
+    const auto [x1, s1] = band.back();
+    const double a = (s1 - s0) / (x1 - x0), b = s0 - a * x0;  // s = a/λ + b = (L0/λ − 1)/(high − 1)
+    if (b < 0.0) {
+      const double high = std::round((1.0 - 1.0 / b) * 1e6) / 1e6;  // 4, not 4 and a rounding error
+      const double context = std::round(-a / b);
+      if (context >= 1.0 && context <= 1e9 && gives_the_factors(static_cast<int64_t>(context), high)) return;
+    }
+  }
+  for (const double high : {4.0, 2.0, 8.0})
+    for (int64_t context = 1; context <= (int64_t{1} << 24); context *= 2)
+      if (gives_the_factors(context, high)) return;
+  throw Error(fmt::format("{}: rope_freqs.weight holds RoPE factors that Llama 3.1's scaling (factor {}) does not give "
+                          "for any trained context; load the Hugging Face checkpoint instead",
                           origin, largest));
 }
 

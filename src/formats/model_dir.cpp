@@ -16,8 +16,10 @@
 #include "formats/hf_t5.h"
 #include "nn/layers.h"
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 
 namespace attend {
@@ -57,6 +59,7 @@ struct Family {
   bool (*is)(const json& config);
   ModelConfig (*config)(const fs::path& dir, const json& config);
   Model (*load)(const fs::path& dir, const json& config, WeightType matrices);  // straight into `matrices`
+  std::vector<std::string> architectures;  // the classes of config.json's "architectures" it reads
 };
 
 std::string config_origin(const fs::path& dir) { return (dir / "config.json").string(); }
@@ -64,23 +67,36 @@ std::string config_origin(const fs::path& dir) { return (dir / "config.json").st
 const Family kFamilies[] = {
     {formats::is_hf_gpt2_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_gpt2(j, config_origin(d)); },
-     formats::load_hf_gpt2},
+     formats::load_hf_gpt2, {"GPT2LMHeadModel", "GPT2Model"}},
     {formats::is_hf_llama_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_llama(j, config_origin(d)); },
-     formats::load_hf_llama},
+     formats::load_hf_llama, {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}},
     {formats::is_hf_gemma3_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_gemma3(j, config_origin(d)); },
-     formats::load_hf_gemma3},
+     formats::load_hf_gemma3, {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}},
     {formats::is_hf_t5_config,
      [](const fs::path& d, const json& j) { return formats::config_from_hf_t5(j, config_origin(d)); },
-     formats::load_hf_t5},
+     formats::load_hf_t5, {"T5ForConditionalGeneration", "MT5ForConditionalGeneration", "T5WithLMHeadModel"}},
     {formats::is_hf_bert_config,  // which heads BERT has, its tensors say
      [](const fs::path& d, const json& j) {
        const formats::CheckpointTensors tensors(d);
        return formats::config_from_hf_bert(j, config_origin(d), &tensors);
      },
-     formats::load_hf_bert},
+     formats::load_hf_bert,
+     {"BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"}},
 };
+
+// config.json's model_type and architectures, as a message names them: "model_type 'phi3' (Phi3ForCausalLM)".
+std::string hf_kind(const json& config) {
+  std::string kind;
+  if (const auto t = config.find("model_type"); t != config.end()) kind = "model_type " + t->dump();
+  if (const auto a = config.find("architectures"); a != config.end() && a->is_array() && !a->empty()) {
+    std::string names;
+    for (const json& n : *a) names += (names.empty() ? "" : ", ") + (n.is_string() ? n.get<std::string>() : n.dump());
+    kind += kind.empty() ? "architectures " + names : " (" + names + ")";
+  }
+  return kind;
+}
 
 // DIR's config.json, checked to be a model directory's (errors name what is missing), and its Hugging Face family.
 std::pair<std::string, const Family*> read_config(const fs::path& dir) {
@@ -93,8 +109,23 @@ std::pair<std::string, const Family*> read_config(const fs::path& dir) {
   std::string text = read_file(dir / "config.json");
   check_json_depth(text, config_origin(dir));
   const auto parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  for (const Family& f : kFamilies)
-    if (f.is(parsed)) return {std::move(text), &f};
+  for (const Family& f : kFamilies) {
+    if (!f.is(parsed)) continue;
+    // A class of the family that Attend does not read (Qwen3ForSequenceClassification beside model_type qwen3)
+    // would load as the causal LM and drop its head.
+    if (const auto a = parsed.find("architectures"); a != parsed.end() && a->is_array())
+      for (const json& name : *a)
+        check(name.is_string() && std::find(f.architectures.begin(), f.architectures.end(), name.get<std::string>()) !=
+                                       f.architectures.end(),
+              "{}: architectures names {}, which Attend does not read; of this family it reads {}", config_origin(dir),
+              name.dump(), fmt::join(f.architectures, ", "));
+    return {std::move(text), &f};
+  }
+  // Attend's own config.json has neither key: a Hugging Face model of a family Attend does not read.
+  check(!(parsed.is_object() && (parsed.contains("model_type") || parsed.contains("architectures"))),
+        "{}: {} is not a model Attend reads; it reads Hugging Face's GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 3, T5 "
+        "(and mT5) and BERT checkpoints (docs/FORMATS.md)",
+        config_origin(dir), hf_kind(parsed));
   return {std::move(text), nullptr};
 }
 
