@@ -138,8 +138,9 @@ class Tokenizer {
   // The bytes an id decodes to on its own.
   std::string id_to_bytes(int32_t id) const;
   bool is_special(int32_t id) const;
-  // The bytes of text an id stands for: id_to_bytes's length, 0 for special tokens (a document's end is no
-  // text). The denominator of loss per byte.
+  // The bytes of text an id stands for: what it adds to a decoded text after a token (a word's space included,
+  // WordPiece's ## and Metaspace's ▁ as the decoder undoes them), 1 for a byte piece, 0 for special tokens (a
+  // document's end is no text). The denominator of loss per byte.
   int64_t text_bytes(int32_t id) const;
 
   std::optional<int32_t> special_id(SpecialRole role) const;

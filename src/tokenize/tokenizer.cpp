@@ -5,6 +5,7 @@
 #include <attend/error.h>
 
 #include <algorithm>
+#include <cctype>
 
 namespace attend {
 
@@ -398,7 +399,23 @@ std::string Tokenizer::id_to_token(int32_t id) const {
 }
 
 int64_t Tokenizer::text_bytes(int32_t id) const {
-  return is_special(id) ? 0 : static_cast<int64_t>(id_to_bytes(id).size());
+  if (is_special(id)) return 0;
+  // A byte piece (<0x41>, byte fallback) is one byte of text, though alone it may decode to U+FFFD.
+  const std::string raw = id_to_bytes(id);
+  if (raw.size() == 6 && raw.starts_with("<0x") && raw.ends_with(">") && std::isxdigit(static_cast<unsigned char>(raw[3])) &&
+      std::isxdigit(static_cast<unsigned char>(raw[4])))
+    return 1;
+  // What the id adds to a decoded text after a token: the decoder's own marks undone (WordPiece's ##, Metaspace's
+  // ▁ as a space, ByteLevel's byte letters) and the space a word after a word takes. The token's own text
+  // (id_to_bytes) counted WordPiece's ## and ▁'s three bytes: a 3,000-byte text was 5,740 bytes by WordPiece's.
+  const std::vector<int32_t> twice = {id, id};
+  const std::string two = decode(twice);
+  // A byte-level token of part of a character decodes to U+FFFD: its own bytes are the text's.
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  if (two.find(kReplacement) != std::string::npos && raw.find(kReplacement) == std::string::npos)
+    return static_cast<int64_t>(raw.size());
+  const auto one = static_cast<int64_t>(decode(std::span(twice).first(1)).size());
+  return std::max<int64_t>(0, static_cast<int64_t>(two.size()) - one);
 }
 
 bool Tokenizer::is_special(int32_t id) const {
