@@ -9,6 +9,7 @@
 #include <attend/model.h>
 #include <attend/tokenizer.h>
 #include <attend/model_dir.h>
+#include <attend/safetensors.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -147,6 +149,74 @@ std::string model_chat_template(const std::string& model) {
   return has ? ChatTemplate::from_model_dir(dir).source() : "";  // a base model has none
 }
 
+namespace fs = std::filesystem;
+
+// --dtype of a Hugging Face export: "auto" is the source checkpoint's torch_dtype (a BF16 checkpoint came back as F32,
+// twice the size), f32 for a model of Attend's or a GGUF file.
+DType export_dtype(const std::string& option, const std::string& source) {
+  if (option == "f32") return DType::F32;
+  if (option == "bf16") return DType::BF16;
+  if (option == "f16") return DType::F16;
+  check(option == "auto", "--dtype '{}': expected auto, f32, bf16 or f16", option);
+  const fs::path config = fs::path(source) / "config.json";
+  if (!fs::is_directory(source) || !fs::exists(config)) return DType::F32;
+  const auto j = nlohmann::json::parse(read_file(config), nullptr, /*allow_exceptions=*/false);
+  const auto t = j.is_object() ? j.find("torch_dtype") : j.end();
+  if (t == j.end() || !t->is_string()) return DType::F32;
+  return *t == "bfloat16" ? DType::BF16 : *t == "float16" ? DType::F16 : DType::F32;
+}
+
+// What a Hugging Face layout written from `source` still lacks of it: the source directory's generation_config.json,
+// tokenizer_config.json (BOS/EOS, add_bos_token, the chat template), special_tokens_map.json and chat_template.jinja;
+// config.json's token ids (the source's, else its generation defaults: a Mistral's greedy run went past its EOS
+// after export); the tensors in `dtype`, config.json's torch_dtype with them. Shards and an index of an earlier
+// model in `out` are removed (they were left beside the new model.safetensors).
+void finish_hf_export(const std::string& source, const fs::path& out, DType dtype) {
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "model.safetensors.index.json" || (name.starts_with("model-") && name.ends_with(".safetensors")))
+      fs::remove(entry.path());
+  }
+  const bool directory = fs::is_directory(source);
+  if (directory)
+    for (const char* name : {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+      if (fs::exists(fs::path(source) / name) && !fs::exists(out / name))
+        write_file_atomic(out / name, read_file(fs::path(source) / name));
+  auto config = nlohmann::ordered_json::parse(read_file(out / "config.json"));
+  nlohmann::json source_config;
+  if (directory && fs::exists(fs::path(source) / "config.json"))
+    source_config = nlohmann::json::parse(read_file(fs::path(source) / "config.json"), nullptr, false);
+  const GenerationDefaults defaults = read_generation_defaults(source);
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"}) {
+    if (config.contains(key)) continue;
+    if (source_config.is_object() && source_config.contains(key)) {
+      config[key] = source_config[key];
+      continue;
+    }
+    const std::string k = key;
+    if (k == "bos_token_id" && defaults.bos) config[key] = *defaults.bos;
+    if (k == "pad_token_id" && defaults.pad) config[key] = *defaults.pad;
+    if (k == "decoder_start_token_id" && defaults.decoder_start) config[key] = *defaults.decoder_start;
+    if (k == "eos_token_id" && !defaults.eos.empty())
+      config[key] = defaults.eos.size() == 1 ? nlohmann::ordered_json(defaults.eos[0]) : nlohmann::ordered_json(defaults.eos);
+  }
+  config["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  if (dtype != DType::F32) {  // the exporters write float32: the tensors again in the type asked for
+    const fs::path weights = out / "model.safetensors";
+    std::vector<Tensor> values;
+    std::vector<NamedTensor> named;
+    std::map<std::string, std::string> metadata;
+    {
+      const SafetensorsReader reader(weights);
+      metadata = reader.metadata();
+      values.reserve(reader.tensors().size());
+      for (const auto& t : reader.tensors()) values.push_back(reader.load(t.name)), named.push_back({t.name, &values.back()});
+    }
+    write_safetensors(weights, named, metadata, dtype);
+  }
+  write_file_atomic(out / "config.json", config.dump(2) + "\n");
+}
+
 // A model with LoRA adapters written by a format that holds no adapters would lose them silently (its exports ran as
 // the base): say what writes them.
 void check_no_adapters(const Model& model, const std::string& dir, const std::string& writer) {
@@ -164,7 +234,7 @@ void add_export(CLI::App& app) {
                 "or as one GGUF file for llama.cpp (gguf: gpt2, llama, qwen2, qwen3, gemma3, bert); or a LoRA model's "
                 "adapters as PEFT saves them (peft: GPT-2, the Llama family, BERT, T5) or as a GGUF LoRA for llama.cpp's "
                 "--lora (gguf-lora: GPT-2 and the Llama family)");
-  static std::string dir, out, format = "hf", type;
+  static std::string dir, out, format = "hf", type, dtype = "auto";
   static std::vector<std::string> lora;
   cmd->add_option("--model", dir, "A model directory or GGUF file")->required();
   cmd->add_option("--format", format, "hf (the model's family), hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf, "
@@ -175,8 +245,12 @@ void add_export(CLI::App& app) {
                                   "llama.cpp)");
   cmd->add_option("--type", type, "gguf: the weights' type: f32, f16, bf16, or a quantization (see `attend quantize`); "
                                   "default: as the model holds them");
+  cmd->add_option("--dtype", dtype, "hf layouts: the tensors' type: f32, bf16, f16, or auto (the source checkpoint's "
+                                    "torch_dtype; f32 for Attend's models and GGUF files)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", out, "The directory to write (gguf: the file)")->required();
   cmd->callback([] {
+    check(dtype == "auto" || format.starts_with("hf"), "--dtype is an option of the hf formats (gguf: --type)");
     Model model = load_model(dir);
     check(lora.size() <= 1 && (lora.empty() || !model.has_lora()), "--lora: export writes one set of adapters: a "
           "LoRA checkpoint's own, or one PEFT directory's on a base");
@@ -213,10 +287,13 @@ void add_export(CLI::App& app) {
     const auto it = std::find_if(std::begin(formats), std::end(formats), [](const auto& f) { return format == f.first; });
     check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf, peft "
           "or gguf-lora", format);
+    const DType stored = export_dtype(dtype, dir);
     it->second(model, out, tok ? &*tok : nullptr);
+    finish_hf_export(dir, out, stored);
     const std::string architecture =
         nlohmann::json::parse(read_file(std::filesystem::path(out) / "config.json"))["architectures"][0];
-    fmt::print("{}: Hugging Face {} layout (config.json, model.safetensors{})\n", out, architecture,
+    fmt::print("{}: Hugging Face {} layout (config.json, model.safetensors in {}{})\n", out, architecture,
+               stored == DType::BF16 ? "bf16" : stored == DType::F16 ? "f16" : "f32",
                tok ? ", tokenizer.json" : "");
   });
 }
