@@ -337,6 +337,12 @@ TEST(Server, AnswersBrowsersCurlAndBatchesAsClientsExpect) {
   EXPECT_EQ(as_json->status, 200) << as_json->body;
   EXPECT_EQ(as_json->get_header_value("Access-Control-Allow-Origin"), "*");
 
+  for (const auto& [body, param] : {std::pair{R"({"prompt":"a","n":3})", "n"}, {R"({"prompt":"a","logit_bias":{"300":1}})", "logit_bias"}}) {
+    const auto refused = client.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << body;
+    EXPECT_EQ(json::parse(refused->body)["error"]["param"], param) << refused->body;
+  }
   const auto too_many = client.Post("/v1/completions", R"({"prompt":["a","b","c","d","e"],"max_tokens":1})", "application/json");
   ASSERT_TRUE(too_many);
   EXPECT_EQ(too_many->status, 400);

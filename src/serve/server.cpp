@@ -191,6 +191,14 @@ struct Server::Impl {
       }
     }
     const int64_t context = engine->context();
+    // What the engine would refuse, refused here with the field named.
+    if (r.n > options.engine.max_sequences)
+      throw ApiError(400, fmt::format("n is {}; the server decodes at most {} sequences at once (--parallel)", r.n,
+                                      options.engine.max_sequences), "n");
+    const int64_t vocab = sampled_vocab(served->model, served->tokenizer ? &*served->tokenizer : nullptr);
+    for (const auto& [id, bias] : r.logit_bias)
+      if (id >= vocab)
+        throw ApiError(400, fmt::format("logit_bias: token id {} is outside the vocabulary [0, {})", id, vocab), "logit_bias");
     std::vector<CompletionParams> params;
     for (const std::vector<int32_t>& ids : prompts) {
       const auto L = static_cast<int64_t>(ids.size());
