@@ -4,6 +4,7 @@
 
 #include <attend/error.h>
 #include <attend/io.h>
+#include <attend/model_dir.h>
 #include <attend/tokenizer.h>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace attend::cli {
@@ -19,6 +21,15 @@ namespace attend::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+// --tokenizer: a tokenizer file or a model directory (Tokenizer::load), or a GGUF model file's tokenizer (it was read as
+// JSON: "not valid JSON ... 'G'").
+Tokenizer load_tokenizer_file(const std::string& path) {
+  if (!is_gguf_file(path)) return Tokenizer::load(path);
+  std::optional<Tokenizer> tok = load_gguf_tokenizer(path);
+  check(tok.has_value(), "{}: a GGUF file without a tokenizer (tokenizer.ggml.*)", path);
+  return std::move(*tok);
+}
 
 const char* kPathHelp =
     "Tokenizer: a tokenizer.json, a SentencePiece .model, or a directory holding tokenizer.json or GPT-2's "
@@ -83,7 +94,7 @@ void add_info(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("info", "Describe a tokenizer: family, vocabulary size, special tokens");
   auto path = std::make_shared<std::string>();
   cmd->add_option("tokenizer", *path, kPathHelp)->required();
-  cmd->callback([path] { fmt::print("{}\n", Tokenizer::load(*path).describe()); });
+  cmd->callback([path] { fmt::print("{}\n", load_tokenizer_file(*path).describe()); });
 }
 
 }  // namespace
@@ -140,7 +151,7 @@ void add_tokenizer_commands(CLI::App& app) {
   tokenize->add_flag("--stats", e->stats, "Print bytes, tokens and speed to stderr");
   tokenize->callback([e, text, input] {
     check(text->count() + input->count() == 1, "tokenize: give the text with --text or a file with --input");
-    const Tokenizer tok = Tokenizer::load(e->tokenizer);
+    const Tokenizer tok = load_tokenizer_file(e->tokenizer);
     const std::string content = input->count() ? read_file(e->input) : e->text;
     const auto start = std::chrono::steady_clock::now();
     // --bos/--eos put the role's tokens in place of the post-processor's.
@@ -182,7 +193,7 @@ void add_tokenizer_commands(CLI::App& app) {
   detokenize->add_flag("--skip-special", d->skip_special, "Leave special tokens out of the text");
   detokenize->callback([d, ids, ids_file] {
     check(ids->count() + ids_file->count() == 1, "detokenize: give the ids with --ids or a file with --input");
-    const Tokenizer tok = Tokenizer::load(d->tokenizer);
+    const Tokenizer tok = load_tokenizer_file(d->tokenizer);
     const std::string source = ids->count() ? d->ids : read_file(d->input);
     const std::string text = tok.decode(parse_ids(source, ids->count() ? "--ids" : d->input), d->skip_special);
     std::fwrite(text.data(), 1, text.size(), stdout);

@@ -57,6 +57,12 @@ def main():
             fail(f"{' '.join(cmd[1:])}: exit {proc.returncode}, {proc.stderr!r}")
         if any(os.path.exists(cmd[-1] + tail) for tail in ("", ".tmp")):
             fail(f"{cmd[-1]}: written after the refusal")
+    # A GGUF LoRA file given as a model is named for what it is (it was "no 2-dimensional tensor 'token_embd.weight'").
+    lora_gguf = os.path.join(work, "lora.gguf")
+    run([attend, "export", "--model", f"{lora}/checkpoint", "--format", "gguf-lora", "-o", lora_gguf])
+    proc = subprocess.run([attend, "inspect", lora_gguf], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode == 0 or "a GGUF LoRA adapter, not a model" not in proc.stderr:
+        fail(f"inspect of a GGUF LoRA file: exit {proc.returncode}, {proc.stderr!r}")
 
     def generate(model, *extra):
         result = run([attend, "generate", "--model", model, "--prompt", "the jury said", "--max-new-tokens", "12",

@@ -27,7 +27,10 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
   // A name of our own beside the target (same file system, so the rename is atomic).
   const fs::path tmp = fs::path(path).concat(fmt::format(".tmp.{}", ::getpid()));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  check(fd >= 0, "{}: cannot create {}: {}", path.string(), tmp.string(), std::strerror(errno));
+  // The target named first; a missing directory said as such (the temporary name alone was what the message named).
+  check(fd >= 0 || errno != ENOENT, "{}: cannot write it: the directory {} does not exist", path.string(),
+        fs::absolute(path).parent_path().string());
+  check(fd >= 0, "{}: cannot write it: {}", path.string(), std::strerror(errno));
   auto fail = [&](std::string_view what) {
     const std::string reason = std::strerror(errno);
     ::close(fd);

@@ -241,7 +241,10 @@ class AtomicFile {
   explicit AtomicFile(const fs::path& path)
       : path_(path), tmp_(fs::path(path).concat(fmt::format(".tmp.{}", ::getpid()))) {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    check(fd_ >= 0, "{}: cannot create {}: {}", path_.string(), tmp_.string(), std::strerror(errno));
+    // The target named first; a missing directory said as such (the temporary name alone was what the message named).
+    check(fd_ >= 0 || errno != ENOENT, "{}: cannot write it: the directory {} does not exist", path_.string(),
+          fs::absolute(path_).parent_path().string());
+    check(fd_ >= 0, "{}: cannot write it: {}", path_.string(), std::strerror(errno));
   }
   ~AtomicFile() {
     if (fd_ >= 0) {

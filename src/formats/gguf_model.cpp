@@ -282,6 +282,8 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
         "{}: general.architecture '{}': Attend reads GGUF models of the architectures gpt2, llama (Mistral's files "
         "are llama), qwen2, qwen3, gemma3 and bert", origin, arch);
   auto key = [&](const char* name) { return arch + "." + name; };
+  check(file.string_or("general.type", "model") != "adapter", "{}: a GGUF LoRA adapter, not a model (llama.cpp applies it with --lora to its base; "
+          "Attend's --lora takes PEFT adapter directories)", origin);
   const gguf::TensorInfo* embd = file.tensor("token_embd.weight");
   check(embd != nullptr && embd->dims.size() == 2, "{}: no 2-dimensional tensor 'token_embd.weight'", origin);
   ModelConfig c;

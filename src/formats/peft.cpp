@@ -365,6 +365,11 @@ PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
 
 int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name, double multiplier) {
   const fs::path config_path = dir / "adapter_config.json";
+  check(!fs::is_regular_file(dir) || !is_gguf_file(dir), "{}: a GGUF file; --lora takes a PEFT adapter directory "
+        "(adapter_config.json, adapter_model.safetensors): llama.cpp's GGUF LoRA files are written, not read",
+        dir.string());
+  check(fs::exists(dir), "{}: no such adapter directory{}", dir.string(),
+        dir.string().find(':') != std::string::npos ? " (a :SCALE after it must be a number)" : "");
   check(fs::exists(config_path), "{}: no adapter_config.json (a PEFT adapter directory holds it and "
         "adapter_model.safetensors)", dir.string());
   const std::string where = config_path.string();
