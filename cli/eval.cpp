@@ -58,12 +58,12 @@ void add_eval_seq2seq(CLI::App& app) {
                 "Score without the stress digits of ARPAbet vowels (AH0 = AH1 = AH): the 39-phoneme set of the "
                 "standard CMUdict benchmark");
   cmd->add_option("--data", data, "source<TAB>target lines; a source may appear with several targets")->required();
-  cmd->add_option("--beam", beam, "Beam width (0: greedy, batched)");
+  cmd->add_option("--beam", beam, "Beam width (0: greedy, batched)")->capture_default_str();
   cmd->add_option("--length-penalty", length_penalty, "Beam search: a finished output scores log p / length^α")
       ->capture_default_str();
   cmd->add_option("--max-new-tokens", max_new, "Longest output")->capture_default_str();
   cmd->add_option("--batch", batch, "Sources decoded together (greedy)")->capture_default_str();
-  cmd->add_option("--limit", limit, "Score only the first N sources (0: all)");
+  cmd->add_option("--limit", limit, "Score only the first N sources (0: all)")->capture_default_str();
   cmd->add_flag("--json", json_output, "Print {\"words\", \"wer\", \"per\"}");
   cmd->callback([] {
     Model model = load_model(model_dir);
@@ -201,7 +201,7 @@ void add_eval_command(CLI::App& app) {
   static std::string model_dir, data, token_file, reliability;
   static EvalOptions options;
   static bool json_output = false;
-  cmd->add_option("--model", model_dir, "A model directory (with its tokenizer for --data)")->required();
+  cmd->add_option("--model", model_dir, "A model directory or GGUF file (with its tokenizer for --data)")->required();
   static std::vector<std::string> lora;
   cmd->add_option("--lora", lora, kLoraHelp);
   auto* text = cmd->add_option("--data", data, "A text file, tokenised with the model's tokenizer");

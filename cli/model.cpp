@@ -75,7 +75,7 @@ void add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Print a model's parameters with their shapes, totals by part, and memory");
   static std::string dir;
   static bool json_output = false, summary = false;
-  cmd->add_option("model", dir, "A model directory (config.json + model.safetensors)")->required();
+  cmd->add_option("model", dir, "A model directory (Attend's or a Hugging Face checkpoint) or a GGUF file")->required();
   cmd->add_flag("--json", json_output, "Print one JSON object instead of tables");
   cmd->add_flag("--summary", summary, "Leave out the per-tensor table");
   cmd->callback([] {
@@ -354,7 +354,7 @@ void add_merge_lora(CLI::App& app) {
                     "checkpoint, or a base with a PEFT adapter (--lora)");
   static std::string dir, out;
   static std::vector<std::string> lora;
-  cmd->add_option("--model", dir, "A model directory: a LoRA run's checkpoint, or the base of --lora")->required();
+  cmd->add_option("--model", dir, "A model directory or GGUF file: a LoRA run's checkpoint, or the base of --lora")->required();
   cmd->add_option("--lora", lora, kLoraHelp);
   cmd->add_option("-o,--output", out, "The directory to write")->required();
   cmd->callback([] {

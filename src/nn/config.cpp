@@ -86,9 +86,10 @@ void for_each_field(Config& c, F&& f) {
   f("max_seq_len", c.max_seq_len, "the context: the longest sequence the model takes (the learned position table's rows)");
   f("position", c.position, "learned or sinusoidal (added to the embeddings), rope, alibi, t5 (inside attention), none");
   f("rope_base", c.rope_base, "RoPE's θ base");
-  f("rope_base_scale", c.rope_base_scale, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
-  f("rope_ntk_factor", c.rope_ntk_factor, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
-  f("rope_position_scale", c.rope_position_scale, "RoPE's context extension: base scaling, NTK-aware scaling, linear position interpolation");
+  f("rope_base_scale", c.rope_base_scale, "RoPE context extension: the base multiplied by this");
+  f("rope_ntk_factor", c.rope_ntk_factor, "RoPE context extension, NTK-aware: the base times factor^(d/(d-2))");
+  f("rope_position_scale", c.rope_position_scale, "RoPE context extension, linear interpolation: positions times this "
+    "(Hugging Face's linear rope_scaling factor f is 1/f)");
   f("rope_llama3_factor", c.rope_llama3_factor, "Llama 3.1's frequency-dependent RoPE scaling by this factor; 0: off");
   f("rope_llama3_low_freq_factor", c.rope_llama3_low_freq_factor, "Llama 3.1's scaling: wavelengths above L₀/this are stretched fully");
   f("rope_llama3_high_freq_factor", c.rope_llama3_high_freq_factor, "Llama 3.1's scaling: wavelengths below L₀/this stay");
