@@ -48,10 +48,19 @@ int64_t count_targets(const Batch& b) {
 
 // The first line where two config.json texts differ, for "checkpoint from a different model" errors.
 std::string first_difference(const std::string& a, const std::string& b) {
+  // A line of config.json is `  "key": value,`: shown as key = value.
+  auto shown = [](std::string line) {
+    const size_t start = line.find_first_not_of(' ');
+    line = start == std::string::npos ? "" : line.substr(start);
+    if (line.ends_with(",")) line.pop_back();
+    if (const size_t colon = line.find("\": "); line.starts_with('"') && colon != std::string::npos)
+      line = line.substr(1, colon - 1) + " = " + line.substr(colon + 3);
+    return line;
+  };
   std::istringstream sa(a), sb(b);
   std::string la, lb;
   while (std::getline(sa, la) && std::getline(sb, lb))
-    if (la != lb) return fmt::format("checkpoint has {}, the run has {}", la, lb);
+    if (la != lb) return fmt::format("the checkpoint has {}, the run {}", shown(la), shown(lb));
   return "they differ";
 }
 
