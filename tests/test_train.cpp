@@ -580,7 +580,7 @@ TEST(Trainer, RefusesToOverwriteOrResumeAnotherModel) {
   ModelConfig other = tiny_gpt();
   other.d_model = 64;
   testing::expect_error_mentions<Error>([&] { Trainer(Model(other), data, quick_config(4), dir, true); },
-                                        {"different model", "\"d_model\": 32", "\"d_model\": 64"});
+                                        {"different model", "the checkpoint has d_model = 32", "the run d_model = 64"});
   testing::expect_error_mentions<Error>(
       [&] { LmDataset(std::vector<int32_t>(10, 1), {}, {.batch_size = 2, .seq_len = 16}); }, {"10 tokens"});
 }
@@ -737,13 +737,16 @@ TEST(Trainer, DropoutDrawsPastTheirWindowAreAnError) {
 }
 
 // Validation loss per byte: Σ nll over the bytes of the target tokens. With a vocabulary whose every token is
-// two bytes, it is exactly half the loss per token; models other than decoders get none.
+// two bytes of text (a Fuse decoder: nothing between tokens), it is exactly half the loss per token; models other
+// than decoders get none.
 TEST(Trainer, ValidationLossPerByteDividesByTheTargetsBytes) {
   std::string vocab = R"("[UNK]": 0)";
   for (int id = 1; id < 16; ++id) vocab += fmt::format(R"(, "{}{}": {})", char('a' + id), char('a' + id), id);
   const Tokenizer tok = Tokenizer::from_json(
-      fmt::format(R"({{"model": {{"type": "WordPiece", "unk_token": "[UNK]", "vocab": {{{}}}}}}})", vocab), "two-byte");
-  for (int32_t id = 1; id < 16; ++id) ASSERT_EQ(tok.id_to_bytes(id).size(), 2u) << id;
+      fmt::format(R"({{"model": {{"type": "WordPiece", "unk_token": "[UNK]", "vocab": {{{}}}}}, "decoder": {{"type": "Fuse"}}}})",
+                  vocab),
+      "two-byte");
+  for (int32_t id = 1; id < 16; ++id) ASSERT_EQ(tok.text_bytes(id), 2) << id;
   const auto tokens = pattern_tokens(4, 600);
   LmDataset data(tokens, tokens, {.batch_size = 4, .seq_len = 16, .seed = 1, .max_valid_batches = 3});
   Trainer t(Model(tiny_gpt()), data, quick_config(1), run_dir("per_byte"), false, &tok);

@@ -275,6 +275,20 @@ int64_t gemma3_pattern(const gguf::Reader& file, const std::string& key, int64_t
 
 }  // namespace
 
+namespace {
+
+// Whether the LM head is the token embedding: no output.weight, or one that holds the same bytes (llama.cpp's GPT-2
+// converter writes the tied matrix twice; read as two, a tied model came back untied, its head a second copy).
+bool output_is_the_embedding(const gguf::Reader& file) {
+  const gguf::TensorInfo* output = file.tensor("output.weight");
+  if (output == nullptr) return true;
+  const gguf::TensorInfo* embedding = file.tensor("token_embd.weight");
+  return embedding != nullptr && output->type == embedding->type && output->dims == embedding->dims &&
+         output->bytes == embedding->bytes && std::memcmp(output->data, embedding->data, output->bytes) == 0;
+}
+
+}  // namespace
+
 ModelConfig config_from_gguf(const gguf::Reader& file) {
   const std::string origin = file.path().string();
   const std::string arch = file.get_string("general.architecture");
@@ -294,7 +308,7 @@ ModelConfig config_from_gguf(const gguf::Reader& file) {
   c.n_heads = static_cast<int64_t>(file.get_uint(key("attention.head_count")));
   c.d_ff = static_cast<int64_t>(file.get_uint(key("feed_forward_length")));
   c.max_seq_len = static_cast<int64_t>(file.get_uint(key("context_length")));
-  c.tie_embeddings = file.tensor("output.weight") == nullptr;
+  c.tie_embeddings = output_is_the_embedding(file);
   if (arch == "gpt2") {
     c.position = PositionKind::Learned, c.norm = NormKind::LayerNorm, c.bias = true, c.activation = FfnKind::GELUTanh;
     c.norm_eps = file.float_or(key("attention.layer_norm_epsilon"), 1e-5);
@@ -396,6 +410,7 @@ Model load_gguf_model(const fs::path& path) {
     pieces[t.attend].push_back({info, t});
     used.insert(t.gguf);
   }
+  if (c.tie_embeddings && file.tensor("output.weight") != nullptr) used.insert("output.weight");  // the embedding's copy
   for (const gguf::TensorInfo& t : file.tensors())  // rope_freqs: read into the configuration
     check(used.contains(t.name) || (t.name == "rope_freqs.weight" && c.rope_llama3_factor > 0.0),
           "{}: unexpected tensor '{}': not part of a {} model of this configuration", origin, t.name, arch);
