@@ -113,6 +113,11 @@ void train_command(const TrainArgs& args, Communicator* group) {
   check(run.data.batch_size >= ranks, "data.batch_size {} is below the {} ranks: each rank trains on its share of "
         "every batch's sequences", run.data.batch_size, ranks);
   const std::filesystem::path out = run.out;
+  // Before the data is read and the model built (which took their time before this was found).
+  check(!args.resume || std::filesystem::exists(out / "checkpoint" / "trainer.json") ||
+            std::filesystem::exists(out / "checkpoint.old" / "trainer.json"),
+        "{}: no checkpoint to resume from (--resume continues a run in its output directory, out)",
+        (out / "checkpoint").string());
   std::filesystem::create_directories(out);
   // Rank 0 tokenizes first and leaves the token cache; the other ranks then read it (on a shared file system)
   // or make their own.
