@@ -124,6 +124,29 @@ assert.equal(streamed.finish[0], chat.choices[0].finish_reason);
 const withLogprobs = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3 });
 assert.equal(withLogprobs.choices[0].logprobs.content.length, 4);
 assert.equal(withLogprobs.choices[0].logprobs.content[0].top_logprobs.length, 3);
+// The same conversation as the client's typed content parts and the developer role: the template gets the same
+// text, so greedy decoding gives the same reply.
+const greedyPlain = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 8, temperature: 0 });
+const greedyParts = await client.chat.completions.create({
+  model: "tiny", max_tokens: 8, temperature: 0,
+  messages: [{ role: "developer", content: [{ type: "text", text: "be brief" }] },
+             { role: "user", content: [{ type: "text", text: "where did the cat sit?" }] }] });
+assert.equal(greedyParts.choices[0].message.content, greedyPlain.choices[0].message.content);
+assert.equal(greedyParts.usage.prompt_tokens, greedyPlain.usage.prompt_tokens);
+await assert.rejects(client.chat.completions.create({
+  model: "tiny", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] }),
+  (e) => e.status === 400 && e.param === "messages");
+
+section("a browser's cross-origin call");
+const preflight = await fetch(`${server.base}/v1/chat/completions`, {
+  method: "OPTIONS", headers: { Origin: "http://localhost:3000", "Access-Control-Request-Method": "POST",
+                                "Access-Control-Request-Headers": "authorization,content-type" } });
+assert.equal(preflight.status, 204);
+assert.equal(preflight.headers.get("access-control-allow-origin"), "*");
+const crossOrigin = await fetch(`${server.base}/v1/models`, { headers: { Origin: "http://localhost:3000",
+                                                                        Authorization: `Bearer ${KEY}` } });
+assert.equal(crossOrigin.status, 200);
+assert.equal(crossOrigin.headers.get("access-control-allow-origin"), "*");
 
 section("embeddings");
 // Embeddings: unit vectors, one per input, float and base64 alike.
