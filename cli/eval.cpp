@@ -18,6 +18,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -225,7 +226,12 @@ void add_eval_command(CLI::App& app) {
       const std::optional<Tokenizer> tokenizer = model_tokenizer(model_dir);
       check(tokenizer.has_value(), "{}: no tokenizer to read --data with; give --tokens", model_dir);
       tokens = tokenizer->encode(read_file(data));
-      for (size_t i = 1; i < tokens.size(); ++i) bytes += tokenizer->text_bytes(tokens[i]);  // the scored tokens
+      std::vector<int64_t> id_bytes(static_cast<size_t>(tokenizer->vocab_size()), -1);  // text_bytes decodes: once an id
+      for (size_t i = 1; i < tokens.size(); ++i) {  // the scored tokens
+        int64_t& b = id_bytes[static_cast<size_t>(tokens[i])];
+        if (b < 0) b = tokenizer->text_bytes(tokens[i]);
+        bytes += b;
+      }
     }
     const EvalResult r = evaluate_lm(model, tokens, options);
     const double loss_per_byte = bytes > 0 ? r.loss * double(r.tokens) / double(bytes) : 0.0;
