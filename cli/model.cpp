@@ -9,7 +9,6 @@
 #include <attend/model.h>
 #include <attend/tokenizer.h>
 #include <attend/model_dir.h>
-#include <attend/safetensors.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <utility>
 
@@ -169,9 +167,9 @@ DType export_dtype(const std::string& option, const std::string& source) {
 // What a Hugging Face layout written from `source` still lacks of it: the source directory's generation_config.json,
 // tokenizer_config.json (BOS/EOS, add_bos_token, the chat template), special_tokens_map.json and chat_template.jinja;
 // config.json's token ids (the source's, else its generation defaults: a Mistral's greedy run went past its EOS
-// after export); the tensors in `dtype`, config.json's torch_dtype with them. Shards and an index of an earlier
-// model in `out` are removed (they were left beside the new model.safetensors).
-void finish_hf_export(const std::string& source, const fs::path& out, DType dtype) {
+// after export). Shards and an index of an earlier model in `out` are removed (they were left beside the new
+// model.safetensors).
+void finish_hf_export(const std::string& source, const fs::path& out) {
   for (const auto& entry : fs::directory_iterator(out)) {
     const std::string name = entry.path().filename().string();
     if (name == "model.safetensors.index.json" || (name.starts_with("model-") && name.ends_with(".safetensors")))
@@ -199,20 +197,6 @@ void finish_hf_export(const std::string& source, const fs::path& out, DType dtyp
     if (k == "decoder_start_token_id" && defaults.decoder_start) config[key] = *defaults.decoder_start;
     if (k == "eos_token_id" && !defaults.eos.empty())
       config[key] = defaults.eos.size() == 1 ? nlohmann::ordered_json(defaults.eos[0]) : nlohmann::ordered_json(defaults.eos);
-  }
-  config["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
-  if (dtype != DType::F32) {  // the exporters write float32: the tensors again in the type asked for
-    const fs::path weights = out / "model.safetensors";
-    std::vector<Tensor> values;
-    std::vector<NamedTensor> named;
-    std::map<std::string, std::string> metadata;
-    {
-      const SafetensorsReader reader(weights);
-      metadata = reader.metadata();
-      values.reserve(reader.tensors().size());
-      for (const auto& t : reader.tensors()) values.push_back(reader.load(t.name)), named.push_back({t.name, &values.back()});
-    }
-    write_safetensors(weights, named, metadata, dtype);
   }
   write_file_atomic(out / "config.json", config.dump(2) + "\n");
 }
@@ -280,7 +264,7 @@ void add_export(CLI::App& app) {
       return;
     }
     check(type.empty(), "--type is an option of --format gguf");
-    using Export = void (*)(const Model&, const std::filesystem::path&, const Tokenizer*);
+    using Export = void (*)(const Model&, const std::filesystem::path&, const Tokenizer*, DType);
     const std::pair<const char*, Export> formats[] = {
         {"hf", export_hf},           {"hf-gpt2", export_hf_gpt2}, {"hf-llama", export_hf_llama},
         {"hf-gemma3", export_hf_gemma3}, {"hf-t5", export_hf_t5},  {"hf-bert", export_hf_bert}};
@@ -288,8 +272,8 @@ void add_export(CLI::App& app) {
     check(it != std::end(formats), "--format '{}': expected hf, hf-gpt2, hf-llama, hf-gemma3, hf-t5, hf-bert, gguf, peft "
           "or gguf-lora", format);
     const DType stored = export_dtype(dtype, dir);
-    it->second(model, out, tok ? &*tok : nullptr);
-    finish_hf_export(dir, out, stored);
+    it->second(model, out, tok ? &*tok : nullptr, stored);
+    finish_hf_export(dir, out);
     const std::string architecture =
         nlohmann::json::parse(read_file(std::filesystem::path(out) / "config.json"))["architectures"][0];
     fmt::print("{}: Hugging Face {} layout (config.json, model.safetensors in {}{})\n", out, architecture,

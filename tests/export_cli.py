@@ -8,7 +8,6 @@ shards of an earlier model in the output directory are removed.
 
 Exits 0 when every check passed, 1 with the first failure.
 """
-import argparse
 import json
 import os
 import shutil
@@ -30,12 +29,7 @@ def tensors(path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--attend", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--work", required=True)
-    args = parser.parse_args()
-    attend, data, work = os.path.abspath(args.attend), os.path.abspath(args.data), os.path.abspath(args.work)
+    attend, work, data = tiny_runs.paths(__doc__, "data")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
 

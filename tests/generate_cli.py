@@ -7,7 +7,6 @@ four); --temperature 0 is greedy decoding; a mistyped command or option names th
 
 Exits 0 when every check passed, 1 with the first failure.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -18,11 +17,7 @@ fail, run = tiny_runs.checks("generate_cli")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--attend", required=True)
-    parser.add_argument("--work", required=True)
-    args = parser.parse_args()
-    attend, work = os.path.abspath(args.attend), os.path.abspath(args.work)
+    attend, work = tiny_runs.paths(__doc__)
     _, common = tiny_runs.corpus(run, attend, work, documents=False)
     out = os.path.join(work, "run")
     run([attend, "train", "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2",

@@ -8,7 +8,6 @@ both adapters answers requests for each (and for the base) batched together exac
 
 Exits 0 when every check passed, 1 with the first failure.
 """
-import argparse
 import concurrent.futures
 import json
 import os
@@ -23,11 +22,7 @@ fail, run = tiny_runs.checks("lora_cli")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--attend", required=True)
-    parser.add_argument("--work", required=True)
-    args = parser.parse_args()
-    attend, work = os.path.abspath(args.attend), os.path.abspath(args.work)
+    attend, work = tiny_runs.paths(__doc__)
     text, common = tiny_runs.corpus(run, attend, work, documents=True)
     common += ["--set", "train.steps=20"]
     base = os.path.join(work, "base")

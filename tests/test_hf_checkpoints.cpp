@@ -87,11 +87,11 @@ void expect_golden(const Model& model, const fs::path& dir, const std::string& w
 // Export writes Hugging Face's layout back: the parameters read back bit for bit, and every tensor the export
 // wrote equals the one the checkpoint holds (as the float it stands for).
 void expect_round_trip(const fs::path& dir, const std::string& what,
-                       void (*export_to)(const Model&, const fs::path&, const Tokenizer*),
+                       void (*export_to)(const Model&, const fs::path&, const Tokenizer*, DType),
                        const std::vector<std::string>& copies = {}) {
   const Model model = load_model(dir);
   const fs::path out = fresh_dir("export_" + what);
-  export_to(model, out, nullptr);
+  export_to(model, out, nullptr, DType::F32);
   const Model again = load_model(out);
   EXPECT_EQ(again.config().to_json(), model.config().to_json()) << what;
   const auto a = model.parameters(), b = again.parameters();

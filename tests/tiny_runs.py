@@ -1,11 +1,22 @@
-"""What the command-line LoRA tests (lora_cli.py, llama_lora.py) share: failing with the script's name, running a
-command that must succeed, and a fresh work directory with a tiny corpus of Brown-like words, its BPE tokenizer
+"""What the command-line tests (lora_cli.py, llama_lora.py, generate_cli.py, export_cli.py) share: their paths from
+the command line, failing with the script's name, running a command that must succeed, and a fresh work directory with a tiny corpus of Brown-like words, its BPE tokenizer
 and the `attend train` options for short runs on it."""
+import argparse
 import os
 import random
 import shutil
 import subprocess
 import sys
+
+
+def paths(doc, *names):
+    """The command line's --attend, --work and each of `names` (--data, ...), all required, as absolute paths, in
+    that order; `doc` is its help."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name in ("attend", "work", *names):
+        parser.add_argument(f"--{name}", required=True)
+    args = parser.parse_args()
+    return [os.path.abspath(getattr(args, name)) for name in ("attend", "work", *names)]
 
 
 def checks(name):

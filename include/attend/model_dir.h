@@ -7,6 +7,7 @@
 #pragma once
 
 #include <attend/model.h>
+#include <attend/safetensors.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -88,23 +89,30 @@ void save_model(const Model& model, const std::filesystem::path& dir, const Toke
 // Writes a decoder model in Hugging Face's GPT-2 layout: config.json with GPT-2's keys, model.safetensors
 // with Conv1D weights [in, out] under GPT-2's names, and tokenizer.json when given. load_model reads the
 // result back. Options GPT-2 cannot express (RMSNorm, RoPE, GQA, MoE, ...) are errors naming the option.
-void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
+                    DType dtype = DType::F32);
 // Writes a decoder in Hugging Face's Llama layout (LlamaForCausalLM: config.json, model.safetensors,
 // tokenizer.json when given); load_model reads it back bit for bit. Options Llama cannot express (LayerNorm,
 // biases, learned positions, MoE, ...) are errors naming the option.
-void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
+                     DType dtype = DType::F32);
 // Writes a Gemma-style decoder (sandwich norms of 1 + γ, q/k norms, GeGLU, scaled embeddings, local layers with
 // a sliding window) in Hugging Face's Gemma3ForCausalLM layout; load_model reads it back bit for bit.
-void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
+                      DType dtype = DType::F32);
 // Writes an encoder-decoder model with T5's options (relative position buckets with one table a stack, pre-LN
 // RMSNorm, no biases, unscaled scores; ReLU, gated-GELU or gated-SiLU FFNs) in T5ForConditionalGeneration's layout.
-void export_hf_t5(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+void export_hf_t5(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
+                  DType dtype = DType::F32);
 // Writes an encoder with BERT's options (post-LN LayerNorm, learned positions, token types, a normed embedding) as
 // BertForSequenceClassification (with a classification head), BertForMaskedLM (with a masked-LM head) or BertModel.
-void export_hf_bert(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+void export_hf_bert(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
+                    DType dtype = DType::F32);
 // Writes the model in the Hugging Face layout of its family (GPT-2, Llama/Mistral/Qwen, Gemma 3, T5, BERT), chosen
-// from its options; an error names what no layout can express.
-void export_hf(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr);
+// from its options; an error names what no layout can express. Every export_hf* writes its tensors as `dtype` (F32,
+// BF16 or F16), config.json's torch_dtype with them.
+void export_hf(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer = nullptr,
+               DType dtype = DType::F32);
 
 // LoRA adapters in PEFT's files (adapter_config.json, adapter_model.safetensors with PEFT's names, as
 // `PeftModel.save_pretrained` writes them) for each family's Hugging Face layout: GPT-2, the Llama family, BERT

@@ -152,7 +152,7 @@ Model load_hf_bert(const fs::path& dir, const json& config, WeightType matrices)
 
 namespace attend {
 
-void export_hf_bert(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
+void export_hf_bert(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer, DType dtype) {
   const ModelConfig& c = model.config();
   const formats::ExportChecks checks("hf-bert", "BERT");
   auto require = [&](bool ok, std::string_view option, std::string_view found, std::string_view wanted) {
@@ -176,7 +176,7 @@ void export_hf_bert(const Model& model, const std::filesystem::path& dir, const 
   ModelConfig written = c;
   if (c.n_classes > 0) written.mlm_head = false;
   const bool bare = c.n_classes == 0 && !c.mlm_head;
-  formats::write_mapped(model, formats::bert_mappings(written, bare ? "" : "bert.", "cls.predictions.bias"), dir);
+  formats::write_mapped(model, formats::bert_mappings(written, bare ? "" : "bert.", "cls.predictions.bias"), dir, dtype);
   const char* architecture = c.n_classes > 0 ? "BertForSequenceClassification"
                              : c.mlm_head    ? "BertForMaskedLM"
                                              : "BertModel";
@@ -197,7 +197,7 @@ void export_hf_bert(const Model& model, const std::filesystem::path& dir, const 
                                    {"layer_norm_eps", c.norm_eps},
                                    {"position_embedding_type", "absolute"},
                                    {"tie_word_embeddings", c.tie_embeddings},
-                                   {"torch_dtype", "float32"}};
+                                   {"torch_dtype", formats::torch_dtype_name(dtype)}};
   if (c.n_classes > 0) {
     nlohmann::ordered_json id2label = nlohmann::ordered_json::object(), label2id = nlohmann::ordered_json::object();
     for (int64_t i = 0; i < c.n_classes; ++i) {

@@ -224,7 +224,11 @@ void load_mapped(const CheckpointTensors& tensors, Model& model, const std::vect
           name, what);
 }
 
-void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, const fs::path& dir) {
+const char* torch_dtype_name(DType dtype) {
+  return dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+}
+
+void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, const fs::path& dir, DType dtype) {
   for (const Parameter* p : model.parameters())
     check(p->has_values(), "{}: '{}' is held as quantized blocks only; Hugging Face's layout holds float values "
           "(Model::ensure_values)", dir.string(), p->name);
@@ -240,7 +244,7 @@ void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, c
                             std::span<const float>(p->value.data() + m.row * stride, (end - m.row) * stride)));
     tensors.push_back({m.hf, &stored.back()});
   }
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}}, dtype);
 }
 
 void create_export_directory(const fs::path& dir) {

@@ -127,7 +127,10 @@ void finish_loading(Model& model, WeightType matrices);
 void load_mapped(const CheckpointTensors& tensors, Model& model, const std::vector<RowMapping>& mappings,
                  const std::function<bool(const std::string&)>& skipped, const std::string& what);
 // Writes DIR/model.safetensors holding each mapped tensor (its rows of the parameter), in the mapping's order.
-void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, const std::filesystem::path& dir);
+void write_mapped(const Model& model, const std::vector<RowMapping>& mappings, const std::filesystem::path& dir,
+                  DType dtype = DType::F32);
+// config.json's torch_dtype for tensors written as `dtype` (F32, BF16, F16).
+const char* torch_dtype_name(DType dtype);
 
 // Creates an export's directory (and its parents); an error names it.
 void create_export_directory(const std::filesystem::path& dir);

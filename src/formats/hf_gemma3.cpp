@@ -131,7 +131,7 @@ Model load_hf_gemma3(const fs::path& dir, const json& config, WeightType matrice
 
 namespace attend {
 
-void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
+void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer, DType dtype) {
   const ModelConfig& c = model.config();
   const formats::ExportChecks checks("hf-gemma3", "Gemma 3");
   checks.decoder(c);
@@ -150,13 +150,13 @@ void export_hf_gemma3(const Model& model, const std::filesystem::path& dir, cons
   formats::check_rope_scaling_exports(c, checks);
 
   formats::create_export_directory(dir);
-  formats::write_decoder_tensors(model, dir);
+  formats::write_decoder_tensors(model, dir, dtype);
   const double scale = c.attention_scale > 0.0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.d_head()));
   const double query_scalar = 1.0 / (scale * scale);
   nlohmann::ordered_json layer_types = nlohmann::ordered_json::array();
   for (int64_t i = 0; i < c.n_layers; ++i)
     layer_types.push_back(c.is_local_block(i) ? "sliding_attention" : "full_attention");
-  nlohmann::ordered_json config = formats::decoder_config_json(c, "Gemma3ForCausalLM", "gemma3_text");
+  nlohmann::ordered_json config = formats::decoder_config_json(c, "Gemma3ForCausalLM", "gemma3_text", dtype);
   config["hidden_activation"] = "gelu_pytorch_tanh";
   config["rope_local_base_freq"] = c.rope_local_base > 0.0 ? c.rope_local_base : c.rope_base;
   config["query_pre_attn_scalar"] =

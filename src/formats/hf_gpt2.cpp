@@ -139,7 +139,7 @@ Model load_hf_gpt2(const fs::path& dir, const json& config, WeightType matrices)
 
 namespace attend {
 
-void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
+void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer, DType dtype) {
   const ModelConfig& c = model.config();
   const formats::ExportChecks checks("hf-gpt2", "GPT-2");
   checks.decoder(c);
@@ -169,10 +169,11 @@ void export_hf_gpt2(const Model& model, const std::filesystem::path& dir, const 
       tensors.push_back({m.hf, &p->value});
     }
   }
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}}, dtype);
   const char* activation = c.activation == FfnKind::GELUTanh ? "gelu_new" : c.activation == FfnKind::GELU ? "gelu" : "relu";
   nlohmann::ordered_json config = {{"model_type", "gpt2"},
                                    {"architectures", {"GPT2LMHeadModel"}},
+                                   {"torch_dtype", formats::torch_dtype_name(dtype)},
                                    {"vocab_size", c.vocab_size},
                                    {"n_positions", c.max_seq_len},
                                    {"n_embd", c.d_model},

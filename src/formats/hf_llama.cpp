@@ -166,7 +166,8 @@ void check_rope_scaling_exports(const ModelConfig& c, const ExportChecks& checks
                  "rope_position_scale", "combined with another scaling", "one scaling");
 }
 
-nlohmann::ordered_json decoder_config_json(const ModelConfig& c, const char* architecture, const char* model_type) {
+nlohmann::ordered_json decoder_config_json(const ModelConfig& c, const char* architecture, const char* model_type,
+                                           DType dtype) {
   return {{"architectures", {architecture}},
           {"model_type", model_type},
           {"vocab_size", c.vocab_size},
@@ -183,7 +184,7 @@ nlohmann::ordered_json decoder_config_json(const ModelConfig& c, const char* arc
           {"attention_bias", false},
           {"tie_word_embeddings", c.tie_embeddings},
           {"initializer_range", c.init_std},
-          {"torch_dtype", "float32"}};
+          {"torch_dtype", torch_dtype_name(dtype)}};
 }
 
 bool is_hf_llama_config(const json& config) { return !family_of(config).empty(); }
@@ -306,7 +307,7 @@ Model load_decoder_tensors(const fs::path& dir, const ModelConfig& c, const Deco
   return model;
 }
 
-void write_decoder_tensors(const Model& model, const fs::path& dir) {
+void write_decoder_tensors(const Model& model, const fs::path& dir, DType dtype) {
   const ModelConfig& c = model.config();
   const DecoderNames names;
   const int64_t C = c.d_model, H = c.n_heads, Hkv = c.kv_heads(), D = c.d_head();
@@ -336,7 +337,7 @@ void write_decoder_tensors(const Model& model, const fs::path& dir) {
         tensors.push_back({l + which + ".weight", &stored.back()});
       }
   }
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}}, dtype);
 }
 
 Model load_hf_llama(const fs::path& dir, const json& config, WeightType matrices) {
@@ -350,7 +351,7 @@ Model load_hf_llama(const fs::path& dir, const json& config, WeightType matrices
 
 namespace attend {
 
-void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
+void export_hf_llama(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer, DType dtype) {
   const ModelConfig& c = model.config();
   const formats::ExportChecks checks("hf-llama", "Llama");
   auto require = [&](bool ok, std::string_view option, std::string_view found, std::string_view wanted) {
@@ -369,14 +370,14 @@ void export_hf_llama(const Model& model, const std::filesystem::path& dir, const
   formats::check_rope_scaling_exports(c, checks);
 
   formats::create_export_directory(dir);
-  formats::write_decoder_tensors(model, dir);
+  formats::write_decoder_tensors(model, dir, dtype);
   const bool mistral = c.sliding_window > 0;
   const char* family = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : mistral ? "mistral" : "llama";
   const char* architecture = c.qk_norm    ? "Qwen3ForCausalLM"
                              : c.qkv_bias ? "Qwen2ForCausalLM"
                              : mistral    ? "MistralForCausalLM"
                                           : "LlamaForCausalLM";
-  nlohmann::ordered_json config = formats::decoder_config_json(c, architecture, family);
+  nlohmann::ordered_json config = formats::decoder_config_json(c, architecture, family, dtype);
   config["hidden_act"] = "silu";
   config["mlp_bias"] = false;
   config["sliding_window"] = mistral ? nlohmann::ordered_json(c.sliding_window) : nullptr;

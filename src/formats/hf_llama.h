@@ -43,11 +43,12 @@ struct DecoderNames {
 Model load_decoder_tensors(const std::filesystem::path& dir, const ModelConfig& c, const DecoderNames& names,
                            const std::string& what, WeightType matrices = WeightType::F32);
 // Writes DIR/model.safetensors of such a model under Hugging Face's names, q/k rows unpermuted.
-void write_decoder_tensors(const Model& model, const std::filesystem::path& dir);
+void write_decoder_tensors(const Model& model, const std::filesystem::path& dir, DType dtype = DType::F32);
 
 // The config.json keys the Llama layout's families share (sizes, heads, RMSNorm's ε, RoPE's θ, no biases, the
 // tied head), for an export; each family adds its own.
-nlohmann::ordered_json decoder_config_json(const ModelConfig& c, const char* architecture, const char* model_type);
+nlohmann::ordered_json decoder_config_json(const ModelConfig& c, const char* architecture, const char* model_type,
+                                           DType dtype = DType::F32);
 // Whether config.json's "architectures" names one of `names`.
 bool names_architecture(const nlohmann::json& config, std::initializer_list<const char*> names);
 // config.json's rope_scaling (rope_type llama3, linear, dynamic or default; null or absent: none) into `c`.

@@ -132,7 +132,7 @@ Model load_hf_t5(const fs::path& dir, const json& config, WeightType matrices) {
 
 namespace attend {
 
-void export_hf_t5(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer) {
+void export_hf_t5(const Model& model, const std::filesystem::path& dir, const Tokenizer* tokenizer, DType dtype) {
   const ModelConfig& c = model.config();
   const formats::ExportChecks checks("hf-t5", "T5");
   auto require = [&](bool ok, std::string_view option, std::string_view found, std::string_view wanted) {
@@ -155,7 +155,7 @@ void export_hf_t5(const Model& model, const std::filesystem::path& dir, const To
           "d_model^-1/2 with tied embeddings, else 1");
 
   formats::create_export_directory(dir);
-  formats::write_mapped(model, formats::t5_mappings(c), dir);
+  formats::write_mapped(model, formats::t5_mappings(c), dir, dtype);
   const char* ff = c.activation == FfnKind::ReLU ? "relu" : c.activation == FfnKind::GeGLU ? "gated-gelu" : "gated-silu";
   nlohmann::ordered_json config = {{"architectures", {"T5ForConditionalGeneration"}},
                                    {"model_type", "t5"},
@@ -178,7 +178,7 @@ void export_hf_t5(const Model& model, const std::filesystem::path& dir, const To
                                    {"decoder_start_token_id", 0},  // T5's: the pad token, with EOS 1
                                    {"pad_token_id", 0},
                                    {"eos_token_id", 1},
-                                   {"torch_dtype", "float32"}};
+                                   {"torch_dtype", formats::torch_dtype_name(dtype)}};
   formats::write_hf_extras(tokenizer, dir, config);
   if (tokenizer != nullptr) {  // the decoder starts where Attend's does: BOS ([CLS]), else the pad token
     std::optional<int32_t> start = tokenizer->special_id(SpecialRole::Bos);

@@ -211,13 +211,13 @@ Model load_model(const fs::path& dir, WeightType matrices) {
   return model;
 }
 
-void export_hf(const Model& model, const fs::path& dir, const Tokenizer* tokenizer) {
+void export_hf(const Model& model, const fs::path& dir, const Tokenizer* tokenizer, DType dtype) {
   const ModelConfig& c = model.config();
-  if (c.architecture == Architecture::EncoderDecoder) return export_hf_t5(model, dir, tokenizer);
-  if (c.architecture == Architecture::Encoder) return export_hf_bert(model, dir, tokenizer);
-  if (c.sandwich_norm || c.norm_unit_offset) return export_hf_gemma3(model, dir, tokenizer);
-  if (c.position == PositionKind::RoPE) return export_hf_llama(model, dir, tokenizer);
-  export_hf_gpt2(model, dir, tokenizer);
+  if (c.architecture == Architecture::EncoderDecoder) return export_hf_t5(model, dir, tokenizer, dtype);
+  if (c.architecture == Architecture::Encoder) return export_hf_bert(model, dir, tokenizer, dtype);
+  if (c.sandwich_norm || c.norm_unit_offset) return export_hf_gemma3(model, dir, tokenizer, dtype);
+  if (c.position == PositionKind::RoPE) return export_hf_llama(model, dir, tokenizer, dtype);
+  export_hf_gpt2(model, dir, tokenizer, dtype);
 }
 
 }  // namespace attend

@@ -171,6 +171,18 @@ struct Server::Impl {
                                       architecture_name(served->model.config().architecture)), "model");
     const serve::CompletionRequest r = serve::parse_completion_request(req.body, chat);
     const uint64_t adapters = check_model(r.model);
+    // What the engine would refuse, refused before the prompts are rendered and tokenized, with the field named.
+    if (r.n > options.engine.max_sequences)
+      throw ApiError(400, fmt::format("n is {}; the server decodes at most {} sequences at once (--parallel)", r.n,
+                                      options.engine.max_sequences), "n");
+    const int64_t vocab = sampled_vocab(served->model, served->tokenizer ? &*served->tokenizer : nullptr);
+    for (const auto& [id, bias] : r.logit_bias)
+      if (id >= vocab)
+        throw ApiError(400, fmt::format("logit_bias: token id {} is outside the vocabulary [0, {})", id, vocab), "logit_bias");
+    // Each prompt waits in the engine's queue as a request of its own: a batch longer than the queue never fits.
+    if (!chat && static_cast<int64_t>(r.prompts.size()) > options.engine.max_queue)
+      throw ApiError(400, fmt::format("{} prompts in one request: the server queues at most {} (--queue)", r.prompts.size(),
+                                      options.engine.max_queue), "prompt");
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> prompt_texts;  // for echo
     if (chat) {
@@ -191,14 +203,6 @@ struct Server::Impl {
       }
     }
     const int64_t context = engine->context();
-    // What the engine would refuse, refused here with the field named.
-    if (r.n > options.engine.max_sequences)
-      throw ApiError(400, fmt::format("n is {}; the server decodes at most {} sequences at once (--parallel)", r.n,
-                                      options.engine.max_sequences), "n");
-    const int64_t vocab = sampled_vocab(served->model, served->tokenizer ? &*served->tokenizer : nullptr);
-    for (const auto& [id, bias] : r.logit_bias)
-      if (id >= vocab)
-        throw ApiError(400, fmt::format("logit_bias: token id {} is outside the vocabulary [0, {})", id, vocab), "logit_bias");
     std::vector<CompletionParams> params;
     for (const std::vector<int32_t>& ids : prompts) {
       const auto L = static_cast<int64_t>(ids.size());
@@ -228,10 +232,6 @@ struct Server::Impl {
       p.adapters = adapters;
       params.push_back(std::move(p));
     }
-    // Each prompt waits in the engine's queue as a request of its own: a batch longer than the queue never fits.
-    if (static_cast<int64_t>(params.size()) > options.engine.max_queue)
-      throw ApiError(400, fmt::format("{} prompts in one request: the server queues at most {} (--queue)", params.size(),
-                                      options.engine.max_queue), "prompt");
     auto signal = std::make_shared<EngineSignal>();  // one wake-up for every prompt's events
     std::vector<std::shared_ptr<EngineRequest>> handles;
     try {
@@ -559,8 +559,17 @@ struct Server::Impl {
     return out;
   }
 
+  // The method each plain path is served with (route), for the 405 of its other method.
+  std::map<std::string, std::string> methods;
+
+  void route(const std::string& method, const std::string& path, httplib::Server::Handler handler) {
+    methods[path] = method;
+    if (method == "GET") http.Get(path, std::move(handler));
+    else http.Post(path, std::move(handler));
+  }
+
   void routes() {
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    route("GET", "/health", [this](const httplib::Request&, httplib::Response& res) {
       const int s = state;
       res.status = s == 1 ? 200 : 503;
       json body = {{"status", s == 0 ? "loading" : s == 1 ? "ok" : "error"}};
@@ -568,15 +577,15 @@ struct Server::Impl {
       res.set_content(dump(body), "application/json");
       count("/health", res.status);
     });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    route("GET", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics(), "text/plain; version=0.0.4");
       count("/metrics", 200);
     });
-    http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+    route("GET", "/", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(serve::playground_html(), "text/html; charset=utf-8");
       count("/", 200);
     });
-    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    route("GET", "/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/v1/models", [&] {
         json data = json::array({model_entry(options.model_name)});
         for (const auto& [id, slot] : served->adapters) data.push_back(model_entry(id));
@@ -589,19 +598,19 @@ struct Server::Impl {
         res.set_content(dump(model_entry(req.matches[1])), "application/json");
       });
     });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    route("POST", "/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/v1/completions", [&] { completions(req, res, false); });
     });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    route("POST", "/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/v1/chat/completions", [&] { completions(req, res, true); });
     });
-    http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    route("POST", "/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/v1/embeddings", [&] { embeddings(req, res); });
     });
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    route("POST", "/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/tokenize", [&] { tokenize(req, res); });
     });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    route("POST", "/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/detokenize", [&] { detokenize(req, res); });
     });
     // A browser's preflight before a cross-origin POST (or a GET with an Authorization header): what may follow.
@@ -624,12 +633,8 @@ struct Server::Impl {
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       // A path served with the other method: 405 and what it takes.
-      static const std::map<std::string, const char*> kMethods = {
-          {"/health", "GET"}, {"/metrics", "GET"}, {"/", "GET"}, {"/v1/models", "GET"},
-          {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/embeddings", "POST"},
-          {"/tokenize", "POST"}, {"/detokenize", "POST"}};
-      const auto served_path = kMethods.find(req.path);
-      if (res.status == 404 && served_path != kMethods.end()) {
+      const auto served_path = methods.find(req.path);
+      if (res.status == 404 && served_path != methods.end()) {
         res.status = 405;
         res.set_header("Allow", served_path->second);
       }
