@@ -603,12 +603,22 @@ void gemv_quant(QuantType type, float* out, const float* inp, const void* weight
 // this is the rest.
 namespace {
 
+// Several input rows on Intel's cores (gemv_prefetch): each block's lines are also asked into L2 about 24 KiB
+// ahead. The L2 streamer does not cross a 4 KiB page, and with eight rows' products between its requests it fell
+// behind the weights' stream (GPT-2-124M's matrices at 8 rows, 2 threads, 8 alternating rounds on Emerald
+// Rapids: median 6.6 against 8.0 ms over ten alternating pairs, 4 rows 4.0 against 6.6; docs/BENCHMARKS.md).
+constexpr int64_t kFarAhead = 24 << 10;
+inline void far_ahead(const uint8_t* w, int64_t block_bytes) {
+  for (int64_t l = 0; l < block_bytes; l += 64) __builtin_prefetch(w + kFarAhead + l, 0, 2);  // prefetcht1
+}
+
 template <typename Type, int R>
-void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out, bool far) {
 #if defined(__AVX2__)
   __m256 acc[R];
   for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b, w += Type::kGroupBlockBytes) {
+    if (R >= 4 && far) far_ahead(w, Type::kGroupBlockBytes);
     const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
     __m256i isum[R];
     Type::template sums<R>(w + 16, a, b, isum);
@@ -620,6 +630,7 @@ void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const floa
     _mm256_storeu_ps(out[n], acc[n]);
   }
 #else
+  (void)far;
   for (int n = 0; n < R; ++n) {
     float acc[8] = {};
     const uint8_t* block = w;
@@ -636,8 +647,9 @@ void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const floa
 struct Q4X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 18;
   template <int R>
-  static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
-    x8_rows<Q4X8, R>(w, a, blocks, bias, out);
+  static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out,
+                   bool far) {
+    x8_rows<Q4X8, R>(w, a, blocks, bias, out, far);
   }
 #if defined(__AVX2__)
   template <int R>
@@ -680,7 +692,8 @@ struct Q4X8 {
 struct Q8X8 {
   static constexpr int64_t kGroupBlockBytes = 8 * 34;
   template <int R>
-  static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out) {
+  static void rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const float* bias, float* const* out,
+                   bool far) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     __m512 acc[R];
@@ -688,8 +701,10 @@ struct Q8X8 {
     for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
       // Several rows' work on a block leaves the hardware prefetcher behind the weights' stream: fetch them
       // about eight blocks ahead (one row keeps up alone).
-      if constexpr (R >= 4)
+      if constexpr (R >= 4) {
         for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64 * l), _MM_HINT_T0);
+        if (far) far_ahead(w, kGroupBlockBytes);
+      }
       const __m512 scales = _mm512_permutexvar_ps(
           pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)))));
       // Word by word across the rows, so that the rows' sums are independent chains.
@@ -722,6 +737,7 @@ struct Q8X8 {
     // rows in the order 0 1 4 5 2 3 6 7 (the scales are put in that order, and the sums back at the end).
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));  // the stored bytes w + 128 back to w
+    (void)far;  // far_ahead measured level or slower here (ATTEND_ISA=avx2 on the Xeon)
     __m256 acc[R];
     for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
@@ -751,6 +767,7 @@ struct Q8X8 {
       _mm256_storeu_ps(out[n], y);
     }
 #else
+    (void)far;
     for (int n = 0; n < R; ++n) {
       float acc[8] = {};
       const uint8_t* block = w;
@@ -780,6 +797,7 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
     for (int64_t n = n0; n < n1; ++n) quantize_act32(to + n * blocks, inp + n * C, C);
   };
   const bool ahead = N < 4 && gemv_prefetch();  // decoding on Intel's cores: each group fetches the next one
+  const bool far = N >= 4 && gemv_prefetch();  // several rows on Intel's cores: far_ahead
   constexpr int64_t kOwnCopy = 16;  // rows up to which each thread quantizes them itself
   const Act32* shared = nullptr;
   if (N > kOwnCopy) {
@@ -808,15 +826,15 @@ void gemv_x8(float* out, const float* inp, const uint8_t* repacked, const float*
         for (int64_t n = 0; n < rows; ++n) a[n] = acts + (n0 + n) * blocks, o[n] = out + (n0 + n) * OC + 8 * g;
         switch (rows) {
 #if defined(__AVX512F__)
-          case 8: Type::template rows<8>(w, a, blocks, b, o); break;
-          case 7: Type::template rows<7>(w, a, blocks, b, o); break;
-          case 6: Type::template rows<6>(w, a, blocks, b, o); break;
-          case 5: Type::template rows<5>(w, a, blocks, b, o); break;
+          case 8: Type::template rows<8>(w, a, blocks, b, o, far); break;
+          case 7: Type::template rows<7>(w, a, blocks, b, o, far); break;
+          case 6: Type::template rows<6>(w, a, blocks, b, o, far); break;
+          case 5: Type::template rows<5>(w, a, blocks, b, o, far); break;
 #endif
-          case 4: Type::template rows<4>(w, a, blocks, b, o); break;
-          case 3: Type::template rows<3>(w, a, blocks, b, o); break;
-          case 2: Type::template rows<2>(w, a, blocks, b, o); break;
-          default: Type::template rows<1>(w, a, blocks, b, o); break;
+          case 4: Type::template rows<4>(w, a, blocks, b, o, far); break;
+          case 3: Type::template rows<3>(w, a, blocks, b, o, far); break;
+          case 2: Type::template rows<2>(w, a, blocks, b, o, far); break;
+          default: Type::template rows<1>(w, a, blocks, b, o, far); break;
         }
       }
     }
