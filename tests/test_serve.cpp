@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -385,6 +386,62 @@ TEST(Server, AnswersBrowsersCurlAndBatchesAsClientsExpect) {
   ASSERT_GE(chunks.size(), 2u);
   for (size_t i = 0; i + 1 < chunks.size(); ++i) EXPECT_TRUE(chunks[i].contains("usage") && chunks[i]["usage"].is_null());
   EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 3);
+  server.stop();
+  runner.join();
+}
+
+// Completions' text_offset counts characters, as OpenAI's (a Python string's indices): with the two bytes of "é"
+// favoured, the text is mostly two- and three-byte characters (é, or U+FFFD for a byte out of place), and each
+// streamed chunk's offset is the characters of the chunks before it; the whole answer's offsets rise to at most its
+// length. Counted in bytes they ran past it.
+TEST(Server, CompletionTextOffsetsCountCharacters) {
+  ServedModel model = tiny_model();
+  const std::vector<int32_t> e_acute = model.tokenizer->encode("\xc3\xa9");
+  ASSERT_EQ(e_acute.size(), 2u) << "the tiny tokenizer has no merge for these bytes";
+  Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2}},
+                [&model] { return std::move(model); });
+  std::thread runner([&] { server.run(); });
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(30, 0);
+  for (int i = 0; i < 500 && !(get(client, "/health") && get(client, "/health")->status == 200); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto characters = [](const std::string& s) {
+    return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+  };
+  const json request = {{"prompt", "the cat"}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 1},
+                        {"logit_bias", {{std::to_string(e_acute[0]), 100}, {std::to_string(e_acute[1]), 100}}}};
+  json streamed_request = request;
+  streamed_request["stream"] = true;
+  const auto streamed = client.Post("/v1/completions", streamed_request.dump(), "application/json");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  std::string text;
+  int chunks = 0;
+  for (size_t at = 0; (at = streamed->body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = streamed->body.find("\n\n", at);
+    const std::string data = streamed->body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") break;
+    const json choice = json::parse(data)["choices"][0];
+    if (choice["logprobs"].is_object()) {  // a token's chunk (the last text held back comes in one without)
+      EXPECT_EQ(choice["logprobs"]["text_offset"][0], characters(text)) << "after " << text;
+      ++chunks;
+    }
+    text += choice["text"].get<std::string>();
+  }
+  EXPECT_EQ(chunks, 24);
+  ASSERT_GT(text.size(), static_cast<size_t>(characters(text)) + 4) << "too few multi-byte characters to tell: " << text;
+
+  const auto whole = client.Post("/v1/completions", request.dump(), "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json choice = json::parse(whole->body)["choices"][0];
+  EXPECT_EQ(choice["text"], text);
+  const json offsets = choice["logprobs"]["text_offset"];
+  ASSERT_EQ(offsets.size(), 24u);
+  EXPECT_EQ(offsets[0], 0);
+  for (size_t i = 1; i < offsets.size(); ++i) EXPECT_GE(offsets[i], offsets[i - 1]);
+  EXPECT_LE(offsets.back().get<int64_t>(), characters(text));
   server.stop();
   runner.join();
 }

@@ -15,6 +15,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 
 namespace attend {
@@ -34,6 +36,11 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Code points in UTF-8 text: the bytes that do not continue a sequence.
+size_t characters(std::string_view text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
 
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -294,7 +301,8 @@ struct Server::Impl {
       return j;
     }
 
-    // Completions' logprobs object for `tokens`, their text starting at `offset`.
+    // Completions' logprobs object for `tokens`, their text starting at `offset` characters into the choice's
+    // text (OpenAI's text_offset counts characters, as a Python string's indices do: code points, not bytes).
     json completion_logprobs(const std::vector<EngineEvent>& tokens, size_t offset) const {
       json j = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
                 {"text_offset", json::array()}};
@@ -305,7 +313,7 @@ struct Server::Impl {
         for (const TokenLogprob& t : e.top) top[token_text(t.id)] = t.logprob;
         j["top_logprobs"].push_back(top);
         j["text_offset"].push_back(offset);
-        offset += e.text.size();
+        offset += characters(e.text);
       }
       return j;
     }
@@ -376,7 +384,7 @@ struct Server::Impl {
       if (e.text.empty() && request.logprobs < 0) return true;  // nothing to say yet (a character held back)
       json logprobs = nullptr;
       if (request.logprobs >= 0 && e.token >= 0)
-        logprobs = chat ? json{{"content", json::array({chat_logprob(e)})}} : completion_logprobs({e}, c.text.size());
+        logprobs = chat ? json{{"content", json::array({chat_logprob(e)})}} : completion_logprobs({e}, characters(c.text));
       c.text += e.text;
       const json delta = chat ? json{{"content", e.text}} : json(e.text);
       return write(sink, "data: " + dump(chunk(k, delta, nullptr, &logprobs)) + "\n\n") || (cancel(), false);
@@ -425,7 +433,7 @@ struct Server::Impl {
         } else {
           const std::string echo = request.echo ? prompt_texts[k / n] : std::string();
           choice["text"] = echo + c.text;
-          if (request.logprobs >= 0) choice["logprobs"] = completion_logprobs(c.tokens, echo.size());
+          if (request.logprobs >= 0) choice["logprobs"] = completion_logprobs(c.tokens, characters(echo));
         }
         choices.push_back(choice);
       }
