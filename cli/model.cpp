@@ -164,8 +164,17 @@ DType export_dtype(const std::string& option, const std::string& source) {
   return *t == "bfloat16" ? DType::BF16 : *t == "float16" ? DType::F16 : DType::F32;
 }
 
-// What a Hugging Face layout written from `source` still lacks of it: the source directory's generation_config.json,
-// tokenizer_config.json (BOS/EOS, add_bos_token, the chat template), special_tokens_map.json and chat_template.jinja;
+// The files beside a model's weights that say how it is prompted and when it stops: the source directory's
+// generation_config.json, tokenizer_config.json (BOS/EOS, add_bos_token, the chat template), special_tokens_map.json
+// and chat_template.jinja, copied into `out` where it has none.
+void copy_generation_files(const std::string& source, const fs::path& out) {
+  if (!fs::is_directory(source)) return;
+  for (const char* name : {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    if (fs::exists(fs::path(source) / name) && !fs::exists(out / name))
+      write_file_atomic(out / name, read_file(fs::path(source) / name));
+}
+
+// What a Hugging Face layout written from `source` still lacks of it: its generation files (copy_generation_files);
 // config.json's token ids (the source's, else its generation defaults: a Mistral's greedy run went past its EOS
 // after export). Shards and an index of an earlier model in `out` are removed (they were left beside the new
 // model.safetensors).
@@ -176,10 +185,7 @@ void finish_hf_export(const std::string& source, const fs::path& out) {
       fs::remove(entry.path());
   }
   const bool directory = fs::is_directory(source);
-  if (directory)
-    for (const char* name : {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
-      if (fs::exists(fs::path(source) / name) && !fs::exists(out / name))
-        write_file_atomic(out / name, read_file(fs::path(source) / name));
+  copy_generation_files(source, out);
   auto config = nlohmann::ordered_json::parse(read_file(out / "config.json"));
   nlohmann::json source_config;
   if (directory && fs::exists(fs::path(source) / "config.json"))
@@ -342,6 +348,11 @@ void add_merge_lora(CLI::App& app) {
   cmd->add_option("--lora", lora, kLoraHelp);
   cmd->add_option("-o,--output", out, "The directory to write")->required();
   cmd->callback([] {
+    // Written over its own input, a LoRA checkpoint lost its adapters and kept an optimizer state that no longer
+    // matched; a Hugging Face base became Attend's layout.
+    std::error_code same_error;
+    check(!(fs::exists(out) && fs::equivalent(dir, out, same_error)),
+          "merge-lora: --output {} is the --model directory: write the merged model to another directory", out);
     Model model = load_model(dir);
     apply_lora(model, lora);
     check(model.has_lora(), "{}: the model has no LoRA adapters to merge (give --lora DIR for a PEFT adapter)", dir);
@@ -351,6 +362,7 @@ void add_merge_lora(CLI::App& app) {
     model.merge_lora();
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
     save_model(model, out, tok ? &*tok : nullptr);
+    copy_generation_files(dir, out);  // its EOS ids and chat template, as the base had them
     fmt::print("{}: merged {} LoRA adapter set{} (the first r = {} on {}); {} parameters{}\n", out, sets,
                sets == 1 ? "" : "s", r, fmt::join(targets, ", "), grouped(model.count().total()),
                tok ? ", with its tokenizer" : "");

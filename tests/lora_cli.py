@@ -12,6 +12,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -87,6 +88,28 @@ def main():
     for m in (merged, merged_peft):
         if "adapters" in run([attend, "inspect", m, "--summary"]):
             fail(f"{m}: the merged model still has adapters")
+    # Its output over its input is refused (a LoRA checkpoint lost its adapters, its optimizer state left behind).
+    before = open(os.path.join(lora, "checkpoint", "config.json")).read()
+    proc = subprocess.run([attend, "merge-lora", "--model", f"{lora}/checkpoint", "-o", f"{lora}/checkpoint/"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode == 0 or "is the --model directory" not in proc.stderr:
+        fail(f"merge-lora over its own input: exit {proc.returncode}, {proc.stderr!r}")
+    if open(os.path.join(lora, "checkpoint", "config.json")).read() != before:
+        fail("merge-lora over its own input changed the checkpoint")
+    # A base's generation files (its EOS ids, its chat template) come with the merged model.
+    with_files = os.path.join(work, "base_with_files")
+    shutil.copytree(f"{base}/checkpoint", with_files)
+    side = {"generation_config.json": '{"eos_token_id": [0, 7]}\n',
+            "tokenizer_config.json": '{"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}\n'}
+    for name, content in side.items():
+        with open(os.path.join(with_files, name), "w") as f:
+            f.write(content)
+    merged_files = os.path.join(work, "merged_files")
+    run([attend, "merge-lora", "--model", with_files, "--lora", peft, "-o", merged_files])
+    for name, content in side.items():
+        path = os.path.join(merged_files, name)
+        if not os.path.exists(path) or open(path).read() != content:
+            fail(f"merge-lora did not carry the base's {name}")
 
     def perplexity(model, *extra):
         line = evaluate(model, *extra)[0]
@@ -98,6 +121,16 @@ def main():
         got = perplexity(m)
         if abs(got - want) > 1e-3 * want:
             fail(f"{m}: perplexity {got}, the LoRA checkpoint's {want}")
+    # A target the model does not have (gate on a GELU FFN) or one named twice is refused before anything trains
+    # (gate was skipped: a run of zero gradients, and inspect said it was adapted).
+    for targets, message in (("q,gate", "not gated"), ("q,q", "named twice")):
+        proc = subprocess.run([attend, "train", "--set", "model.d_model=32", "--set", "model.n_layers=1",
+                               "--set", "model.n_heads=4", "--set", "model.max_seq_len=64", "--set", "model.activation=gelu",
+                               "--set", "train.lora.r=2", "--set", f"train.lora.targets={targets}", *common,
+                               "--set", "train.steps=3", "--set", f"out={os.path.join(work, 'no_gate')}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if proc.returncode == 0 or message not in proc.stderr:
+            fail(f"train.lora.targets={targets} on a GELU model: exit {proc.returncode}, {proc.stderr[-400:]!r}")
     # A second adapter (other targets and rank), for several at once and for the server.
     lora2 = os.path.join(work, "lora2")
     run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "train.lora.r=2",

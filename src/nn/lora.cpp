@@ -27,9 +27,13 @@ void LoraConfig::validate() const {
   check(r >= 1 && r <= 65536, "lora: r is {}, expected a rank from 1 to 65536", r);
   check(alpha > 0.0 && std::isfinite(alpha), "lora: alpha is {}, expected a positive number", alpha);
   check(!targets.empty(), "lora: targets is empty: name projections among q, k, v, o, up, gate, down");
-  for (const std::string& t : targets)
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const std::string& t = targets[i];
     check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
           "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
+    check(std::find(targets.begin(), targets.begin() + static_cast<std::ptrdiff_t>(i), t) == targets.begin() + static_cast<std::ptrdiff_t>(i),
+          "lora: target '{}' is named twice", t);
+  }
   for (const std::string& m : modules_to_save)
     check(m == "classifier" || m == "pooler" || m == "embeddings",
           "lora: modules_to_save names '{}' (expected classifier, pooler or embeddings)", m);

@@ -398,6 +398,9 @@ int Model::add_lora(const LoraConfig& config) {
   check(m.adapters.size() < 64, "lora: a model holds at most 64 adapter sets");
   check(!(config.adapts_ffn() && m.config.n_experts > 0),
         "lora: targets up, gate or down on a Mixture-of-Experts FFN are not supported (adapt q, k, v, o)");
+  check(is_gated(m.config.activation) || std::find(config.targets.begin(), config.targets.end(), "gate") == config.targets.end(),
+        "lora: target 'gate', but this model's FFN is not gated (its projections are up and down; gate is "
+        "SwiGLU's or GeGLU's, as in Llama, Qwen, Gemma and T5 v1.1)");
   std::set<const Parameter*> before;
   for (const Parameter* p : m.params)
     if (p->role == Role::LoraA) before.insert(p);
