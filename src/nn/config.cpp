@@ -218,8 +218,6 @@ void ModelConfig::validate() const {
     lora().validate();
     check(!(lora().adapts_ffn() && n_experts > 0), "model: lora_targets up, gate or down on a Mixture-of-Experts FFN are not "
           "supported (adapt q, k, v, o)");
-    check(is_gated(activation) || std::find(lora_targets.begin(), lora_targets.end(), "gate") == lora_targets.end(),
-          "model: lora_targets has gate, but the FFN is not gated (its projections are up and down)");
   }
   // Sizes past these would overflow what the model derives from them (4·d_model, V·C, the parameter count) long
   // before any machine could hold the weights; they name a broken file, not a model.

@@ -12,6 +12,7 @@
 #include "kernels/position.h"
 
 #include <attend/error.h>
+#include <attend/log.h>
 
 #include <attend/rng.h>
 
@@ -398,9 +399,13 @@ int Model::add_lora(const LoraConfig& config) {
   check(m.adapters.size() < 64, "lora: a model holds at most 64 adapter sets");
   check(!(config.adapts_ffn() && m.config.n_experts > 0),
         "lora: targets up, gate or down on a Mixture-of-Experts FFN are not supported (adapt q, k, v, o)");
-  check(is_gated(m.config.activation) || std::find(config.targets.begin(), config.targets.end(), "gate") == config.targets.end(),
-        "lora: target 'gate', but this model's FFN is not gated (its projections are up and down; gate is "
-        "SwiGLU's or GeGLU's, as in Llama, Qwen, Gemma and T5 v1.1)");
+  // gate on an FFN without one adapts nothing: as PEFT's target_modules, a list may name it beside others (the
+  // same list for every family), but a list that adapts nothing at all is refused (it trained zero gradients).
+  if (!is_gated(m.config.activation) && std::find(config.targets.begin(), config.targets.end(), "gate") != config.targets.end()) {
+    check(config.targets.size() > 1, "lora: targets is only 'gate', but this model's FFN is not gated (its projections "
+          "are up and down; gate is SwiGLU's or GeGLU's, as in Llama, Qwen, Gemma and T5 v1.1)");
+    log::info("lora: this model's FFN is not gated: target gate adapts nothing");
+  }
   std::set<const Parameter*> before;
   for (const Parameter* p : m.params)
     if (p->role == Role::LoraA) before.insert(p);
