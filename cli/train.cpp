@@ -114,8 +114,7 @@ void train_command(const TrainArgs& args, Communicator* group) {
         "every batch's sequences", run.data.batch_size, ranks);
   const std::filesystem::path out = run.out;
   // Before the data is read and the model built (which took their time before this was found).
-  check(!args.resume || std::filesystem::exists(out / "checkpoint" / "trainer.json") ||
-            std::filesystem::exists(out / "checkpoint.old" / "trainer.json"),
+  check(!args.resume || Trainer::has_checkpoint(out),
         "{}: no checkpoint to resume from (--resume continues a run in its output directory, out)",
         (out / "checkpoint").string());
   std::filesystem::create_directories(out);

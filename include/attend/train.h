@@ -332,6 +332,10 @@ class Trainer {
           const Tokenizer* tokenizer = nullptr, Communicator* group = nullptr);
   ~Trainer();
 
+  // Whether DIR holds a checkpoint a resume can continue: DIR/checkpoint, or DIR/checkpoint.old where a crash
+  // came between save_checkpoint's two renames (the Trainer renames it back).
+  static bool has_checkpoint(const std::filesystem::path& dir);
+
   // Runs until config.steps, or until *stop becomes true (Ctrl-C), then writes a checkpoint. Calls
   // on_step after every step. Throws attend::Error when max_bad_steps non-finite steps come in a row (the
   // last checkpoint is left as it was).

@@ -27,12 +27,10 @@ void LoraConfig::validate() const {
   check(r >= 1 && r <= 65536, "lora: r is {}, expected a rank from 1 to 65536", r);
   check(alpha > 0.0 && std::isfinite(alpha), "lora: alpha is {}, expected a positive number", alpha);
   check(!targets.empty(), "lora: targets is empty: name projections among q, k, v, o, up, gate, down");
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const std::string& t = targets[i];
+  for (const std::string& t : targets) {
     check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
           "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
-    check(std::find(targets.begin(), targets.begin() + static_cast<std::ptrdiff_t>(i), t) == targets.begin() + static_cast<std::ptrdiff_t>(i),
-          "lora: target '{}' is named twice", t);
+    check(std::count(targets.begin(), targets.end(), t) == 1, "lora: target '{}' is named twice", t);
   }
   for (const std::string& m : modules_to_save)
     check(m == "classifier" || m == "pooler" || m == "embeddings",

@@ -524,6 +524,10 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
   return totals[1] > 0 ? totals[0] / totals[1] : NAN;
 }
 
+bool Trainer::has_checkpoint(const fs::path& dir) {
+  return fs::exists(dir / "checkpoint" / "trainer.json") || fs::exists(dir / "checkpoint.old" / "trainer.json");
+}
+
 // DIR/checkpoint.tmp is written whole, then swapped in: checkpoint → checkpoint.old, checkpoint.tmp →
 // checkpoint, checkpoint.old removed. At every moment a complete checkpoint exists under one of the names.
 // Data parallelism: rank 0 writes it; with ZeRO-1 the others send it their shares of the optimizer state first.
