@@ -1,6 +1,7 @@
 // `attend`: the command-line tool. Each subcommand is one file in cli/; this file wires them up,
 // applies the global options and turns every error into one clear line and a non-zero exit.
 #include "commands.h"
+#include "signals.h"
 
 #include <attend/error.h>
 #include <attend/log.h>
@@ -77,6 +78,7 @@ void suggest(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attend::cli::start_signal_thread();  // before any other thread: SIGINT and SIGTERM go to it alone (signals.h)
   CLI::App app{fmt::format(
       "attend {}: train, evaluate and run transformers (encoder, decoder, encoder-decoder) on a CPU.\n"
       "Run `attend COMMAND --help` for the options of one command.",

@@ -1,6 +1,7 @@
 // `attend serve`: the OpenAI-compatible server (attend/server.h) on a model directory or GGUF file, until Ctrl-C
 // or SIGTERM.
 #include "commands.h"
+#include "signals.h"
 
 #include <attend/chat_template.h>
 #include <attend/error.h>
@@ -12,8 +13,6 @@
 
 #include <csignal>
 #include <filesystem>
-#include <pthread.h>
-#include <thread>
 
 namespace attend::cli {
 
@@ -100,23 +99,13 @@ void add_serve_command(CLI::App& app) {
       }
       return m;
     };
-    // SIGINT and SIGTERM wait for one thread of their own, which stops the server (the others never see them).
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     Server server(o, load);
     fmt::print(stderr, "serve: listening on http://{}:{} (model '{}' loading)\n", o.host, server.port(), o.model_name);
-    std::thread waiter([&] {
-      int signal = 0;
-      sigwait(&signals, &signal);
-      if (signal != 0) fmt::print(stderr, "serve: {}, stopping\n", signal == SIGINT ? "interrupted" : "terminated");
+    const StopOnSignal on_signal([&](int signal) {  // on the signal thread (signals.h)
+      fmt::print(stderr, "serve: {}, stopping\n", signal == SIGINT ? "interrupted" : "terminated");
       server.stop();
     });
     server.run();
-    pthread_kill(waiter.native_handle(), SIGTERM);  // when run() ended otherwise, the waiter still waits
-    waiter.join();
   });
 }
 

@@ -2,6 +2,7 @@
 // `attend plot` (training curves from a metrics file).
 #include "commands.h"
 #include "progress.h"
+#include "signals.h"
 
 #include <attend/distributed.h>
 #include <attend/error.h>
@@ -20,7 +21,7 @@
 
 #include <atomic>
 #include <cmath>
-#include <csignal>
+#include <optional>
 #include <sstream>
 
 namespace attend::cli {
@@ -59,13 +60,6 @@ std::vector<Series> read_metrics(const std::string& path, const std::vector<std:
       }
   }
   return out;
-}
-
-// The first Ctrl-C (or SIGTERM) asks training to stop after the current step and write a checkpoint; a
-// second one ends the program at once.
-void on_signal(int signal) {
-  if (g_signal.exchange(signal) != 0) std::_Exit(128 + signal);  // a second one: at once
-  g_stop = true;
 }
 
 struct TrainArgs {
@@ -140,8 +134,12 @@ void train_command(const TrainArgs& args, Communicator* group) {
   }
   write_file_atomic(out / "run.json", run.to_json());
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  // The first Ctrl-C (or SIGTERM) asks training to stop after the current step and write a checkpoint; a second one
+  // ends the program at once (signals.h).
+  std::optional<StopOnSignal> on_signal(std::in_place, [](int signal) {
+    g_signal = signal;
+    g_stop = true;
+  });
   ProgressBar bar("train");
   // The rate counts the step's targets: tokens, but examples for classification (one label each).
   const char* rate_unit = run.data.task == Task::Classify ? "examples/s" : "tok/s";
@@ -155,8 +153,7 @@ void train_command(const TrainArgs& args, Communicator* group) {
       },
       &g_stop);
   bar.finish();
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  on_signal.reset();
   if (g_stop) fmt::print(stderr, "interrupted: checkpoint written at step {}\n", trainer.steps_done());
   if (last_val)
     fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));

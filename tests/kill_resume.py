@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -53,6 +54,28 @@ def train_command(args, tokenizer, text, out, resume):
            "--set", "train.warmup_steps=2", "--set", f"train.eval_every={EVAL_EVERY}", "--set", "train.checkpoint_every=1",
            "--set", f"train.steps={args.steps}", "--set", f"out={out}"]
     return cmd + (["--resume"] if resume else [])
+
+
+def check_signal_threads(pid, what):
+    # No SIGINT or SIGTERM handler may run on a thread that computes: oneDNN's JIT GEMM kernels point rsp into the
+    # heap while they run, and a handler's frame there corrupts it (oneDNN issue #4845; "corrupted size vs.
+    # prev_size" once in CI). So the process catches neither signal, and every thread blocks both but the one that
+    # waits for them (sigwait unblocks them while it waits).
+    both = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    field = lambda text, name: int(re.search(name + r":\s*([0-9a-f]+)", text).group(1), 16)
+    if field(open(f"/proc/{pid}/status").read(), "SigCgt") & both:
+        fail(f"{what}: a handler catches SIGINT or SIGTERM, which can run on a computing thread")
+    tasks = os.listdir(f"/proc/{pid}/task")
+    waiting = []
+    for task in tasks:
+        try:
+            text = open(f"/proc/{pid}/task/{task}/status").read()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        if field(text, "SigBlk") & both != both:
+            waiting.append(task)
+    if len(tasks) < 2 or len(waiting) != 1:
+        fail(f"{what}: {len(waiting)} of {len(tasks)} threads take SIGINT and SIGTERM; one alone should")
 
 
 def read_bytes(path):
@@ -173,6 +196,8 @@ def main():
                 if os.path.exists(metrics_path) and read_bytes(metrics_path).count(b"\n") >= 2:
                     break
                 time.sleep(0.005)
+            if proc.poll() is None:
+                check_signal_threads(proc.pid, f"{sig.name}: attend train")
             proc.send_signal(sig)
             rc = proc.wait()
         said = open(log_path).read()

@@ -5,6 +5,7 @@
 //
 //   node tests/serve/openai_client.mjs ATTEND_BINARY MODEL_DIR OPENAI_PACKAGE_DIR
 import { spawn } from "node:child_process";
+import fs from "node:fs";
 import net from "node:net";
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
@@ -38,7 +39,25 @@ async function start(args) {
   return { child, base, log: () => log };
 }
 
+// SIGINT and SIGTERM: no handler (one would run on any thread, and oneDNN's JIT GEMM kernels point rsp into the
+// heap: its frame would corrupt it); every thread blocks both but the one waiting for them with sigwait.
+function checkSignalThreads(pid) {
+  const both = (1n << BigInt(2 - 1)) | (1n << BigInt(15 - 1));
+  const field = (text, name) => BigInt("0x" + text.match(new RegExp(name + ":\\s*([0-9a-f]+)"))[1]);
+  assert.equal(field(fs.readFileSync(`/proc/${pid}/status`, "utf8"), "SigCgt") & both, 0n, "no SIGINT/SIGTERM handler");
+  const tasks = fs.readdirSync(`/proc/${pid}/task`);
+  const taking = tasks.filter((t) => {
+    try {
+      return (field(fs.readFileSync(`/proc/${pid}/task/${t}/status`, "utf8"), "SigBlk") & both) !== both;
+    } catch {
+      return false;  // a thread that just ended
+    }
+  });
+  assert.equal(taking.length, 1, `one thread of ${tasks.length} takes SIGINT and SIGTERM`);
+}
+
 async function stop(server) {
+  checkSignalThreads(server.child.pid);
   server.child.kill("SIGTERM");
   const code = await new Promise((r) => server.child.on("exit", (c, s) => r(c ?? s)));
   assert.equal(code, 0, "attend serve stops cleanly on SIGTERM");

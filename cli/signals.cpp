@@ -1,0 +1,70 @@
+#include "signals.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace attend::cli {
+
+namespace {
+
+std::mutex g_mutex;
+std::function<void(int)> g_stop;  // the live StopOnSignal's action (guarded by g_mutex)
+bool g_asked = false;             // a signal has called it: the next one ends the process
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+// What the default action does: the process ends, killed by the signal (a shell then sees 128 + its number).
+[[noreturn]] void die_of(int signal) {
+  std::signal(signal, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, signal);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  pthread_kill(pthread_self(), signal);
+  std::_Exit(128 + signal);  // not reached: the signal ended the process
+}
+
+void wait_for_signals() {
+  const sigset_t set = stop_signals();
+  for (;;) {
+    int signal = 0;
+    if (sigwait(&set, &signal) != 0) continue;
+    const std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_asked) std::_Exit(128 + signal);  // a second one: at once
+    if (!g_stop) die_of(signal);
+    g_asked = true;
+    g_stop(signal);
+  }
+}
+
+}  // namespace
+
+void start_signal_thread() {
+  const sigset_t set = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread(wait_for_signals).detach();
+}
+
+StopOnSignal::StopOnSignal(std::function<void(int)> stop) {
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  g_stop = std::move(stop);
+}
+
+StopOnSignal::~StopOnSignal() {
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  g_stop = nullptr;
+}
+
+}  // namespace attend::cli
