@@ -238,6 +238,15 @@ def serve_batches_adapters(attend, model, peft, peft2):
     finally:
         server.terminate()
         server.wait(timeout=30)
+    # An adapter that cannot be loaded: the server says why and exits 1 (not a server answering 503 forever).
+    missing = os.path.join(os.path.dirname(peft), "no_such_adapter")
+    try:
+        bad = subprocess.run([attend, "serve", "--model", model, "--port", "0", "--lora", f"one={missing}"],
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        fail("serve: with an adapter that does not exist it kept serving")
+    if bad.returncode != 1 or "loading the model failed" not in bad.stderr or missing not in bad.stderr:
+        fail(f"serve: a missing adapter exited {bad.returncode}: {bad.stderr[-500:]}")
 
 
 if __name__ == "__main__":

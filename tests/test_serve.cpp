@@ -11,6 +11,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -446,23 +447,35 @@ TEST(Server, CompletionTextOffsetsCountCharacters) {
   runner.join();
 }
 
-TEST(Server, ALoadThatFailsIsReportedByHealthAndTheApi) {
-  Server server({.port = 0}, []() -> ServedModel { throw Error("model.safetensors: no such file"); });
-  std::thread runner([&] { server.run(); });
-  httplib::Client client("127.0.0.1", server.port());
-  std::optional<httplib::Response> health;
-  for (int i = 0; i < 500; ++i) {
-    health = get(client, "/health");
-    if (health && health->status == 503 && json::parse(health->body)["status"] == "error") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+TEST(Server, ALoadThatFailsStopsTheServerAndRunThrowsItsError) {
+  // The load fails at once, or only once run() listens: either way run() returns and names the failure.
+  for (const int delay_ms : {0, 50}) {
+    Server server({.port = 0}, [delay_ms]() -> ServedModel {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      throw Error("model.safetensors: no such file");
+    });
+    std::string error;
+    std::thread runner([&] {
+      try {
+        server.run();
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    });
+    runner.join();
+    EXPECT_EQ(error, "serve: loading the model failed: model.safetensors: no such file") << delay_ms << " ms";
   }
-  ASSERT_TRUE(health);
-  EXPECT_EQ(json::parse(health->body)["error"], "model.safetensors: no such file");
-  const auto api = client.Get("/v1/models");
-  EXPECT_EQ(api->status, 503);
-  EXPECT_NE(api->body.find("no such file"), std::string::npos);
+}
+
+TEST(Server, AStopBeforeRunIsNotLost) {
+  std::atomic<bool> release{false};
+  Server server({.port = 0}, [&]() -> ServedModel {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    throw Error("not loaded");
+  });
   server.stop();
-  runner.join();
+  server.run();  // returns at once: stopped before it ran
+  release = true;
 }
 
 }  // namespace

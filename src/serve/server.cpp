@@ -83,11 +83,13 @@ struct Server::Impl {
   httplib::Server http;
   int port = 0;
   std::atomic<int> state{0};  // 0 loading, 1 ready, 2 failed
+  std::atomic<bool> stopping{false}, run_entered{false}, run_returned{false};
   std::string load_error;
   std::unique_ptr<ServedModel> served;
   std::unique_ptr<Engine> engine;  // decoder models
   std::mutex encoder_mutex;        // encoder models' forwards, one at a time
   std::thread loader;
+  void stop();  // Server::stop, also the loader's when the load fails
   int64_t created = unix_seconds();
 
   std::mutex metrics_mutex;
@@ -720,9 +722,20 @@ Server::Server(ServerOptions options, std::function<ServedModel()> load) : impl_
     } catch (const std::exception& e) {
       m.load_error = e.what();
       m.state = 2;
-      log::error("serve: loading the model failed: {}", e.what());
+      m.stop();  // run() returns and throws the error: nothing can be served
     }
   });
+}
+
+void Server::Impl::stop() {
+  stopping = true;
+  // Every running request ends first ("cancelled"), so that the connections' threads finish and the listener can
+  // stop waiting for them.
+  if (state == 1 && engine) engine->stop();
+  // A stop before the listener runs is lost on it: when run() is between its look at `stopping` and the
+  // listener's start, wait for the listener (run() and stop() each write their flag before reading the other's).
+  while (run_entered && !run_returned && !http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http.stop();
 }
 
 Server::~Server() {
@@ -732,12 +745,14 @@ Server::~Server() {
 }
 
 int Server::port() const { return impl_->port; }
-void Server::run() { impl_->http.listen_after_bind(); }
-void Server::stop() {
-  // Every running request ends first ("cancelled"), so that the connections' threads finish and the listener can
-  // stop waiting for them.
-  if (impl_->state == 1 && impl_->engine) impl_->engine->stop();
-  impl_->http.stop();
+void Server::run() {
+  Impl& m = *impl_;
+  m.run_entered = true;
+  if (!m.stopping) m.http.listen_after_bind();
+  m.run_returned = true;
+  if (m.state == 2) throw Error(fmt::format("serve: loading the model failed: {}", m.load_error));
 }
+
+void Server::stop() { impl_->stop(); }
 
 }  // namespace attend
