@@ -20,8 +20,18 @@ def main():
     attend, work = tiny_runs.paths(__doc__)
     _, common = tiny_runs.corpus(run, attend, work, documents=False)
     out = os.path.join(work, "run")
-    run([attend, "train", "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2",
-         "--set", "model.max_seq_len=64", *common, "--set", "train.steps=30", "--set", f"out={out}"])
+    trained = subprocess.run([attend, "train", "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set",
+                              "model.n_heads=2", "--set", "model.max_seq_len=64", *common, "--set", "train.steps=30",
+                              "--set", f"out={out}"], capture_output=True, text=True)
+    if trained.returncode != 0:
+        fail(f"attend train exited {trained.returncode}: {trained.stderr[-2000:]}")
+    # The corpus has no blank lines: one document, none held out. Training says so and reports no validation loss
+    # (it reported nan without a word of why).
+    if "no validation text: none of the 1 document" not in trained.stderr or "nan" in trained.stdout + trained.stderr:
+        fail(f"one document: no word of the missing validation text, or a nan: {trained.stderr[-1500:]}")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        if any("val_loss" in json.loads(line) for line in f):
+            fail("one document: metrics.jsonl has a validation loss")
     model = os.path.join(out, "checkpoint")
     base = [attend, "generate", "--model", model, "--prompt", "the jury", "--max-new-tokens", "40"]
     whole = json.loads(run(base + ["--greedy", "--json"]))["text"]

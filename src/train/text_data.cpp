@@ -220,18 +220,33 @@ std::unique_ptr<Dataset> make_dataset(RunConfig& run, const Tokenizer& tokenizer
   if (d.task == Task::LM || d.task == Task::MLM) {
     TokenStreams s = load_token_streams(d, tokenizer, cache_dir);
     if (summary)
-      *summary = fmt::format("{} training tokens ({} documents), {} validation tokens ({} documents){}", s.train.size(),
-                             s.train_documents, s.valid.size(), s.valid_documents, s.from_cache ? ", from the cache" : "");
+      *summary = fmt::format("{} training tokens ({} document{}), {} validation tokens ({} document{}){}", s.train.size(),
+                             s.train_documents, s.train_documents == 1 ? "" : "s", s.valid.size(), s.valid_documents,
+                             s.valid_documents == 1 ? "" : "s", s.from_cache ? ", from the cache" : "");
+    // A text without blank lines is one document, and one document is never held out: say so, where the run
+    // would otherwise report no validation loss without a word of why.
+    const size_t valid_tokens = s.valid.size();
+    auto checked = [&](std::unique_ptr<Dataset> out) {
+      if (d.max_valid_batches == 0 || out->valid_batches() > 0) return out;
+      if (d.valid.empty())
+        log::warn("data: no validation text: none of the {} document{} (separated by blank lines) was held out by "
+                  "data.valid_fraction {}; set data.valid to a file of its own, or separate the documents with blank "
+                  "lines", s.train_documents, s.train_documents == 1 ? "" : "s", d.valid_fraction);
+      else
+        log::warn("data: {} gives no validation batch ({} tokens, below the {} of one sequence); no validation loss",
+                  d.valid, valid_tokens, d.seq_len + 1);
+      return out;
+    };
     if (d.task == Task::LM)
-      return std::make_unique<LmDataset>(std::move(s.train), std::move(s.valid),
-                                         LmDataOptions{.batch_size = d.batch_size, .seq_len = d.seq_len, .seed = d.seed,
-                                                       .max_valid_batches = d.max_valid_batches});
+      return checked(std::make_unique<LmDataset>(std::move(s.train), std::move(s.valid),
+                                                 LmDataOptions{.batch_size = d.batch_size, .seq_len = d.seq_len,
+                                                               .seed = d.seed, .max_valid_batches = d.max_valid_batches}));
     MlmOptions o{.batch_size = d.batch_size, .seq_len = d.seq_len, .seed = d.seed,
                  .mask_probability = d.mask_probability, .mask_id = role(SpecialRole::Mask, "masked positions"),
                  .vocab_size = tokenizer.vocab_size(), .max_valid_batches = d.max_valid_batches};
     for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
       if (tokenizer.is_special(id)) o.special_ids.push_back(id);
-    return std::make_unique<MlmDataset>(std::move(s.train), std::move(s.valid), o);
+    return checked(std::make_unique<MlmDataset>(std::move(s.train), std::move(s.valid), o));
   }
   ExampleSets e = load_examples(d, tokenizer, run.model.class_names);
   if (summary)

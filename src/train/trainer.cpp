@@ -597,7 +597,8 @@ void Trainer::run(const std::function<void(const StepReport&)>& on_step, const s
     StepReport r = step();
     stopped = stopping();
     const bool last = s.step == c.steps || stopped;
-    if ((c.eval_every > 0 && s.step % c.eval_every == 0) || last) r.val_loss = validation_loss(&r.val_loss_per_byte);
+    const bool validate = (c.eval_every > 0 && s.step % c.eval_every == 0) || last;
+    if (validate && s.data.valid_batches() > 0) r.val_loss = validation_loss(&r.val_loss_per_byte);
     if (s.leader()) append_metrics(r);
     if (on_step) on_step(r);
     if ((c.checkpoint_every > 0 && s.step % c.checkpoint_every == 0) || last) save_checkpoint();
