@@ -164,16 +164,6 @@ DType export_dtype(const std::string& option, const std::string& source) {
   return *t == "bfloat16" ? DType::BF16 : *t == "float16" ? DType::F16 : DType::F32;
 }
 
-// The files beside a model's weights that say how it is prompted and when it stops: the source directory's
-// generation_config.json, tokenizer_config.json (BOS/EOS, add_bos_token, the chat template), special_tokens_map.json
-// and chat_template.jinja, copied into `out` where it has none.
-void copy_generation_files(const std::string& source, const fs::path& out) {
-  if (!fs::is_directory(source)) return;
-  for (const char* name : {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
-    if (fs::exists(fs::path(source) / name) && !fs::exists(out / name))
-      write_file_atomic(out / name, read_file(fs::path(source) / name));
-}
-
 // What a Hugging Face layout written from `source` still lacks of it: its generation files (copy_generation_files);
 // config.json's token ids (the source's, else its generation defaults: a Mistral's greedy run went past its EOS
 // after export). Shards and an index of an earlier model in `out` are removed (they were left beside the new

@@ -128,6 +128,15 @@ void train_command(const TrainArgs& args, Communicator* group) {
     fmt::print(stderr, "data parallel: {} ranks ({}), {} gradients in buckets of {} MB\n", ranks,
                group->transport(), run.train.allreduce == Precision::BF16 ? "bf16" : "f32", run.train.bucket_mb);
   Trainer trainer(std::move(model), *data, run.train, out, args.resume, &tokenizer, group);
+  namespace fs = std::filesystem;
+  if (!run.train.init_from.empty() && fs::is_directory(run.train.init_from) && fs::exists(run.data.tokenizer)) {
+    // Fine-tuning a model with its own tokenizer (data.tokenizer is init_from's directory or a file in it): its
+    // checkpoints keep the base's EOS ids and chat template, so that the result stops and chats as the base did.
+    const fs::path tokenizer_dir = fs::is_directory(run.data.tokenizer) ? fs::path(run.data.tokenizer)
+                                                                        : fs::path(run.data.tokenizer).parent_path();
+    if (fs::equivalent(tokenizer_dir.empty() ? "." : tokenizer_dir, run.train.init_from))
+      trainer.carry_generation_files(run.train.init_from);
+  }
   if (!leader) {  // the others train; rank 0 reports
     trainer.run({}, &g_stop);
     return;

@@ -110,6 +110,14 @@ def main():
         path = os.path.join(merged_files, name)
         if not os.path.exists(path) or open(path).read() != content:
             fail(f"merge-lora did not carry the base's {name}")
+    # So does a fine-tuning run's checkpoint, when it trains with the base's own tokenizer.
+    tuned = os.path.join(work, "tuned_files")
+    run([attend, "train", "--set", f"train.init_from={with_files}", "--set", "train.lora.r=2", *common,
+         "--set", f"data.tokenizer={with_files}", "--set", "train.steps=3", "--set", f"out={tuned}"])
+    for name, content in side.items():
+        path = os.path.join(tuned, "checkpoint", name)
+        if not os.path.exists(path) or open(path).read() != content:
+            fail(f"a fine-tuning checkpoint did not carry the base's {name}")
 
     def perplexity(model, *extra):
         line = evaluate(model, *extra)[0]

@@ -38,6 +38,10 @@ struct GenerationDefaults {
 };
 // DIR/generation_config.json and DIR/config.json, either or both missing. Errors name the file and the key.
 GenerationDefaults read_generation_defaults(const std::filesystem::path& dir);
+// Copies what a model directory `source` says about generating and chatting, beside its weights, into `out`:
+// generation_config.json (EOS ids), tokenizer_config.json (BOS/EOS, the chat template), special_tokens_map.json,
+// chat_template.jinja; those it has and `out` lacks. Nothing when `source` is not a directory (a GGUF file).
+void copy_generation_files(const std::filesystem::path& source, const std::filesystem::path& out);
 // The same from the files' text (empty: no such file); the origins name them in errors.
 GenerationDefaults parse_generation_defaults(std::string_view generation_config, std::string_view config,
                                              std::string_view generation_origin = "generation_config.json",

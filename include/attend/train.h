@@ -332,6 +332,10 @@ class Trainer {
           const Tokenizer* tokenizer = nullptr, Communicator* group = nullptr);
   ~Trainer();
 
+  // Every checkpoint written from now on carries `source`'s generation files (copy_generation_files: EOS ids, the
+  // chat template): fine-tuning a downloaded model with its own tokenizer keeps how it is prompted and stops.
+  void carry_generation_files(const std::filesystem::path& source);
+
   // Whether DIR holds a checkpoint a resume can continue: DIR/checkpoint, or DIR/checkpoint.old where a crash
   // came between save_checkpoint's two renames (the Trainer renames it back).
   static bool has_checkpoint(const std::filesystem::path& dir);

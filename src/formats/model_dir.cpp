@@ -26,6 +26,12 @@ namespace attend {
 
 namespace fs = std::filesystem;
 
+void copy_generation_files(const fs::path& source, const fs::path& out) {
+  if (!fs::is_directory(source)) return;
+  for (const char* name : {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    if (fs::exists(source / name) && !fs::exists(out / name)) write_file_atomic(out / name, read_file(source / name));
+}
+
 void save_model(const Model& model, const fs::path& dir, const Tokenizer* tokenizer, WeightType weights) {
   std::error_code ec;
   fs::create_directories(dir, ec);

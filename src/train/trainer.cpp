@@ -127,6 +127,7 @@ struct Trainer::State {
   const Dataset& data;
   TrainConfig config;
   fs::path dir;
+  fs::path generation_source;  // carry_generation_files
   const Tokenizer* tokenizer = nullptr;
   std::unique_ptr<train::Optimizer> optimizer;
   int64_t step = 0, bad_streak = 0;
@@ -524,6 +525,8 @@ double Trainer::validation_loss(std::optional<double>* per_byte) {
   return totals[1] > 0 ? totals[0] / totals[1] : NAN;
 }
 
+void Trainer::carry_generation_files(const fs::path& source) { s_->generation_source = source; }
+
 bool Trainer::has_checkpoint(const fs::path& dir) {
   return fs::exists(dir / "checkpoint" / "trainer.json") || fs::exists(dir / "checkpoint.old" / "trainer.json");
 }
@@ -540,6 +543,7 @@ void Trainer::save_checkpoint() {
   const fs::path tmp = s.dir / "checkpoint.tmp", old = s.dir / "checkpoint.old";
   fs::remove_all(tmp);
   save_model(s.model, tmp, s.tokenizer);
+  if (!s.generation_source.empty()) copy_generation_files(s.generation_source, tmp);
   auto meta = optimizer.state_metadata();
   write_safetensors(tmp / "optimizer.safetensors", optimizer.state_tensors(), meta);
   json state = {{"step", s.step},
