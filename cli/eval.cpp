@@ -55,6 +55,8 @@ void add_eval_seq2seq(CLI::App& app) {
   static double length_penalty = 1.0;
   static bool json_output = false, strip_stress = false;
   cmd->add_option("--model", model_dir, "An encoder-decoder model directory with its tokenizer")->required();
+  static std::vector<std::string> lora;
+  cmd->add_option("--lora", lora, kLoraHelp);
   cmd->add_flag("--strip-stress", strip_stress,
                 "Score without the stress digits of ARPAbet vowels (AH0 = AH1 = AH): the 39-phoneme set of the "
                 "standard CMUdict benchmark");
@@ -68,6 +70,7 @@ void add_eval_seq2seq(CLI::App& app) {
   cmd->add_flag("--json", json_output, "Print {\"words\", \"wer\", \"per\"}");
   cmd->callback([] {
     Model model = load_model(model_dir);
+    apply_lora(model, lora);
     check(model.config().architecture == Architecture::EncoderDecoder,
           "eval-seq2seq: {} is a {} model, expected encoder-decoder", model_dir, architecture_name(model.config().architecture));
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
@@ -141,6 +144,8 @@ void add_eval_classify(CLI::App& app) {
   static std::string model_dir, data, positive, reliability;
   static bool calibrate = false, json_output = false;
   cmd->add_option("--model", model_dir, "An encoder model directory with a classification head and its tokenizer")->required();
+  static std::vector<std::string> lora;
+  cmd->add_option("--lora", lora, kLoraHelp);
   cmd->add_option("--data", data, "label<TAB>text lines, each label one of the model's classes (its config.json's class_names)")
       ->required();
   cmd->add_option("--positive", positive, "The class that precision, recall and F1 are about (default: the last)");
@@ -149,6 +154,7 @@ void add_eval_classify(CLI::App& app) {
   cmd->add_flag("--json", json_output, "Print one JSON object");
   cmd->callback([] {
     Model model = load_model(model_dir);
+    apply_lora(model, lora);  // a PEFT classifier's head too (modules_to_save)
     const ModelConfig& c = model.config();
     check(c.architecture == Architecture::Encoder && c.n_classes > 0,
           "eval-classify: {} has no classification head (an encoder with n_classes > 0)", model_dir);

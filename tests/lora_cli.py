@@ -139,6 +139,7 @@ def main():
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if proc.returncode == 0 or message not in proc.stderr:
             fail(f"train.lora.targets={targets} on a GELU model: exit {proc.returncode}, {proc.stderr[-400:]!r}")
+    classifier_with_peft(attend, work, text)
     # A second adapter (other targets and rank), for several at once and for the server.
     lora2 = os.path.join(work, "lora2")
     run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "train.lora.r=2",
@@ -160,6 +161,58 @@ def main():
 
     print(f"lora_cli: greedy tokens with --lora equal the LoRA checkpoint's ({'different from' if plain != own else 'the same as'} "
           f"the base's); eval equal; merge-lora's models evaluate alike; every check passed")
+
+
+def classifier_with_peft(attend, work, text):
+    """eval-classify --lora: a small encoder classifier, its LoRA run (the head trains whole beside the adapters, as
+    PEFT's modules_to_save) and its PEFT export: the base with --lora scores as the LoRA checkpoint does."""
+    tsv = os.path.join(work, "labels.tsv")
+    with open(text) as f, open(tsv, "w") as g:
+        for line in f:
+            if line.strip():
+                g.write(f"{'jury' if 'jury' in line else 'other'}\t{line.strip()}\n")
+    tok = os.path.join(work, "wordpiece.json")
+    run([attend, "tokenizer", "train", "--kind", "wordpiece", "--vocab-size", "200", "--input", text, "-o", tok])
+    model = ["--set", "model.architecture=encoder", "--set", "model.d_model=32", "--set", "model.n_layers=1",
+             "--set", "model.n_heads=2", "--set", "model.max_seq_len=32", "--set", "model.n_classes=2"]
+    data = ["--set", "data.task=classify", "--set", f"data.train={tsv}", "--set", f"data.tokenizer={tok}",
+            "--set", "data.batch_size=8", "--set", "data.seq_len=32", "--set", "train.warmup_steps=2"]
+    base, tuned = os.path.join(work, "cls_base"), os.path.join(work, "cls_lora")
+    run([attend, "train", *model, *data, "--set", "train.steps=20", "--set", f"out={base}"])
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "train.lora.r=2",
+         "--set", "train.lr=1e-2", *data, "--set", "train.steps=10", "--set", f"out={tuned}"])
+    peft = os.path.join(work, "cls_peft")
+    run([attend, "export", "--model", f"{tuned}/checkpoint", "--format", "peft", "-o", peft])
+    score = lambda *args: json.loads(run([attend, "eval-classify", "--data", tsv, "--json", *args]))
+    own, adapted, plain = (score("--model", f"{tuned}/checkpoint"), score("--model", f"{base}/checkpoint", "--lora", peft),
+                           score("--model", f"{base}/checkpoint"))
+    if own != adapted:
+        fail(f"eval-classify: the base with --lora scores {adapted}, the LoRA checkpoint {own}")
+    if own == plain:
+        fail("eval-classify: the LoRA run scores as its base does (the adapters changed nothing)")
+    # eval-seq2seq --lora: a small encoder-decoder learning to say a line's first three words backwards.
+    pairs = os.path.join(work, "pairs.tsv")
+    with open(text) as f, open(pairs, "w") as g:
+        for line in f:
+            words = line.split()[:3]
+            if words:
+                g.write(" ".join(words) + "\t" + " ".join(reversed(words)) + "\n")
+    model = ["--set", "model.architecture=encoder-decoder", "--set", "model.d_model=32", "--set", "model.n_layers=1",
+             "--set", "model.n_heads=2", "--set", "model.max_seq_len=32"]
+    data = ["--set", "data.task=seq2seq", "--set", f"data.train={pairs}", "--set", f"data.tokenizer={tok}",
+            "--set", "data.batch_size=8", "--set", "data.seq_len=16", "--set", "data.max_target_len=16",
+            "--set", "train.warmup_steps=2"]
+    base, tuned, peft = (os.path.join(work, name) for name in ("s2s_base", "s2s_lora", "s2s_peft"))
+    run([attend, "train", *model, *data, "--set", "train.steps=300", "--set", "train.lr=3e-3", "--set", f"out={base}"])
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", "train.lora.r=2",
+         "--set", "train.lr=3e-2", *data, "--set", "train.steps=30", "--set", f"out={tuned}"])
+    run([attend, "export", "--model", f"{tuned}/checkpoint", "--format", "peft", "-o", peft])
+    rates = lambda *args: json.loads(run([attend, "eval-seq2seq", "--data", pairs, "--limit", "200", "--json", *args]))
+    own, adapted = rates("--model", f"{tuned}/checkpoint"), rates("--model", f"{base}/checkpoint", "--lora", peft)
+    if own != adapted:
+        fail(f"eval-seq2seq: the base with --lora scores {adapted}, the LoRA checkpoint {own}")
+    if own == rates("--model", f"{base}/checkpoint"):
+        fail("eval-seq2seq: the LoRA run scores as its base does (the adapters changed nothing)")
 
 
 def serve_batches_adapters(attend, model, peft, peft2):
