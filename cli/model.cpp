@@ -24,6 +24,15 @@ namespace attend::cli {
 
 namespace {
 
+// The projections a model's adapters sit on: its recorded targets less gate where the FFN is not gated (PEFT's list
+// semantics: a target a model lacks adapts nothing; config.json keeps the list as given, for resume's check).
+std::string adapted_targets(const ModelConfig& c) {
+  std::vector<std::string> out;
+  for (const std::string& t : c.lora_targets)
+    if (t != "gate" || is_gated(c.activation)) out.push_back(t);
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
 // 124439808 → "124,439,808"
 std::string grouped(int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -130,7 +139,7 @@ void add_inspect(CLI::App& app) {
     fmt::print("{:<12} {:>14}   {}\n", "heads", grouped(n.heads), c.tie_embeddings ? "LM head tied to the embedding" : "");
     if (n.adapters > 0)
       fmt::print("{:<12} {:>14}   LoRA r = {} on {}: {:.2f}% of the model, the only part that trains\n", "adapters",
-                 grouped(n.adapters), c.lora_r, fmt::join(c.lora_targets, ", "),
+                 grouped(n.adapters), c.lora_r, adapted_targets(c),
                  100.0 * double(n.adapters) / double(n.total()));
     fmt::print("{:<12} {:>14}\n", "total", grouped(n.total()));
     fmt::print("\nmemory (fp32): weights {}, gradients {}, AdamW moments {}; training {} before activations\n",
@@ -202,7 +211,7 @@ void finish_hf_export(const std::string& source, const fs::path& out) {
 void check_no_adapters(const Model& model, const std::string& dir, const std::string& writer) {
   check(!model.has_lora(), "{}: the model carries LoRA adapters (r = {} on {}), which {} does not write: `attend "
         "merge-lora` writes the model with them merged in (then export that), `attend export --format peft` or "
-        "`--format gguf-lora` the adapters alone", dir, model.config().lora_r, fmt::join(model.config().lora_targets, ", "),
+        "`--format gguf-lora` the adapters alone", dir, model.config().lora_r, adapted_targets(model.config()),
         writer);
 }
 
@@ -242,13 +251,13 @@ void add_export(CLI::App& app) {
     if (format == "gguf-lora") {
       export_gguf_lora(model, out);
       fmt::print("{}: GGUF LoRA for {} (r = {} on {})\n", out, gguf_architecture(model.config()), model.config().lora_r,
-                 fmt::join(model.config().lora_targets, ", "));
+                 adapted_targets(model.config()));
       return;
     }
     if (format == "peft") {  // a LoRA model's adapters alone, as PEFT saves them
       save_peft_adapter(model, out);
       fmt::print("{}: PEFT LoRA adapter (r = {} on {})\n", out, model.config().lora_r,
-                 fmt::join(model.config().lora_targets, ", "));
+                 adapted_targets(model.config()));
       return;
     }
     check_no_adapters(model, dir, "--format " + format);
@@ -348,13 +357,13 @@ void add_merge_lora(CLI::App& app) {
     check(model.has_lora(), "{}: the model has no LoRA adapters to merge (give --lora DIR for a PEFT adapter)", dir);
     const size_t sets = model.adapters().size();
     const int64_t r = model.config().lora_r;
-    const std::vector<std::string> targets = model.config().lora_targets;
+    const std::string targets = adapted_targets(model.config());
     model.merge_lora();
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
     save_model(model, out, tok ? &*tok : nullptr);
     copy_generation_files(dir, out);  // its EOS ids and chat template, as the base had them
     fmt::print("{}: merged {} LoRA adapter set{} (the first r = {} on {}); {} parameters{}\n", out, sets,
-               sets == 1 ? "" : "s", r, fmt::join(targets, ", "), grouped(model.count().total()),
+               sets == 1 ? "" : "s", r, targets, grouped(model.count().total()),
                tok ? ", with its tokenizer" : "");
   });
 }

@@ -139,6 +139,14 @@ def main():
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if proc.returncode == 0 or message not in proc.stderr:
             fail(f"train.lora.targets={targets} on a GELU model: exit {proc.returncode}, {proc.stderr[-400:]!r}")
+    # Beside another target, gate adapts nothing there (PEFT's list semantics), and inspect names only what is adapted.
+    gelu = os.path.join(work, "gelu_q_gate")
+    run([attend, "train", "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=4",
+         "--set", "model.max_seq_len=64", "--set", "model.activation=gelu", "--set", "train.lora.r=2",
+         "--set", "train.lora.targets=q,gate", *common, "--set", "train.steps=3", "--set", f"out={gelu}"])
+    inspect = run([attend, "inspect", f"{gelu}/checkpoint", "--summary"])
+    if "LoRA r = 2 on q:" not in inspect:
+        fail(f"inspect of a GELU model with targets q,gate:\n{inspect}")
     classifier_with_peft(attend, work, text)
     # A second adapter (other targets and rank), for several at once and for the server.
     lora2 = os.path.join(work, "lora2")
