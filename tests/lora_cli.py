@@ -147,6 +147,14 @@ def main():
     inspect = run([attend, "inspect", f"{gelu}/checkpoint", "--summary"])
     if "LoRA r = 2 on q:" not in inspect:
         fail(f"inspect of a GELU model with targets q,gate:\n{inspect}")
+    # Fine-tuning a LoRA checkpoint with other adapter settings: the error names each field that differs (it printed
+    # r and targets alone, the same on both sides when alpha differed).
+    proc = subprocess.run([attend, "train", "--set", f"train.init_from={gelu}/checkpoint", "--set", "train.lora.r=2",
+                           "--set", "train.lora.targets=q,gate", "--set", "train.lora.alpha=4", *common,
+                           "--set", "train.steps=3", "--set", f"out={gelu}_again"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode == 0 or "alpha 16 against 4" not in proc.stderr or "r 2 against" in proc.stderr:
+        fail(f"init_from a LoRA checkpoint with another lora alpha: exit {proc.returncode}, {proc.stderr[-400:]!r}")
     classifier_with_peft(attend, work, text)
     # A second adapter (other targets and rank), for several at once and for the server.
     lora2 = os.path.join(work, "lora2")

@@ -240,10 +240,18 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       lora.seed = m.seed, lora.name.clear(), lora.multiplier = 1.0;
       s.model.add_lora(lora);
     } else {
-      check(m.lora_r == c.lora.r && m.lora_alpha == c.lora.alpha && m.lora_targets == c.lora.targets &&
-                m.lora_rslora == c.lora.rslora && m.lora_dropout == c.lora.dropout,
-            "train.lora: the model has adapters of its own already (r = {} on {}), not train.lora's (r = {} on {})",
-            m.lora_r, fmt::join(m.lora_targets, ", "), c.lora.r, fmt::join(c.lora.targets, ", "));
+      // Each field that differs, the model's (config.json's lora_*) against train.lora's.
+      std::vector<std::string> differ;
+      if (m.lora_r != c.lora.r) differ.push_back(fmt::format("r {} against {}", m.lora_r, c.lora.r));
+      if (m.lora_targets != c.lora.targets)
+        differ.push_back(fmt::format("targets {} against {}", fmt::join(m.lora_targets, ","), fmt::join(c.lora.targets, ",")));
+      if (m.lora_alpha != c.lora.alpha) differ.push_back(fmt::format("alpha {} against {}", m.lora_alpha, c.lora.alpha));
+      if (m.lora_rslora != c.lora.rslora) differ.push_back(fmt::format("rslora {} against {}", m.lora_rslora, c.lora.rslora));
+      if (m.lora_dropout != c.lora.dropout)
+        differ.push_back(fmt::format("dropout {} against {}", m.lora_dropout, c.lora.dropout));
+      check(differ.empty(), "train.lora: the model has adapters of its own already, not train.lora's: {} (the model's "
+            "config.json lora_* against train.lora; give train.lora as the model has it, or train from its base)",
+            fmt::join(differ, "; "));
     }
   }
 
