@@ -45,7 +45,10 @@ void wait_for_signals() {
     if (g_asked) std::_Exit(128 + signal);  // a second one: at once
     if (!g_stop) die_of(signal);
     g_asked = true;
-    g_stop(signal);
+    try {
+      g_stop(signal);
+    } catch (...) {  // a message that could not be written (stderr closed): the stop was asked all the same
+    }
   }
 }
 
