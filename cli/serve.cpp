@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 
 namespace attend::cli {
@@ -102,7 +103,7 @@ void add_serve_command(CLI::App& app) {
     Server server(o, load);
     fmt::print(stderr, "serve: listening on http://{}:{} (model '{}' loading)\n", o.host, server.port(), o.model_name);
     const StopOnSignal on_signal([&](int signal) {  // on the signal thread (signals.h)
-      fmt::print(stderr, "serve: {}, stopping\n", signal == SIGINT ? "interrupted" : "terminated");
+      std::fputs(signal == SIGINT ? "serve: interrupted, stopping\n" : "serve: terminated, stopping\n", stderr);
       server.stop();
     });
     server.run();
