@@ -137,18 +137,20 @@ void train_command(const TrainArgs& args, Communicator* group) {
     if (fs::equivalent(tokenizer_dir.empty() ? "." : tokenizer_dir, run.train.init_from))
       trainer.carry_generation_files(run.train.init_from);
   }
-  if (!leader) {  // the others train; rank 0 reports
-    trainer.run({}, &g_stop);
-    return;
-  }
-  write_file_atomic(out / "run.json", run.to_json());
-
   // The first Ctrl-C (or SIGTERM) asks training to stop after the current step and write a checkpoint; a second one
-  // ends the program at once (signals.h).
+  // ends the program at once (signals.h). Every rank listens: a scheduler's SIGTERM reaches them all, and a signal
+  // to any one stops every rank at the same step (Trainer::run).
   std::optional<StopOnSignal> on_signal(std::in_place, [](int signal) {
     g_signal = signal;
     g_stop = true;
   });
+  if (!leader) {  // the others train; rank 0 reports
+    trainer.run({}, &g_stop);
+    if (g_stop) throw ExitStatus{128 + g_signal};
+    return;
+  }
+  write_file_atomic(out / "run.json", run.to_json());
+
   ProgressBar bar("train");
   // The rate counts the step's targets: tokens, but examples for classification (one label each).
   const char* rate_unit = run.data.task == Task::Classify ? "examples/s" : "tok/s";

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""`mpirun -np 2 attend train` against one process, a rank killed mid-run, and two hosts in network namespaces.
+"""`mpirun -np 2 attend train` against one process, a rank killed mid-run, SIGTERM to every rank, and two hosts in
+network namespaces.
 
   tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi same      # two ranks = one process
   tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi death     # kill -9 of rank 1
+  tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi stop      # SIGTERM to both ranks
   tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi netns     # two hosts over a veth pair
 
 same: a tiny GPT (LM, 200 steps; ZeRO-1 off and on) and a tiny T5-style encoder-decoder (seq2seq, 100 steps,
@@ -13,6 +15,9 @@ AdamW's 2·Σ lr (the largest difference printed).
 death: two ranks checkpointing every 5 steps; rank 1 is killed with SIGKILL. mpirun must end the job within
 10 s with a message naming the rank, the checkpoint must load (`attend inspect`), and `--resume` on two ranks
 must finish the run.
+
+stop: SIGTERM to both ranks at once, as a scheduler ends a job: they stop at one step, write its checkpoint, exit
+non-zero (143), and `--resume` finishes the run from it.
 
 netns: two network namespaces joined by a veth pair (10.231.0.1 and .2), mpirun in the first, the second
 rank started by mpirun's remote-shell agent set to `ip netns exec` (the host name is the namespace's), the
@@ -238,6 +243,46 @@ def death(args, tok, text):
     print(f"death: resumed from step {step} and finished at step {last['step']}")
 
 
+def stop(args, tok, text):
+    """SIGTERM to every rank at once, as a scheduler ends a job (Slurm's scancel, a preemption): the ranks agree on
+    a step, write its checkpoint (ZeRO-1's shares gathered) and exit 143; the run resumes from it. Before, rank 1
+    died at once and rank 0 wrote nothing."""
+    out = os.path.join(args.work, "stop")
+    extra = ["--set", "train.checkpoint_every=0", "--set", "train.zero=true"]
+    proc = subprocess.Popen(mpirun() + lm_command(args, tok, text, out, 100000, extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, **MPI_ENV})
+    path = os.path.join(out, "metrics.jsonl")
+    deadline = time.time() + 60
+    while not (os.path.exists(path) and open(path).read().count("\n") >= 3):
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            fail(f"training did not start: {proc.stdout.read()[-2000:]}")
+        time.sleep(0.02)
+    ranks = [rank_pid(proc.pid, r) for r in (0, 1)]
+    if None in ranks:
+        proc.kill()
+        fail("could not find the ranks' processes")
+    for pid in ranks:
+        os.kill(pid, signal.SIGTERM)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        fail("mpirun was still running 60 s after SIGTERM to every rank")
+    said = [line for line in output.splitlines() if "interrupted: checkpoint written at step" in line]
+    if proc.returncode == 0 or not said:
+        fail(f"SIGTERM to every rank: exit {proc.returncode}, no word of a checkpoint:\n{output[-2000:]}")
+    step = int(said[0].split("at step")[1].split()[0])
+    with open(os.path.join(out, "checkpoint", "trainer.json")) as f:
+        if json.load(f)["step"] != step:
+            fail(f"the checkpoint is not of step {step}, where the ranks said they stopped")
+    run(mpirun() + lm_command(args, tok, text, out, step + 10, extra) + ["--resume"], "--resume after the stop")
+    if metrics(out)[-1]["step"] != step + 10:
+        fail(f"the resumed run ended at step {metrics(out)[-1]['step']}, expected {step + 10}")
+    print(f"stop: SIGTERM to both ranks stopped them at step {step} with its checkpoint (mpirun exit "
+          f"{proc.returncode}); resumed to step {step + 10}")
+
+
 def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -309,7 +354,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attend", required=True)
     parser.add_argument("--work", required=True)
-    parser.add_argument("check", choices=["same", "death", "netns"])
+    parser.add_argument("check", choices=["same", "death", "stop", "netns"])
     args = parser.parse_args()
     args.attend = os.path.abspath(args.attend)
     work = args.work = os.path.join(os.path.abspath(args.work), args.check)
@@ -318,6 +363,7 @@ def main():
     text, pairs = write_data(work)
     tok = tokenizer(args, text)
     {"same": lambda: same(args, tok, text, pairs), "death": lambda: death(args, tok, text),
+     "stop": lambda: stop(args, tok, text),
      "netns": lambda: netns(args, tok, text)}[args.check]()
     print(f"data_parallel {args.check}: every check passed")
 
