@@ -21,6 +21,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <optional>
 #include <sstream>
 
@@ -140,9 +142,13 @@ void train_command(const TrainArgs& args, Communicator* group) {
   // The first Ctrl-C (or SIGTERM) asks training to stop after the current step and write a checkpoint; a second one
   // ends the program at once (signals.h). Every rank listens: a scheduler's SIGTERM reaches them all, and a signal
   // to any one stops every rank at the same step (Trainer::run).
-  std::optional<StopOnSignal> on_signal(std::in_place, [](int signal) {
+  std::optional<StopOnSignal> on_signal(std::in_place, [leader](int signal) {
     g_signal = signal;
     g_stop = true;
+    if (leader)  // at once: a step can take seconds, and a silent Ctrl-C looks ignored
+      std::fputs(signal == SIGINT ? "\ntrain: stopping after this step to write a checkpoint (Ctrl-C again: at once)\n"
+                                  : "\ntrain: terminated: stopping after this step to write a checkpoint\n",
+                 stderr);
   });
   if (!leader) {  // the others train; rank 0 reports
     trainer.run({}, &g_stop);

@@ -203,7 +203,7 @@ def main():
         said = open(log_path).read()
         if rc != 128 + sig.value:
             fail(f"{sig.name}: attend train exited {rc}, expected {128 + sig.value}: {said[-2000:]}")
-        if "interrupted: checkpoint written at step" not in said:
+        if "stopping after this step" not in said or "interrupted: checkpoint written at step" not in said:
             fail(f"{sig.name}: no word of the checkpoint written: {said[-2000:]}")
         stopped_at = int(said.split("interrupted: checkpoint written at step")[1].split()[0])
         subprocess.run(train_command(args, tokenizer, text, out, True), check=True, stdout=subprocess.DEVNULL,
