@@ -192,7 +192,8 @@ void add_train(CLI::App& app) {
   static TrainArgs args;
   cmd->add_option("--config", args.config_path, "run.json with model, data and train sections");
   cmd->add_option("--set", args.sets, "Override one field: SECTION.FIELD=VALUE (repeatable), e.g. --set train.steps=200");
-  cmd->add_flag("--resume", args.resume, "Continue the run in the output directory from its last checkpoint");
+  cmd->add_flag("--resume", args.resume, "Continue the run in the output directory from its last checkpoint (Ctrl-C or "
+                "SIGTERM stops a run after its step with one, exit 130 or 143)");
   cmd->add_flag("--help-config", args.help_config, "Print every field of run.json with its default and meaning");
   cmd->callback([] {
     if (args.help_config) {
