@@ -3,6 +3,7 @@
 // the tokens the session has not yet run go through the model: the KV cache carries the history. Replies stream
 // as they are made and stop at the model's end-of-turn tokens.
 #include "commands.h"
+#include "signals.h"
 
 #include <attend/chat_template.h>
 #include <attend/error.h>
@@ -21,7 +22,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -84,7 +87,11 @@ class Chat {
     std::string printed;
     const int64_t V = sampled_vocab(model_, &tok_);  // not the ids a padded vocabulary has past the tokenizer's
     const int64_t budget = std::min<int64_t>(s_.max_new_tokens, context - static_cast<int64_t>(fed_.size()));
-    for (int64_t i = 0; i < budget; ++i) {
+    // Ctrl-C during a reply ends the reply (what it said so far stays in the history) and the conversation goes on;
+    // at the prompt it leaves, as the default action. SIGTERM leaves either way.
+    std::atomic<int> interrupted{0};
+    std::optional<StopOnSignal> on_signal(std::in_place, [&](int signal) { interrupted = signal; });
+    for (int64_t i = 0; i < budget && interrupted == 0; ++i) {
       const int32_t token = sample_token(logits.data(), V, s_.sampling, rng_.uniform_double());
       if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) break;
       reply.push_back(token);
@@ -100,11 +107,14 @@ class Chat {
         fed_.push_back(token);
       }
     }
+    on_signal.reset();
     const std::string text = tok_.decode(reply, /*skip_special=*/true);
     if (text.size() > printed.size()) fmt::print("{}", text.substr(printed.size()));
     fmt::print("\n");
     std::fflush(stdout);
     messages_.push_back({"assistant", text});
+    if (interrupted == SIGTERM) throw ExitStatus{128 + SIGTERM};
+    if (interrupted != 0) fmt::print(stderr, "(reply interrupted)\n");
   }
 
  private:
@@ -151,7 +161,7 @@ std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer&
 
 void add_chat_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Talk with a chat model in the terminal: the model's chat template, streamed "
-                                         "replies, the history kept (/reset clears it, /exit or end of input leaves)");
+                                         "replies, the history kept (/reset clears it, Ctrl-C stops a reply, /exit or end of input leaves)");
   static ChatSettings s;
   cmd->add_option("--model", s.model_dir, "A model directory with a tokenizer and a chat template (e.g. a Hugging Face "
                                           "instruct checkpoint), or a GGUF file holding both")->required();
@@ -187,7 +197,8 @@ void add_chat_command(CLI::App& app) {
     ChatTemplate tmpl = model_chat_template(s.model_dir, tok, s.template_path, s.template_name);
     Chat chat(s, model, tok, std::move(tmpl));
     const bool interactive = ::isatty(STDIN_FILENO) != 0;
-    constexpr const char* kCommands = "/reset clears the history, /exit or Ctrl-D leaves, /help lists these";
+    constexpr const char* kCommands =
+        "/reset clears the history, /exit or Ctrl-D leaves, Ctrl-C stops a reply, /help lists these";
     if (interactive) fmt::print(stderr, "{}: chat ({})\n", s.model_dir, kCommands);
     std::string line;
     bool failed = false;

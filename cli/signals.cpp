@@ -15,7 +15,7 @@ namespace {
 
 std::mutex g_mutex;
 std::function<void(int)> g_stop;  // the live StopOnSignal's action (guarded by g_mutex)
-bool g_asked = false;             // a signal has called it: the next one ends the process
+bool g_asked = false;             // a signal has called it: the next one, while it lives, ends the process
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -63,11 +63,13 @@ void start_signal_thread() {
 StopOnSignal::StopOnSignal(std::function<void(int)> stop) {
   const std::lock_guard<std::mutex> lock(g_mutex);
   g_stop = std::move(stop);
+  g_asked = false;  // a new stop action: the next signal is its first
 }
 
 StopOnSignal::~StopOnSignal() {
   const std::lock_guard<std::mutex> lock(g_mutex);
   g_stop = nullptr;
+  g_asked = false;  // the next signal finds no stop action: the default action
 }
 
 }  // namespace attend::cli

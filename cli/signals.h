@@ -16,8 +16,9 @@ namespace attend::cli {
 void start_signal_thread();
 
 // While one is alive, the first SIGINT or SIGTERM calls `stop` with its number, on the signal thread, instead of
-// ending the process: `stop` asks the work to wind down (a flag, a server's stop) and returns. A second signal ends
-// the process at once with exit status 128 + its number.
+// ending the process: `stop` asks the work to wind down (a flag, a server's stop) and returns. A second signal while
+// it is alive ends the process at once with exit status 128 + its number. One at a time (a new one replaces the
+// last); `attend chat` makes one for each reply.
 class StopOnSignal {
  public:
   explicit StopOnSignal(std::function<void(int signal)> stop);
