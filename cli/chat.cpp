@@ -48,6 +48,7 @@ class Chat {
   Chat(const ChatSettings& s, const Model& model, const Tokenizer& tok, ChatTemplate tmpl)
       : s_(s), model_(model), tok_(tok), tmpl_(std::move(tmpl)), eos_(reply_end_tokens(s.model_dir, tok, &tmpl_, s.eos_ids)),
         rng_(s.sampling.seed) {
+    check_token_ids(eos_, model.config().vocab_size, "end-of-turn token");
     reset();
   }
 

@@ -55,6 +55,9 @@ void settle_sampling(SamplingOptions& sampling);
 // Token ids written "1,2,3", "1 2 3", "[1, 2]" or one per line; anything else is an error naming `origin`
 // and the bad entry.
 std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin);
+// Each id below `vocab` (the model's vocabulary): else an error naming `what` and the id (an end token past it was
+// accepted and never matched).
+void check_token_ids(const std::vector<int32_t>& ids, int64_t vocab, std::string_view what);
 
 // --weights: how a model's matrices are kept for running. Rounds and packs them (Model::set_storage); an error
 // naming the accepted types for any other name.

@@ -225,9 +225,7 @@ void add_generate_command(CLI::App& app) {
     options.stop = stops;
     set_special_tokens(tok, read_generation_defaults(model_dir), model, options);
     if (!eos_ids.empty()) options.eos = parse_ids(eos_ids, "--eos");
-    for (int32_t id : options.eos)
-      check(id >= 0 && id < model.config().vocab_size, "end-of-sequence token {}: not a token id of the model's "
-            "vocabulary of {}", id, model.config().vocab_size);
+    check_token_ids(options.eos, model.config().vocab_size, "end-of-sequence token");
     beam.decoder_start = options.decoder_start;
     beam.cache = options.cache;
     beam.vocab = sampled_vocab(model, tok);

@@ -98,6 +98,7 @@ void add_serve_command(CLI::App& app) {
       } else if (!s.eos_ids.empty()) {
         m.eos = parse_ids(s.eos_ids, "--eos");
       }
+      check_token_ids(m.eos, m.model.config().vocab_size, "end-of-sequence token");
       return m;
     };
     Server server(o, load);

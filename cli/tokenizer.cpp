@@ -99,6 +99,11 @@ void add_info(CLI::App& parent) {
 
 }  // namespace
 
+void check_token_ids(const std::vector<int32_t>& ids, int64_t vocab, std::string_view what) {
+  for (const int32_t id : ids)
+    check(id >= 0 && id < vocab, "{} {}: not a token id of the model's vocabulary of {}", what, id, vocab);
+}
+
 // "1,2,3", "1 2 3" or one per line; anything else names the bad entry.
 std::vector<int32_t> parse_ids(const std::string& text, std::string_view origin) {
   std::vector<int32_t> ids;
