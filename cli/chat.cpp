@@ -81,6 +81,10 @@ class Chat {
       fed_.clear();
       same = 0;
     }
+    // Ctrl-C during a reply (or the run of its prompt) ends the reply, what it said so far staying in the history, and
+    // the conversation goes on; at the prompt it leaves, as the default action. SIGTERM leaves either way.
+    std::atomic<int> interrupted{0};
+    std::optional<StopOnSignal> on_signal(std::in_place, [&](int signal) { interrupted = signal; });
     std::span<const float> logits = session_->step(std::span(ids).subspan(same));
     fed_ = ids;
     std::vector<int32_t> reply;
@@ -88,10 +92,6 @@ class Chat {
     std::string printed;
     const int64_t V = sampled_vocab(model_, &tok_);  // not the ids a padded vocabulary has past the tokenizer's
     const int64_t budget = std::min<int64_t>(s_.max_new_tokens, context - static_cast<int64_t>(fed_.size()));
-    // Ctrl-C during a reply ends the reply (what it said so far stays in the history) and the conversation goes on;
-    // at the prompt it leaves, as the default action. SIGTERM leaves either way.
-    std::atomic<int> interrupted{0};
-    std::optional<StopOnSignal> on_signal(std::in_place, [&](int signal) { interrupted = signal; });
     for (int64_t i = 0; i < budget && interrupted == 0; ++i) {
       const int32_t token = sample_token(logits.data(), V, s_.sampling, rng_.uniform_double());
       if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) break;
