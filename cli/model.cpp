@@ -111,8 +111,8 @@ void add_inspect(CLI::App& app) {
       fmt::print("{}\n", j.dump(2));
       return;
     }
-    fmt::print("{}: {}, {} layers{}, d_model {}, {} heads ({} key/value), d_ff {}, vocabulary {}, context {}\n", dir,
-               architecture_name(c.architecture), c.n_layers,
+    fmt::print("{}: {}, {} layer{}{}, d_model {}, {} heads ({} key/value), d_ff {}, vocabulary {}, context {}\n", dir,
+               architecture_name(c.architecture), c.n_layers, c.n_layers == 1 ? "" : "s",
                enc_dec ? fmt::format(" + {} decoder", c.decoder_layers()) : "",
                c.d_model, c.n_heads, c.kv_heads(), c.ffn_hidden(), c.vocab_size, c.max_seq_len);
     if (!summary) {

@@ -87,8 +87,9 @@ void train_command(const TrainArgs& args, Communicator* group) {
     run.model = load_model_config(run.train.init_from);
     for (const std::string& s : args.sets)
       if (s.starts_with("model.")) run.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1));
-    log::info("model: train.init_from {}'s own ({}, {} layers, d_model {})", run.train.init_from,
-              architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
+    log::info("model: train.init_from {}'s own ({}, {} layer{}, d_model {})", run.train.init_from,
+              architecture_name(run.model.architecture), run.model.n_layers, run.model.n_layers == 1 ? "" : "s",
+              run.model.d_model);
   }
   check(!run.data.tokenizer.empty(), "data.tokenizer is empty: name a tokenizer.json, .model or directory");
   const Tokenizer tokenizer = Tokenizer::load(run.data.tokenizer);
@@ -124,8 +125,9 @@ void train_command(const TrainArgs& args, Communicator* group) {
   if (leader) fmt::print(stderr, "data: {}\n", summary);
   Model model(run.model);
   if (leader)
-    fmt::print(stderr, "model: {} parameters ({}, {} layers, d_model {})\n", model.count().total(),
-               architecture_name(run.model.architecture), run.model.n_layers, run.model.d_model);
+    fmt::print(stderr, "model: {} parameters ({}, {} layer{}, d_model {})\n", model.count().total(),
+               architecture_name(run.model.architecture), run.model.n_layers, run.model.n_layers == 1 ? "" : "s",
+               run.model.d_model);
   if (leader && ranks > 1)
     fmt::print(stderr, "data parallel: {} ranks ({}), {} gradients in buckets of {} MB\n", ranks,
                group->transport(), run.train.allreduce == Precision::BF16 ? "bf16" : "f32", run.train.bucket_mb);
