@@ -33,6 +33,10 @@ namespace {
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};  // the signal that stopped training (then g_stop)
 
+// The exit status of a run stopped early, as an interrupted program's: 130 for Ctrl-C, 143 for SIGTERM (also on a
+// rank that another rank's signal stopped).
+int stopped_status() { return 128 + (g_signal != 0 ? g_signal.load() : SIGTERM); }
+
 // One series per key of a metrics.jsonl file (one JSON object a line): (x_key, key) wherever both are numbers.
 // Series are named after their key; a malformed line is an error naming the file and the line.
 std::vector<Series> read_metrics(const std::string& path, const std::vector<std::string>& keys, const std::string& x_key) {
@@ -154,7 +158,7 @@ void train_command(const TrainArgs& args, Communicator* group) {
   });
   if (!leader) {  // the others train; rank 0 reports
     trainer.run({}, &g_stop);
-    if (g_stop) throw ExitStatus{128 + g_signal};
+    if (trainer.steps_done() < run.train.steps) throw ExitStatus{stopped_status()};
     return;
   }
   write_file_atomic(out / "run.json", run.to_json());
@@ -173,7 +177,10 @@ void train_command(const TrainArgs& args, Communicator* group) {
       &g_stop);
   bar.finish();
   on_signal.reset();
-  if (g_stop) fmt::print(stderr, "interrupted: checkpoint written at step {}\n", trainer.steps_done());
+  // Stopped early: by this process's signal or, under mpirun, another rank's (the ranks agree on the step). A signal
+  // after the last step stops nothing.
+  const bool stopped = trainer.steps_done() < run.train.steps;
+  if (stopped) fmt::print(stderr, "interrupted: checkpoint written at step {}\n", trainer.steps_done());
   if (last_val)
     fmt::print("validation loss {:.4f}, perplexity {:.2f}\n", *last_val, std::exp(*last_val));
   if (last_val_per_byte)
@@ -185,7 +192,7 @@ void train_command(const TrainArgs& args, Communicator* group) {
   write_file_atomic(out / "loss.svg", line_plot_svg(curves, {.title = run.out, .x_label = "step", .y_label = "loss"}));
   fmt::print("model: {}\nmetrics: {}\nplot: {}\n", (out / "checkpoint").string(), (out / "metrics.jsonl").string(),
              (out / "loss.svg").string());
-  if (g_stop) throw ExitStatus{128 + g_signal};  // stopped early: 130 for Ctrl-C, 143 for SIGTERM
+  if (stopped) throw ExitStatus{stopped_status()};
 }
 
 void add_train(CLI::App& app) {

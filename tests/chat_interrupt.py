@@ -3,10 +3,13 @@
 
   tests/chat_interrupt.py ATTEND_BINARY MODEL_DIR
 
-MODEL_DIR is a small decoder with a tokenizer and a chat template (CTest's serve_model fixture), replying greedily:
-a first run checks that its reply of up to 64 tokens has 32 bytes of text or more (else the check cannot run: exit
-77, skipped), so that Ctrl-C sent as the reply's first text appears comes while the reply is under way.
+MODEL_DIR holds a tokenizer and a chat template (CTest's serve_model fixture). The test makes its own model with
+them: wider and with a context of 8,192, so that a reply which is not interrupted runs for seconds. Replies are
+greedy; a first run checks that the reply is not ended by an end token within 256 tokens (else the check cannot
+run: exit 77, skipped), so that Ctrl-C sent as the reply's first text appears comes while the reply is under way.
 """
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,12 +30,22 @@ def wait_for(predicate, what, timeout=60):
 
 
 def main():
-    attend, model = sys.argv[1:3]
-    base = [attend, "chat", "--model", model, "--weights", "f32", "--greedy", "--context", "512"]
-    first = subprocess.run(base + ["--max-new-tokens", "64"], input=b"hello there\n", capture_output=True, timeout=60)
+    attend, fixture = sys.argv[1:3]
+    model = os.path.abspath("chat_interrupt_model")
+    shutil.rmtree(model, ignore_errors=True)
+    made = subprocess.run([attend, "init", "--tokenizer", os.path.join(fixture, "tokenizer.json"),
+                           "--set", "architecture=decoder", "--set", "d_model=256", "--set", "n_layers=4",
+                           "--set", "n_heads=4", "--set", "max_seq_len=8192", "--set", "position=rope", "-o", model],
+                          capture_output=True, timeout=120)
+    if made.returncode != 0:
+        fail(f"attend init exited {made.returncode}: {made.stderr[-500:]!r}")
+    shutil.copy(os.path.join(fixture, "chat_template.jinja"), model)
+    base = [attend, "chat", "--model", model, "--weights", "f32", "--greedy", "--context", "8192"]
+    # 256 tokens of greedy reply with at least 128 bytes of text: no end token came early.
+    first = subprocess.run(base + ["--max-new-tokens", "256"], input=b"hello there\n", capture_output=True, timeout=120)
     if first.returncode != 0:
         fail(f"attend chat exited {first.returncode}: {first.stderr[-500:]!r}")
-    if len(first.stdout) < 32:  # a token of this 300-token vocabulary is one to a few bytes
+    if len(first.stdout) < 128:  # a token of this 300-token vocabulary is one to a few bytes
         print(f"chat_interrupt: skipped: the greedy reply ends early ({len(first.stdout)} bytes)")
         sys.exit(77)
     cmd = base + ["--max-new-tokens", "100000"]
@@ -50,13 +63,17 @@ def main():
             fail(f"Ctrl-C during a reply ended attend chat (exit {proc.returncode}): "
                  f"{open(err_path, 'rb').read()[-500:]!r}")
         before = size()
-        proc.stdin.write(b"again\n/exit\n")
+        proc.stdin.write(b"again\n")
+        proc.stdin.flush()
+        wait_for(lambda: size() > before + 1 or proc.poll() is not None, "the next reply's text")
+        proc.send_signal(signal.SIGINT)  # that one too, so that the run ends in seconds
+        proc.stdin.write(b"/exit\n")
         proc.stdin.close()
         rc = proc.wait(timeout=60)
     if rc != 0:
         fail(f"attend chat exited {rc} after /exit: {open(err_path, 'rb').read()[-500:]!r}")
-    if size() <= before:
-        fail("no reply to the turn after the interrupted one")
+    if size() <= before + 1 or b"attend:" in open(err_path, "rb").read():
+        fail(f"no reply to the turn after the interrupted one: {open(err_path, 'rb').read()[-500:]!r}")
     print("chat_interrupt: Ctrl-C ended the reply, the next turn was answered")
 
     # At the prompt (no reply under way), Ctrl-C leaves as the default action does: killed by SIGINT.

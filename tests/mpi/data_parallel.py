@@ -270,7 +270,7 @@ def stop(args, tok, text):
         proc.kill()
         fail("mpirun was still running 60 s after SIGTERM to every rank")
     said = [line for line in output.splitlines() if "interrupted: checkpoint written at step" in line]
-    if proc.returncode == 0 or not said:
+    if proc.returncode != 128 + signal.SIGTERM or not said:
         fail(f"SIGTERM to every rank: exit {proc.returncode}, no word of a checkpoint:\n{output[-2000:]}")
     step = int(said[0].split("at step")[1].split()[0])
     with open(os.path.join(out, "checkpoint", "trainer.json")) as f:
