@@ -17,11 +17,16 @@ std::mutex g_mutex;
 std::function<void(int)> g_stop;  // the live StopOnSignal's action (guarded by g_mutex)
 bool g_asked = false;             // a signal has called it: the next one, while it lives, ends the process
 
+// SIGINT and SIGTERM, less one this process was started ignoring (`nohup`, a script's `cmd &`): a blocked signal is
+// still queued for sigwait, which would otherwise turn an ignored one into a stop or a death.
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  for (const int signal : {SIGINT, SIGTERM}) {
+    struct sigaction now {};
+    if (sigaction(signal, nullptr, &now) == 0 && now.sa_handler == SIG_IGN) continue;
+    sigaddset(&set, signal);
+  }
   return set;
 }
 

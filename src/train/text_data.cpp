@@ -228,13 +228,13 @@ std::unique_ptr<Dataset> make_dataset(RunConfig& run, const Tokenizer& tokenizer
     const size_t valid_tokens = s.valid.size();
     auto checked = [&](std::unique_ptr<Dataset> out) {
       if (d.max_valid_batches == 0 || out->valid_batches() > 0) return out;
-      if (d.valid.empty())
+      if (d.valid.empty() && valid_tokens == 0)
         log::warn("data: no validation text: none of the {} document{} (separated by blank lines) was held out by "
                   "data.valid_fraction {}; set data.valid to a file of its own, or separate the documents with blank "
                   "lines", s.train_documents, s.train_documents == 1 ? "" : "s", d.valid_fraction);
       else
-        log::warn("data: {} gives no validation batch ({} tokens, below the {} of one sequence); no validation loss",
-                  d.valid, valid_tokens, d.seq_len + 1);
+        log::warn("data: {} gives no validation batch ({} tokens, too few for one sequence of {}); no validation "
+                  "loss", d.valid.empty() ? "the held-out documents" : d.valid, valid_tokens, d.seq_len);
       return out;
     };
     if (d.task == Task::LM)
