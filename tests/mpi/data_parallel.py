@@ -201,6 +201,24 @@ def rank_pid(parent, rank):
     return None
 
 
+def signal_ranks(proc, ranks, sig, timeout, what):
+    """Sends `sig` to these ranks of the job mpirun `proc` runs and waits for mpirun to end: its output, and when the
+    signal went. Fails when a rank's process is not found or mpirun runs on past `timeout` seconds."""
+    pids = [rank_pid(proc.pid, r) for r in ranks]
+    if None in pids:
+        proc.kill()
+        fail(f"could not find rank {ranks[pids.index(None)]}'s process")
+    sent = time.time()
+    for pid in pids:
+        os.kill(pid, sig)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        fail(f"mpirun was still running {timeout} s after {what}")
+    return output, sent
+
+
 def death(args, tok, text):
     out = os.path.join(args.work, "death")
     extra = ["--set", "train.checkpoint_every=5", "--set", "train.zero=true", "--set", "model.d_model=64",
@@ -215,17 +233,7 @@ def death(args, tok, text):
             fail(f"no checkpoint appeared: {proc.stdout.read()[-2000:]}")
         time.sleep(0.05)
     time.sleep(0.3)
-    victim = rank_pid(proc.pid, 1)
-    if victim is None:
-        proc.kill()
-        fail("could not find rank 1's process")
-    killed = time.time()
-    os.kill(victim, signal.SIGKILL)
-    try:
-        output, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        fail("mpirun was still running 10 s after rank 1 died")
+    output, killed = signal_ranks(proc, [1], signal.SIGKILL, 10, "rank 1 died")
     took = time.time() - killed
     if proc.returncode == 0:
         fail("mpirun exited 0 after a rank died")
@@ -258,17 +266,7 @@ def stop(args, tok, text):
             proc.kill()
             fail(f"training did not start: {proc.stdout.read()[-2000:]}")
         time.sleep(0.02)
-    ranks = [rank_pid(proc.pid, r) for r in (0, 1)]
-    if None in ranks:
-        proc.kill()
-        fail("could not find the ranks' processes")
-    for pid in ranks:
-        os.kill(pid, signal.SIGTERM)
-    try:
-        output, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        fail("mpirun was still running 60 s after SIGTERM to every rank")
+    output, _ = signal_ranks(proc, [0, 1], signal.SIGTERM, 60, "SIGTERM to every rank")
     said = [line for line in output.splitlines() if "interrupted: checkpoint written at step" in line]
     if proc.returncode != 128 + signal.SIGTERM or not said:
         fail(f"SIGTERM to every rank: exit {proc.returncode}, no word of a checkpoint:\n{output[-2000:]}")
