@@ -76,7 +76,13 @@ template <typename Format, int64_t R, bool Prefetch = (R > 1), typename W>
     }
     Lanes wc[kAccumulators];
 #pragma GCC unroll 16
-    for (int64_t a = 0; a < kAccumulators; ++a) wc[a] = Format::load(w + c + a * lanes::kLanes);
+    for (int64_t a = 0; a < kAccumulators; ++a) {
+      wc[a] = Format::load(w + c + a * lanes::kLanes);
+      // AVX2: held in a register for its R products. GCC otherwise folds an fp32 weight's load into each FMA, and
+      // two loads per FMA bound the pass (8 fp32 streams 179-187 against 205-212 tokens/s, an AVX2 EPYC,
+      // alternating; docs/BENCHMARKS.md). Not measured on AVX-512, whose eight rows a pass are left as they were.
+      if constexpr (lanes::kLanes == 8) asm("" : "+v"(wc[a]));
+    }
 #pragma GCC unroll 16
     for (int64_t n = 0; n < R; ++n)
 #pragma GCC unroll 16
