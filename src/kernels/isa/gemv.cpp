@@ -79,8 +79,9 @@ template <typename Format, int64_t R, bool Prefetch = (R > 1), typename W>
     for (int64_t a = 0; a < kAccumulators; ++a) {
       wc[a] = Format::load(w + c + a * lanes::kLanes);
       // AVX2: held in a register for its R products. GCC otherwise folds an fp32 weight's load into each FMA, and
-      // two loads per FMA bound the pass (8 fp32 streams 179-187 against 205-212 tokens/s, an AVX2 EPYC,
-      // alternating; docs/BENCHMARKS.md). Not measured on AVX-512, whose eight rows a pass are left as they were.
+      // two loads per FMA bound the pass (8 fp32 streams 166-194 against 181-212 tokens/s, an AVX2 EPYC, 7 of 8
+      // alternating pairs faster; docs/BENCHMARKS.md). AVX-512's code already holds it in a register (the inputs
+      // are the FMAs' memory operands); the barrier there would only reschedule it, unmeasured, so it is left out.
       if constexpr (lanes::kLanes == 8) asm("" : "+v"(wc[a]));
     }
 #pragma GCC unroll 16
