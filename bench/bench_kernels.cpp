@@ -147,6 +147,20 @@ void BM_Decode_GemvRowsF16(benchmark::State& state) {
   state.counters["GMAC/s"] = benchmark::Counter(double(N * V * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The same on fp32 weights (GPT-2's LM head, 154 MB): matmul_forward_rows, as a server's step on fp32 weights runs.
+void BM_Decode_GemvRowsF32(benchmark::State& state) {
+  attend::set_num_threads(static_cast<int>(state.range(1)));
+  const int64_t N = state.range(0), C = 768, V = 50257;
+  const Buffer<float> w = random_floats(V * C, 1), x = random_floats(N * C, 2);
+  Buffer<float> out(N * V);
+  for (auto _ : state) {
+    attend::kernels::matmul_forward_rows(out.data(), x.data(), w.data(), nullptr, N, C, V);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bandwidth(state, double(V * C) * 4.0);
+  state.counters["GMAC/s"] = benchmark::Counter(double(N * V * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Drawing one token from GPT-2's 50,257 logits (uniform in [−6, 6): a flat distribution, most of it in a top-p
 // nucleus of 0.95), as a server does for each sequence each step on its engine thread; µs a token.
 void BM_Sample_Token(benchmark::State& state, attend::SamplingOptions options) {
@@ -259,6 +273,22 @@ void BM_Decode_GemvInCache(benchmark::State& state, int format) {
   set_bandwidth(state, double(OC * C) * (format == 0 ? 4.0 : 2.0));
 }
 
+// A server's row-invariant step on fp32 weights (matmul_forward_rows) with the weights inside L2 (768 KiB: 256 rows
+// of 768 channels, or 64 of 3,072 as GPT-2's FFN down projection's), one thread: the kernel's arithmetic rate with
+// the reads from memory out of the way, which bounds a batched step's rate; GMAC/s of products.
+void BM_Decode_GemvRowsF32InCache(benchmark::State& state) {
+  using namespace attend::kernels;
+  attend::set_num_threads(1);
+  const int64_t N = state.range(0), C = state.range(1), OC = int64_t{196608} / C;
+  const Buffer<float> w = random_floats(OC * C, 13), x = random_floats(N * C, 2);
+  Buffer<float> out(N * OC);
+  for (auto _ : state) {
+    matmul_forward_rows(out.data(), x.data(), w.data(), nullptr, N, C, OC);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(double(N * OC * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // The K types' kernel (Q4_K, Q5_K, Q6_K: the mix of a Q4_K_M file) on one 512 × 1,536 matrix (0.4-0.7 MB, inside
 // L2 of a Zen 4 or recent Intel core) against 1 input row (decoding) or 64 (a prompt's tile, four rows a pass over
 // each block), one thread: the arithmetic rate, with the reads from memory out of the way. Compare instruction
@@ -293,9 +323,11 @@ BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
 BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8, 16, 32, 64}, {1, 2}, {768, 3072}})->ArgNames({"rows", "threads", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Decode_GemvRowsF32)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ4_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8_InCache)->Arg(1)->Arg(8)->ArgName("rows")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Decode_GemvRowsF32InCache)->ArgsProduct({{1, 2, 4, 8}, {768, 3072}})->ArgNames({"rows", "in"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvKInCache)
     ->ArgsProduct({{int(attend::kernels::QuantType::Q4_K), int(attend::kernels::QuantType::Q5_K), int(attend::kernels::QuantType::Q6_K)}, {1, 64}})
     ->ArgNames({"type", "rows"})->Unit(benchmark::kMicrosecond)->UseRealTime();

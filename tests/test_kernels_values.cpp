@@ -250,34 +250,37 @@ TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
 // 1,031 channels, four of 4,099) take blocks of four input rows and three weight rows on AVX-512, with one weight
 // row and up to three input rows left over. From 32 rows of up to about 1,100 channels, on AVX-512, each group of
 // three weight rows is widened into fp32 once for blocks of four input rows, the input rows in tiles of 1 MiB
-// (252 rows of 1,031 channels: 260 make a whole tile and a short one).
+// (252 rows of 1,031 channels: 260 make a whole tile and a short one). On AVX2, from four rows, blocks of three
+// weight rows (37 and 38 leave one and two) and groups of three and two input rows in tiles of 24 (40 = 24 + 5·3 + 1
+// takes the last four rows as two twos), the channels in chunks of 256 (1,031 and 4,099: several and a tail).
 TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
-  const int64_t OC = 37;
-  for (int64_t C : {64, 77, 768, 1031, 4099}) {
-    for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19, 40, 67, 260}) {
-      auto x = random_vector(N * C, 8), w = random_vector(OC * C, 9), b = random_vector(OC, 10);
-      auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);
-      std::vector<uint16_t> w_bf16(OC * C), w_f16(OC * C);
-      float_to_bf16(w_bf16.data(), wf.data(), OC * C);
-      float_to_half(w_f16.data(), wf.data(), OC * C);
-      using Gemv = std::function<void(float*, const float*, int64_t)>;
-      const std::pair<const char*, Gemv> kinds[] = {
-          {"f32", [&](float* o, const float* in, int64_t n) { matmul_forward_rows(o, in, wf.data(), bf.data(), n, C, OC); }},
-          {"bf16", [&](float* o, const float* in, int64_t n) { matmul_forward_bf16(o, in, w_bf16.data(), bf.data(), n, C, OC); }},
-          {"f16", [&](float* o, const float* in, int64_t n) { matmul_forward_f16(o, in, w_f16.data(), bf.data(), n, C, OC); }}};
-      for (const auto& [kind, gemv] : kinds) {
-        const std::string what = fmt::format("{} N={} C={}", kind, N, C);
-        std::vector<float> all(N * OC), one(OC);
-        gemv(all.data(), xf.data(), N);
-        for (int64_t n = 0; n < N; ++n) {
-          gemv(one.data(), xf.data() + n * C, 1);
-          ASSERT_EQ(std::memcmp(one.data(), all.data() + n * OC, OC * sizeof(float)), 0) << what << " row " << n;
+  for (int64_t OC : {37, 38}) {
+    for (int64_t C : {64, 77, 768, 1031, 4099}) {
+      for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19, 40, 67, 260}) {
+        auto x = random_vector(N * C, 8), w = random_vector(OC * C, 9), b = random_vector(OC, 10);
+        auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);
+        std::vector<uint16_t> w_bf16(OC * C), w_f16(OC * C);
+        float_to_bf16(w_bf16.data(), wf.data(), OC * C);
+        float_to_half(w_f16.data(), wf.data(), OC * C);
+        using Gemv = std::function<void(float*, const float*, int64_t)>;
+        const std::pair<const char*, Gemv> kinds[] = {
+            {"f32", [&](float* o, const float* in, int64_t n) { matmul_forward_rows(o, in, wf.data(), bf.data(), n, C, OC); }},
+            {"bf16", [&](float* o, const float* in, int64_t n) { matmul_forward_bf16(o, in, w_bf16.data(), bf.data(), n, C, OC); }},
+            {"f16", [&](float* o, const float* in, int64_t n) { matmul_forward_f16(o, in, w_f16.data(), bf.data(), n, C, OC); }}};
+        for (const auto& [kind, gemv] : kinds) {
+          const std::string what = fmt::format("{} N={} C={} OC={}", kind, N, C, OC);
+          std::vector<float> all(N * OC), one(OC);
+          gemv(all.data(), xf.data(), N);
+          for (int64_t n = 0; n < N; ++n) {
+            gemv(one.data(), xf.data() + n * C, 1);
+            ASSERT_EQ(std::memcmp(one.data(), all.data() + n * OC, OC * sizeof(float)), 0) << what << " row " << n;
+          }
         }
       }
     }
   }
   // No input channels: every output is its bias, on the paths for many rows too (one divided by the row length).
-  const int64_t N = 40;
+  const int64_t N = 40, OC = 37;
   const std::vector<float> bias = cast<float>(random_vector(OC, 11)), input(1), weight(1);
   const std::vector<uint16_t> half(1);
   std::vector<float> out(N * OC, -1.0f);

@@ -76,14 +76,7 @@ template <typename Format, int64_t R, bool Prefetch = (R > 1), typename W>
     }
     Lanes wc[kAccumulators];
 #pragma GCC unroll 16
-    for (int64_t a = 0; a < kAccumulators; ++a) {
-      wc[a] = Format::load(w + c + a * lanes::kLanes);
-      // AVX2: held in a register for its R products. GCC otherwise folds an fp32 weight's load into each FMA, and
-      // two loads per FMA bound the pass (8 fp32 streams 166-194 against 181-212 tokens/s, an AVX2 EPYC, 7 of 8
-      // alternating pairs faster; docs/BENCHMARKS.md). AVX-512's code already holds it in a register (the inputs
-      // are the FMAs' memory operands); the barrier there would only reschedule it, unmeasured, so it is left out.
-      if constexpr (lanes::kLanes == 8) asm("" : "+v"(wc[a]));
-    }
+    for (int64_t a = 0; a < kAccumulators; ++a) wc[a] = Format::load(w + c + a * lanes::kLanes);
 #pragma GCC unroll 16
     for (int64_t n = 0; n < R; ++n)
 #pragma GCC unroll 16
@@ -168,6 +161,95 @@ template <typename Format, int64_t K, typename W>
   for (int64_t k = 0; k < K; ++k) out[k] = finish<Format>(acc[k], x, w + k * C, c, C) + (bias != nullptr ? bias[k] : 0.0f);
 }
 
+// Several input rows on AVX2. Its 16 registers hold the four accumulators of two input rows at most (dots<Format,
+// 2>), which loads three vectors for two products (the input rows as the FMAs' memory operands): 19 GMAC/s a core
+// against an FMA peak of 42 (rows of 768 channels in L2, the AVX2 EPYC). But a row's sum is four independent chains
+// (accumulator a sums the lanes of channels [32t + 8a, 32t + 8a + 8) for t = 0, 1, ...), and nothing makes the
+// chains run together: dots_chains runs one chain at a time for R input rows and K weight rows, R·K accumulators
+// with the R + K vectors in registers, R + K loads for R·K products (3 × 3: 15 registers, 6 loads for 9 products;
+// 26-29 GMAC/s). The chains run chunk by chunk of channels, their accumulators kept in `acc` between chunks, so that
+// the four passes over a chunk find its rows in L1. Each sum is the one dots<Format, 1> makes, the same chains in the
+// same order and the same finish, so the bits do not change.
+template <typename Format, int64_t R, int64_t K, typename W>
+[[gnu::noinline]] void dots_chains(Lanes (*acc)[K][kAccumulators], const float* x, const W* w, int64_t C, int64_t c0,
+                                   int64_t c1) {
+#pragma GCC unroll 4
+  for (int64_t a = 0; a < kAccumulators; ++a) {
+    Lanes sum[R][K];
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+      for (int64_t k = 0; k < K; ++k) sum[n][k] = c0 == 0 ? Lanes{} : acc[n][k][a];
+    for (int64_t c = c0 + a * lanes::kLanes; c < c1; c += kStep) {
+      Lanes wv[K], xv[R];
+#pragma GCC unroll 16
+      for (int64_t k = 0; k < K; ++k) {
+        wv[k] = Format::load(w + k * C + c);
+        asm("" : "+v"(wv[k]));  // in registers, both: GCC would fold one side's loads into every FMA
+      }
+#pragma GCC unroll 16
+      for (int64_t n = 0; n < R; ++n) {
+        xv[n] = lanes::load(x + n * C + c);
+        asm("" : "+v"(xv[n]));
+      }
+#pragma GCC unroll 16
+      for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+        for (int64_t k = 0; k < K; ++k) sum[n][k] += xv[n] * wv[k];
+    }
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < R; ++n)
+#pragma GCC unroll 16
+      for (int64_t k = 0; k < K; ++k) acc[n][k][a] = sum[n][k];
+  }
+}
+
+// From four input rows on AVX2 (two and three ran at the rate of one row at a time, their step bound by memory).
+// The K weight rows of a block are read side by side, a pattern the hardware prefetcher did not follow: 8 fp32
+// streams ran no faster than with dots<Fp32, 2> until the same chunk of the block kChainBlocksAhead ahead was
+// fetched into L2 in software (into L1, or one block ahead, slower); then 4, 8 and 16 streams of fp32, bf16 and
+// fp16 weights 1.1-1.5× (docs/BENCHMARKS.md).
+constexpr bool kChains = lanes::kLanes == 8;
+constexpr int64_t kChainsFrom = 4;
+constexpr int64_t kChainWeightRows = 3;
+constexpr int64_t kChainTileRows = 24;      // input rows whose accumulators wait between chunks
+constexpr int64_t kChainChunk = 8 * kStep;  // channels a chunk (256: 16 and 32 steps were slower)
+constexpr int64_t kChainBlocksAhead = 2;
+
+// out rows [0, N) × K weight rows from o, by dots_chains: input rows in tiles, channels in chunks, each chunk's
+// weight rows taken by every R input rows of the tile while they are in L1.
+template <typename Format, int64_t K, typename W>
+void chains_block(float* out, const float* inp, const W* weight, const float* bias, int64_t N, int64_t C, int64_t OC,
+                  int64_t o) {
+  Lanes acc[kChainTileRows][K][kAccumulators];
+  const W* w = weight + o * C;
+  const int64_t whole = C / kStep * kStep;
+  for (int64_t n0 = 0; n0 < N; n0 += kChainTileRows) {
+    const int64_t n1 = std::min(N, n0 + kChainTileRows);
+    for (int64_t c0 = 0; c0 < whole; c0 += kChainChunk) {
+      const int64_t c1 = std::min(whole, c0 + kChainChunk);
+      if (n0 == 0)  // the same chunk of the block kChainBlocksAhead ahead, into L2
+        for (int64_t k = 0; k < K; ++k)
+          lanes::prefetch_l2(w + (kChainBlocksAhead * K + k) * C + c0, (c1 - c0) * int64_t{sizeof(W)});
+      // Threes, and twos for the rest (four rows as two and two: one row alone loads four vectors for three products).
+      const int64_t threes = (n1 - n0) % 3 == 1 && n1 - n0 >= 4 ? (n1 - n0) / 3 - 1 : (n1 - n0) / 3;
+      int64_t n = n0;
+      for (; n < n0 + 3 * threes; n += 3) dots_chains<Format, 3, K>(acc + (n - n0), inp + n * C, w, C, c0, c1);
+      for (; n + 2 <= n1; n += 2) dots_chains<Format, 2, K>(acc + (n - n0), inp + n * C, w, C, c0, c1);
+      if (n < n1) dots_chains<Format, 1, K>(acc + (n - n0), inp + n * C, w, C, c0, c1);
+    }
+    for (int64_t n = n0; n < n1; ++n)
+#pragma GCC unroll 4
+      for (int64_t k = 0; k < K; ++k) {
+        Lanes (&sums)[kAccumulators] = acc[n - n0][k];
+        if (whole == 0)
+          for (Lanes& s : sums) s = Lanes{};
+        out[n * OC + o + k] =
+            finish<Format>(sums, inp + n * C, w + k * C, whole, C) + (bias != nullptr ? bias[o + k] : 0.0f);
+      }
+  }
+}
+
 // Weight rows one input row takes side by side, for 16-bit rows of kLongRowBytes and more. AVX-512's 32
 // registers hold eight rows' two accumulators; AVX2's eight rows' four spill some, and eight still streamed
 // fastest (21-23 against 12-20 GB/s for two to four). SSE one row.
@@ -175,8 +257,8 @@ constexpr int64_t kWeightRowsPerPass = lanes::kLanes >= 8 ? 8 : 1;
 constexpr int64_t kLongRowBytes = 8192;
 
 // Input rows a pass over a weight row takes at most, their sums held in registers: AVX-512's 32 hold eight rows'
-// two accumulators and the weights, AVX2's 16 two rows' four; SSE's 16 one row's eight.
-constexpr int64_t kRowsPerPass = lanes::kLanes == 16 ? 8 : lanes::kLanes == 8 ? 2 : 1;
+// two accumulators and the weights; SSE's 16 one row's eight. AVX2 takes four rows and more by dots_chains.
+constexpr int64_t kRowsPerPass = lanes::kLanes == 16 ? 8 : 1;
 
 // Where the input rows a pass takes fill L1 (Zen 4's is 32 KiB; eight rows of 1,024 channels and more), blocks of
 // four input rows against three weight rows (dots_block; AVX-512's 32 registers hold their 24 accumulators). The
@@ -284,6 +366,15 @@ void gemv_rows(float* out, const float* inp, const W* weight, const float* bias,
               dots<Format, 1>(out + n * OC + o + k, OC, inp + n * C, weight + (o + k) * C, C, b != nullptr ? b[k] : 0.0f);
         }
         o0 = o;
+      }
+    if constexpr (kChains)
+      if (N >= kChainsFrom) {
+        int64_t o = o0;
+        for (; o + kChainWeightRows <= o1; o += kChainWeightRows)
+          chains_block<Format, kChainWeightRows>(out, inp, weight, bias, N, C, OC, o);
+        if (o1 - o == 2) chains_block<Format, 2>(out, inp, weight, bias, N, C, OC, o);
+        if (o1 - o == 1) chains_block<Format, 1>(out, inp, weight, bias, N, C, OC, o);
+        return;
       }
     for (int64_t o = o0; o < o1; ++o) {
       const W* w = weight + o * C;

@@ -56,6 +56,10 @@ constexpr int64_t kPrefetchAhead = 2048;
 inline void prefetch(const void* p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
 }
+// The same into L2 only (prefetcht1).
+inline void prefetch_l2(const void* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b, 0, 2);
+}
 
 // bf16 widens exactly: each value is the top half of its float.
 inline Lanes load_bf16(const uint16_t* p) {
