@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -243,6 +245,37 @@ TEST_F(EngineTest, AFullQueueRefusesAndCancellingFreesTheBlocks) {
   // 200 tokens in milliseconds, too fast for a deadline to fall reliably inside them).
   slow.deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
   EXPECT_EQ(collect(*engine.submit(slow), 1).finish[0], "deadline");
+}
+
+// request_stop() returns while the engine's thread is busy (here with a job, as with a long step): the server's stop
+// runs on the thread that takes signals, and a second Ctrl-C must find it free. Requests end "cancelled" once the
+// thread is free, submit() refuses at once, and stop() then joins.
+TEST_F(EngineTest, ARequestToStopReturnsWhileAStepIsUnderWay) {
+  Engine engine(*model_, tokenizer_, {.max_sequences = 1});
+  std::promise<void> entered;
+  std::atomic<bool> release{false};
+  std::thread busy([&] {
+    try {
+      engine.run([&] {
+        entered.set_value();
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    } catch (const Error&) {
+    }
+  });
+  entered.get_future().wait();
+  CompletionParams params;
+  params.prompt = prompt(8, 5), params.max_tokens = 4, params.sampling = {.greedy = true};
+  auto waiting = engine.submit(params);
+  // Joining here would wait for `release`, which is set only after: a stop that waits never returns.
+  auto asked = std::async(std::launch::async, [&] { engine.request_stop(); });
+  const bool returned = asked.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  release = true;
+  busy.join();
+  ASSERT_TRUE(returned) << "request_stop() waited for the engine's thread";
+  expect_error_mentions<Error>([&] { engine.submit(params); }, {"shutting down"});
+  EXPECT_EQ(collect(*waiting, 1).finish[0], "cancelled");
+  engine.stop();
 }
 
 }  // namespace

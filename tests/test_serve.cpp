@@ -203,6 +203,35 @@ ServedModel tiny_model(int64_t d_model = 32, int64_t n_layers = 1) {
   return m;
 }
 
+// Runs a server's run() on a thread of its own for a test, and stops and joins it at the end of the scope. A failure
+// of run() (a model that does not load) fails the test that started it: left to escape the thread it would end the
+// whole test binary (std::terminate).
+class Running {
+ public:
+  explicit Running(Server& server) : server_(server), thread_([this] {
+    try {
+      server_.run();
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+  }) {}
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+  ~Running() { stop(); }
+  // Stops the server and waits for run() to return (once; the destructor calls it too).
+  void stop() {
+    if (!thread_.joinable()) return;
+    server_.stop();
+    thread_.join();
+    if (!error_.empty()) ADD_FAILURE() << "Server::run() threw: " << error_;
+  }
+
+ private:
+  Server& server_;
+  std::string error_;
+  std::thread thread_;
+};
+
 // The server listens before the model is loaded: /health and the API answer 503 until it is, then 200.
 TEST(Server, AnswersLoadingUntilTheModelIsLoadedThenServes) {
   std::mutex mutex;
@@ -213,7 +242,7 @@ TEST(Server, AnswersLoadingUntilTheModelIsLoadedThenServes) {
     cv.wait(lock, [&] { return release; });
     return tiny_model();
   });
-  std::thread runner([&] { server.run(); });
+  Running runner(server);
   httplib::Client client("127.0.0.1", server.port());
   client.set_read_timeout(30, 0);
   std::optional<httplib::Response> health;
@@ -269,8 +298,7 @@ TEST(Server, AnswersLoadingUntilTheModelIsLoadedThenServes) {
   EXPECT_NE(metrics.find("attend_requests_total{endpoint=\"/v1/completions\",status=\"503\"} 1"), std::string::npos);
   EXPECT_NE(metrics.find("attend_generated_tokens_total 12"), std::string::npos);
   EXPECT_NE(metrics.find("# TYPE attend_time_to_first_token_seconds histogram"), std::string::npos);
-  server.stop();
-  runner.join();
+  runner.stop();
 }
 
 // The listening socket's backlog holds a burst of clients: cpp-httplib's default of 5 left the SYNs of the rest of
@@ -278,7 +306,7 @@ TEST(Server, AnswersLoadingUntilTheModelIsLoadedThenServes) {
 // its send queue (ss, iproute2).
 TEST(Server, ListensWithABacklogForBurstsOfClients) {
   Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2}}, [] { return tiny_model(); });
-  std::thread runner([&] { server.run(); });
+  Running runner(server);
   httplib::Client client("127.0.0.1", server.port());
   for (int i = 0; i < 500 && !get(client, "/health"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const std::string command = fmt::format("ss -ltnH 'sport = :{}' 2>/dev/null", server.port());
@@ -288,8 +316,7 @@ TEST(Server, ListensWithABacklogForBurstsOfClients) {
     while (fgets(buffer, sizeof buffer, pipe) != nullptr) listing += buffer;
     pclose(pipe);
   }
-  server.stop();
-  runner.join();
+  runner.stop();
   if (listing.empty()) GTEST_SKIP() << "ss (iproute2) is not installed: " << command;
   std::istringstream fields(listing);
   std::string state;
@@ -309,7 +336,7 @@ TEST(Server, AnswersBrowsersCurlAndBatchesAsClientsExpect) {
   // model made its 60 tokens before the first look).
   Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2, .max_queue = 4}},
                 [] { return tiny_model(384, 6); });
-  std::thread runner([&] { server.run(); });
+  Running runner(server);
   httplib::Client client("127.0.0.1", server.port());
   client.set_read_timeout(60, 0);
   for (int i = 0; i < 500 && !(get(client, "/health") && get(client, "/health")->status == 200); ++i)
@@ -387,8 +414,7 @@ TEST(Server, AnswersBrowsersCurlAndBatchesAsClientsExpect) {
   ASSERT_GE(chunks.size(), 2u);
   for (size_t i = 0; i + 1 < chunks.size(); ++i) EXPECT_TRUE(chunks[i].contains("usage") && chunks[i]["usage"].is_null());
   EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 3);
-  server.stop();
-  runner.join();
+  runner.stop();
 }
 
 // Completions' text_offset counts characters, as OpenAI's (a Python string's indices): with the two bytes of "é"
@@ -401,7 +427,7 @@ TEST(Server, CompletionTextOffsetsCountCharacters) {
   ASSERT_EQ(e_acute.size(), 2u) << "the tiny tokenizer has no merge for these bytes";
   Server server({.port = 0, .model_name = "tiny", .engine = {.max_sequences = 2}},
                 [&model] { return std::move(model); });
-  std::thread runner([&] { server.run(); });
+  Running runner(server);
   httplib::Client client("127.0.0.1", server.port());
   client.set_read_timeout(30, 0);
   for (int i = 0; i < 500 && !(get(client, "/health") && get(client, "/health")->status == 200); ++i)
@@ -443,8 +469,7 @@ TEST(Server, CompletionTextOffsetsCountCharacters) {
   EXPECT_EQ(offsets[0], 0);
   for (size_t i = 1; i < offsets.size(); ++i) EXPECT_GE(offsets[i], offsets[i - 1]);
   EXPECT_LE(offsets.back().get<int64_t>(), characters(text));
-  server.stop();
-  runner.join();
+  runner.stop();
 }
 
 TEST(Server, ALoadThatFailsStopsTheServerAndRunThrowsItsError) {

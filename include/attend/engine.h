@@ -156,6 +156,10 @@ class Engine {
   ~Engine();  // ends every request ("cancelled") and stops the thread
   // The same now: every request ends ("cancelled"), and submit() refuses from then on.
   void stop();
+  // Asks for the same and returns at once: the engine's thread ends the requests after the step under way, and
+  // stop() (or the destructor) waits for it. For a caller that must not wait out a step, such as the server's
+  // stop on the thread that takes signals (a second Ctrl-C ends the process there).
+  void request_stop();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 

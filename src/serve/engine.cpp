@@ -469,12 +469,16 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptio
 
 Engine::~Engine() { stop(); }
 
-void Engine::stop() {
+void Engine::request_stop() {
   {
     std::lock_guard lock(impl_->mutex);
     impl_->stopping = true;
   }
   impl_->wake.notify_all();
+}
+
+void Engine::stop() {
+  request_stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 

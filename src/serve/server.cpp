@@ -729,9 +729,10 @@ Server::Server(ServerOptions options, std::function<ServedModel()> load) : impl_
 
 void Server::Impl::stop() {
   stopping = true;
-  // Every running request ends first ("cancelled"), so that the connections' threads finish and the listener can
-  // stop waiting for them.
-  if (state == 1 && engine) engine->stop();
+  // Every running request ends ("cancelled", after the engine's step under way), so that the connections' threads
+  // finish and the listener can stop waiting for them. Not waited for here: this runs on the thread that takes
+  // signals, which must stay free for a second Ctrl-C; the destructor joins the engine.
+  if (state == 1 && engine) engine->request_stop();
   // A stop before the listener runs is lost on it: when run() is between its look at `stopping` and the
   // listener's start, wait for the listener (run() and stop() each write their flag before reading the other's).
   while (run_entered && !run_returned && !http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
