@@ -839,8 +839,16 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   fails({"peft_type", "LORA"});
   with("use_dora", true);
   fails({"DoRA"});
-  with("target_modules", "q_proj|v_proj");
-  fails({"target_modules", "regular expression"});
+  with("target_modules", "q_proj|v_proj");  // a pattern matches a module's whole name
+  fails({"target_modules", "matches none", "model.layers.0.self_attn.q_proj"});
+  with("target_modules", "(q_proj");
+  fails({"target_modules", "not a regular expression"});
+  with("target_modules", ".*(q|v){1,2}_proj");
+  fails({"counted repetitions"});
+  with("target_modules", std::string(300, 'q'));
+  fails({"300 characters"});
+  with("target_modules", ".*\\.q_proj");  // v_proj's tensors are then no adapter's
+  fails({"v_proj", "not one of the adapters"});
   with("target_modules", nlohmann::json({"q_proj", "c_attn"}));
   fails({"'c_attn'"});
   with("r", 3);
@@ -850,6 +858,39 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   with("target_modules", nlohmann::json({"q_proj", "self_attn.v_proj"}));
   with("modules_to_save", nlohmann::json({"norm"}));
   fails({"modules_to_save", "norm", "classifier"});
+}
+
+// target_modules as one string, as PEFT takes it: a regular expression a module's whole name matches, or
+// "all-linear" (every projection); the same adapters as the list of names.
+TEST(Lora, PeftTargetModulesAsAPatternAdaptWhatTheListAdapts) {
+  const fs::path hf = fs::path(ATTEND_TEST_DATA) / "hf-llama" / "tied-llama3";
+  Batch b;
+  b.B = 1, b.T = 5, b.ids = {1, 7, 3, 9, 4};
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"q", "v"}, {".*\\.(q_proj|v_proj)", "model\\.layers\\.\\d+\\.self_attn\\.[qv]_proj", "(?:.*\\.)?[qv]_proj"}},
+      {kEvery, {"all-linear", ".*_proj"}}};
+  for (const auto& [targets, patterns] : cases) {
+    Model m = load_model(hf);
+    m.add_lora({.r = 2, .alpha = 4, .targets = targets, .seed = 3});
+    randomize_b(m, 8);
+    const fs::path dir = fresh("peft_pattern");
+    save_peft_adapter(m, dir);
+    Model listed = load_model(hf);
+    load_peft_adapter(listed, dir);
+    const std::vector<float> want = logits_of(listed, b);
+    Model base = load_model(hf);
+    EXPECT_NE(want, logits_of(base, b)) << "the adapters change the logits";
+    auto j = nlohmann::json::parse(read_file(dir / "adapter_config.json"));
+    for (const std::string& pattern : patterns) {
+      SCOPED_TRACE(pattern);
+      j["target_modules"] = pattern;
+      write_file_atomic(dir / "adapter_config.json", j.dump());
+      Model by_pattern = load_model(hf);
+      load_peft_adapter(by_pattern, dir);
+      EXPECT_EQ(by_pattern.config().lora_targets, targets);
+      EXPECT_EQ(logits_of(by_pattern, b), want);
+    }
+  }
 }
 
 // PEFT adapters as PEFT writes and applies them, for each family's Hugging Face layout: adapter directories and the

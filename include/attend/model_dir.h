@@ -132,7 +132,10 @@ int load_peft_adapter(Model& model, const std::filesystem::path& dir, const std:
 // model's layout) and the module names it lists (load_peft_adapter reads it so; fuzz/ reaches it).
 struct PeftConfig {
   LoraConfig lora;
-  std::vector<std::string> target_modules;
+  std::vector<std::string> target_modules;  // names a module's name ends with (PEFT's list form)
+  // Or target_modules as one string, as PEFT takes it: a regular expression that a module's whole name must match
+  // (re.fullmatch; ECMAScript's syntax, which Python's common patterns share), or "all-linear".
+  std::string target_pattern;
 };
 PeftConfig parse_peft_config(std::string_view text, std::string_view origin);
 

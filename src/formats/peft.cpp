@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <set>
 #include <type_traits>
 
@@ -205,6 +206,37 @@ bool matches(const std::string& path, const std::vector<std::string>& patterns) 
                      [&](const std::string& t) { return path == t || path.ends_with("." + t); });
 }
 
+// target_modules as a string. A bound on its length and no counted repetitions ({m,n}), whose copies of the pattern
+// std::regex builds one by one (a dozen characters could ask for millions of states); PEFT's patterns name modules
+// by alternatives (".*\.(q_proj|v_proj)$").
+constexpr size_t kMaxTargetPattern = 256;
+
+std::regex target_regex(const std::string& pattern, const std::string& where) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
+  } catch (const std::regex_error& e) {
+    throw Error(fmt::format("{}: target_modules '{}' is not a regular expression this reads ({})", where, pattern,
+                            e.what()));
+  }
+}
+
+void check_target_pattern(const std::string& pattern, const std::string& where) {
+  check(!pattern.empty(), "{}: target_modules is empty", where);
+  check(pattern.size() <= kMaxTargetPattern, "{}: target_modules is a pattern of {} characters, at most {} are read",
+        where, pattern.size(), kMaxTargetPattern);
+  if (pattern == "all-linear") return;
+  check(pattern.find('{') == std::string::npos, "{}: target_modules '{}': counted repetitions ({{m,n}}) are not "
+        "supported in its regular expression", where, pattern);
+  target_regex(pattern, where);
+}
+
+// Whether PEFT adapts the module of this name: one of the list's names ends it, or the pattern matches all of it
+// ("all-linear": every projection Attend adapts; PEFT leaves out the output layer, which is not one of them).
+bool targeted(const std::string& path, const PeftConfig& peft, const std::regex* pattern) {
+  if (peft.target_pattern.empty()) return matches(path, peft.target_modules);
+  return pattern == nullptr || std::regex_match(path, *pattern);
+}
+
 }  // namespace
 
 void save_peft_adapter(const Model& model, const fs::path& dir, const std::string& base_model) {
@@ -322,22 +354,26 @@ PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
           "supported", where, key);
   check(!j.contains("layers_to_transform") || j["layers_to_transform"].is_null(),
         "{}: layers_to_transform (adapters on some layers only) is not supported", where);
-  check(j.contains("target_modules") && j["target_modules"].is_array(),
-        "{}: target_modules must be a list of module names (a regular expression is not supported)", where);
+  check(j.contains("target_modules") && (j["target_modules"].is_array() || j["target_modules"].is_string()),
+        "{}: target_modules must be a list of module names or a regular expression", where);
   PeftConfig peft;
   LoraConfig& lora = peft.lora;
   lora.r = get("r", int64_t{8});
   lora.alpha = get("lora_alpha", 8.0);
   lora.rslora = get("use_rslora", false);
   lora.dropout = get("lora_dropout", 0.0);  // training's alone: a loaded adapter that trains on keeps it
-  for (const auto& m : j["target_modules"]) {
+  if (j["target_modules"].is_string()) {
+    peft.target_pattern = j["target_modules"].get<std::string>();
+    check_target_pattern(peft.target_pattern, where);
+  }
+  for (const auto& m : j["target_modules"].is_array() ? j["target_modules"] : nlohmann::json::array()) {
     check(m.is_string() && !m.get<std::string>().empty(), "{}: target_modules holds {}, expected names", where, m.dump());
     check(std::find(peft.target_modules.begin(), peft.target_modules.end(), m.get<std::string>()) ==
               peft.target_modules.end(),
           "{}: target module '{}' is named twice", where, m.get<std::string>());
     peft.target_modules.push_back(m.get<std::string>());
   }
-  check(!peft.target_modules.empty(), "{}: target_modules is empty", where);
+  check(!peft.target_modules.empty() || !peft.target_pattern.empty(), "{}: target_modules is empty", where);
   if (j.contains("modules_to_save") && !j["modules_to_save"].is_null()) {
     check(j["modules_to_save"].is_array(), "{}: modules_to_save is {}, expected a list of names", where,
           j["modules_to_save"].dump());
@@ -377,10 +413,13 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   const ModelConfig& c = model.config();
   const std::vector<Module> modules = modules_of(model);
   // Attend's targets: those of the modules target_modules names, each named in every block or in none.
+  const bool by_pattern = !peft.target_pattern.empty() && peft.target_pattern != "all-linear";
+  const std::regex pattern = by_pattern ? target_regex(peft.target_pattern, where) : std::regex();
+  const std::regex* const pattern_or_all = by_pattern ? &pattern : nullptr;
   std::vector<const Module*> matched;
   std::set<std::string> targets;
   for (const Module& m : modules)
-    if (matches(m.path, peft.target_modules)) {
+    if (targeted(m.path, peft, pattern_or_all)) {
       matched.push_back(&m);
       for (const TargetRows& t : targets_of(c, m.weight, model.find(m.weight)->value.size(0)))
         if (t.row0 >= m.row0 && t.row0 < m.row0 + m.rows) targets.insert(t.target);
@@ -393,8 +432,10 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
               if (std::find(ends.begin(), ends.end(), m.suffix) == ends.end()) ends.push_back(m.suffix);
             return fmt::format("{}", fmt::join(ends, ", "));
           }());
+  check(!matched.empty(), "{}: target_modules '{}' matches none of this model's modules (such as {})", where,
+        peft.target_pattern, modules.empty() ? std::string("none") : modules.front().path);
   for (const Module& m : modules) {
-    if (matches(m.path, peft.target_modules)) continue;
+    if (targeted(m.path, peft, pattern_or_all)) continue;
     for (const TargetRows& t : targets_of(c, m.weight, model.find(m.weight)->value.size(0)))
       check(!(targets.count(t.target) && t.row0 >= m.row0 && t.row0 < m.row0 + m.rows), "{}: target_modules adapts "
             "'{}' in some blocks but not {} (Attend adapts a projection in every block)", where, t.target, m.path);
