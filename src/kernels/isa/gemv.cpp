@@ -204,11 +204,11 @@ template <typename Format, int64_t R, int64_t K, typename W>
   }
 }
 
-// From four input rows on AVX2 (two and three ran at the rate of one row at a time, their step bound by memory).
+// From four input rows on AVX2 (two rows ran slower on the chains than one at a time: their step is bound by memory).
 // The K weight rows of a block are read side by side, a pattern the hardware prefetcher did not follow: 8 fp32
 // streams ran no faster than with dots<Fp32, 2> until the same chunk of the block kChainBlocksAhead ahead was
-// fetched into L2 in software (into L1, or one block ahead, slower); then 4, 8 and 16 streams of fp32, bf16 and
-// fp16 weights 1.1-1.5× (docs/BENCHMARKS.md).
+// fetched into L2 in software (into L1: no better than none; one block ahead: about the same); then 4, 8 and 16
+// streams of fp32, bf16 and fp16 weights 1.1-1.5× (docs/BENCHMARKS.md).
 constexpr bool kChains = lanes::kLanes == 8;
 constexpr int64_t kChainsFrom = 4;
 constexpr int64_t kChainWeightRows = 3;
