@@ -252,11 +252,12 @@ TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
 // three weight rows is widened into fp32 once for blocks of four input rows, the input rows in tiles of 1 MiB
 // (252 rows of 1,031 channels: 260 make a whole tile and a short one). On AVX2, from four rows, blocks of three
 // weight rows (37 and 38 leave one and two) and groups of three and two input rows in tiles of 24 (40 = 24 + 5·3 + 1
-// takes the last four rows as two twos), the channels in chunks of 256 (1,031 and 4,099: several and a tail).
+// takes the last four rows as two twos; 25 and 49 leave a tile of one row), the channels in chunks of 256 (800: a
+// short last chunk; 1,031 and 4,099: several and a tail; 20: the tail alone).
 TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
   for (int64_t OC : {37, 38}) {
-    for (int64_t C : {64, 77, 768, 1031, 4099}) {
-      for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19, 40, 67, 260}) {
+    for (int64_t C : {20, 64, 77, 768, 800, 1031, 4099}) {
+      for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 19, 25, 40, 49, 67, 260}) {
         auto x = random_vector(N * C, 8), w = random_vector(OC * C, 9), b = random_vector(OC, 10);
         auto xf = cast<float>(x), wf = cast<float>(w), bf = cast<float>(b);
         std::vector<uint16_t> w_bf16(OC * C), w_f16(OC * C);

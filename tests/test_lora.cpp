@@ -868,7 +868,7 @@ TEST(Lora, PeftTargetModulesAsAPatternAdaptWhatTheListAdapts) {
   b.B = 1, b.T = 5, b.ids = {1, 7, 3, 9, 4};
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
       {{"q", "v"}, {".*\\.(q_proj|v_proj)", "model\\.layers\\.\\d+\\.self_attn\\.[qv]_proj", "(?:.*\\.)?[qv]_proj"}},
-      {kEvery, {"all-linear", ".*_proj"}}};
+      {kEvery, {"all-linear", "ALL-LINEAR", ".*_proj"}}};
   for (const auto& [targets, patterns] : cases) {
     Model m = load_model(hf);
     m.add_lora({.r = 2, .alpha = 4, .targets = targets, .seed = 3});

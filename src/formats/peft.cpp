@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -206,6 +207,13 @@ bool matches(const std::string& path, const std::vector<std::string>& patterns) 
                      [&](const std::string& t) { return path == t || path.ends_with("." + t); });
 }
 
+// "all-linear" in any case, as PEFT compares it.
+bool all_linear(const std::string& pattern) {
+  std::string lower(pattern);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return lower == "all-linear";
+}
+
 // target_modules as a string. A bound on its length and no counted repetitions ({m,n}), whose copies of the pattern
 // std::regex builds one by one (a dozen characters could ask for millions of states); PEFT's patterns name modules
 // by alternatives (".*\.(q_proj|v_proj)$").
@@ -224,14 +232,16 @@ void check_target_pattern(const std::string& pattern, const std::string& where) 
   check(!pattern.empty(), "{}: target_modules is empty", where);
   check(pattern.size() <= kMaxTargetPattern, "{}: target_modules is a pattern of {} characters, at most {} are read",
         where, pattern.size(), kMaxTargetPattern);
-  if (pattern == "all-linear") return;
+  if (all_linear(pattern)) return;
   check(pattern.find('{') == std::string::npos, "{}: target_modules '{}': counted repetitions ({{m,n}}) are not "
         "supported in its regular expression", where, pattern);
   target_regex(pattern, where);
 }
 
 // Whether PEFT adapts the module of this name: one of the list's names ends it, or the pattern matches all of it
-// ("all-linear": every projection Attend adapts; PEFT leaves out the output layer, which is not one of them).
+// ("all-linear": every projection Attend adapts. PEFT's takes every linear layer but the output layer, which on
+// BERT also includes the pooler's and the MLM head's dense layers and the classifier; an adapter on those is
+// refused by name when its tensors are read).
 bool targeted(const std::string& path, const PeftConfig& peft, const std::regex* pattern) {
   if (peft.target_pattern.empty()) return matches(path, peft.target_modules);
   return pattern == nullptr || std::regex_match(path, *pattern);
@@ -413,7 +423,7 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   const ModelConfig& c = model.config();
   const std::vector<Module> modules = modules_of(model);
   // Attend's targets: those of the modules target_modules names, each named in every block or in none.
-  const bool by_pattern = !peft.target_pattern.empty() && peft.target_pattern != "all-linear";
+  const bool by_pattern = !peft.target_pattern.empty() && !all_linear(peft.target_pattern);
   const std::regex pattern = by_pattern ? target_regex(peft.target_pattern, where) : std::regex();
   const std::regex* const pattern_or_all = by_pattern ? &pattern : nullptr;
   std::vector<const Module*> matched;

@@ -445,6 +445,10 @@ struct Engine::Impl {
           job.second->set_exception(std::current_exception());
         }
       }
+      {
+        std::lock_guard lock(mutex);
+        if (stopping) break;  // asked during the jobs: no step that would admit more requests
+      }
       step_once();
       // Waiting requests that cannot start until blocks or sequences free up: the thread sleeps until a step
       // changes that (there is one while anything is active) or a new request arrives.

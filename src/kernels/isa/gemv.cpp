@@ -204,11 +204,12 @@ template <typename Format, int64_t R, int64_t K, typename W>
   }
 }
 
-// From four input rows on AVX2 (two rows ran slower on the chains than one at a time: their step is bound by memory).
-// The K weight rows of a block are read side by side, a pattern the hardware prefetcher did not follow: 8 fp32
-// streams ran no faster than with dots<Fp32, 2> until the same chunk of the block kChainBlocksAhead ahead was
-// fetched into L2 in software (into L1: no better than none; one block ahead: about the same); then 4, 8 and 16
-// streams of fp32, bf16 and fp16 weights 1.1-1.5× (docs/BENCHMARKS.md).
+// From four input rows on AVX2 (two rows ran slower on the chains than one at a time, their step bound by memory;
+// three were not measured). The K weight rows of a block are read side by side, a pattern the hardware prefetcher
+// did not follow: 8 fp32 streams ran no faster than with dots<Fp32, 2> until the same chunk of the block
+// kChainBlocksAhead ahead was fetched into L2 in software (into L1: no better than none; one block ahead: about the
+// same). Then fp32 weights 1.2-1.5× from 4 streams to 16; bf16 and fp16 1.06-1.4× at 8 streams, about level at 4
+// (docs/BENCHMARKS.md).
 constexpr bool kChains = lanes::kLanes == 8;
 constexpr int64_t kChainsFrom = 4;
 constexpr int64_t kChainWeightRows = 3;
@@ -228,10 +229,11 @@ void chains_block(float* out, const float* inp, const W* weight, const float* bi
     const int64_t n1 = std::min(N, n0 + kChainTileRows);
     for (int64_t c0 = 0; c0 < whole; c0 += kChainChunk) {
       const int64_t c1 = std::min(whole, c0 + kChainChunk);
-      if (n0 == 0)  // the same chunk of the block kChainBlocksAhead ahead, into L2
+      if (n0 == 0 && o + (kChainBlocksAhead + 1) * K <= OC)  // the same chunk of the block kChainBlocksAhead ahead
         for (int64_t k = 0; k < K; ++k)
           lanes::prefetch_l2(w + (kChainBlocksAhead * K + k) * C + c0, (c1 - c0) * int64_t{sizeof(W)});
-      // Threes, and twos for the rest (four rows as two and two: one row alone loads four vectors for three products).
+      // Threes, and twos for the rest: four rows as two and two, since one row alone has only K chains in flight,
+      // too few to cover the FMAs' latency (4 fp32 streams 174-185 tokens/s as three and one, 213-241 so).
       const int64_t threes = (n1 - n0) % 3 == 1 && n1 - n0 >= 4 ? (n1 - n0) / 3 - 1 : (n1 - n0) / 3;
       int64_t n = n0;
       for (; n < n0 + 3 * threes; n += 3) dots_chains<Format, 3, K>(acc + (n - n0), inp + n * C, w, C, c0, c1);
