@@ -129,37 +129,29 @@ void BM_Decode_Gemv(benchmark::State& state, bool bf16) {
   set_bandwidth(state, double(V * C) * (bf16 ? 2.0 : 4.0));
 }
 
-// A server's batched decoding step on 16-bit weights: `rows` input rows times the same LM head in fp16 (77 MB), or
-// a matrix of the same bytes with rows of `in` = 3072 channels (as GPT-2's FFN down projection's), the
-// row-invariant gemv (each weight row loaded once for up to eight input rows); GMAC/s of products.
-void BM_Decode_GemvRowsF16(benchmark::State& state) {
+// A server's batched decoding step: `rows` input rows times GPT-2's LM head in fp16 (77 MB) or fp32 (154 MB), or a
+// matrix of the same bytes with rows of `in` = 3072 channels (as GPT-2's FFN down projection's), the row-invariant
+// gemv (matmul_forward_f16, matmul_forward_rows: each weight row loaded once for several input rows); GMAC/s of
+// products.
+void decode_gemv_rows(benchmark::State& state, bool f16) {
   attend::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t N = state.range(0), C = state.range(2), V = 50257 * 768 / C;
   const Buffer<float> w = random_floats(V * C, 1), x = random_floats(N * C, 2);
-  Buffer<uint16_t> w16(V * C);
-  attend::kernels::float_to_half(w16.data(), w.data(), V * C);
+  Buffer<uint16_t> w16(f16 ? V * C : 0);
+  if (f16) attend::kernels::float_to_half(w16.data(), w.data(), V * C);
   Buffer<float> out(N * V);
   for (auto _ : state) {
-    attend::kernels::matmul_forward_f16(out.data(), x.data(), w16.data(), nullptr, N, C, V);
+    if (f16)
+      attend::kernels::matmul_forward_f16(out.data(), x.data(), w16.data(), nullptr, N, C, V);
+    else
+      attend::kernels::matmul_forward_rows(out.data(), x.data(), w.data(), nullptr, N, C, V);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bandwidth(state, double(V * C) * 2.0);
+  set_bandwidth(state, double(V * C) * (f16 ? 2.0 : 4.0));
   state.counters["GMAC/s"] = benchmark::Counter(double(N * V * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-
-// The same on fp32 weights (GPT-2's LM head, 154 MB): matmul_forward_rows, as a server's step on fp32 weights runs.
-void BM_Decode_GemvRowsF32(benchmark::State& state) {
-  attend::set_num_threads(static_cast<int>(state.range(1)));
-  const int64_t N = state.range(0), C = 768, V = 50257;
-  const Buffer<float> w = random_floats(V * C, 1), x = random_floats(N * C, 2);
-  Buffer<float> out(N * V);
-  for (auto _ : state) {
-    attend::kernels::matmul_forward_rows(out.data(), x.data(), w.data(), nullptr, N, C, V);
-    benchmark::DoNotOptimize(out.data());
-  }
-  set_bandwidth(state, double(V * C) * 4.0);
-  state.counters["GMAC/s"] = benchmark::Counter(double(N * V * C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-}
+void BM_Decode_GemvRowsF16(benchmark::State& state) { decode_gemv_rows(state, true); }
+void BM_Decode_GemvRowsF32(benchmark::State& state) { decode_gemv_rows(state, false); }
 
 // Drawing one token from GPT-2's 50,257 logits (uniform in [−6, 6): a flat distribution, most of it in a top-p
 // nucleus of 0.95), as a server does for each sequence each step on its engine thread; µs a token.
@@ -323,7 +315,7 @@ BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
 BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8, 16, 32, 64}, {1, 2}, {768, 3072}})->ArgNames({"rows", "threads", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Decode_GemvRowsF32)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Decode_GemvRowsF32)->ArgsProduct({{1, 2, 4, 8}, {1, 2}, {768}})->ArgNames({"rows", "threads", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ4_0x8)->ArgsProduct({{1, 2, 4, 8}, {1, 2}})->ArgNames({"rows", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode_GemvQ8_0x8_InCache)->Arg(1)->Arg(8)->ArgName("rows")->Unit(benchmark::kMicrosecond)->UseRealTime();

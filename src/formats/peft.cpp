@@ -229,7 +229,6 @@ std::regex target_regex(const std::string& pattern, const std::string& where) {
 }
 
 void check_target_pattern(const std::string& pattern, const std::string& where) {
-  check(!pattern.empty(), "{}: target_modules is empty", where);
   check(pattern.size() <= kMaxTargetPattern, "{}: target_modules is a pattern of {} characters, at most {} are read",
         where, pattern.size(), kMaxTargetPattern);
   if (all_linear(pattern)) return;

@@ -609,7 +609,7 @@ namespace {
 // Rapids: median 6.6 against 8.0 ms over ten alternating pairs, 4 rows 4.0 against 6.6; docs/BENCHMARKS.md).
 constexpr int64_t kFarAhead = 24 << 10;
 [[maybe_unused]] inline void far_ahead(const uint8_t* w, int64_t block_bytes) {  // the AVX2 and AVX-512 kernels' alone
-  for (int64_t l = 0; l < block_bytes; l += 64) __builtin_prefetch(w + kFarAhead + l, 0, 2);  // prefetcht1
+  lanes::prefetch_l2(w + kFarAhead, block_bytes);
 }
 
 template <typename Type, int R>
