@@ -7,6 +7,7 @@
 #include "kernels/convert.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
+#include "kernels/optimizer.h"
 #include "kernels/parallel.h"
 #include "kernels/quant.h"
 #include "kernels/softmax.h"
@@ -108,6 +109,22 @@ void BM_Kernel_GeluForwardBackward(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   set_bandwidth(state, (2.0 + 4.0) * n * sizeof(float));
+}
+
+// AdamW's update over 32M parameters (128 MiB each of weights, gradients and the two moments): reads θ, g, m, v
+// and writes θ, m, v, 28 bytes a parameter; GPT-2-124M's step streams four times as much.
+void BM_Kernel_AdamW(benchmark::State& state) {
+  attend::set_num_threads(static_cast<int>(state.range(0)));
+  const int64_t n = int64_t{32} << 20;
+  auto param = random_floats(n, 1), grad = random_floats(n, 2), m = random_floats(n, 3), v = random_floats(n, 4);
+  for (float& x : v) x = x * x;
+  const attend::kernels::AdamStep step{.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .gain1 = 0.1f,
+                                       .gain2 = 1e-3f, .correction1 = 0.5, .correction2 = 0.25, .decoupled = 0.1f};
+  for (auto _ : state) {
+    attend::kernels::adam_update(param.data(), m.data(), v.data(), grad.data(), n, step);
+    benchmark::ClobberMemory();
+  }
+  set_bandwidth(state, 7.0 * n * sizeof(float));
 }
 
 // Decoding's matmul: one row times GPT-2's tied LM head (50257 × 768), a stream through 154 MB of fp32
@@ -312,6 +329,7 @@ BENCHMARK(BM_Bandwidth_Triad)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_SoftmaxForwardBackward)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_LayerNormForwardBackward)->Apply(threads_1_2);
 BENCHMARK(BM_Kernel_GeluForwardBackward)->Apply(threads_1_2);
+BENCHMARK(BM_Kernel_AdamW)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, f32, false)->Apply(threads_1_2);
 BENCHMARK_CAPTURE(BM_Decode_Gemv, bf16, true)->Apply(threads_1_2);
 BENCHMARK(BM_Decode_GemvRowsF16)->ArgsProduct({{1, 2, 4, 8, 16, 32, 64}, {1, 2}, {768, 3072}})->ArgNames({"rows", "threads", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();

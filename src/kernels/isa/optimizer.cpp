@@ -35,13 +35,15 @@ void adam_update(float* param, float* m, float* v, const float* grad, int64_t n,
   const float step = static_cast<float>(double(s.lr) / s.correction1);
   const float rsqrt_c2 = static_cast<float>(1.0 / std::sqrt(s.correction2));
   const float shrink = static_cast<float>(1.0 - double(s.lr) * s.decoupled);
+  // The factors in locals: read through `s`, GCC would load them again after every store (they might alias).
+  const float l2 = s.l2, beta1 = s.beta1, beta2 = s.beta2, gain1 = s.gain1, gain2 = s.gain2, eps = s.eps;
   parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) {
-      const float g = grad[i] + s.l2 * param[i];
-      m[i] = s.beta1 * m[i] + s.gain1 * g;
-      v[i] = s.beta2 * v[i] + s.gain2 * g * g;
-      param[i] = shrink * param[i] - step * m[i] / (std::sqrt(v[i]) * rsqrt_c2 + s.eps);
+      const float g = grad[i] + l2 * param[i];
+      m[i] = beta1 * m[i] + gain1 * g;
+      v[i] = beta2 * v[i] + gain2 * g * g;
+      param[i] = shrink * param[i] - step * m[i] / (std::sqrt(v[i]) * rsqrt_c2 + eps);
     }
   });
 }
