@@ -471,7 +471,9 @@ TEST(TokenizerBytes, TextBytesAddUpToTheDecodedText) {
       int64_t bytes = 0, raw = 0;
       for (size_t i = 1; i < ids.size(); ++i) bytes += tok.text_bytes(ids[i]), raw += tok.id_to_bytes(ids[i]).size();
       EXPECT_EQ(bytes, static_cast<int64_t>(text.size() - first.size())) << static_cast<int>(kind) << ": " << text;
-      if (kind != TokenizerKind::BPE) EXPECT_GT(raw, bytes) << "not the tokens' own text";
+      if (kind != TokenizerKind::BPE) {
+        EXPECT_GT(raw, bytes) << "not the tokens' own text";
+      }
     }
   }
 }
