@@ -84,6 +84,9 @@ void gpt2_shapes(benchmark::internal::Benchmark* b) {
   }
   // A 512-token prompt's four products (QKV, attention output, FFN up, FFN down) on two threads.
   b->Args({512, 2304, 768, 2})->Args({512, 768, 768, 2})->Args({512, 3072, 768, 2})->Args({512, 768, 3072, 2});
+  // And a Llama-3.2-1B shape's (q and o, k and v, gate and up, down).
+  b->Args({512, 2048, 2048, 2})->Args({512, 512, 2048, 2})->Args({512, 8192, 2048, 2})->Args({512, 2048, 8192, 2});
+  b->Args({2048, 8192, 2048, 2})->Args({2048, 2048, 8192, 2});  // its FFN in training, four sequences of 512
   b->ArgNames({"M", "N", "K", "threads"})->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 }
 

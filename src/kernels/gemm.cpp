@@ -141,11 +141,15 @@ void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   // With several threads and enough rows, each thread multiplies its own block of rows of C with a
   // single-threaded sgemm (oneDNN runs on one thread inside a parallel region). This keeps every thread
   // on a whole panel of B and measured 2-4% faster than oneDNN's own split on the FFN-down shape
-  // (docs/BENCHMARKS.md). Small M (decoding one token) is left to oneDNN, which splits N instead.
+  // (docs/BENCHMARKS.md). Small M (decoding one token) is left to oneDNN, which splits N instead, and so is a B of
+  // more than kMostRowSplitB values: each thread would pack all of it, from memory (a Llama-3.2-1B shape's FFN,
+  // 8192 × 2048, 512 rows: 120-122 against 143-149 GFLOP/s on the AVX2 EPYC, its 512-token prompts 1.12-1.30×
+  // faster in five pairs of six; GPT-2's matrices, 2.4M values at most, and 2048 × 2048 level either way).
   constexpr int64_t kMinRowsPerThread = 256;
+  constexpr int64_t kMostRowSplitB = int64_t{2048} * 2048;
   const int threads = num_threads();
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
-  if (threads > 1 && M >= kMinRowsPerThread * threads) {
+  if (threads > 1 && M >= kMinRowsPerThread * threads && N * K <= kMostRowSplitB) {
     parallel_for(M, kMinRowsPerThread, [&](int64_t m0, int64_t m1) {
       const float* A_rows = trans_a ? A + m0 : A + m0 * lda;  // rows of op(A) are columns of A when transposed
       [[maybe_unused]] dnnl_status_t status =
