@@ -15,7 +15,7 @@ for shape in S gpt2; do
   steps=$([[ $shape == S ]] && echo 6 || echo 4)
   # Attend fp32 and PyTorch alone, alternating twice: each pair's ratio sees the machine's same few minutes.
   f32=() torch=()
-  for round in 1 2; do
+  for _ in 1 2; do
     f32+=("$(build/bench/attend_train_bench --shape "$shape" --steps "$steps" --precision f32)")
     torch+=("$(/usr/bin/python3 bench/train_torch.py --shape "$shape" --steps "$steps")")
   done

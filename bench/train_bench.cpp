@@ -7,7 +7,8 @@
 // gpt2 = 12 layers, d_model 768, 12 heads, vocabulary 50257, T 256, batch 4 (GPT-2 124M).
 // Prints one JSON line: median tokens/s over the steps after the first (warm-up), the model FLOPs
 // utilisation (6·N + 12·L·d·T FLOPs per token, N without the position table, over the best sgemm rate
-// measured in the same process, before and after the steps), and peak RSS. bench/train.sh runs it beside PyTorch (bench/train_torch.py).
+// measured in the same process, before and after the steps), and peak RSS. bench/train.sh runs it beside
+// PyTorch (bench/train_torch.py).
 #include "kernels/convert.h"
 #include "kernels/gemm.h"
 

@@ -142,9 +142,11 @@ void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   // single-threaded sgemm (oneDNN runs on one thread inside a parallel region). This keeps every thread
   // on a whole panel of B and measured 2-4% faster than oneDNN's own split on the FFN-down shape
   // (docs/BENCHMARKS.md). Small M (decoding one token) is left to oneDNN, which splits N instead, and so is a B of
-  // more than kMostRowSplitB values: each thread would pack all of it, from memory (a Llama-3.2-1B shape's FFN,
-  // 8192 × 2048, 512 rows: 120-122 against 143-149 GFLOP/s on the AVX2 EPYC, its 512-token prompts 1.12-1.30×
-  // faster in five pairs of six; GPT-2's matrices, 2.4M values at most, and 2048 × 2048 level either way).
+  // more than kMostRowSplitB values: each thread would pack all of it, from memory. On the AVX2 EPYC a
+  // Llama-3.2-1B shape's FFN (8192 × 2048, 512 rows) ran at 120-122 against oneDNN's 143-149 GFLOP/s and its
+  // 512-token prompts 1.12-1.30× faster in seven pairs of eight; GPT-2-124M's training steps, whose LM head
+  // (50257 × 768) now goes to oneDNN, 1.03-1.09×; its other matrices (2.4M values at most) keep the row split, and
+  // 2048 × 2048 ran level either way. B is the weight in a forward, the activations in a weight's gradient.
   constexpr int64_t kMinRowsPerThread = 256;
   constexpr int64_t kMostRowSplitB = int64_t{2048} * 2048;
   const int threads = num_threads();

@@ -21,7 +21,8 @@ void reduce_rows_by_channel_block(int64_t N, int64_t C, Update&& update) {
 }
 
 // y = (x − μ)·r·γ + β for one row (β optional). Out of line, as the backward's rows below: inlined into the
-// loop over rows, GCC vectorizes these loops but cannot say which (scripts/check_vectorized.py asks it).
+// loop over rows these two still vectorized, but GCC's report named neither loop's lines, which
+// scripts/check_vectorized.py reads.
 template <typename T>
 [[gnu::noinline]] void normalize_row(T* y, const T* x, const T* weight, const T* bias, T m, T r, int64_t C) {
   if (bias != nullptr) {
