@@ -9,8 +9,8 @@ whether it did. Twice a flag or a call made GCC keep such loops scalar with ever
 under trapping math kept GELU, softmax and the attention rows one float at a time (7% and 6% of a prompt),
 and std::sqrt's errno branch kept AdamW's update at a sixth of the memory's rate. This compiles each source
 that has the pragma with the build's own command (build/compile_commands.json, every target that compiles
-it, so every instruction set of src/kernels/isa/), asks GCC which loops it vectorized
-(GCC's vectorizer dump, -fdump-tree-vect-optimized-missed, one section per function), and names each marked loop
+it, so every instruction set of src/kernels/isa/), reads GCC's vectorizer dump (-fdump-tree-vect-optimized-missed,
+one section per function) for the loops it vectorized and those it could not, and names each marked loop
 that no copy vectorized, and each copy (a template instantiation, an activation kind, a clone) that GCC tried and
 left scalar. Instantiations for double are exempt: they are the oracles, and call the C library's exp, tanh and
 erf.
@@ -124,7 +124,8 @@ def target_of(entry):
 
 
 def check(entries, root):
-    """One line per marked loop that some compile of its file leaves scalar."""
+    """One line per marked loop that a compile of its file leaves scalar in every copy, and per float copy of a
+    marked loop that GCC tried and left scalar beside vectorized ones."""
     jobs = []
     for entry in entries:
         source = pathlib.Path(entry["file"])
