@@ -1,6 +1,8 @@
 // Each subcommand of `attend` lives in its own file and registers itself here.
 #pragma once
 
+#include <attend/server.h>
+
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -81,17 +83,18 @@ std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer&
 // matrices held as stored then keep no fp32 values (Model::hold_as_stored).
 void set_weights(Model& model, const std::string& weights, WeightType fallback);
 // --lora [NAME=]DIR[:SCALE], repeatable: PEFT LoRA adapter directories the model runs with, each's output times
-// SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name) and slot (Model::adapters).
+// SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name), slot (Model::adapters),
+// SCALE and directory.
 inline constexpr const char* kLoraHelp =
     "[NAME=]DIR[:SCALE]: a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to run the "
     "model with, its output times SCALE (default 1); repeat for several at once";
-std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs);
+std::vector<ServedAdapter> apply_lora(Model& model, const std::vector<std::string>& specs);
 // The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, set_weights). A 16-bit type,
 // given or the fallback for a directory, is read straight into 16 bits (load_model's `matrices`: 2 bytes a weight
 // while loading, not 6), and the adapters then join it in fp32 (small; a PEFT module saved beside them stays fp32
-// too). The adapters' names and slots go to *adapters when given.
+// too). The adapters (apply_lora's list) go to *adapters when given.
 Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
-                       WeightType fallback, std::vector<std::pair<std::string, int>>* adapters = nullptr);
+                       WeightType fallback, std::vector<ServedAdapter>* adapters = nullptr);
 
 // "loss L nats (B bits), perplexity P" for a loss per byte of text in nats (`attend train`, `attend eval`).
 std::string per_byte_summary(double loss_per_byte);

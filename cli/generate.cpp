@@ -54,7 +54,7 @@ void set_weights(Model& model, const std::string& weights, WeightType fallback) 
 }
 
 Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
-                       WeightType fallback, std::vector<std::pair<std::string, int>>* adapters) {
+                       WeightType fallback, std::vector<ServedAdapter>* adapters) {
   // A GGUF file keeps its own types unless --weights names one.
   const WeightType type = weights.empty() ? fallback : weights_type(weights);
   const bool direct = (type == WeightType::BF16 || type == WeightType::F16) && (!weights.empty() || !is_gguf_file(dir));
@@ -66,8 +66,8 @@ Model load_for_running(const std::string& dir, const std::vector<std::string>& l
   return model;
 }
 
-std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vector<std::string>& specs) {
-  std::vector<std::pair<std::string, int>> loaded;
+std::vector<ServedAdapter> apply_lora(Model& model, const std::vector<std::string>& specs) {
+  std::vector<ServedAdapter> loaded;
   for (const std::string& spec : specs) {
     // NAME= before the path (a name holds no '/'), :SCALE after it (a number, else part of the path).
     std::string dir = spec, name;
@@ -90,13 +90,13 @@ std::vector<std::pair<std::string, int>> apply_lora(Model& model, const std::vec
       if (p.filename().empty()) p = p.parent_path();
       name = p.filename().string();
     }
-    for (const auto& [other, slot] : loaded)
-      check(other != name, "--lora '{}': a second adapter named '{}' (give NAME=DIR)", spec, name);
+    for (const ServedAdapter& other : loaded)
+      check(other.name != name, "--lora '{}': a second adapter named '{}' (give NAME=DIR)", spec, name);
     // The first adapter of a model without any becomes its own (merge-lora, inspect); the others sit beside it.
     const std::string slot_name = model.adapters().empty() ? "" : fmt::format("adapter{}", model.adapters().size());
     const int slot = load_peft_adapter(model, dir, slot_name, scale);
     log::info("--lora {}: adapter '{}' (slot {}), scale ×{}", dir, name, slot, scale);
-    loaded.emplace_back(name, slot);
+    loaded.push_back({.name = name, .slot = slot, .scale = scale, .path = dir});
   }
   return loaded;
 }

@@ -78,12 +78,13 @@ void add_serve_command(CLI::App& app) {
     o.model_name = !s.alias.empty() ? s.alias : std::filesystem::path(s.model).filename().string();
     if (o.model_name.empty()) o.model_name = std::filesystem::path(s.model).parent_path().filename().string();
     auto load = [] {
-      std::vector<std::pair<std::string, int>> adapters;
+      std::vector<ServedAdapter> adapters;
       ServedModel m{load_for_running(s.model, s.lora, s.weights, WeightType::BF16, &adapters), std::nullopt,
                     std::nullopt, {}, {}};
       m.adapters = std::move(adapters);
-      for (const auto& [name, slot] : m.adapters)
-        check(name != o.model_name, "--lora: the adapter '{}' has the model's own name (give NAME=DIR or --alias)", name);
+      for (const ServedAdapter& a : m.adapters)
+        check(a.name != o.model_name, "--lora: the adapter '{}' has the model's own name (give NAME=DIR or --alias)",
+              a.name);
       m.tokenizer = s.tokenizer_path.empty() ? model_tokenizer(s.model) : Tokenizer::load(s.tokenizer_path);
       if (m.tokenizer) {
         check(m.tokenizer->vocab_size() <= m.model.config().vocab_size, "{}: the tokenizer has {} tokens, the model's "

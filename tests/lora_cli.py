@@ -263,10 +263,12 @@ def serve_batches_adapters(attend, model, peft, peft2):
         if ids != ["base", "one", "two"]:
             fail(f"/v1/models lists {ids}, expected base, one, two")
 
-        def complete(model):
+        def complete(model, lora=None):
             body = {"prompt": "the jury said", "max_tokens": 10, "temperature": 0, "logprobs": 1}
             if model:
                 body["model"] = model
+            if lora is not None:
+                body["lora"] = lora
             req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as r:
@@ -296,6 +298,45 @@ def serve_batches_adapters(attend, model, peft, peft2):
         print(f"lora_cli: serve: {[a[1] for a in alone]}")
         if len({json.dumps(a) for a in alone}) != len(models):
             fail(f"serve: the four models (one, two, base, both) should differ; got {alone}")
+        # llama-server's per-request "lora" ({"id": index among --lora, "scale"}; those not listed off): at the
+        # scales they were loaded with, the same as naming the adapter; at another, decoded among the others as alone.
+        listed = get("/lora-adapters")
+        if [(a["id"], a["name"], a["scale"]) for a in listed] != [(0, "one", 1.0), (1, "two", 1.5)] or \
+                listed[1]["path"] != peft2:
+            fail(f"/lora-adapters lists {listed}")
+        by_lora = {"one": [{"id": 0, "scale": 1}], "two": [{"id": 1, "scale": 1.5}], "base": [],
+                   None: [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.5}]}
+        for m, lora in by_lora.items():
+            if complete("base" if m else None, lora) != alone[models.index(m)]:
+                fail(f"serve: 'lora': {lora} is not the same as the model {m}")
+        if complete(None, [{"id": 0, "scale": 0}, {"id": 1, "scale": 1.5}]) != alone[models.index("two")]:
+            fail("serve: 'lora' with an adapter at scale 0 still ran it")
+        softer = [{"id": 1, "scale": 0.75}]
+        scaled = complete("base", softer)
+        if scaled in (alone[models.index("two")], alone[models.index("base")]):
+            fail(f"serve: 'lora' at scale 0.75 gave the same as at 1.5 or without: {scaled}")
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            mixed = list(pool.map(lambda a: complete(*a), [("base", softer), ("two", None), ("base", softer), (None, None)]))
+        if mixed != [scaled, alone[models.index("two")], scaled, alone[models.index(None)]]:
+            fail(f"serve: requests at other adapter scales batched together got {mixed}")
+
+        def refused(body):
+            req = urllib.request.Request(url + "/v1/completions", data=json.dumps({"prompt": "a", **body}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=30)
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())["error"]["message"]
+            fail(f"serve: {body} was answered")
+
+        for body, words in [({"lora": [{"id": 2, "scale": 1}]}, "has 2"), ({"lora": {"id": 0}}, "expected a list"),
+                            ({"lora": [{"id": 0}]}, "without its 'scale'"),
+                            ({"lora": [{"id": 0, "scale": 1}, {"id": 0, "scale": 2}]}, "twice"),
+                            ({"model": "one", "lora": []}, "name the model 'base'")]:
+            code, message = refused(body)
+            if code != 400 or words not in message:
+                fail(f"serve: {body} got {code} {message!r}, expected 400 saying {words!r}")
+
         def embed(model):
             req = urllib.request.Request(url + "/v1/embeddings", data=json.dumps({"model": model, "input": "the jury"}).encode(),
                                          headers={"Content-Type": "application/json"})

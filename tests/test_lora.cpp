@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <nlohmann/json.hpp>
@@ -276,6 +277,89 @@ TEST(Lora, SessionsWithDifferentAdaptersStepTogetherAsAlone) {
   const std::span<const float> a = bare.step(start), b = base.step(start), d = adapted.step(start);
   EXPECT_EQ(std::vector<float>(a.begin(), a.end()), std::vector<float>(b.begin(), b.end()));
   EXPECT_NE(std::vector<float>(d.begin(), d.end()), std::vector<float>(b.begin(), b.end()));
+}
+
+// A request's own LoRA scales (llama-server's per-request "lora"): a session whose adapter_scales multiply its sets
+// gets, bit for bit, what the model loaded at those scales gets, stepping among sessions at other scales as alone;
+// a multiplier of 0 turns its set off; the prefix cache shares blocks only at the same multipliers.
+TEST(Lora, SessionAdapterScalesAreTheSetsLoadedAtThoseScales) {
+  for (const std::string name : {"gpt", "llama"}) {
+    SCOPED_TRACE(name);
+    ModelConfig c = family(name);
+    c.max_seq_len = 80;
+    const auto loaded = [&](double own, double b) {
+      auto model = std::make_unique<Model>(c);
+      model->add_lora({.r = 4, .alpha = 8, .targets = {"q", "k", "v", "o"}, .seed = 9, .multiplier = own});
+      model->add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 7, .name = "b", .multiplier = b});
+      randomize_b(*model, 4);
+      return model;
+    };
+    const std::unique_ptr<Model> m = loaded(1.0, 1.0);
+    struct Case {
+      std::vector<float> scales;
+      double own, b;
+    };
+    const std::vector<Case> cases = {{{0.5f, 1.0f}, 0.5, 1.0}, {{1.0f, 2.5f}, 1.0, 2.5}, {{0.25f, 0.0f}, 0.25, 0.0},
+                                     {{}, 1.0, 1.0}, {{-1.0f}, -1.0, 1.0}};
+    std::vector<Session> together;
+    for (const Case& k : cases) together.emplace_back(*m, SessionOptions{.adapter_scales = k.scales});
+    EXPECT_TRUE(together[3].adapter_scales().empty()) << "all 1: no multipliers";
+    EXPECT_EQ(std::vector<float>(together[4].adapter_scales().begin(), together[4].adapter_scales().end()),
+              (std::vector<float>{-1.0f, 1.0f})) << "one per slot, 1 past the list";
+    std::vector<Session*> all;
+    for (Session& s : together) all.push_back(&s);
+    Rng rng(6);
+    std::vector<std::vector<int32_t>> tokens(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i)
+      for (size_t t = 0; t < 3 + i; ++t) tokens[i].push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+    const std::vector<std::vector<int32_t>> prompts = tokens;
+    std::vector<std::vector<std::vector<float>>> got(cases.size());
+    for (int step = 0; step < 3; ++step) {
+      step_row_invariant(all, tokens);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        got[i].emplace_back(together[i].logits().begin(), together[i].logits().end());
+        tokens[i] = {static_cast<int32_t>(1 + (step * 5 + i * 3) % (c.vocab_size - 1))};
+      }
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE("case " + std::to_string(i));
+      const std::unique_ptr<Model> ref = loaded(cases[i].own, cases[i].b);
+      Session alone(*ref);
+      std::vector<int32_t> t = prompts[i];
+      for (int step = 0; step < 3; ++step) {
+        step_row_invariant({&alone}, {t});
+        EXPECT_EQ(std::vector<float>(alone.logits().begin(), alone.logits().end()), got[i][step]) << "step " << step;
+        if (i > 0) {
+          EXPECT_NE(got[i][step], got[0][step]);
+        }
+        t = {static_cast<int32_t>(1 + (step * 5 + i * 3) % (c.vocab_size - 1))};
+      }
+    }
+    // The batched (not row-invariant) step groups rows by multiplier: one session alone is the loaded model's.
+    const std::unique_ptr<Model> at_scales = loaded(0.5, 2.5);
+    Session scaled(*m, {.adapter_scales = {0.5f, 2.5f}}), at(*at_scales);
+    scaled.step(prompts[1]);
+    at.step(prompts[1]);
+    EXPECT_EQ(std::vector<float>(scaled.logits().begin(), scaled.logits().end()),
+              std::vector<float>(at.logits().begin(), at.logits().end()));
+
+    EXPECT_THROW(Session(*m, {.adapter_scales = {1.0f, std::numeric_limits<float>::quiet_NaN()}}), Error);
+    EXPECT_THROW(Session(*m, {.adapter_scales = {std::numeric_limits<float>::infinity()}}), Error);
+    Session half(*m, {.adapter_scales = {0.5f}}), plain(*m);
+    EXPECT_THROW(half.assign(plain), Error) << "assign across multipliers";
+
+    KVBlockPool pool(*m, 16);
+    std::vector<int32_t> prompt(70);
+    for (int32_t& x : prompt) x = 1 + static_cast<int32_t>(rng.below(c.vocab_size - 1));
+    Session first(*m, {.pool = &pool, .adapter_scales = {0.5f}});
+    step_row_invariant({&first}, {std::vector<int32_t>(prompt.begin(), prompt.begin() + 64)});
+    first.share_prefix(64);
+    Session same(*m, {.pool = &pool, .adapter_scales = {0.5f, 1.0f}}), unscaled(*m, {.pool = &pool}),
+        other(*m, {.pool = &pool, .adapter_scales = {0.25f}});
+    EXPECT_EQ(same.reuse_prefix(prompt, 32), 64);
+    EXPECT_EQ(unscaled.reuse_prefix(prompt, 32), 0);
+    EXPECT_EQ(other.reuse_prefix(prompt, 32), 0);
+  }
 }
 
 // W x + s·B(A x) against (W + s·B·A) x: the same products summed in another order. Each logit is a sum of

@@ -22,6 +22,15 @@
 namespace attend {
 
 // What the server runs: the model and what it needs besides (a tokenizer for text, a chat template for chat).
+// A LoRA adapter `attend serve --lora [NAME=]DIR[:SCALE]` loaded: its id in the API, its slot in the model
+// (Model::adapters), the SCALE it was loaded with and its directory.
+struct ServedAdapter {
+  std::string name;
+  int slot = 0;
+  double scale = 1.0;
+  std::string path;
+};
+
 struct ServedModel {
   Model model;
   std::optional<Tokenizer> tokenizer;
@@ -30,7 +39,8 @@ struct ServedModel {
   // LoRA adapters (`attend serve --lora NAME=DIR`) with their slots in the model (Model::adapters). Each is a
   // model of its own in the API: a request naming it runs with that adapter alone, one naming the base model
   // without them, one naming none with all of them; requests for different adapters share the engine's steps.
-  std::vector<std::pair<std::string, int>> adapters;
+  // A request's "lora" list (llama-server's: {"id": index here, "scale"}) picks them and their scales instead.
+  std::vector<ServedAdapter> adapters;
 };
 
 struct ServerOptions {

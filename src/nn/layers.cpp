@@ -218,6 +218,7 @@ std::mutex recording_mutex;
 
 thread_local bool per_row_matmuls = false;  // a PerRowMatmuls is alive on this thread
 thread_local std::span<const uint64_t> row_adapters;  // a SelectAdapters's masks, while one is alive
+thread_local std::span<const float* const> row_adapter_scales;  // and its multipliers, if it has them
 // Whether the per-row (decoding) kernels take a matmul of N rows: few rows, or a PerRowMatmuls alive. Forward
 // and backward ask alike, so that a backward runs the kernel family its forward ran.
 bool per_row(int64_t N) { return N <= kernels::kGemvRows || per_row_matmuls; }
@@ -387,7 +388,11 @@ void linear_forward(float* out, const float* inp, const Parameter& weight, const
   if (weight.lora.empty()) return;
   check(row_adapters.empty() || static_cast<int64_t>(row_adapters.size()) == N,
         "linear '{}': {} rows, but the adapters were selected for {}", weight.name, N, row_adapters.size());
-  lora_forward(out, inp, weight, N, C, OC, row_adapters.empty() ? nullptr : row_adapters.data(), per_row_matmuls, drop);
+  check(row_adapter_scales.empty() || row_adapter_scales.size() == row_adapters.size(),
+        "linear '{}': adapter multipliers for {} rows, masks for {}", weight.name, row_adapter_scales.size(),
+        row_adapters.size());
+  lora_forward(out, inp, weight, N, C, OC, row_adapters.empty() ? nullptr : row_adapters.data(), per_row_matmuls, drop,
+               row_adapter_scales.empty() ? nullptr : row_adapter_scales.data());
 }
 
 namespace {
@@ -467,8 +472,17 @@ bool rows_take_per_row_kernels(const Parameter& weight, int64_t rows) {
   return rows <= kernels::kGemvRows;
 }
 
-SelectAdapters::SelectAdapters(std::span<const uint64_t> row_masks) : outer_(row_adapters) { row_adapters = row_masks; }
-SelectAdapters::~SelectAdapters() { row_adapters = outer_; }
+SelectAdapters::SelectAdapters(std::span<const uint64_t> row_masks, std::span<const float* const> row_scales)
+    : outer_(row_adapters), outer_scales_(row_adapter_scales) {
+  check(row_scales.empty() || row_scales.size() == row_masks.size(),
+        "SelectAdapters: multipliers for {} rows, masks for {}", row_scales.size(), row_masks.size());
+  row_adapters = row_masks;
+  row_adapter_scales = row_scales;
+}
+SelectAdapters::~SelectAdapters() {
+  row_adapters = outer_;
+  row_adapter_scales = outer_scales_;
+}
 
 PerRowMatmuls::PerRowMatmuls() : outer_(!per_row_matmuls) { per_row_matmuls = true; }
 PerRowMatmuls::~PerRowMatmuls() {

@@ -79,27 +79,33 @@ const float* adapter_input(const LowRankUpdate& u, const float* inp, int64_t N, 
 }  // namespace
 
 void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC,
-                  const uint64_t* row_masks, bool per_row, const LoraStream* drop) {
+                  const uint64_t* row_masks, bool per_row, const LoraStream* drop, const float* const* row_scales) {
   thread_local std::vector<float> xa, dropped;
   uint64_t first = drop != nullptr ? drop->offset : 0;
   for (const LowRankUpdate& u : weight.lora) {
     const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
     const uint64_t bit = uint64_t{1} << u.adapter;
+    const auto times = [&](int64_t n) {
+      return row_scales == nullptr || row_scales[n] == nullptr ? 1.0f : row_scales[n][u.adapter];
+    };
+    const auto takes = [&](int64_t n) { return (row_masks == nullptr || (row_masks[n] & bit) != 0) && times(n) != 0.0f; };
     const float* x = adapter_input(u, inp, N, C, drop, first, dropped);
     if (x != inp) first += static_cast<uint64_t>(N * C);
-    // Runs of consecutive rows that take this adapter (all N without masks), one row at a time when per_row.
+    // Runs of consecutive rows that take this adapter at one multiplier (all N without masks), one row at a time
+    // when per_row.
     for (int64_t n0 = 0; n0 < N;) {
-      if (row_masks != nullptr && (row_masks[n0] & bit) == 0) {
+      if (!takes(n0)) {
         ++n0;
         continue;
       }
+      const float m = times(n0);
       int64_t n1 = n0 + 1;
-      while (!per_row && n1 < N && (row_masks == nullptr || (row_masks[n1] & bit) != 0)) ++n1;
+      while (!per_row && n1 < N && takes(n1) && times(n1) == m) ++n1;
       const int64_t n = n1 - n0;
       xa.resize(static_cast<size_t>(n * r));
       kernels::gemm<float>(false, true, n, r, C, 1.0f, x + n0 * C, C, u.A->value.data(), C, 0.0f, xa.data(), r);
-      kernels::gemm<float>(false, true, n, rows, r, static_cast<float>(u.scale), xa.data(), r, u.B->value.data(), r,
-                           1.0f, out + n0 * OC + u.row0, OC);
+      kernels::gemm<float>(false, true, n, rows, r, static_cast<float>(u.scale * m), xa.data(), r, u.B->value.data(),
+                           r, 1.0f, out + n0 * OC + u.row0, OC);
       n0 = n1;
     }
   }

@@ -9,12 +9,15 @@
 
 #include "kernels/elementwise.h"
 
+#include "core/hash.h"
+
 #include <attend/error.h>
 #include <attend/session.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -34,6 +37,7 @@ struct Session::State {
   nn::KVCache cache;
   int64_t position = 0;
   uint64_t adapters = 0;        // SessionOptions::adapters, of the model's slots
+  std::vector<float> scales;    // SessionOptions::adapter_scales, one per slot; empty where all are 1
   std::vector<int32_t> tokens;  // run so far
   // Encoder-decoder models: every decoder block's cross-attention keys and values of the source.
   std::vector<Tensor> context_keys, context_values;
@@ -43,8 +47,35 @@ struct Session::State {
   State(const Model& m, std::shared_ptr<nn::KVPool> pool, int64_t max_T)
       : model(&m), network(m.impl_.get()), cache(std::move(pool), max_T) {}
   State(const State& o)
-      : model(o.model), network(o.network), cache(o.cache), position(o.position), adapters(o.adapters), tokens(o.tokens),
+      : model(o.model), network(o.network), cache(o.cache), position(o.position), adapters(o.adapters), scales(o.scales),
+        tokens(o.tokens),
         context_keys(clones(o.context_keys)), context_values(clones(o.context_values)), logits(o.logits) {}
+
+  // The prefix cache's salt: what a block's keys and values depend on besides the tokens. The adapter mask, or,
+  // with multipliers, a 64-bit hash of both (sessions with different multipliers share blocks only if their
+  // hashes collide).
+  uint64_t salt() const {
+    if (scales.empty()) return adapters;
+    Fnv1a h;
+    h.add(adapters);
+    for (const float s : scales) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &s, sizeof bits);
+      h.add(uint64_t{bits});
+    }
+    return h.hash | uint64_t{1} << 63;  // apart from every mask of fewer than 64 slots
+  }
+
+  void set_adapters(const Model& m, const SessionOptions& o) {
+    adapters = nn::adapter_mask(m, o.adapters);
+    const size_t slots = m.adapters().size();
+    for (size_t k = 0; k < o.adapter_scales.size(); ++k)
+      check(std::isfinite(o.adapter_scales[k]), "session: adapter_scales[{}] is {}: expected a finite number", k,
+            o.adapter_scales[k]);
+    scales.assign(slots, 1.0f);
+    std::copy_n(o.adapter_scales.begin(), std::min(slots, o.adapter_scales.size()), scales.begin());
+    if (std::all_of(scales.begin(), scales.end(), [](float s) { return s == 1.0f; })) scales.clear();
+  }
 
   static std::vector<Tensor> clones(const std::vector<Tensor>& tensors) {
     std::vector<Tensor> out;
@@ -98,7 +129,7 @@ Session::Session(const Model& model, const SessionOptions& options) {
   } else {
     state_ = std::make_unique<State>(model, cache_config(c, options));
   }
-  state_->adapters = nn::adapter_mask(model, options.adapters);
+  state_->set_adapters(model, options);
 }
 
 Session::Session(const Model& model, std::span<const int32_t> source, const SessionOptions& options) {
@@ -106,7 +137,7 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   check(c.architecture == Architecture::EncoderDecoder, "session: only encoder-decoder models decode from a source");
   check(options.pool == nullptr, "session: encoder-decoder sessions keep their own caches (no KV block pool)");
   state_ = std::make_unique<State>(model, cache_config(c, options));
-  state_->adapters = nn::adapter_mask(model, options.adapters);
+  state_->set_adapters(model, options);
   const Model::Impl& m = *model.impl_;
   const std::vector<int32_t> ids(source.begin(), source.end());
   const auto T = static_cast<int64_t>(ids.size());
@@ -117,8 +148,11 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   const nn::StackCall call{1, T, lengths.data(), valid.data()};
   // The encoder and the cross-attention's keys and values with the session's adapters too (T rows each).
   std::vector<uint64_t> rows;
-  if (state_->adapters != nn::adapter_mask(model, ~uint64_t{0})) rows.assign(static_cast<size_t>(T), state_->adapters);
-  const nn::SelectAdapters select(rows);
+  std::vector<const float*> row_scales;
+  if (state_->adapters != nn::adapter_mask(model, ~uint64_t{0}) || !state_->scales.empty())
+    rows.assign(static_cast<size_t>(T), state_->adapters);
+  if (!state_->scales.empty()) row_scales.assign(static_cast<size_t>(T), state_->scales.data());
+  const nn::SelectAdapters select(rows, row_scales);
   Tensor encoded = m.encoder->forward(x, call, nullptr);
   encoded.reshape({1, T, c.d_model});
   m.decoder->project_context(encoded, state_->context_keys, state_->context_values);
@@ -138,6 +172,7 @@ int64_t Session::position() const { return state_->position; }
 int64_t Session::capacity() const { return state_->cache.config().max_T; }
 int64_t Session::cache_bytes() const { return state_->cache.memory_bytes(); }
 uint64_t Session::adapters() const { return state_->adapters; }
+std::span<const float> Session::adapter_scales() const { return state_->scales; }
 std::span<const float> Session::logits() const { return state_->logits; }
 
 std::span<const float> Session::step(std::span<const int32_t> tokens) {
@@ -150,8 +185,9 @@ void Session::assign(const Session& other) {
   const State& o = *other.state_;
   check(s.model == o.model && s.cache.config().max_T == o.cache.config().max_T &&
             s.cache.config().storage == o.cache.config().storage && s.cache.pool() == o.cache.pool() &&
-            s.adapters == o.adapters,
-        "session: assign takes a session of the same model, capacity, cache type, pool and adapters");
+            s.adapters == o.adapters && s.scales == o.scales,
+        "session: assign takes a session of the same model, capacity, cache type, pool and adapters (and their "
+        "scales)");
   if (this == &other) return;
   s.cache.copy_from(o.cache, o.position);
   s.position = o.position;
@@ -176,7 +212,7 @@ int64_t Session::reuse_prefix(std::span<const int32_t> tokens, int64_t multiple)
   const int64_t limit = std::min(n - 1, s.cache.config().max_T) / multiple * multiple;
   if (limit <= 0) return 0;
   std::vector<int32_t> blocks;
-  const int64_t found = s.cache.pool()->match(tokens.first(limit), blocks, s.adapters) * nn::KVPool::kBlock;
+  const int64_t found = s.cache.pool()->match(tokens.first(limit), blocks, s.salt()) * nn::KVPool::kBlock;
   const int64_t keep = found / multiple * multiple;
   for (size_t i = keep / nn::KVPool::kBlock; i < blocks.size(); ++i) s.cache.pool()->release(blocks[i]);
   blocks.resize(keep / nn::KVPool::kBlock);
@@ -194,7 +230,7 @@ void Session::share_prefix(int64_t positions) {
         "session: share_prefix takes whole blocks of {} positions run so far ({}), got {}", nn::KVPool::kBlock,
         s.position, positions);
   const std::vector<int32_t>& table = s.cache.blocks();
-  s.cache.pool()->publish(s.tokens, std::span(table).first(positions / nn::KVPool::kBlock), s.adapters);
+  s.cache.pool()->publish(s.tokens, std::span(table).first(positions / nn::KVPool::kBlock), s.salt());
 }
 
 void step(const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& tokens) {
@@ -244,12 +280,20 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
     taken.emplace_back(&s.cache, before);
   }
 
-  // Each row with its session's adapters, where the sessions do not all run with every one.
+  // Each row with its session's adapters (and their multipliers), where the sessions do not all run with every
+  // one at its own scale.
   std::vector<uint64_t> row_adapters;
+  std::vector<const float*> row_scales;
   const uint64_t all = nn::adapter_mask(model, ~uint64_t{0});
-  if (std::any_of(sessions.begin(), sessions.end(), [&](const Session* s) { return s->state_->adapters != all; }))
+  const auto own = [&](const Session* s) { return s->state_->adapters != all || !s->state_->scales.empty(); };
+  if (std::any_of(sessions.begin(), sessions.end(), own))
     for (int64_t i = 0; i < S; ++i) row_adapters.insert(row_adapters.end(), tokens[i].size(), sessions[i]->state_->adapters);
-  const nn::SelectAdapters select(row_adapters);
+  if (std::any_of(sessions.begin(), sessions.end(), [](const Session* s) { return !s->state_->scales.empty(); }))
+    for (int64_t i = 0; i < S; ++i) {
+      const std::vector<float>& scales = sessions[i]->state_->scales;
+      row_scales.insert(row_scales.end(), tokens[i].size(), scales.empty() ? nullptr : scales.data());
+    }
+  const nn::SelectAdapters select(row_adapters, row_scales);
   const Tensor x = m.embed_rows(ids, positions);
   const Tensor top = m.decoder->step(x, sequences);
   // The LM head on each sequence's last row.

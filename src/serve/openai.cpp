@@ -236,6 +236,23 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   }
   r.ignore_eos = boolean(j, "ignore_eos", false);
   r.user = string(j, "user");
+  if (const json* l = field(j, "lora")) {
+    constexpr size_t kMaxAdapters = 64;  // a model's adapter slots
+    if (!l->is_array() || l->size() > kMaxAdapters)
+      bad("lora", fmt::format("'lora' is {}, expected a list of at most {} objects {{\"id\": N, \"scale\": S}}", shown(*l),
+                              kMaxAdapters));
+    r.lora.emplace();
+    for (const json& a : *l) {
+      if (!a.is_object() || !a.contains("id"))
+        bad("lora", fmt::format("'lora' holds {}, expected objects {{\"id\": N, \"scale\": S}}", shown(a)));
+      if (!a.contains("scale")) bad("lora", fmt::format("'lora' holds {} without its 'scale'", shown(a)));
+      const int64_t id = *integer(a, "id", 0, kMaxAdapters - 1);
+      const double scale = number(a, "scale", 1.0, -1e6, 1e6);
+      for (const auto& [other, s] : *r.lora)
+        if (other == id) bad("lora", fmt::format("'lora' lists the adapter {} twice", id));
+      r.lora->emplace_back(id, scale);
+    }
+  }
   return r;
 }
 

@@ -54,6 +54,9 @@ struct CompletionRequest {
   bool include_usage = false;           // stream_options.include_usage
   bool ignore_eos = false;              // an extension (vLLM, llama.cpp): generate past end-of-sequence tokens
   std::string user;
+  // llama-server's extension: [{"id": 0, "scale": 0.5}, ...], the LoRA adapters (by their index among `attend serve
+  // --lora`) this request runs with and their scales; those not listed are off. nullopt: not given.
+  std::optional<std::vector<std::pair<int64_t, double>>> lora;
 };
 
 // Throws ApiError (400) naming the field: malformed JSON, a field of the wrong type or out of range, a missing

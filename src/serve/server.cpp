@@ -140,15 +140,52 @@ struct Server::Impl {
   // model's id, the model's own adapters alone (a LoRA checkpoint's); an adapter's, that one beside them.
   uint64_t check_model(const std::string& name) const {
     if (name.empty()) return ~uint64_t{0};
-    uint64_t listed = 0;
-    for (const auto& [id, slot] : served->adapters) listed |= uint64_t{1} << slot;
+    const uint64_t listed = listed_adapters();
     if (name == options.model_name) return ~listed;
-    for (const auto& [id, slot] : served->adapters)
-      if (name == id) return ~listed | uint64_t{1} << slot;
+    for (const ServedAdapter& a : served->adapters)
+      if (name == a.name) return ~listed | uint64_t{1} << a.slot;
     std::string ids = "'" + options.model_name + "'";
-    for (const auto& [id, slot] : served->adapters) ids += ", '" + id + "'";
+    for (const ServedAdapter& a : served->adapters) ids += ", '" + a.name + "'";
     throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves {}", name, ids), "model",
                    "invalid_request_error", "model_not_found");
+  }
+
+  uint64_t listed_adapters() const {
+    uint64_t listed = 0;
+    for (const ServedAdapter& a : served->adapters) listed |= uint64_t{1} << a.slot;
+    return listed;
+  }
+
+  // A request's "lora" list (llama-server's per-request adapters: {"id": its index among --lora, "scale"}): the
+  // adapters listed with a scale other than 0, each at that scale (a multiplier on the one it was loaded with), the
+  // others off; the model's own adapters (a LoRA checkpoint's) stay. The "model" then names the base model or none.
+  std::pair<uint64_t, std::vector<float>> request_adapters(const serve::CompletionRequest& r) const {
+    if (!r.lora) return {check_model(r.model), {}};
+    if (!r.model.empty() && r.model != options.model_name) {
+      check_model(r.model);  // 404 for a model that does not exist
+      throw ApiError(400, fmt::format("'lora' picks adapters on the base model: name the model '{}' (or none), not "
+                                      "the adapter '{}'", options.model_name, r.model), "model");
+    }
+    uint64_t mask = ~listed_adapters();
+    std::vector<float> scales;
+    const auto count = static_cast<int64_t>(served->adapters.size());
+    for (const auto& [id, scale] : *r.lora) {
+      if (id >= count)
+        throw ApiError(400, fmt::format("'lora' names the adapter {}; this server has {} (GET /lora-adapters)", id,
+                                        count), "lora");
+      const ServedAdapter& a = served->adapters[static_cast<size_t>(id)];
+      if (scale == 0.0) continue;
+      if (a.scale == 0.0)
+        throw ApiError(400, fmt::format("'lora': the adapter {} ('{}') was loaded with scale 0, so no request scale "
+                                        "can apply it (load it with another SCALE)", id, a.name), "lora");
+      const double times = scale / a.scale;
+      if (!std::isfinite(static_cast<float>(times)))
+        throw ApiError(400, fmt::format("'lora': the scale {} of adapter {} is out of range", scale, id), "lora");
+      mask |= uint64_t{1} << a.slot;
+      if (scales.size() <= static_cast<size_t>(a.slot)) scales.resize(static_cast<size_t>(a.slot) + 1, 1.0f);
+      scales[static_cast<size_t>(a.slot)] = static_cast<float>(times);
+    }
+    return {mask, std::move(scales)};
   }
 
   const std::string& model_id(const std::string& requested) const {
@@ -179,7 +216,7 @@ struct Server::Impl {
       throw ApiError(400, fmt::format("this model is an {} model: it does not generate (try /v1/embeddings)",
                                       architecture_name(served->model.config().architecture)), "model");
     const serve::CompletionRequest r = serve::parse_completion_request(req.body, chat);
-    const uint64_t adapters = check_model(r.model);
+    const auto [adapters, adapter_scales] = request_adapters(r);
     // What the engine would refuse, refused before the prompts are rendered and tokenized, with the field named.
     if (r.n > options.engine.max_sequences)
       throw ApiError(400, fmt::format("n is {}; the server decodes at most {} sequences at once (--parallel)", r.n,
@@ -239,6 +276,7 @@ struct Server::Impl {
       p.top_logprobs = r.logprobs;
       p.deadline = Clock::now() + std::chrono::seconds(options.request_timeout_s);
       p.adapters = adapters;
+      p.adapter_scales = adapter_scales;
       params.push_back(std::move(p));
     }
     auto signal = std::make_shared<EngineSignal>();  // one wake-up for every prompt's events
@@ -598,8 +636,19 @@ struct Server::Impl {
     route("GET", "/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/v1/models", [&] {
         json data = json::array({model_entry(options.model_name)});
-        for (const auto& [id, slot] : served->adapters) data.push_back(model_entry(id));
+        for (const ServedAdapter& a : served->adapters) data.push_back(model_entry(a.name));
         res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
+      });
+    });
+    // llama-server's list of the loaded adapters, whose ids a request's "lora" names.
+    route("GET", "/lora-adapters", [this](const httplib::Request& req, httplib::Response& res) {
+      api(req, res, "/lora-adapters", [&] {
+        json list = json::array();
+        for (size_t i = 0; i < served->adapters.size(); ++i) {
+          const ServedAdapter& a = served->adapters[i];
+          list.push_back({{"id", i}, {"name", a.name}, {"path", a.path}, {"scale", a.scale}});
+        }
+        res.set_content(dump(list), "application/json");
       });
     });
     http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
