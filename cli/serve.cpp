@@ -13,6 +13,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 namespace attend::cli {
@@ -105,6 +106,13 @@ void add_serve_command(CLI::App& app) {
     Server server(o, load);
     fmt::print(stderr, "serve: listening on http://{}:{} (model '{}' loading)\n", o.host, server.port(), o.model_name);
     const StopOnSignal on_signal([&](int signal) {  // on the signal thread (signals.h)
+      // While the model loads nothing has been served and nothing is being written: end at once, not after the load
+      // (minutes for a large model read from a slow disk), as a clean stop does.
+      if (server.loading()) {
+        std::fputs("serve: stopped while the model was loading\n", stderr);
+        std::fflush(nullptr);
+        std::_Exit(0);
+      }
       std::fputs(signal == SIGINT ? "serve: interrupted, stopping\n" : "serve: terminated, stopping\n", stderr);
       server.stop();
     });

@@ -67,6 +67,8 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const;
+  // Whether the model is still loading (/health answers 503 "loading").
+  bool loading() const;
   // Serves until stop() (from another thread, or the signal thread). When the model fails to load the server
   // stops by itself and run() throws an Error naming the failure (as llama-server exits): nothing could be served.
   void run();

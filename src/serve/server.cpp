@@ -795,6 +795,7 @@ Server::~Server() {
 }
 
 int Server::port() const { return impl_->port; }
+bool Server::loading() const { return impl_->state == 0; }
 void Server::run() {
   Impl& m = *impl_;
   m.run_entered = true;
