@@ -21,7 +21,6 @@
 
 namespace attend {
 
-// What the server runs: the model and what it needs besides (a tokenizer for text, a chat template for chat).
 // A LoRA adapter `attend serve --lora [NAME=]DIR[:SCALE]` loaded: its id in the API, its slot in the model
 // (Model::adapters), the SCALE it was loaded with and its directory.
 struct ServedAdapter {
@@ -31,6 +30,7 @@ struct ServedAdapter {
   std::string path;
 };
 
+// What the server runs: the model and what it needs besides (a tokenizer for text, a chat template for chat).
 struct ServedModel {
   Model model;
   std::optional<Tokenizer> tokenizer;
