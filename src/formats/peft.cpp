@@ -29,6 +29,7 @@
 #include "formats/hf_t5.h"
 #include "nn/layers.h"
 #include "nn/lora.h"
+#include "tokenize/pretokenize.h"
 
 #include "core/json_fields.h"
 
@@ -43,7 +44,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
-#include <regex>
+#include <optional>
 #include <set>
 #include <type_traits>
 
@@ -214,36 +215,30 @@ bool all_linear(const std::string& pattern) {
   return lower == "all-linear";
 }
 
-// target_modules as a string. A bound on its length and no counted repetitions ({m,n}), whose copies of the pattern
-// std::regex builds one by one (a dozen characters could ask for millions of states); PEFT's patterns name modules
-// by alternatives (".*\.(q_proj|v_proj)$").
+// target_modules as a string: a regular expression PEFT matches with Python's re.fullmatch, here PCRE2's (Perl's
+// syntax, which Python's follows), whose matching is bounded: a pattern that would backtrack without end (nested
+// repetitions) is an error naming it, not a hang. PEFT's patterns name modules by alternatives
+// (".*\.(q_proj|v_proj)$"); a bound on the length keeps a file from asking for a huge compiled pattern.
 constexpr size_t kMaxTargetPattern = 256;
 
-std::regex target_regex(const std::string& pattern, const std::string& where) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    throw Error(fmt::format("{}: target_modules '{}' is not a regular expression this reads ({})", where, pattern,
-                            e.what()));
-  }
+// A pattern that does not compile: "<where>: target_modules '(q_proj': missing closing parenthesis at offset 7".
+tokenize::RegexSplitter target_regex(const std::string& pattern, const std::string& where) {
+  return tokenize::RegexSplitter(pattern, where + ": target_modules");
 }
 
 void check_target_pattern(const std::string& pattern, const std::string& where) {
   check(pattern.size() <= kMaxTargetPattern, "{}: target_modules is a pattern of {} characters, at most {} are read",
         where, pattern.size(), kMaxTargetPattern);
-  if (all_linear(pattern)) return;
-  check(pattern.find('{') == std::string::npos, "{}: target_modules '{}': counted repetitions ({{m,n}}) are not "
-        "supported in its regular expression", where, pattern);
-  target_regex(pattern, where);
+  if (!all_linear(pattern)) target_regex(pattern, where);
 }
 
 // Whether PEFT adapts the module of this name: one of the list's names ends it, or the pattern matches all of it
 // ("all-linear": every projection Attend adapts. PEFT's takes every linear layer but the output layer, which on
 // BERT also includes the pooler's and the MLM head's dense layers and the classifier; an adapter on those is
 // refused by name when its tensors are read).
-bool targeted(const std::string& path, const PeftConfig& peft, const std::regex* pattern) {
+bool targeted(const std::string& path, const PeftConfig& peft, const tokenize::RegexSplitter* pattern) {
   if (peft.target_pattern.empty()) return matches(path, peft.target_modules);
-  return pattern == nullptr || std::regex_match(path, *pattern);
+  return pattern == nullptr || pattern->matches_whole(path);
 }
 
 }  // namespace
@@ -423,8 +418,9 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   const std::vector<Module> modules = modules_of(model);
   // Attend's targets: those of the modules target_modules names, each named in every block or in none.
   const bool by_pattern = !peft.target_pattern.empty() && !all_linear(peft.target_pattern);
-  const std::regex pattern = by_pattern ? target_regex(peft.target_pattern, where) : std::regex();
-  const std::regex* const pattern_or_all = by_pattern ? &pattern : nullptr;
+  const std::optional<tokenize::RegexSplitter> pattern =
+      by_pattern ? std::optional(target_regex(peft.target_pattern, where)) : std::nullopt;
+  const tokenize::RegexSplitter* const pattern_or_all = pattern ? &*pattern : nullptr;
   std::vector<const Module*> matched;
   std::set<std::string> targets;
   for (const Module& m : modules)

@@ -109,7 +109,8 @@ struct RegexSplitter::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
-RegexSplitter::RegexSplitter(std::string pattern) : pattern_(std::move(pattern)), compiled_(new Compiled) {
+RegexSplitter::RegexSplitter(std::string pattern, std::string what)
+    : pattern_(std::move(pattern)), what_(std::move(what)), compiled_(new Compiled) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(),
@@ -117,8 +118,7 @@ RegexSplitter::RegexSplitter(std::string pattern) : pattern_(std::move(pattern))
   if (!compiled_->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
-    throw Error(fmt::format("pre-tokeniser pattern '{}': {} at offset {}", pattern_,
-                            reinterpret_cast<const char*>(message), offset));
+    throw Error(fmt::format("{} '{}': {} at offset {}", what_, pattern_, reinterpret_cast<const char*>(message), offset));
   }
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is absent
 }
@@ -134,9 +134,10 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
 namespace {
 
 // Calls on_match(begin, end) for every match of `code` in `text`, from left to right; after an empty match the
-// search goes on one character later, after any other at its end. A PCRE2 error names `pattern`.
+// search goes on one character later, after any other at its end. A PCRE2 error names `pattern` (`what` it is).
 template <typename F>
-void for_each_match(const pcre2_code* code, const std::string& pattern, std::string_view text, F&& on_match) {
+void for_each_match(const pcre2_code* code, const std::string& pattern, const std::string& what, std::string_view text,
+                    F&& on_match) {
   const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
       pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
   check(match != nullptr, "out of memory for a regex match");
@@ -145,7 +146,7 @@ void for_each_match(const pcre2_code* code, const std::string& pattern, std::str
   while (start <= text.size()) {
     const int rc = pcre2_match(code, subject, text.size(), start, 0, match.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    check(rc >= 0, "pre-tokeniser pattern '{}' failed with PCRE2 error {}", pattern, rc);
+    check(rc >= 0, "{} '{}' failed with PCRE2 error {}", what, pattern, rc);
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
     const size_t begin = ovector[0], end = ovector[1];
     on_match(begin, end);
@@ -162,7 +163,7 @@ void for_each_match(const pcre2_code* code, const std::string& pattern, std::str
 
 void RegexSplitter::split(std::string_view text, const std::function<void(std::string_view)>& emit) const {
   size_t done = 0;  // text before this is already in pieces
-  for_each_match(compiled_->code, pattern_, text, [&](size_t begin, size_t end) {
+  for_each_match(compiled_->code, pattern_, what_, text, [&](size_t begin, size_t end) {
     if (end == begin) return;  // empty matches cut nothing
     if (begin > done) emit(text.substr(done, begin - done));
     emit(text.substr(begin, end - begin));
@@ -173,11 +174,27 @@ void RegexSplitter::split(std::string_view text, const std::function<void(std::s
 
 void RegexSplitter::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {
   size_t previous_end = std::string_view::npos;
-  for_each_match(compiled_->code, pattern_, text, [&](size_t begin, size_t end) {
+  for_each_match(compiled_->code, pattern_, what_, text, [&](size_t begin, size_t end) {
     // An empty match right where the previous match ended is not reported.
     if (begin != end || begin != previous_end) matches.emplace_back(begin, end);
     previous_end = begin == end ? std::string_view::npos : end;
   });
+}
+
+bool RegexSplitter::matches_whole(std::string_view text) const {
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
+      pcre2_match_data_create_from_pattern(compiled_->code, nullptr), &pcre2_match_data_free);
+  check(match != nullptr, "out of memory for a regex match");
+  // Anchored at both ends: the interpreter runs (JIT code takes neither option), under PCRE2's limits.
+  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
+                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, match.get(), nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(rc, message, sizeof message);
+    throw Error(fmt::format("{} '{}' on '{}': {}", what_, pattern_, text, reinterpret_cast<const char*>(message)));
+  }
+  return true;
 }
 
 namespace {

@@ -27,10 +27,12 @@ void split_gpt2(std::string_view text, std::vector<std::string_view>& pieces);
 bool is_gpt2_cut_point(std::string_view text, size_t i);
 
 // A compiled PCRE2 pattern (UTF + Unicode properties, JIT). Splitting keeps both the matches and the
-// text between them as pieces (Hugging Face's "Isolated" behaviour), so pieces always tile the text.
+// text between them as pieces (Hugging Face's "Isolated" behaviour), so pieces always tile the text. Matching is
+// bounded (PCRE2's match and depth limits): a pattern that would backtrack without end is an error naming it,
+// not a hang. `what` names the pattern in errors.
 class RegexSplitter {
  public:
-  explicit RegexSplitter(std::string pattern);
+  explicit RegexSplitter(std::string pattern, std::string what = "pre-tokeniser pattern");
   ~RegexSplitter();
   RegexSplitter(RegexSplitter&&) noexcept;
   RegexSplitter& operator=(RegexSplitter&&) noexcept;
@@ -43,10 +45,12 @@ class RegexSplitter {
   // regexes): after an empty match the search moves on one character; an empty match right where the
   // previous match ended is skipped.
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;
+  // Whether the pattern matches all of `text`, as Python's re.fullmatch asks.
+  bool matches_whole(std::string_view text) const;
 
  private:
   struct Compiled;
-  std::string pattern_;
+  std::string pattern_, what_;
   std::unique_ptr<Compiled> compiled_;
 };
 
