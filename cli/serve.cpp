@@ -104,7 +104,6 @@ void add_serve_command(CLI::App& app) {
       return m;
     };
     Server server(o, load);
-    fmt::print(stderr, "serve: listening on http://{}:{} (model '{}' loading)\n", o.host, server.port(), o.model_name);
     const StopOnSignal on_signal([&](int signal) {  // on the signal thread (signals.h)
       // While the model loads nothing has been served and nothing is being written: end at once, not after the load
       // (minutes for a large model read from a slow disk), as a clean stop does.
@@ -116,6 +115,8 @@ void add_serve_command(CLI::App& app) {
       std::fputs(signal == SIGINT ? "serve: interrupted, stopping\n" : "serve: terminated, stopping\n", stderr);
       server.stop();
     });
+    // Said once a signal stops the server as it should (a script waiting for this line may send one at once).
+    fmt::print(stderr, "serve: listening on http://{}:{} (model '{}' loading)\n", o.host, server.port(), o.model_name);
     server.run();
   });
 }

@@ -316,7 +316,8 @@ def serve_batches_adapters(attend, model, peft, peft2):
         if scaled in (alone[models.index("two")], alone[models.index("base")]):
             fail(f"serve: 'lora' at scale 0.75 gave the same as at 1.5 or without: {scaled}")
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            mixed = list(pool.map(lambda a: complete(*a), [("base", softer), ("two", None), ("base", softer), (None, None)]))
+            mixed = list(pool.map(lambda a: complete(*a),
+                                  [("base", softer), ("two", None), ("base", softer), (None, None)]))
         if mixed != [scaled, alone[models.index("two")], scaled, alone[models.index(None)]]:
             fail(f"serve: requests at other adapter scales batched together got {mixed}")
 
@@ -330,7 +331,8 @@ def serve_batches_adapters(attend, model, peft, peft2):
             fail(f"serve: {body} was answered")
 
         for body, words in [({"lora": [{"id": 2, "scale": 1}]}, "has 2"), ({"lora": {"id": 0}}, "expected a list"),
-                            ({"lora": [{"id": 0}]}, "without its 'scale'"),
+                            ({"lora": [{"id": 0}]}, "its 'scale' must be"),
+                            ({"lora": [{"id": None, "scale": 1}]}, "index"),
                             ({"lora": [{"id": 0, "scale": 1}, {"id": 0, "scale": 2}]}, "twice"),
                             ({"model": "one", "lora": []}, "name the model 'base'")]:
             code, message = refused(body)

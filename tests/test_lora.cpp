@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 namespace attend {
@@ -279,9 +280,10 @@ TEST(Lora, SessionsWithDifferentAdaptersStepTogetherAsAlone) {
   EXPECT_NE(std::vector<float>(d.begin(), d.end()), std::vector<float>(b.begin(), b.end()));
 }
 
-// A request's own LoRA scales (llama-server's per-request "lora"): a session whose adapter_scales multiply its sets
-// gets, bit for bit, what the model loaded at those scales gets, stepping among sessions at other scales as alone;
-// a multiplier of 0 turns its set off; the prefix cache shares blocks only at the same multipliers.
+// A request's own LoRA scales (llama-server's per-request "lora"): a session whose adapter_scales replace its sets'
+// multipliers gets, bit for bit, what the model loaded with those multipliers gets, stepping among sessions at other
+// scales as alone (per row) and grouped by scale in a batched step; 0 turns a set off; the prefix cache shares
+// blocks only at the same multipliers.
 TEST(Lora, SessionAdapterScalesAreTheSetsLoadedAtThoseScales) {
   for (const std::string name : {"gpt", "llama"}) {
     SCOPED_TRACE(name);
@@ -289,23 +291,25 @@ TEST(Lora, SessionAdapterScalesAreTheSetsLoadedAtThoseScales) {
     c.max_seq_len = 80;
     const auto loaded = [&](double own, double b) {
       auto model = std::make_unique<Model>(c);
-      model->add_lora({.r = 4, .alpha = 8, .targets = {"q", "k", "v", "o"}, .seed = 9, .multiplier = own});
-      model->add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 7, .name = "b", .multiplier = b});
+      model->add_lora({.r = 6, .alpha = 16, .targets = {"q", "k", "v", "o"}, .seed = 9, .multiplier = own});
+      model->add_lora({.r = 3, .alpha = 4, .targets = kEvery, .rslora = true, .seed = 7, .name = "b", .multiplier = b});
       randomize_b(*model, 4);
       return model;
     };
-    const std::unique_ptr<Model> m = loaded(1.0, 1.0);
+    // Loaded at scales that are not 1, and asked for others that no float holds exactly (16/6 · 1.3, 4/√3 · 0.3).
+    const std::unique_ptr<Model> m = loaded(0.3, 1.7);
     struct Case {
-      std::vector<float> scales;
+      std::vector<std::optional<double>> scales;
       double own, b;
     };
-    const std::vector<Case> cases = {{{0.5f, 1.0f}, 0.5, 1.0}, {{1.0f, 2.5f}, 1.0, 2.5}, {{0.25f, 0.0f}, 0.25, 0.0},
-                                     {{}, 1.0, 1.0}, {{-1.0f}, -1.0, 1.0}};
+    const std::vector<Case> cases = {{{1.3, std::nullopt}, 1.3, 1.7}, {{std::nullopt, 0.3}, 0.3, 0.3},
+                                     {{0.01, 0.0}, 0.01, 0.0},         {{}, 0.3, 1.7},
+                                     {{-1.0}, -1.0, 1.7},              {{0.3, 1.7}, 0.3, 1.7}};
     std::vector<Session> together;
     for (const Case& k : cases) together.emplace_back(*m, SessionOptions{.adapter_scales = k.scales});
-    EXPECT_TRUE(together[3].adapter_scales().empty()) << "all 1: no multipliers";
-    EXPECT_EQ(std::vector<float>(together[4].adapter_scales().begin(), together[4].adapter_scales().end()),
-              (std::vector<float>{-1.0f, 1.0f})) << "one per slot, 1 past the list";
+    EXPECT_TRUE(together[3].adapter_scales().empty()) << "none given";
+    EXPECT_EQ(together[4].adapter_scales(), (std::vector<std::optional<double>>{-1.0, std::nullopt}))
+        << "one per slot, as loaded past the list";
     std::vector<Session*> all;
     for (Session& s : together) all.push_back(&s);
     Rng rng(6);
@@ -329,36 +333,50 @@ TEST(Lora, SessionAdapterScalesAreTheSetsLoadedAtThoseScales) {
       for (int step = 0; step < 3; ++step) {
         step_row_invariant({&alone}, {t});
         EXPECT_EQ(std::vector<float>(alone.logits().begin(), alone.logits().end()), got[i][step]) << "step " << step;
-        if (i > 0) {
-          EXPECT_NE(got[i][step], got[0][step]);
+        if (i < 3) {
+          EXPECT_NE(got[i][step], got[3][step]) << "other scales change the logits";
         }
         t = {static_cast<int32_t>(1 + (step * 5 + i * 3) % (c.vocab_size - 1))};
       }
     }
-    // The batched (not row-invariant) step groups rows by multiplier: one session alone is the loaded model's.
-    const std::unique_ptr<Model> at_scales = loaded(0.5, 2.5);
-    Session scaled(*m, {.adapter_scales = {0.5f, 2.5f}}), at(*at_scales);
-    scaled.step(prompts[1]);
-    at.step(prompts[1]);
-    EXPECT_EQ(std::vector<float>(scaled.logits().begin(), scaled.logits().end()),
-              std::vector<float>(at.logits().begin(), at.logits().end()));
+    // The batched step (not row-invariant) runs each run of rows at one scale together: sessions at 1.3, 1.3, as
+    // loaded and 1.3 in one step, each against the model loaded at its scales stepping alone (the same rows in
+    // other groupings: the products may round apart, within a bound of a few ulps of the largest logit).
+    const std::unique_ptr<Model> at_13 = loaded(1.3, 1.7);
+    const std::vector<std::vector<std::optional<double>>> batch_scales = {{1.3}, {1.3}, {}, {1.3}};
+    std::vector<Session> batch;
+    for (const auto& sc : batch_scales) batch.emplace_back(*m, SessionOptions{.adapter_scales = sc});
+    std::vector<Session*> batch_ptrs;
+    for (Session& s : batch) batch_ptrs.push_back(&s);
+    std::vector<std::vector<int32_t>> batch_tokens = {prompts[0], prompts[1], prompts[2], prompts[3]};
+    step(batch_ptrs, batch_tokens);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Session alone(batch_scales[i].empty() ? *m : *at_13);
+      alone.step(batch_tokens[i]);
+      const std::vector<float> want(alone.logits().begin(), alone.logits().end());
+      double largest = 0.0;
+      for (float x : want) largest = std::max(largest, double(std::abs(x)));
+      testing::expect_all_close(std::vector<float>(batch[i].logits().begin(), batch[i].logits().end()), want,
+                                1e-4 * largest, "batched session " + std::to_string(i));
+    }
 
-    EXPECT_THROW(Session(*m, {.adapter_scales = {1.0f, std::numeric_limits<float>::quiet_NaN()}}), Error);
-    EXPECT_THROW(Session(*m, {.adapter_scales = {std::numeric_limits<float>::infinity()}}), Error);
-    Session half(*m, {.adapter_scales = {0.5f}}), plain(*m);
+    EXPECT_THROW(Session(*m, {.adapter_scales = {1.0, std::numeric_limits<double>::quiet_NaN()}}), Error);
+    EXPECT_THROW(Session(*m, {.adapter_scales = {std::numeric_limits<double>::infinity()}}), Error);
+    Session half(*m, {.adapter_scales = {0.5}}), plain(*m);
     EXPECT_THROW(half.assign(plain), Error) << "assign across multipliers";
 
     KVBlockPool pool(*m, 16);
     std::vector<int32_t> prompt(70);
     for (int32_t& x : prompt) x = 1 + static_cast<int32_t>(rng.below(c.vocab_size - 1));
-    Session first(*m, {.pool = &pool, .adapter_scales = {0.5f}});
+    Session first(*m, {.pool = &pool, .adapter_scales = {0.5}});
     step_row_invariant({&first}, {std::vector<int32_t>(prompt.begin(), prompt.begin() + 64)});
     first.share_prefix(64);
-    Session same(*m, {.pool = &pool, .adapter_scales = {0.5f, 1.0f}}), unscaled(*m, {.pool = &pool}),
-        other(*m, {.pool = &pool, .adapter_scales = {0.25f}});
+    Session same(*m, {.pool = &pool, .adapter_scales = {0.5, std::nullopt}}), unscaled(*m, {.pool = &pool}),
+        other(*m, {.pool = &pool, .adapter_scales = {0.25}}), close(*m, {.pool = &pool, .adapter_scales = {0.5 + 1e-12}});
     EXPECT_EQ(same.reuse_prefix(prompt, 32), 64);
     EXPECT_EQ(unscaled.reuse_prefix(prompt, 32), 0);
     EXPECT_EQ(other.reuse_prefix(prompt, 32), 0);
+    EXPECT_EQ(close.reuse_prefix(prompt, 32), 0) << "the multipliers compared whole";
   }
 }
 

@@ -87,6 +87,20 @@ TEST(OpenAiRequests, BadBodiesNameTheirField) {
       // type_error out of the parser (a 500 from the server).
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":5}})", true, "response_format"},
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":"text"})", true, "response_format"},
+      // llama-server's per-request adapters: a list of {"id", "scale"}, both present, not null, in range.
+      {R"({"prompt":"a","lora":{"id":0,"scale":1}})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":null,"scale":1}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"scale":1}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":-1,"scale":1}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":64,"scale":1}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":18446744073709551615,"scale":1}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":0.5,"scale":1}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":0}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":0,"scale":null}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":0,"scale":"1"}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":0,"scale":1e7}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[{"id":0,"scale":1},{"id":0,"scale":2}]})", false, "lora"},
+      {R"({"prompt":"a","lora":[5]})", false, "lora"},
   };
   for (const auto& [body, chat, param] : cases) {
     try {
@@ -100,6 +114,11 @@ TEST(OpenAiRequests, BadBodiesNameTheirField) {
       }
     }
   }
+  const serve::CompletionRequest with_lora =
+      serve::parse_completion_request(R"({"prompt":"a","lora":[{"id":1,"scale":0.3},{"id":0,"scale":0}]})", false);
+  ASSERT_TRUE(with_lora.lora.has_value());
+  EXPECT_EQ(*with_lora.lora, (std::vector<std::pair<int64_t, double>>{{1, 0.3}, {0, 0.0}}));
+  EXPECT_FALSE(serve::parse_completion_request(R"({"prompt":"a"})", false).lora.has_value());
   EXPECT_THROW(serve::parse_embedding_request(R"({"input":"a","encoding_format":"hex"})"), serve::ApiError);
   EXPECT_THROW(serve::parse_embedding_request(R"({"model":"m"})"), serve::ApiError);
   EXPECT_THROW(serve::parse_tokenize_request(R"({"content":5})"), serve::ApiError);

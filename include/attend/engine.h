@@ -77,7 +77,7 @@ struct CompletionParams {
   // The LoRA adapter sets it runs with (SessionOptions::adapters: bit k for the model's slot k): requests with
   // different sets are decoded in the same steps, each with its own.
   uint64_t adapters = ~uint64_t{0};
-  std::vector<float> adapter_scales;  // their multipliers by slot (SessionOptions::adapter_scales; empty: 1)
+  std::vector<std::optional<double>> adapter_scales;  // their multipliers by slot (SessionOptions::adapter_scales)
   std::shared_ptr<EngineSignal> signal;  // notified at each of its events too, when set
 };
 

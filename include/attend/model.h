@@ -69,7 +69,8 @@ struct LoraConfig {
   // adapters), tensors "….lora_A.<name>.weight", not recorded in config.json.
   std::string name;
   double multiplier = 1.0;  // DIR:SCALE on the command line: scale()'s factor
-  double scale() const;  // (alpha / r or alpha / √r) · multiplier
+  double unit_scale() const;  // alpha / r, or alpha / √r with rslora
+  double scale() const;       // unit_scale() · multiplier
   bool adapts_ffn() const;  // a target is up, gate or down
   void validate() const;  // r ≥ 1, alpha > 0, known targets: errors name the field
 };

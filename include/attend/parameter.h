@@ -123,6 +123,7 @@ struct LowRankUpdate {
   double scale = 1.0;  // lora_alpha / r, or lora_alpha / √r (rsLoRA), times the user's multiplier
   float dropout = 0.0f;  // training: dropout on the adapter's input (LoraConfig::dropout)
   int32_t adapter = 0;  // the adapter set's slot in the model (Model::adapters; a session's mask selects by it)
+  double unit = 1.0;     // lora_alpha / r (or / √r): `scale` at a multiplier of 1, which a session's own multiplies
 };
 
 struct Parameter {

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -66,10 +67,11 @@ struct SessionOptions {
   // the bare model. Sessions with different sets step together, each with its own (a server's requests); the
   // prefix cache shares blocks only between sessions of the same set.
   uint64_t adapters = ~uint64_t{0};
-  // Multipliers on those sets' outputs, by slot (1 past the end; empty: every one 1): set k's update is then its
-  // scale (alpha/r times --lora's SCALE) times adapter_scales[k], as a request's own LoRA scales ask (llama-server's
-  // per-request "lora"). Sessions with other multipliers step together too, and share no prefix-cache blocks.
-  std::vector<float> adapter_scales;
+  // Multipliers for those sets by slot, each in place of the one the set was loaded with (--lora DIR:SCALE's SCALE,
+  // LoraConfig::multiplier; nullopt, or past the end: that one), as a request's own LoRA scales ask (llama-server's
+  // per-request "lora"): set k then runs as it runs loaded with adapter_scales[k], bit for bit. Sessions with other
+  // multipliers step together too, and share prefix-cache blocks only with sessions of the same ones.
+  std::vector<std::optional<double>> adapter_scales;
 };
 
 class Session {
@@ -91,8 +93,8 @@ class Session {
   int64_t capacity() const;   // positions the cache holds
   int64_t cache_bytes() const;
   uint64_t adapters() const;  // SessionOptions::adapters, of the slots the model has
-  // SessionOptions::adapter_scales, one per slot of the model; empty where every one is 1.
-  std::span<const float> adapter_scales() const;
+  // SessionOptions::adapter_scales, one per slot of the model; empty where none is given.
+  std::vector<std::optional<double>> adapter_scales() const;
 
   // Runs `tokens` (at least one) at the next positions and returns the logits after the last (V). Errors
   // name what does not fit: an id outside the vocabulary, more tokens than the cache has room for.

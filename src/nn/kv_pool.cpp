@@ -153,9 +153,15 @@ uint64_t KVPool::chain(uint64_t parent_key, std::span<const int32_t> tokens) con
   return h.hash == 0 ? 1 : h.hash;
 }
 
-int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out, uint64_t salt) {
+uint64_t KVPool::salted(std::span<const uint64_t> salt) {
+  Fnv1a h;
+  for (const uint64_t word : salt) h.add(word);
+  return salt.empty() ? 0 : h.hash;
+}
+
+int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out, std::span<const uint64_t> salt) {
   std::lock_guard lock(mutex_);
-  uint64_t key = salt;
+  uint64_t key = salted(salt);
   int32_t parent = -1;
   int64_t k = 0;
   for (; (k + 1) * kBlock <= static_cast<int64_t>(tokens.size()); ++k) {
@@ -165,7 +171,8 @@ int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out
     if (it == by_key_.end()) break;
     const int32_t b = it->second;
     const Cached& c = cached_[b];  // the key is a hash: check what the block really holds and follows
-    if (c.parent != parent || (parent >= 0 && c.parent_generation != generation_[parent]) || c.salt != salt ||
+    if (c.parent != parent || (parent >= 0 && c.parent_generation != generation_[parent]) ||
+        !std::equal(salt.begin(), salt.end(), c.salt.begin(), c.salt.end()) ||
         !std::equal(t.begin(), t.end(), c.tokens.begin()))
       break;
     if (refs_[b]++ == 0) {
@@ -178,11 +185,11 @@ int64_t KVPool::match(std::span<const int32_t> tokens, std::vector<int32_t>& out
   return k;
 }
 
-void KVPool::publish(std::span<const int32_t> tokens, std::span<const int32_t> blocks, uint64_t salt) {
+void KVPool::publish(std::span<const int32_t> tokens, std::span<const int32_t> blocks, std::span<const uint64_t> salt) {
   check(tokens.size() >= blocks.size() * kBlock, "KV pool: publishing {} blocks of {} tokens", blocks.size(),
         tokens.size());
   std::lock_guard lock(mutex_);
-  uint64_t key = salt;
+  uint64_t key = salted(salt);
   int32_t parent = -1;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const int32_t b = blocks[i];
@@ -194,12 +201,15 @@ void KVPool::publish(std::span<const int32_t> tokens, std::span<const int32_t> b
       parent = it->second;
       if (it->second != b) {
         const Cached& c = cached_[it->second];
-        if (c.salt != salt || !std::equal(t.begin(), t.end(), c.tokens.begin())) return;  // a hash collision: stop publishing here
+        if (!std::equal(salt.begin(), salt.end(), c.salt.begin(), c.salt.end()) ||
+            !std::equal(t.begin(), t.end(), c.tokens.begin()))
+          return;  // a hash collision: stop publishing here
       }
       continue;
     }
     if (cached_[b].key != 0) return;  // the block is cached under other content: it cannot follow this chain
-    cached_[b] = Cached{key, parent, parent >= 0 ? generation_[parent] : 0, salt, std::vector<int32_t>(t.begin(), t.end())};
+    cached_[b] = Cached{key, parent, parent >= 0 ? generation_[parent] : 0,
+                        std::vector<uint64_t>(salt.begin(), salt.end()), std::vector<int32_t>(t.begin(), t.end())};
     by_key_[key] = b;
     ++cached_count_;
     parent = b;

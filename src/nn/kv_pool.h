@@ -89,11 +89,12 @@ class KVPool {
 
   // The longest run of whole blocks that the cache holds for tokens[0, 32·k): appends those k blocks to `out`
   // (each now held by the caller) and returns k. Only blocks published after the same preceding blocks, and
-  // under the same salt (what else their keys and values depend on: a session's LoRA adapters), match.
-  int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& out, uint64_t salt = 0);
+  // under the same salt (what else their keys and values depend on: a session's LoRA adapters and their scales;
+  // compared whole, not by a hash), match.
+  int64_t match(std::span<const int32_t> tokens, std::vector<int32_t>& out, std::span<const uint64_t> salt = {});
   // Publishes blocks[i] as holding the keys and values of tokens [32·i, 32·i + 32), given those before them
   // (tokens.size() ≥ 32·blocks.size()). A block whose content the cache already holds elsewhere is left out.
-  void publish(std::span<const int32_t> tokens, std::span<const int32_t> blocks, uint64_t salt = 0);
+  void publish(std::span<const int32_t> tokens, std::span<const int32_t> blocks, std::span<const uint64_t> salt = {});
 
   // Storage rows: keys (value false) or values of `layer` in `block`, position `offset` in it, head 0; the
   // rows of one block and layer are contiguous, (position, head), so that decoding reads a block in one run.
@@ -108,10 +109,11 @@ class KVPool {
     uint64_t key = 0;
     int32_t parent = -1;
     uint64_t parent_generation = 0;
-    uint64_t salt = 0;
+    std::vector<uint64_t> salt;
     std::vector<int32_t> tokens;  // its kBlock tokens
   };
   uint64_t chain(uint64_t parent_key, std::span<const int32_t> tokens) const;
+  static uint64_t salted(std::span<const uint64_t> salt);  // the first block's parent key
   void evict(int32_t block);  // out of the cache (mutex held)
 
   KVPoolConfig config_;

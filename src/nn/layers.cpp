@@ -218,7 +218,7 @@ std::mutex recording_mutex;
 
 thread_local bool per_row_matmuls = false;  // a PerRowMatmuls is alive on this thread
 thread_local std::span<const uint64_t> row_adapters;  // a SelectAdapters's masks, while one is alive
-thread_local std::span<const float* const> row_adapter_scales;  // and its multipliers, if it has them
+thread_local std::span<const double* const> row_adapter_scales;  // and its multipliers, if it has them
 // Whether the per-row (decoding) kernels take a matmul of N rows: few rows, or a PerRowMatmuls alive. Forward
 // and backward ask alike, so that a backward runs the kernel family its forward ran.
 bool per_row(int64_t N) { return N <= kernels::kGemvRows || per_row_matmuls; }
@@ -472,7 +472,7 @@ bool rows_take_per_row_kernels(const Parameter& weight, int64_t rows) {
   return rows <= kernels::kGemvRows;
 }
 
-SelectAdapters::SelectAdapters(std::span<const uint64_t> row_masks, std::span<const float* const> row_scales)
+SelectAdapters::SelectAdapters(std::span<const uint64_t> row_masks, std::span<const double* const> row_scales)
     : outer_(row_adapters), outer_scales_(row_adapter_scales) {
   check(row_scales.empty() || row_scales.size() == row_masks.size(),
         "SelectAdapters: multipliers for {} rows, masks for {}", row_scales.size(), row_masks.size());

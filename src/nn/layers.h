@@ -49,19 +49,19 @@ class PerRowMatmuls {
 };
 // While one is alive, linear_forward on this thread applies LoRA adapters row by row: row n of every matmul (of
 // row_masks.size() rows, the step's) takes the adapter sets whose slot bit (LowRankUpdate::adapter) row_masks[n]
-// has, each times row_scales[n][slot] where row_scales is given and row_scales[n] is not nullptr (one multiplier per
-// slot of the model). Without one, every adapter applies to every row. A session step over requests with different
-// adapters, or the same at other scales.
+// has, each at the multiplier row_scales[n][slot] where row_scales is given, row_scales[n] is not nullptr (then one
+// per slot of the model) and the multiplier is not NaN (lora_forward). Without one, every adapter applies to every
+// row. A session step over requests with different adapters, or the same at other scales.
 class SelectAdapters {
  public:
-  explicit SelectAdapters(std::span<const uint64_t> row_masks, std::span<const float* const> row_scales = {});
+  explicit SelectAdapters(std::span<const uint64_t> row_masks, std::span<const double* const> row_scales = {});
   ~SelectAdapters();
   SelectAdapters(const SelectAdapters&) = delete;
   SelectAdapters& operator=(const SelectAdapters&) = delete;
 
  private:
   std::span<const uint64_t> outer_;
-  std::span<const float* const> outer_scales_;
+  std::span<const double* const> outer_scales_;
 };
 // The precision a matmul with `weight` runs in a forward of `precision`: routers stay fp32 (Switch
 // Transformer's selective precision).

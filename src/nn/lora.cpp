@@ -17,7 +17,8 @@ namespace {
 const std::string kTargets[] = {"q", "k", "v", "o", "up", "gate", "down"};
 }  // namespace
 
-double LoraConfig::scale() const { return (rslora ? alpha / std::sqrt(double(r)) : alpha / double(r)) * multiplier; }
+double LoraConfig::unit_scale() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
+double LoraConfig::scale() const { return unit_scale() * multiplier; }
 
 bool LoraConfig::adapts_ffn() const {
   return std::any_of(targets.begin(), targets.end(), [](const std::string& t) { return t == "up" || t == "gate" || t == "down"; });
@@ -79,16 +80,21 @@ const float* adapter_input(const LowRankUpdate& u, const float* inp, int64_t N, 
 }  // namespace
 
 void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC,
-                  const uint64_t* row_masks, bool per_row, const LoraStream* drop, const float* const* row_scales) {
+                  const uint64_t* row_masks, bool per_row, const LoraStream* drop, const double* const* row_scales) {
   thread_local std::vector<float> xa, dropped;
   uint64_t first = drop != nullptr ? drop->offset : 0;
   for (const LowRankUpdate& u : weight.lora) {
     const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
     const uint64_t bit = uint64_t{1} << u.adapter;
-    const auto times = [&](int64_t n) {
-      return row_scales == nullptr || row_scales[n] == nullptr ? 1.0f : row_scales[n][u.adapter];
+    // Row n's scale: the adapter's own, or its unit times the row's multiplier for its set (NaN: its own), computed
+    // as LoraConfig::scale() computes it, so that a multiplier gives the bits of the adapter loaded with it.
+    const auto scale_of = [&](int64_t n) {
+      const double* m = row_scales == nullptr ? nullptr : row_scales[n];
+      return static_cast<float>(m == nullptr || std::isnan(m[u.adapter]) ? u.scale : u.unit * m[u.adapter]);
     };
-    const auto takes = [&](int64_t n) { return (row_masks == nullptr || (row_masks[n] & bit) != 0) && times(n) != 0.0f; };
+    const auto takes = [&](int64_t n) {
+      return (row_masks == nullptr || (row_masks[n] & bit) != 0) && scale_of(n) != 0.0f;
+    };
     const float* x = adapter_input(u, inp, N, C, drop, first, dropped);
     if (x != inp) first += static_cast<uint64_t>(N * C);
     // Runs of consecutive rows that take this adapter at one multiplier (all N without masks), one row at a time
@@ -98,14 +104,14 @@ void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t
         ++n0;
         continue;
       }
-      const float m = times(n0);
+      const float s = scale_of(n0);
       int64_t n1 = n0 + 1;
-      while (!per_row && n1 < N && takes(n1) && times(n1) == m) ++n1;
+      while (!per_row && n1 < N && takes(n1) && scale_of(n1) == s) ++n1;
       const int64_t n = n1 - n0;
       xa.resize(static_cast<size_t>(n * r));
       kernels::gemm<float>(false, true, n, r, C, 1.0f, x + n0 * C, C, u.A->value.data(), C, 0.0f, xa.data(), r);
-      kernels::gemm<float>(false, true, n, rows, r, static_cast<float>(u.scale * m), xa.data(), r, u.B->value.data(),
-                           r, 1.0f, out + n0 * OC + u.row0, OC);
+      kernels::gemm<float>(false, true, n, rows, r, s, xa.data(), r, u.B->value.data(), r, 1.0f,
+                           out + n0 * OC + u.row0, OC);
       n0 = n1;
     }
   }
@@ -220,6 +226,7 @@ void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0
           std::make_unique<Parameter>(base + "." + label + "lora_B" + suffix, Shape{rows, config.r}, Role::LoraB)};
   e.A->stack_blocks = e.B->stack_blocks = weight.stack_blocks;
   weight.lora.push_back({e.A.get(), e.B.get(), row0, config.scale(), static_cast<float>(config.dropout)});
+  weight.lora.back().unit = config.unit_scale();
   entries_.push_back(std::move(e));
 }
 

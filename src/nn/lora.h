@@ -31,12 +31,13 @@ struct LoraStream {
 LoraStream lora_dropout_stream(const Parameter& weight, int64_t N, bool training, Rng* rng);
 
 // row_masks (N, or nullptr for every adapter on every row): row n takes the adapters whose slot bit it has;
-// row_scales (N, or nullptr): where row_scales[n] is not nullptr, row n's update by the adapter of slot k is times
-// row_scales[n][k] (its scale s·m, in double, then rounded to float as s alone is). per_row: each row through its
+// row_scales (N, or nullptr): where row_scales[n] is not nullptr and row_scales[n][k] not NaN, the adapters of slot
+// k run on row n at the multiplier row_scales[n][k] in place of the one they were loaded with (LowRankUpdate::unit
+// times it, as LoraConfig::scale computes it: the bits of the adapter loaded so). per_row: each row through its
 // own products, so that a row's output is that row's alone, bit for bit (PerRowMatmuls).
 void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t N, int64_t C, int64_t OC,
                   const uint64_t* row_masks = nullptr, bool per_row = false, const LoraStream* drop = nullptr,
-                  const float* const* row_scales = nullptr);
+                  const double* const* row_scales = nullptr);
 void lora_backward(float* dinp, const Parameter& weight, const float* dout, const float* inp, int64_t N, int64_t C,
                    int64_t OC, const LoraStream* drop = nullptr);
 

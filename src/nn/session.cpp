@@ -9,8 +9,6 @@
 
 #include "kernels/elementwise.h"
 
-#include "core/hash.h"
-
 #include <attend/error.h>
 #include <attend/session.h>
 
@@ -19,7 +17,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <optional>
 
 namespace attend {
 
@@ -37,7 +37,7 @@ struct Session::State {
   nn::KVCache cache;
   int64_t position = 0;
   uint64_t adapters = 0;        // SessionOptions::adapters, of the model's slots
-  std::vector<float> scales;    // SessionOptions::adapter_scales, one per slot; empty where all are 1
+  std::vector<double> scales;   // SessionOptions::adapter_scales, one per slot (NaN: as loaded); empty: none given
   std::vector<int32_t> tokens;  // run so far
   // Encoder-decoder models: every decoder block's cross-attention keys and values of the source.
   std::vector<Tensor> context_keys, context_values;
@@ -47,34 +47,32 @@ struct Session::State {
   State(const Model& m, std::shared_ptr<nn::KVPool> pool, int64_t max_T)
       : model(&m), network(m.impl_.get()), cache(std::move(pool), max_T) {}
   State(const State& o)
-      : model(o.model), network(o.network), cache(o.cache), position(o.position), adapters(o.adapters), scales(o.scales),
-        tokens(o.tokens),
-        context_keys(clones(o.context_keys)), context_values(clones(o.context_values)), logits(o.logits) {}
+      : model(o.model), network(o.network), cache(o.cache), position(o.position), adapters(o.adapters),
+        scales(o.scales), tokens(o.tokens), context_keys(clones(o.context_keys)),
+        context_values(clones(o.context_values)), logits(o.logits) {}
 
-  // The prefix cache's salt: what a block's keys and values depend on besides the tokens. The adapter mask, or,
-  // with multipliers, a 64-bit hash of both (sessions with different multipliers share blocks only if their
-  // hashes collide).
-  uint64_t salt() const {
-    if (scales.empty()) return adapters;
-    Fnv1a h;
-    h.add(adapters);
-    for (const float s : scales) {
-      uint32_t bits = 0;
+  // The prefix cache's salt: what a block's keys and values depend on besides the tokens, which the pool compares
+  // whole: the adapter mask, and the multipliers' bits where there are any.
+  std::vector<uint64_t> salt() const {
+    std::vector<uint64_t> words = {adapters};
+    for (const double s : scales) {
+      uint64_t bits = 0;
       std::memcpy(&bits, &s, sizeof bits);
-      h.add(uint64_t{bits});
+      words.push_back(std::isnan(s) ? ~uint64_t{0} : bits);
     }
-    return h.hash | uint64_t{1} << 63;  // apart from every mask of fewer than 64 slots
+    return words;
   }
 
   void set_adapters(const Model& m, const SessionOptions& o) {
     adapters = nn::adapter_mask(m, o.adapters);
     const size_t slots = m.adapters().size();
     for (size_t k = 0; k < o.adapter_scales.size(); ++k)
-      check(std::isfinite(o.adapter_scales[k]), "session: adapter_scales[{}] is {}: expected a finite number", k,
-            o.adapter_scales[k]);
-    scales.assign(slots, 1.0f);
-    std::copy_n(o.adapter_scales.begin(), std::min(slots, o.adapter_scales.size()), scales.begin());
-    if (std::all_of(scales.begin(), scales.end(), [](float s) { return s == 1.0f; })) scales.clear();
+      check(!o.adapter_scales[k] || std::isfinite(*o.adapter_scales[k]),
+            "session: adapter_scales[{}] is {}: expected a finite number", k, o.adapter_scales[k].value_or(0.0));
+    scales.assign(slots, std::numeric_limits<double>::quiet_NaN());
+    for (size_t k = 0; k < std::min(slots, o.adapter_scales.size()); ++k)
+      if (o.adapter_scales[k]) scales[k] = *o.adapter_scales[k];
+    if (std::all_of(scales.begin(), scales.end(), [](double s) { return std::isnan(s); })) scales.clear();
   }
 
   static std::vector<Tensor> clones(const std::vector<Tensor>& tensors) {
@@ -148,7 +146,7 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   const nn::StackCall call{1, T, lengths.data(), valid.data()};
   // The encoder and the cross-attention's keys and values with the session's adapters too (T rows each).
   std::vector<uint64_t> rows;
-  std::vector<const float*> row_scales;
+  std::vector<const double*> row_scales;
   if (state_->adapters != nn::adapter_mask(model, ~uint64_t{0}) || !state_->scales.empty())
     rows.assign(static_cast<size_t>(T), state_->adapters);
   if (!state_->scales.empty()) row_scales.assign(static_cast<size_t>(T), state_->scales.data());
@@ -172,7 +170,11 @@ int64_t Session::position() const { return state_->position; }
 int64_t Session::capacity() const { return state_->cache.config().max_T; }
 int64_t Session::cache_bytes() const { return state_->cache.memory_bytes(); }
 uint64_t Session::adapters() const { return state_->adapters; }
-std::span<const float> Session::adapter_scales() const { return state_->scales; }
+std::vector<std::optional<double>> Session::adapter_scales() const {
+  std::vector<std::optional<double>> out;
+  for (const double s : state_->scales) out.push_back(std::isnan(s) ? std::nullopt : std::optional(s));
+  return out;
+}
 std::span<const float> Session::logits() const { return state_->logits; }
 
 std::span<const float> Session::step(std::span<const int32_t> tokens) {
@@ -283,14 +285,14 @@ void step(const std::vector<Session*>& sessions, const std::vector<std::vector<i
   // Each row with its session's adapters (and their multipliers), where the sessions do not all run with every
   // one at its own scale.
   std::vector<uint64_t> row_adapters;
-  std::vector<const float*> row_scales;
+  std::vector<const double*> row_scales;
   const uint64_t all = nn::adapter_mask(model, ~uint64_t{0});
   const auto own = [&](const Session* s) { return s->state_->adapters != all || !s->state_->scales.empty(); };
   if (std::any_of(sessions.begin(), sessions.end(), own))
     for (int64_t i = 0; i < S; ++i) row_adapters.insert(row_adapters.end(), tokens[i].size(), sessions[i]->state_->adapters);
   if (std::any_of(sessions.begin(), sessions.end(), [](const Session* s) { return !s->state_->scales.empty(); }))
     for (int64_t i = 0; i < S; ++i) {
-      const std::vector<float>& scales = sessions[i]->state_->scales;
+      const std::vector<double>& scales = sessions[i]->state_->scales;
       row_scales.insert(row_scales.end(), tokens[i].size(), scales.empty() ? nullptr : scales.data());
     }
   const nn::SelectAdapters select(row_adapters, row_scales);

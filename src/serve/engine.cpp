@@ -332,7 +332,9 @@ struct Engine::Impl {
       Active a;
       a.request = r;
       a.total = std::min<int64_t>(context, static_cast<int64_t>(p.prompt.size()) + p.max_tokens);
-      Choice first{.index = 0, .session = Session(model, {.max_T = context, .pool = &pool, .adapters = p.adapters, .adapter_scales = p.adapter_scales}), .rng = Rng(p.sampling.seed)};
+      const SessionOptions session{.max_T = context, .pool = &pool, .adapters = p.adapters,
+                                   .adapter_scales = p.adapter_scales};
+      Choice first{.index = 0, .session = Session(model, session), .rng = Rng(p.sampling.seed)};
       a.choices.reserve(static_cast<size_t>(p.n));  // the first choice stays where it is while the others copy it
       a.choices.push_back(std::move(first));
       const int64_t reused = options.prefix_cache ? a.choices[0].session.reuse_prefix(p.prompt, options.chunk) : 0;
@@ -504,8 +506,8 @@ std::shared_ptr<EngineRequest> Engine::submit(CompletionParams params) {
     check(id >= 0 && id < m.vocab, "logit_bias: token id {} is outside the vocabulary [0, {})", id, m.vocab);
   params.sampling.validate();
   for (size_t k = 0; k < params.adapter_scales.size(); ++k)
-    check(std::isfinite(params.adapter_scales[k]), "adapter_scales[{}] is {}: expected a finite number", k,
-          params.adapter_scales[k]);
+    check(!params.adapter_scales[k] || std::isfinite(*params.adapter_scales[k]),
+          "adapter_scales[{}] is {}: expected a finite number", k, params.adapter_scales[k].value_or(0.0));
   const int64_t blocks = blocks_for(L + params.max_tokens) + (params.n - 1) * (blocks_for(L + params.max_tokens) - (L - 1) / kBlock);
   check(blocks <= m.pool.blocks(), "the request needs {} KV blocks of {} positions ({} choices); the server has {}",
         blocks, kBlock, params.n, m.pool.blocks());

@@ -239,15 +239,20 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   if (const json* l = field(j, "lora")) {
     constexpr size_t kMaxAdapters = 64;  // a model's adapter slots
     if (!l->is_array() || l->size() > kMaxAdapters)
-      bad("lora", fmt::format("'lora' is {}, expected a list of at most {} objects {{\"id\": N, \"scale\": S}}", shown(*l),
-                              kMaxAdapters));
+      bad("lora", fmt::format("'lora' is {}, expected a list of at most {} objects {{\"id\": N, \"scale\": S}}",
+                              shown(*l), kMaxAdapters));
     r.lora.emplace();
     for (const json& a : *l) {
-      if (!a.is_object() || !a.contains("id"))
-        bad("lora", fmt::format("'lora' holds {}, expected objects {{\"id\": N, \"scale\": S}}", shown(a)));
-      if (!a.contains("scale")) bad("lora", fmt::format("'lora' holds {} without its 'scale'", shown(a)));
-      const int64_t id = *integer(a, "id", 0, kMaxAdapters - 1);
-      const double scale = number(a, "scale", 1.0, -1e6, 1e6);
+      const json* id_field = a.is_object() ? field(a, "id") : nullptr;
+      const json* scale_field = a.is_object() ? field(a, "scale") : nullptr;
+      if (id_field == nullptr || !id_field->is_number_integer() || id_field->get<int64_t>() < 0 ||
+          id_field->get<int64_t>() >= static_cast<int64_t>(kMaxAdapters))
+        bad("lora", fmt::format("'lora' holds {}, expected objects {{\"id\": N, \"scale\": S}} with N an adapter's "
+                                "index (0-{})", shown(a), kMaxAdapters - 1));
+      if (scale_field == nullptr || !scale_field->is_number() || !(std::abs(scale_field->get<double>()) <= 1e6))
+        bad("lora", fmt::format("'lora' holds {}: its 'scale' must be a number in [-1e6, 1e6]", shown(a)));
+      const int64_t id = id_field->get<int64_t>();
+      const double scale = scale_field->get<double>();
       for (const auto& [other, s] : *r.lora)
         if (other == id) bad("lora", fmt::format("'lora' lists the adapter {} twice", id));
       r.lora->emplace_back(id, scale);

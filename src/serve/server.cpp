@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -157,9 +158,10 @@ struct Server::Impl {
   }
 
   // A request's "lora" list (llama-server's per-request adapters: {"id": its index among --lora, "scale"}): the
-  // adapters listed with a scale other than 0, each at that scale (a multiplier on the one it was loaded with), the
-  // others off; the model's own adapters (a LoRA checkpoint's) stay. The "model" then names the base model or none.
-  std::pair<uint64_t, std::vector<float>> request_adapters(const serve::CompletionRequest& r) const {
+  // adapters listed with a scale other than 0, each at that scale in place of the one it was loaded with (so bit for
+  // bit as if loaded with it), the others off; the model's own adapters (a LoRA checkpoint's) stay. The "model" then
+  // names the base model or none.
+  std::pair<uint64_t, std::vector<std::optional<double>>> request_adapters(const serve::CompletionRequest& r) const {
     if (!r.lora) return {check_model(r.model), {}};
     if (!r.model.empty() && r.model != options.model_name) {
       check_model(r.model);  // 404 for a model that does not exist
@@ -167,23 +169,18 @@ struct Server::Impl {
                                       "the adapter '{}'", options.model_name, r.model), "model");
     }
     uint64_t mask = ~listed_adapters();
-    std::vector<float> scales;
+    std::vector<std::optional<double>> scales;
     const auto count = static_cast<int64_t>(served->adapters.size());
     for (const auto& [id, scale] : *r.lora) {
-      if (id >= count)
+      if (id < 0 || id >= count)
         throw ApiError(400, fmt::format("'lora' names the adapter {}; this server has {} (GET /lora-adapters)", id,
                                         count), "lora");
       const ServedAdapter& a = served->adapters[static_cast<size_t>(id)];
       if (scale == 0.0) continue;
-      if (a.scale == 0.0)
-        throw ApiError(400, fmt::format("'lora': the adapter {} ('{}') was loaded with scale 0, so no request scale "
-                                        "can apply it (load it with another SCALE)", id, a.name), "lora");
-      const double times = scale / a.scale;
-      if (!std::isfinite(static_cast<float>(times)))
-        throw ApiError(400, fmt::format("'lora': the scale {} of adapter {} is out of range", scale, id), "lora");
       mask |= uint64_t{1} << a.slot;
-      if (scales.size() <= static_cast<size_t>(a.slot)) scales.resize(static_cast<size_t>(a.slot) + 1, 1.0f);
-      scales[static_cast<size_t>(a.slot)] = static_cast<float>(times);
+      if (scale == a.scale) continue;  // as loaded: the same request as naming the adapter (and its prefix blocks)
+      if (scales.size() <= static_cast<size_t>(a.slot)) scales.resize(static_cast<size_t>(a.slot) + 1);
+      scales[static_cast<size_t>(a.slot)] = scale;
     }
     return {mask, std::move(scales)};
   }

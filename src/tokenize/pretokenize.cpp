@@ -118,7 +118,8 @@ RegexSplitter::RegexSplitter(std::string pattern, std::string what)
   if (!compiled_->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
-    throw Error(fmt::format("{} '{}': {} at offset {}", what_, pattern_, reinterpret_cast<const char*>(message), offset));
+    throw Error(
+        fmt::format("{} '{}': {} at offset {}", what_, pattern_, reinterpret_cast<const char*>(message), offset));
   }
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is absent
 }
@@ -185,9 +186,16 @@ bool RegexSplitter::matches_whole(std::string_view text) const {
   const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
       pcre2_match_data_create_from_pattern(compiled_->code, nullptr), &pcre2_match_data_free);
   check(match != nullptr, "out of memory for a regex match");
-  // Anchored at both ends: the interpreter runs (JIT code takes neither option), under PCRE2's limits.
+  // Anchored at both ends: the interpreter runs (JIT code takes neither option), under limits of its own rather
+  // than the library's build defaults: ten million backtracking steps (a fraction of a second) and 64 MiB.
+  const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> limits(
+      pcre2_match_context_create(nullptr), &pcre2_match_context_free);
+  check(limits != nullptr, "out of memory for a regex match");
+  pcre2_set_match_limit(limits.get(), 10'000'000);
+  pcre2_set_depth_limit(limits.get(), 10'000'000);
+  pcre2_set_heap_limit(limits.get(), 64 * 1024);  // KiB
   const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
-                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, match.get(), nullptr);
+                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, match.get(), limits.get());
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
     PCRE2_UCHAR message[256];
