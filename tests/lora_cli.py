@@ -234,18 +234,9 @@ def classifier_with_peft(attend, work, text):
 def serve_batches_adapters(attend, model, peft, peft2):
     """`attend serve --lora one=... --lora two=...`: /v1/models lists both; requests for one, two, the base and
     no model named, sent at once (decoded in the same steps), get the log-probabilities each gets alone."""
-    server = subprocess.Popen([attend, "serve", "--model", model, "--alias", "base", "--port", "0", "--parallel", "4",
-                               "--weights", "f32", "--lora", f"one={peft}", "--lora", f"two={peft2}:1.5"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server, port = tiny_runs.start_serve(fail, attend, "--model", model, "--alias", "base", "--parallel", "4",
+                                         "--weights", "f32", "--lora", f"one={peft}", "--lora", f"two={peft2}:1.5")
     try:
-        port = None
-        for line in server.stderr:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-                break
-        if port is None:
-            fail("attend serve did not say where it listens")
         url = f"http://127.0.0.1:{port}"
 
         def get(path):

@@ -8,7 +8,6 @@ test likes: /health answers 503 "loading" meanwhile, and the signal must end the
 """
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -17,10 +16,9 @@ import time
 import urllib.error
 import urllib.request
 
+import tiny_runs
 
-def fail(message):
-    print(f"serve_load_interrupt: FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
+fail, _ = tiny_runs.checks("serve_load_interrupt")
 
 
 def main():
@@ -30,17 +28,8 @@ def main():
     os.makedirs(model)
     os.mkfifo(os.path.join(model, "config.json"))
     for sig in (signal.SIGINT, signal.SIGTERM):
-        server = subprocess.Popen([attend, "serve", "--model", model, "--port", "0"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
+        server, port = tiny_runs.start_serve(fail, attend, "--model", model)
         try:
-            port = None
-            for line in server.stderr:
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if m:
-                    port = int(m.group(1))
-                    break
-            if port is None:
-                fail(f"attend serve did not say where it listens (exit {server.wait()})")
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30)
                 fail("/health answered 200 while the model cannot have loaded")
@@ -48,7 +37,6 @@ def main():
                 body = json.loads(e.read())
                 if e.code != 503 or body.get("status") != "loading":
                     fail(f"/health while loading: {e.code} {body}")
-            time.sleep(0.2)
             start = time.monotonic()
             server.send_signal(sig)
             try:

@@ -204,6 +204,43 @@ TEST(Lora, SeveralAdapterSetsAddUpEachWithItsScale) {
   }
 }
 
+// Prompts of 3, 4, 5, ... random tokens, one for each of `count` sessions.
+std::vector<std::vector<int32_t>> prompts_for(size_t count, int64_t V, Rng& rng) {
+  std::vector<std::vector<int32_t>> prompts(count);
+  for (size_t i = 0; i < count; ++i)
+    for (size_t t = 0; t < 3 + i; ++t) prompts[i].push_back(1 + static_cast<int32_t>(rng.below(V - 1)));
+  return prompts;
+}
+
+// Session i's logits after each of `steps` row-invariant steps, the sessions stepping together (a server's step):
+// their prompts in the first, then one token each, the same for a session stepping alone (step_alone).
+int32_t next_token(int step, size_t i, int64_t V) { return static_cast<int32_t>(1 + (step * 7 + i * 3) % (V - 1)); }
+std::vector<std::vector<std::vector<float>>> step_together(std::vector<Session>& sessions,
+                                                           std::vector<std::vector<int32_t>> tokens, int steps, int64_t V) {
+  std::vector<Session*> all;
+  for (Session& s : sessions) all.push_back(&s);
+  std::vector<std::vector<std::vector<float>>> got(sessions.size());
+  for (int step = 0; step < steps; ++step) {
+    step_row_invariant(all, tokens);
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      got[i].emplace_back(sessions[i].logits().begin(), sessions[i].logits().end());
+      tokens[i] = {next_token(step, i, V)};
+    }
+  }
+  return got;
+}
+// The same steps for session i of step_together stepping alone.
+std::vector<std::vector<float>> step_alone(Session& session, std::vector<int32_t> prompt, size_t i, int steps,
+                                           int64_t V) {
+  std::vector<std::vector<float>> got;
+  for (int step = 0; step < steps; ++step) {
+    step_row_invariant({&session}, {prompt});
+    got.emplace_back(session.logits().begin(), session.logits().end());
+    prompt = {next_token(step, i, V)};
+  }
+  return got;
+}
+
 // A server's requests: sessions with different adapter sets (none, the model's own, a named one, both) step
 // together, and each gets exactly what it gets stepping alone; a session without adapters is the bare model's;
 // the prefix cache shares blocks only between sessions of the same sets.
@@ -217,40 +254,25 @@ TEST(Lora, SessionsWithDifferentAdaptersStepTogetherAsAlone) {
     m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 7, .name = "b"});
     randomize_b(m, 4);
     const std::vector<uint64_t> masks = {0, 1, 2, 3};
+    const int64_t V = c.vocab_size;
     Rng rng(6);
-    std::vector<std::vector<int32_t>> prompts(masks.size());
-    for (size_t i = 0; i < masks.size(); ++i)
-      for (size_t t = 0; t < 3 + i; ++t) prompts[i].push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
+    const std::vector<std::vector<int32_t>> prompts = prompts_for(masks.size(), V, rng);
     // Together: the prompts in one step, then three one-token steps of all four.
     std::vector<Session> together;
     for (uint64_t mask : masks) together.emplace_back(m, SessionOptions{.adapters = mask});
-    std::vector<Session*> all;
-    for (Session& s : together) all.push_back(&s);
-    std::vector<std::vector<std::vector<float>>> got(masks.size());
-    std::vector<std::vector<int32_t>> tokens = prompts;
-    for (int step = 0; step < 4; ++step) {
-      step_row_invariant(all, tokens);
-      for (size_t i = 0; i < masks.size(); ++i) {
-        got[i].emplace_back(together[i].logits().begin(), together[i].logits().end());
-        tokens[i] = {static_cast<int32_t>(1 + (step * 7 + i * 3) % (c.vocab_size - 1))};
-      }
-    }
+    const auto got = step_together(together, prompts, 4, V);
     for (size_t i = 0; i < masks.size(); ++i) {
       SCOPED_TRACE("adapters " + std::to_string(masks[i]));
-      Session alone(m, {.adapters = masks[i]});
-      Session bare(plain);
-      std::vector<int32_t> t = prompts[i];
+      Session alone(m, {.adapters = masks[i]}), bare(plain);
+      const auto mine = step_alone(alone, prompts[i], i, 4, V);
+      const auto bare_steps = masks[i] == 0 ? step_alone(bare, prompts[i], i, 4, V) : got[i];
       for (int step = 0; step < 4; ++step) {
-        step_row_invariant({&alone}, {t});
-        EXPECT_EQ(std::vector<float>(alone.logits().begin(), alone.logits().end()), got[i][step]) << "step " << step;
+        EXPECT_EQ(mine[step], got[i][step]) << "step " << step;
         if (masks[i] == 0) {
-          step_row_invariant({&bare}, {t});
-          EXPECT_EQ(std::vector<float>(bare.logits().begin(), bare.logits().end()), got[i][step])
-              << "no adapters: the bare model, step " << step;
+          EXPECT_EQ(bare_steps[step], got[i][step]) << "no adapters: the bare model, step " << step;
         } else {
           EXPECT_NE(got[i][step], got[0][step]) << "the adapters change the logits, step " << step;
         }
-        t = {static_cast<int32_t>(1 + (step * 7 + i * 3) % (c.vocab_size - 1))};
       }
     }
     // Prefix cache: 64 positions published under the own set are reused by the own set alone.
@@ -310,33 +332,20 @@ TEST(Lora, SessionAdapterScalesAreTheSetsLoadedAtThoseScales) {
     EXPECT_TRUE(together[3].adapter_scales().empty()) << "none given";
     EXPECT_EQ(together[4].adapter_scales(), (std::vector<std::optional<double>>{-1.0, std::nullopt}))
         << "one per slot, as loaded past the list";
-    std::vector<Session*> all;
-    for (Session& s : together) all.push_back(&s);
+    const int64_t V = c.vocab_size;
     Rng rng(6);
-    std::vector<std::vector<int32_t>> tokens(cases.size());
-    for (size_t i = 0; i < cases.size(); ++i)
-      for (size_t t = 0; t < 3 + i; ++t) tokens[i].push_back(1 + static_cast<int32_t>(rng.below(c.vocab_size - 1)));
-    const std::vector<std::vector<int32_t>> prompts = tokens;
-    std::vector<std::vector<std::vector<float>>> got(cases.size());
-    for (int step = 0; step < 3; ++step) {
-      step_row_invariant(all, tokens);
-      for (size_t i = 0; i < cases.size(); ++i) {
-        got[i].emplace_back(together[i].logits().begin(), together[i].logits().end());
-        tokens[i] = {static_cast<int32_t>(1 + (step * 5 + i * 3) % (c.vocab_size - 1))};
-      }
-    }
+    const std::vector<std::vector<int32_t>> prompts = prompts_for(cases.size(), V, rng);
+    const auto got = step_together(together, prompts, 3, V);
     for (size_t i = 0; i < cases.size(); ++i) {
       SCOPED_TRACE("case " + std::to_string(i));
       const std::unique_ptr<Model> ref = loaded(cases[i].own, cases[i].b);
       Session alone(*ref);
-      std::vector<int32_t> t = prompts[i];
+      const auto mine = step_alone(alone, prompts[i], i, 3, V);
       for (int step = 0; step < 3; ++step) {
-        step_row_invariant({&alone}, {t});
-        EXPECT_EQ(std::vector<float>(alone.logits().begin(), alone.logits().end()), got[i][step]) << "step " << step;
+        EXPECT_EQ(mine[step], got[i][step]) << "step " << step;
         if (i < 3) {
           EXPECT_NE(got[i][step], got[3][step]) << "other scales change the logits";
         }
-        t = {static_cast<int32_t>(1 + (step * 5 + i * 3) % (c.vocab_size - 1))};
       }
     }
     // The batched step (not row-invariant) runs each run of rows at one scale together: sessions at 1.3, 1.3, as

@@ -1,9 +1,11 @@
-"""What the command-line tests (lora_cli.py, llama_lora.py, generate_cli.py, export_cli.py) share: their paths from
-the command line, failing with the script's name, running a command that must succeed, and a fresh work directory with a tiny corpus of Brown-like words, its BPE tokenizer
+"""What the command-line tests (lora_cli.py, llama_lora.py, generate_cli.py, export_cli.py, serve_load_interrupt.py)
+share: their paths from the command line, failing with the script's name, running a command that must succeed,
+starting `attend serve`, and a fresh work directory with a tiny corpus of Brown-like words, its BPE tokenizer
 and the `attend train` options for short runs on it."""
 import argparse
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +34,18 @@ def checks(name):
         return proc.stdout
 
     return fail, run
+
+
+def start_serve(fail, attend, *args):
+    """`attend serve ARGS --port 0` started, its stdout discarded: returns the process and the port its stderr says it
+    listens on (read up to that line; the rest is left in the process's stderr), or fails when it exits first."""
+    server = subprocess.Popen([attend, "serve", *args, "--port", "0"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    for line in server.stderr:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            return server, int(m.group(1))
+    fail(f"attend serve did not say where it listens (exit {server.wait()})")
 
 
 def corpus(run, attend, work, documents):

@@ -86,27 +86,26 @@ void lora_forward(float* out, const float* inp, const Parameter& weight, int64_t
   for (const LowRankUpdate& u : weight.lora) {
     const int64_t r = u.A->value.size(0), rows = u.B->value.size(0);
     const uint64_t bit = uint64_t{1} << u.adapter;
-    // Row n's scale: the adapter's own, or its unit times the row's multiplier for its set (NaN: its own), computed
-    // as LoraConfig::scale() computes it, so that a multiplier gives the bits of the adapter loaded with it.
+    // Row n's scale: 0 where its mask leaves the adapter out; else the adapter's own, or its unit times the row's
+    // multiplier for its set (NaN: its own), computed as LoraConfig::scale() computes it, so that a multiplier gives
+    // the bits of the adapter loaded with it.
     const auto scale_of = [&](int64_t n) {
+      if (row_masks != nullptr && (row_masks[n] & bit) == 0) return 0.0f;
       const double* m = row_scales == nullptr ? nullptr : row_scales[n];
       return static_cast<float>(m == nullptr || std::isnan(m[u.adapter]) ? u.scale : u.unit * m[u.adapter]);
-    };
-    const auto takes = [&](int64_t n) {
-      return (row_masks == nullptr || (row_masks[n] & bit) != 0) && scale_of(n) != 0.0f;
     };
     const float* x = adapter_input(u, inp, N, C, drop, first, dropped);
     if (x != inp) first += static_cast<uint64_t>(N * C);
     // Runs of consecutive rows that take this adapter at one multiplier (all N without masks), one row at a time
     // when per_row.
     for (int64_t n0 = 0; n0 < N;) {
-      if (!takes(n0)) {
+      const float s = scale_of(n0);
+      if (s == 0.0f) {  // left out, or at scale 0
         ++n0;
         continue;
       }
-      const float s = scale_of(n0);
       int64_t n1 = n0 + 1;
-      while (!per_row && n1 < N && takes(n1) && scale_of(n1) == s) ++n1;
+      while (!per_row && n1 < N && scale_of(n1) == s) ++n1;
       const int64_t n = n1 - n0;
       xa.resize(static_cast<size_t>(n * r));
       kernels::gemm<float>(false, true, n, r, C, 1.0f, x + n0 * C, C, u.A->value.data(), C, 0.0f, xa.data(), r);

@@ -20,10 +20,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <thread>
