@@ -481,5 +481,16 @@ TEST(HfComponents, SplitBehaviours) {
   }
 }
 
+// A Split pattern that backtracks without end on some text (nested repetition before an anchor that fails): encoding
+// that text is an error naming the pattern and the place, under Attend's own match limits, not a hang; other texts
+// still encode.
+TEST(HfComponents, BacktrackingSplitPatternIsAnErrorNotAHang) {
+  const Tokenizer tok =
+      Tokenizer::from_json(tiny({{"type", "Split"}, {"pattern", {{"Regex", "(a|aa)+$"}}}, {"behavior", "Isolated"}}));
+  EXPECT_FALSE(tok.encode("ab").empty());
+  const std::string text = std::string(80, 'a') + "!";
+  expect_error_mentions<Error>([&] { tok.encode(text); }, {"(a|aa)+$", "byte 0", "limit"});
+}
+
 }  // namespace
 }  // namespace attend

@@ -134,20 +134,55 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
 
 namespace {
 
+using MatchData = std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)>;
+
+MatchData match_data_for(const pcre2_code* code) {
+  MatchData match(pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
+  check(match != nullptr, "out of memory for a regex match");
+  return match;
+}
+
+// Limits of Attend's own for every match rather than the library's build defaults (whose heap limit is 20 GB):
+// ten million backtracking steps from one starting point (a fraction of a second; tokenizers' patterns take tens)
+// and 64 MiB. JIT code honours the step limit. A pattern that would backtrack without end is then an error.
+const pcre2_match_context* match_limits() {
+  static const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> limits = [] {
+    std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> l(pcre2_match_context_create(nullptr),
+                                                                               &pcre2_match_context_free);
+    check(l != nullptr, "out of memory for a regex match");
+    pcre2_set_match_limit(l.get(), 10'000'000);
+    pcre2_set_depth_limit(l.get(), 10'000'000);
+    pcre2_set_heap_limit(l.get(), 64 * 1024);  // KiB
+    return l;
+  }();
+  return limits.get();
+}
+
+// The error for a failed match: the pattern (`what` it is), where in the text, and PCRE2's reason.
+[[noreturn]] void match_failed(int rc, const std::string& what, const std::string& pattern, std::string_view text,
+                               size_t at) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(rc, message, sizeof message);
+  constexpr size_t kShown = 40;
+  const std::string_view near = text.substr(at, kShown);
+  throw Error(fmt::format("{} '{}' failed at byte {} of a {}-byte text (near '{}{}'): {}", what, pattern, at,
+                          text.size(), near, text.size() - at > kShown ? "..." : "",
+                          reinterpret_cast<const char*>(message)));
+}
+
 // Calls on_match(begin, end) for every match of `code` in `text`, from left to right; after an empty match the
 // search goes on one character later, after any other at its end. A PCRE2 error names `pattern` (`what` it is).
 template <typename F>
 void for_each_match(const pcre2_code* code, const std::string& pattern, const std::string& what, std::string_view text,
                     F&& on_match) {
-  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
-      pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
-  check(match != nullptr, "out of memory for a regex match");
+  const MatchData match = match_data_for(code);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), start, 0, match.get(), nullptr);
+    const int rc = pcre2_match(code, subject, text.size(), start, 0, match.get(),
+                               const_cast<pcre2_match_context*>(match_limits()));
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    check(rc >= 0, "{} '{}' failed with PCRE2 error {}", what, pattern, rc);
+    if (rc < 0) match_failed(rc, what, pattern, text, start);
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
     const size_t begin = ovector[0], end = ovector[1];
     on_match(begin, end);
@@ -183,25 +218,13 @@ void RegexSplitter::find_all(std::string_view text, std::vector<std::pair<size_t
 }
 
 bool RegexSplitter::matches_whole(std::string_view text) const {
-  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
-      pcre2_match_data_create_from_pattern(compiled_->code, nullptr), &pcre2_match_data_free);
-  check(match != nullptr, "out of memory for a regex match");
-  // Anchored at both ends: the interpreter runs (JIT code takes neither option), under limits of its own rather
-  // than the library's build defaults: ten million backtracking steps (a fraction of a second) and 64 MiB.
-  const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> limits(
-      pcre2_match_context_create(nullptr), &pcre2_match_context_free);
-  check(limits != nullptr, "out of memory for a regex match");
-  pcre2_set_match_limit(limits.get(), 10'000'000);
-  pcre2_set_depth_limit(limits.get(), 10'000'000);
-  pcre2_set_heap_limit(limits.get(), 64 * 1024);  // KiB
+  const MatchData match = match_data_for(compiled_->code);
+  // Anchored at both ends: the interpreter runs (JIT code takes neither option), under the same limits.
   const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
-                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, match.get(), limits.get());
+                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, match.get(),
+                             const_cast<pcre2_match_context*>(match_limits()));
   if (rc == PCRE2_ERROR_NOMATCH) return false;
-  if (rc < 0) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(rc, message, sizeof message);
-    throw Error(fmt::format("{} '{}' on '{}': {}", what_, pattern_, text, reinterpret_cast<const char*>(message)));
-  }
+  if (rc < 0) match_failed(rc, what_, pattern_, text, 0);
   return true;
 }
 
