@@ -70,8 +70,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--template-name", s.template_name, "Which of a config's named templates (e.g. tool_use)");
   cmd->add_option("--lora", s.lora, std::string(kLoraHelp) + ". Each adapter is a model of its own in the API (its "
                   "NAME, or the directory's name): a request naming it runs with it alone, one naming the base "
-                  "model without adapters, one naming none with all of them; requests for different adapters are "
-                  "batched together");
+                  "model without adapters, one naming none with all of them (at the scales POST /lora-adapters "
+                  "sets); requests for different adapters are batched together");
+  cmd->add_flag_callback("--lora-init-without-apply", [] { s.server.lora_apply = false; },
+                         "Requests that name no model run without the adapters until POST /lora-adapters sets their "
+                         "scales (llama-server's option)");
   cmd->add_option("--weights", s.weights, std::string(kWeightsHelp) + " (default: bf16, or as a GGUF file stores them)");
   cmd->add_option("--eos", s.eos_ids, "End completions at these token ids (default: the model's end tokens)");
   cmd->callback([] {

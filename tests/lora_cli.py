@@ -231,6 +231,19 @@ def classifier_with_peft(attend, work, text):
         fail("eval-seq2seq: the LoRA run scores as its base does (the adapters changed nothing)")
 
 
+def wait_ready(url):
+    """Waits up to 30 s for the server at `url` to say its model is loaded."""
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=30) as r:
+                if json.loads(r.read()).get("status") == "ok":
+                    return
+        except Exception:
+            pass
+        time.sleep(0.1)
+    fail(f"{url} did not load its model in 30 s")
+
+
 def serve_batches_adapters(attend, model, peft, peft2):
     """`attend serve --lora one=... --lora two=...`: /v1/models lists both; requests for one, two, the base and
     no model named, sent at once (decoded in the same steps), get the log-probabilities each gets alone."""
@@ -243,13 +256,7 @@ def serve_batches_adapters(attend, model, peft, peft2):
             with urllib.request.urlopen(url + path, timeout=30) as r:
                 return json.loads(r.read())
 
-        for _ in range(300):
-            try:
-                if get("/health").get("status") == "ok":
-                    break
-            except Exception:
-                pass
-            time.sleep(0.1)
+        wait_ready(url)
         ids = sorted(m["id"] for m in get("/v1/models")["data"])
         if ids != ["base", "one", "two"]:
             fail(f"/v1/models lists {ids}, expected base, one, two")
@@ -277,6 +284,7 @@ def serve_batches_adapters(attend, model, peft, peft2):
 
         models = ["one", "two", "base", None]
         alone = [complete(m) for m in models]
+        served = dict(zip(models, alone))
         if shared_steps() != 0:
             fail("serve: requests sent one at a time shared a step")
         with concurrent.futures.ThreadPoolExecutor(len(models)) as pool:
@@ -330,14 +338,53 @@ def serve_batches_adapters(attend, model, peft, peft2):
             if code != 400 or words not in message:
                 fail(f"serve: {body} got {code} {message!r}, expected 400 saying {words!r}")
 
-        def embed(model):
-            req = urllib.request.Request(url + "/v1/embeddings", data=json.dumps({"model": model, "input": "the jury"}).encode(),
+        def embed(model, lora=None):
+            body = {"model": model, "input": "the jury"}
+            if lora is not None:
+                body["lora"] = lora
+            req = urllib.request.Request(url + "/v1/embeddings", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=60) as r:
                 return json.loads(r.read())["data"][0]["embedding"]
 
         if embed("one") == embed("base") or embed("one") != embed("one"):
             fail("serve: /v1/embeddings does not run with the adapter the request names")
+        if embed("base", [{"id": 0, "scale": 1}]) != embed("one") or embed("base", []) != embed("base"):
+            fail("serve: /v1/embeddings with 'lora' differs from naming the adapter")
+        if embed("base", [{"id": 0, "scale": 0.5}]) in (embed("one"), embed("base")):
+            fail("serve: /v1/embeddings with an adapter at scale 0.5 is the same as at 1 or without")
+
+        # llama-server's POST /lora-adapters: the scales of requests that name neither adapters nor a model (those
+        # not in the body: 0); GET lists them; a request naming a model or listing its own adapters is as before.
+        def post_adapters(body):
+            req = urllib.request.Request(url + "/lora-adapters", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        if post_adapters([{"id": 1, "scale": 0.75}]) != (200, {"success": True}):
+            fail("serve: POST /lora-adapters was not answered {'success': true}")
+        if [a["scale"] for a in get("/lora-adapters")] != [0.0, 0.75]:
+            fail(f"serve: after POST /lora-adapters, GET lists {get('/lora-adapters')}")
+        if complete(None) != scaled:
+            fail("serve: a request naming no model did not run at the scales POST /lora-adapters set")
+        if [complete(m) for m in ("one", "two", "base")] != [alone[models.index(m)] for m in ("one", "two", "base")]:
+            fail("serve: after POST /lora-adapters, requests naming a model no longer get that model")
+        if complete("base", [{"id": 0, "scale": 1}]) != alone[models.index("one")]:
+            fail("serve: a request's own 'lora' did not take the place of the scales POST /lora-adapters set")
+        for body, words in [({"id": 0, "scale": 1}, "expected a list"), ([{"id": 2, "scale": 1}], "has 2"),
+                            ([{"id": 0}], "its 'scale' must be")]:
+            code, answer = post_adapters(body)
+            if code != 400 or words not in answer["error"]["message"]:
+                fail(f"serve: POST /lora-adapters {body} got {code} {answer}, expected 400 saying {words!r}")
+        if [a["scale"] for a in get("/lora-adapters")] != [0.0, 0.75]:
+            fail("serve: a refused POST /lora-adapters changed the scales")
+        post_adapters([{"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.5}])
+        if complete(None) != alone[models.index(None)]:
+            fail("serve: the scales POSTed back as loaded do not give the first answers again")
         req = urllib.request.Request(url + "/v1/completions", data=json.dumps({"model": "three", "prompt": "a"}).encode(),
                                      headers={"Content-Type": "application/json"})
         try:
@@ -346,6 +393,29 @@ def serve_batches_adapters(attend, model, peft, peft2):
         except urllib.error.HTTPError as e:
             if e.code != 404:
                 fail(f"serve: an unknown adapter got {e.code}, expected 404")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    # llama-server's --lora-init-without-apply: the adapters listed at scale 0 and requests naming no model run
+    # without them; one naming an adapter runs with it.
+    server, port = tiny_runs.start_serve(fail, attend, "--model", model, "--alias", "base", "--weights", "f32",
+                                         "--lora", f"one={peft}", "--lora-init-without-apply")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url)
+        with urllib.request.urlopen(url + "/lora-adapters", timeout=30) as r:
+            if [a["scale"] for a in json.loads(r.read())] != [0.0]:
+                fail("serve --lora-init-without-apply: GET /lora-adapters does not list scale 0")
+        for name, want in ((None, "base"), ("one", "one")):
+            body = {"prompt": "the jury said", "max_tokens": 10, "temperature": 0, "logprobs": 1}
+            if name:
+                body["model"] = name
+            req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                choice = json.loads(r.read())["choices"][0]
+            if (choice["logprobs"]["token_logprobs"], choice["text"]) != served[want]:
+                fail(f"serve --lora-init-without-apply: a request for {name} is not the {want} model's")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -119,6 +119,23 @@ TEST(OpenAiRequests, BadBodiesNameTheirField) {
   ASSERT_TRUE(with_lora.lora.has_value());
   EXPECT_EQ(*with_lora.lora, (std::vector<std::pair<int64_t, double>>{{1, 0.3}, {0, 0.0}}));
   EXPECT_FALSE(serve::parse_completion_request(R"({"prompt":"a"})", false).lora.has_value());
+  // The same list in an embeddings request, and as POST /lora-adapters' whole body.
+  EXPECT_EQ(serve::parse_embedding_request(R"({"input":"a","lora":[{"id":2,"scale":-0.5}]})").lora,
+            (std::optional<serve::LoraScales>{{{2, -0.5}}}));
+  EXPECT_THROW(serve::parse_embedding_request(R"({"input":"a","lora":[{"id":2}]})"), serve::ApiError);
+  EXPECT_EQ(serve::parse_lora_adapters_request(R"([{"id":0,"scale":0.25},{"id":3,"scale":0}])"),
+            (serve::LoraScales{{0, 0.25}, {3, 0.0}}));
+  EXPECT_TRUE(serve::parse_lora_adapters_request("[]").empty());
+  for (const char* body : {R"({"id":0,"scale":1})", R"([{"id":0}])", R"([{"id":0,"scale":1},{"id":0,"scale":1}])",
+                           R"([{"id":-1,"scale":1}])", "[", R"("x")", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]"}) {
+    try {
+      serve::parse_lora_adapters_request(body);
+      ADD_FAILURE() << body << ": accepted";
+    } catch (const serve::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, "") << body;
+    }
+  }
   EXPECT_THROW(serve::parse_embedding_request(R"({"input":"a","encoding_format":"hex"})"), serve::ApiError);
   EXPECT_THROW(serve::parse_embedding_request(R"({"model":"m"})"), serve::ApiError);
   EXPECT_THROW(serve::parse_tokenize_request(R"({"content":5})"), serve::ApiError);

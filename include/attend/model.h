@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -318,8 +319,10 @@ class Model {
   ForwardResult forward(const Batch& batch, ForwardState& state, const RunOptions& options = {}) const;
   // The last stack's output (B, T, C) (after its final norm when pre-LN): the states the heads read, and what
   // embeddings are pooled from. Encoder-only and decoder-only models; batch.ids, lengths and token_types; with
-  // the LoRA adapter sets whose slot bits `adapters` has (SessionOptions::adapters).
-  Tensor hidden_states(const Batch& batch, uint64_t adapters = ~uint64_t{0}) const;
+  // the LoRA adapter sets whose slot bits `adapters` has, at the multipliers `adapter_scales` gives in place of
+  // those they were loaded with (SessionOptions::adapters and adapter_scales).
+  Tensor hidden_states(const Batch& batch, uint64_t adapters = ~uint64_t{0},
+                       std::span<const std::optional<double>> adapter_scales = {}) const;
   // Adds scale × the gradient of that forward's loss into every parameter's grad. Gradient accumulation
   // weights each micro-batch by its share of the targets; fp16 training multiplies by the loss scale.
   // gradients_final(offset), when given, is called as backward goes (after each block) with an offset into

@@ -2,7 +2,8 @@
 //
 //   POST /v1/completions, /v1/chat/completions (streamed as server-sent events with "stream": true),
 //   /v1/embeddings; GET /v1/models, /health (503 while the model loads), /metrics (Prometheus text);
-//   POST /tokenize, /detokenize; GET / (a playground page). docs/SERVER.md describes each.
+//   POST /tokenize, /detokenize; GET and POST /lora-adapters; GET / (a playground page). docs/SERVER.md describes
+//   each.
 //
 // The server listens at once and loads the model on another thread, so that /health can say "loading". Errors
 // are OpenAI's JSON ({"error": {"message", "type", "param", "code"}}) with a 4xx status for the client's mistakes.
@@ -39,7 +40,8 @@ struct ServedModel {
   // LoRA adapters (`attend serve --lora NAME=DIR`) with their slots in the model (Model::adapters). Each is a
   // model of its own in the API: a request naming it runs with that adapter alone, one naming the base model
   // without them, one naming none with all of them; requests for different adapters share the engine's steps.
-  // A request's "lora" list (llama-server's: {"id": index here, "scale"}) picks them and their scales instead.
+  // A request's "lora" list (llama-server's: {"id": index here, "scale"}) picks them and their scales instead, and
+  // POST /lora-adapters sets the scales of the requests that name neither (llama-server's global scales).
   std::vector<ServedAdapter> adapters;
 };
 
@@ -56,6 +58,9 @@ struct ServerOptions {
   // Browsers' cross-origin requests (CORS): the origin allowed in Access-Control-Allow-Origin ("*": any, as
   // llama-server and vLLM allow by default); empty: none (no header, preflights refused).
   std::string cors_origin = "*";
+  // false: requests that name no model run without the adapters until POST /lora-adapters gives them scales
+  // (llama-server's --lora-init-without-apply).
+  bool lora_apply = true;
 };
 
 class Server {

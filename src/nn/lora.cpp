@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 
 namespace attend {
 
@@ -154,6 +155,18 @@ bool saved_module_holds(std::string_view module, std::string_view parameter) {
 uint64_t adapter_mask(const Model& model, uint64_t wanted) {
   const size_t n = model.adapters().size();
   return n >= 64 ? wanted : wanted & ((uint64_t{1} << n) - 1);
+}
+
+std::vector<double> adapter_multipliers(const Model& model, std::span<const std::optional<double>> scales) {
+  for (size_t k = 0; k < scales.size(); ++k)
+    check(!scales[k] || std::isfinite(*scales[k]), "adapter_scales[{}] is {}: expected a finite number", k,
+          scales[k].value_or(0.0));
+  const size_t slots = model.adapters().size();
+  std::vector<double> multipliers(slots, std::numeric_limits<double>::quiet_NaN());
+  for (size_t k = 0; k < std::min(slots, scales.size()); ++k)
+    if (scales[k]) multipliers[k] = *scales[k];
+  if (std::all_of(multipliers.begin(), multipliers.end(), [](double s) { return std::isnan(s); })) multipliers.clear();
+  return multipliers;
 }
 
 int own_adapter_slot(const Model& model) {

@@ -12,6 +12,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +49,9 @@ bool saved_module_holds(std::string_view module, std::string_view parameter);
 
 // `wanted` (a slot mask: SessionOptions::adapters) cut to the slots the model has.
 uint64_t adapter_mask(const Model& model, uint64_t wanted);
+// SessionOptions::adapter_scales checked (finite) and laid out one per slot of the model, NaN where a slot runs at
+// the multiplier it was loaded with; empty when every slot does (lora_forward's row_scales then needs none).
+std::vector<double> adapter_multipliers(const Model& model, std::span<const std::optional<double>> scales);
 
 // The slot of the model's own adapter set (Model::adapters' ""), or adapters().size() when it has none.
 int own_adapter_slot(const Model& model);

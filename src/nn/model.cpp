@@ -551,7 +551,8 @@ ParameterCount Model::count() const {
   return n;
 }
 
-Tensor Model::hidden_states(const Batch& batch, uint64_t adapters) const {
+Tensor Model::hidden_states(const Batch& batch, uint64_t adapters,
+                            std::span<const std::optional<double>> adapter_scales) const {
   const Impl& w = *impl_;
   const ModelConfig& c = w.config;
   check(c.architecture != Architecture::EncoderDecoder,
@@ -567,10 +568,13 @@ Tensor Model::hidden_states(const Batch& batch, uint64_t adapters) const {
   const std::vector<uint8_t> valid = valid_mask(lengths, B, T);
   const Tensor x = w.embed(nullptr, batch.ids, batch.token_types, B, T, false, nullptr);
   const StackCall call{B, T, lengths.data(), valid.data()};
-  std::vector<uint64_t> rows;  // every row with `adapters`, where that is not all of them
-  if (nn::adapter_mask(*this, adapters) != nn::adapter_mask(*this, ~uint64_t{0}))
+  const std::vector<double> multipliers = nn::adapter_multipliers(*this, adapter_scales);
+  std::vector<uint64_t> rows;  // every row with `adapters`, where that is not all of them at their loaded scales
+  std::vector<const double*> row_scales;
+  if (nn::adapter_mask(*this, adapters) != nn::adapter_mask(*this, ~uint64_t{0}) || !multipliers.empty())
     rows.assign(static_cast<size_t>(B * T), adapters);
-  const nn::SelectAdapters select(rows);
+  if (!multipliers.empty()) row_scales.assign(static_cast<size_t>(B * T), multipliers.data());
+  const nn::SelectAdapters select(rows, row_scales);
   Tensor top = (c.has_encoder() ? *w.encoder : *w.decoder).forward(x, call, nullptr);
   top.reshape({B, T, c.d_model});
   return top;

@@ -65,14 +65,7 @@ struct Session::State {
 
   void set_adapters(const Model& m, const SessionOptions& o) {
     adapters = nn::adapter_mask(m, o.adapters);
-    const size_t slots = m.adapters().size();
-    for (size_t k = 0; k < o.adapter_scales.size(); ++k)
-      check(!o.adapter_scales[k] || std::isfinite(*o.adapter_scales[k]),
-            "session: adapter_scales[{}] is {}: expected a finite number", k, o.adapter_scales[k].value_or(0.0));
-    scales.assign(slots, std::numeric_limits<double>::quiet_NaN());
-    for (size_t k = 0; k < std::min(slots, o.adapter_scales.size()); ++k)
-      if (o.adapter_scales[k]) scales[k] = *o.adapter_scales[k];
-    if (std::all_of(scales.begin(), scales.end(), [](double s) { return std::isnan(s); })) scales.clear();
+    scales = nn::adapter_multipliers(m, o.adapter_scales);
   }
 
   static std::vector<Tensor> clones(const std::vector<Tensor>& tensors) {

@@ -29,10 +29,15 @@ std::string shown(const json& v) {
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
-json parse_object(std::string_view body) {
+json parse_body(std::string_view body) {
   if (!json_depth_within(body)) bad("", fmt::format("the request body nests deeper than {} levels", kMaxJsonDepth));
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("", "the request body is not valid JSON");
+  return j;
+}
+
+json parse_object(std::string_view body) {
+  json j = parse_body(body);
   if (!j.is_object()) bad("", fmt::format("the request body is {}, expected a JSON object", shown(j)));
   return j;
 }
@@ -103,6 +108,31 @@ std::vector<Prompt> prompts(const json& v, const char* key) {
     if (x.is_string()) out.emplace_back(x.get<std::string>());
     else if (x.is_array() && !x.empty()) out.emplace_back(ids(x, key));
     else bad(key, fmt::format("'{}' holds {}, expected strings or non-empty lists of token ids", key, shown(x)));
+  }
+  return out;
+}
+
+// A list of adapters and their scales (LoraScales); `param` names it in errors: "lora", or "" for a whole body.
+LoraScales lora_scales(const json& l, const std::string& param) {
+  const std::string what = param.empty() ? "the request body" : "'" + param + "'";
+  constexpr size_t kMaxAdapters = 64;  // a model's adapter slots
+  if (!l.is_array() || l.size() > kMaxAdapters)
+    bad(param, fmt::format("{} is {}, expected a list of at most {} objects {{\"id\": N, \"scale\": S}}", what, shown(l),
+                           kMaxAdapters));
+  LoraScales out;
+  for (const json& a : l) {
+    const json* id_field = a.is_object() ? field(a, "id") : nullptr;
+    const json* scale_field = a.is_object() ? field(a, "scale") : nullptr;
+    if (id_field == nullptr || !id_field->is_number_integer() || id_field->get<int64_t>() < 0 ||
+        id_field->get<int64_t>() >= static_cast<int64_t>(kMaxAdapters))
+      bad(param, fmt::format("{} holds {}, expected objects {{\"id\": N, \"scale\": S}} with N an adapter's index "
+                             "(0-{})", what, shown(a), kMaxAdapters - 1));
+    if (scale_field == nullptr || !scale_field->is_number() || !(std::abs(scale_field->get<double>()) <= 1e6))
+      bad(param, fmt::format("{} holds {}: its 'scale' must be a number in [-1e6, 1e6]", what, shown(a)));
+    const int64_t id = id_field->get<int64_t>();
+    for (const auto& [other, s] : out)
+      if (other == id) bad(param, fmt::format("{} lists the adapter {} twice", what, id));
+    out.emplace_back(id, scale_field->get<double>());
   }
   return out;
 }
@@ -236,28 +266,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat) {
   }
   r.ignore_eos = boolean(j, "ignore_eos", false);
   r.user = string(j, "user");
-  if (const json* l = field(j, "lora")) {
-    constexpr size_t kMaxAdapters = 64;  // a model's adapter slots
-    if (!l->is_array() || l->size() > kMaxAdapters)
-      bad("lora", fmt::format("'lora' is {}, expected a list of at most {} objects {{\"id\": N, \"scale\": S}}",
-                              shown(*l), kMaxAdapters));
-    r.lora.emplace();
-    for (const json& a : *l) {
-      const json* id_field = a.is_object() ? field(a, "id") : nullptr;
-      const json* scale_field = a.is_object() ? field(a, "scale") : nullptr;
-      if (id_field == nullptr || !id_field->is_number_integer() || id_field->get<int64_t>() < 0 ||
-          id_field->get<int64_t>() >= static_cast<int64_t>(kMaxAdapters))
-        bad("lora", fmt::format("'lora' holds {}, expected objects {{\"id\": N, \"scale\": S}} with N an adapter's "
-                                "index (0-{})", shown(a), kMaxAdapters - 1));
-      if (scale_field == nullptr || !scale_field->is_number() || !(std::abs(scale_field->get<double>()) <= 1e6))
-        bad("lora", fmt::format("'lora' holds {}: its 'scale' must be a number in [-1e6, 1e6]", shown(a)));
-      const int64_t id = id_field->get<int64_t>();
-      const double scale = scale_field->get<double>();
-      for (const auto& [other, s] : *r.lora)
-        if (other == id) bad("lora", fmt::format("'lora' lists the adapter {} twice", id));
-      r.lora->emplace_back(id, scale);
-    }
-  }
+  if (const json* l = field(j, "lora")) r.lora = lora_scales(*l, "lora");
   return r;
 }
 
@@ -273,8 +282,11 @@ EmbeddingRequest parse_embedding_request(std::string_view body) {
     bad("encoding_format", fmt::format("'encoding_format' is \"{}\", expected \"float\" or \"base64\"", format));
   r.base64 = format == "base64";
   if (field(j, "dimensions") != nullptr) bad("dimensions", "'dimensions' (shortened embeddings) is not served");
+  if (const json* l = field(j, "lora")) r.lora = lora_scales(*l, "lora");
   return r;
 }
+
+LoraScales parse_lora_adapters_request(std::string_view body) { return lora_scales(parse_body(body), ""); }
 
 TokenizeRequest parse_tokenize_request(std::string_view body) {
   const json j = parse_object(body);

@@ -31,6 +31,10 @@ std::string error_body(const std::string& message, std::string_view type, std::s
 // One prompt of /v1/completions: text, or token ids.
 using Prompt = std::variant<std::string, std::vector<int32_t>>;
 
+// llama-server's list of LoRA adapters and their scales, [{"id": 0, "scale": 0.5}, ...]: each adapter by its index
+// among `attend serve --lora` (0-63), its scale a number in [-1e6, 1e6], none listed twice.
+using LoraScales = std::vector<std::pair<int64_t, double>>;
+
 // /v1/completions and /v1/chat/completions (chat: messages instead of prompt).
 struct CompletionRequest {
   bool chat = false;
@@ -54,9 +58,9 @@ struct CompletionRequest {
   bool include_usage = false;           // stream_options.include_usage
   bool ignore_eos = false;              // an extension (vLLM, llama.cpp): generate past end-of-sequence tokens
   std::string user;
-  // llama-server's extension: [{"id": 0, "scale": 0.5}, ...], the LoRA adapters (by their index among `attend serve
-  // --lora`) this request runs with and their scales; those not listed are off. nullopt: not given.
-  std::optional<std::vector<std::pair<int64_t, double>>> lora;
+  // llama-server's extension: the LoRA adapters this request runs with and their scales; those not listed are off.
+  // nullopt: not given.
+  std::optional<LoraScales> lora;
 };
 
 // Throws ApiError (400) naming the field: malformed JSON, a field of the wrong type or out of range, a missing
@@ -68,8 +72,13 @@ struct EmbeddingRequest {
   std::string model;
   std::vector<Prompt> inputs;  // input: a string, strings, ids, or lists of ids
   bool base64 = false;         // encoding_format "base64" (little-endian float32), else "float"
+  std::optional<LoraScales> lora;  // as CompletionRequest's
 };
 EmbeddingRequest parse_embedding_request(std::string_view body);
+
+// POST /lora-adapters (llama-server's): the body is the list itself, the scales every request that names no
+// adapters of its own then runs with (those not listed: 0).
+LoraScales parse_lora_adapters_request(std::string_view body);
 
 // /tokenize ({"content", "add_special", "with_pieces"}) and /detokenize ({"tokens"}), llama.cpp's server's shape.
 struct TokenizeRequest {

@@ -89,6 +89,10 @@ struct Server::Impl {
   std::unique_ptr<ServedModel> served;
   std::unique_ptr<Engine> engine;  // decoder models
   std::mutex encoder_mutex;        // encoder models' forwards, one at a time
+  // Each served adapter's scale now (llama-server's global scales): the SCALE it was loaded with until POST
+  // /lora-adapters sets them. Requests that list no adapters of their own run with these.
+  mutable std::mutex lora_mutex;
+  std::vector<double> lora_scales;
   std::thread loader;
   void stop();  // Server::stop, also the loader's when the load fails
   int64_t created = unix_seconds();
@@ -157,30 +161,52 @@ struct Server::Impl {
     return listed;
   }
 
-  // A request's "lora" list (llama-server's per-request adapters: {"id": its index among --lora, "scale"}): the
-  // adapters listed with a scale other than 0, each at that scale in place of the one it was loaded with (so bit for
-  // bit as if loaded with it), the others off; the model's own adapters (a LoRA checkpoint's) stay. The "model" then
-  // names the base model or none.
-  std::pair<uint64_t, std::vector<std::optional<double>>> request_adapters(const serve::CompletionRequest& r) const {
-    if (!r.lora) return {check_model(r.model), {}};
-    if (!r.model.empty() && r.model != options.model_name) {
-      check_model(r.model);  // 404 for a model that does not exist
-      throw ApiError(400, fmt::format("'lora' picks adapters on the base model: name the model '{}' (or none), not "
-                                      "the adapter '{}'", options.model_name, r.model), "model");
-    }
-    uint64_t mask = ~listed_adapters();
-    std::vector<std::optional<double>> scales;
+  // The adapters a request runs with and their multipliers (SessionOptions::adapters and adapter_scales). A request
+  // that lists adapters ("lora": llama-server's per-request [{"id": index among --lora, "scale"}]) runs with those,
+  // the others off, and its "model" names the base model or none; one that names neither adapters nor a model runs
+  // with every adapter at the server's scales now (llama-server's global scales: POST /lora-adapters); one that
+  // names a model runs with what that model is (check_model: an adapter at the scale it was loaded with, or the base
+  // model). An adapter at scale 0 is off; one at another scale than it was loaded with runs at that scale, bit for
+  // bit as if loaded so. The model's own adapters (a LoRA checkpoint's) stay.
+  std::pair<uint64_t, std::vector<std::optional<double>>> request_adapters(
+      const std::string& model, const std::optional<serve::LoraScales>& lora) const {
     const auto count = static_cast<int64_t>(served->adapters.size());
-    for (const auto& [id, scale] : *r.lora) {
-      if (id < 0 || id >= count)
-        throw ApiError(400, fmt::format("'lora' names the adapter {}; this server has {} (GET /lora-adapters)", id,
-                                        count), "lora");
-      const ServedAdapter& a = served->adapters[static_cast<size_t>(id)];
-      if (scale == 0.0) continue;
-      mask |= uint64_t{1} << a.slot;
-      if (scale == a.scale) continue;  // as loaded: the same request as naming the adapter (and its prefix blocks)
+    std::vector<double> wanted;  // per served adapter
+    uint64_t mask = 0;
+    if (lora) {
+      if (!model.empty() && model != options.model_name) {
+        check_model(model);  // 404 for a model that does not exist
+        throw ApiError(400, fmt::format("'lora' picks adapters on the base model: name the model '{}' (or none), not "
+                                        "the adapter '{}'", options.model_name, model), "model");
+      }
+      mask = ~uint64_t{0};
+      wanted.assign(static_cast<size_t>(count), 0.0);
+      for (const auto& [id, scale] : *lora) {
+        if (id < 0 || id >= count)
+          throw ApiError(400, fmt::format("'lora' names the adapter {}; this server has {} (GET /lora-adapters)", id,
+                                          count), "lora");
+        wanted[static_cast<size_t>(id)] = scale;
+      }
+    } else if (model.empty()) {
+      mask = ~uint64_t{0};
+      std::lock_guard lock(lora_mutex);
+      wanted = lora_scales;
+    } else {
+      mask = check_model(model);
+      for (const ServedAdapter& a : served->adapters) wanted.push_back(a.scale);
+    }
+    std::vector<std::optional<double>> scales;
+    for (size_t i = 0; i < served->adapters.size(); ++i) {
+      const ServedAdapter& a = served->adapters[i];
+      const uint64_t bit = uint64_t{1} << a.slot;
+      if ((mask & bit) == 0) continue;
+      if (wanted[i] == 0.0) {
+        mask &= ~bit;
+        continue;
+      }
+      if (wanted[i] == a.scale) continue;  // as loaded: the same request as naming the adapter (and its prefix blocks)
       if (scales.size() <= static_cast<size_t>(a.slot)) scales.resize(static_cast<size_t>(a.slot) + 1);
-      scales[static_cast<size_t>(a.slot)] = scale;
+      scales[static_cast<size_t>(a.slot)] = wanted[i];
     }
     return {mask, std::move(scales)};
   }
@@ -213,7 +239,7 @@ struct Server::Impl {
       throw ApiError(400, fmt::format("this model is an {} model: it does not generate (try /v1/embeddings)",
                                       architecture_name(served->model.config().architecture)), "model");
     const serve::CompletionRequest r = serve::parse_completion_request(req.body, chat);
-    const auto [adapters, adapter_scales] = request_adapters(r);
+    const auto [adapters, adapter_scales] = request_adapters(r.model, r.lora);
     // What the engine would refuse, refused before the prompts are rendered and tokenized, with the field named.
     if (r.n > options.engine.max_sequences)
       throw ApiError(400, fmt::format("n is {}; the server decodes at most {} sequences at once (--parallel)", r.n,
@@ -487,7 +513,7 @@ struct Server::Impl {
 
   void embeddings(const httplib::Request& req, httplib::Response& res) {
     const serve::EmbeddingRequest r = serve::parse_embedding_request(req.body);
-    const uint64_t adapters = check_model(r.model);
+    const auto [adapters, adapter_scales] = request_adapters(r.model, r.lora);
     const Model& model = served->model;
     const ModelConfig& c = model.config();
     json data = json::array();
@@ -503,7 +529,7 @@ struct Server::Impl {
       auto forward = [&] {
         Batch b;
         b.B = 1, b.T = T, b.ids = ids;
-        const Tensor h = model.hidden_states(b, adapters);  // (1, T, C)
+        const Tensor h = model.hidden_states(b, adapters, adapter_scales);  // (1, T, C)
         const std::string pooling = c.architecture == Architecture::Encoder
                                         ? (c.pooling == Pooling::Mean ? "mean" : "cls")
                                         : (options.embedding_pooling.empty() ? "last" : options.embedding_pooling);
@@ -604,11 +630,12 @@ struct Server::Impl {
     return out;
   }
 
-  // The method each plain path is served with (route), for the 405 of its other method.
+  // The methods each plain path is served with (route), for the 405 of another and its Allow header.
   std::map<std::string, std::string> methods;
 
   void route(const std::string& method, const std::string& path, httplib::Server::Handler handler) {
-    methods[path] = method;
+    std::string& allowed = methods[path];
+    allowed += (allowed.empty() ? "" : ", ") + method;
     if (method == "GET") http.Get(path, std::move(handler));
     else http.Post(path, std::move(handler));
   }
@@ -637,15 +664,35 @@ struct Server::Impl {
         res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
       });
     });
-    // llama-server's list of the loaded adapters, whose ids a request's "lora" names.
+    // llama-server's list of the loaded adapters, whose ids a request's "lora" names, with their scales now.
     route("GET", "/lora-adapters", [this](const httplib::Request& req, httplib::Response& res) {
       api(req, res, "/lora-adapters", [&] {
+        std::lock_guard lock(lora_mutex);
         json list = json::array();
         for (size_t i = 0; i < served->adapters.size(); ++i) {
           const ServedAdapter& a = served->adapters[i];
-          list.push_back({{"id", i}, {"name", a.name}, {"path", a.path}, {"scale", a.scale}});
+          list.push_back({{"id", i}, {"name", a.name}, {"path", a.path}, {"scale", lora_scales[i]}});
         }
         res.set_content(dump(list), "application/json");
+      });
+    });
+    // llama-server's: sets every adapter's scale, [{"id", "scale"}] (those not listed: 0), for the requests that
+    // name neither adapters nor a model. Requests already running keep theirs.
+    route("POST", "/lora-adapters", [this](const httplib::Request& req, httplib::Response& res) {
+      api(req, res, "/lora-adapters", [&] {
+        const serve::LoraScales list = serve::parse_lora_adapters_request(req.body);
+        std::vector<double> scales(served->adapters.size(), 0.0);
+        for (const auto& [id, scale] : list) {
+          if (id >= static_cast<int64_t>(scales.size()))
+            throw ApiError(400, fmt::format("the body names the adapter {}; this server has {} (GET /lora-adapters)",
+                                            id, scales.size()));
+          scales[static_cast<size_t>(id)] = scale;
+        }
+        {
+          std::lock_guard lock(lora_mutex);
+          lora_scales = std::move(scales);
+        }
+        res.set_content(dump({{"success", true}}), "application/json");
       });
     });
     http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
@@ -760,6 +807,7 @@ Server::Server(ServerOptions options, std::function<ServedModel()> load) : impl_
   m.loader = std::thread([&m] {
     try {
       m.served = std::make_unique<ServedModel>(m.load());
+      for (const ServedAdapter& a : m.served->adapters) m.lora_scales.push_back(m.options.lora_apply ? a.scale : 0.0);
       if (m.served->model.config().architecture == Architecture::Decoder)
         m.engine = std::make_unique<Engine>(m.served->model, m.served->tokenizer ? &*m.served->tokenizer : nullptr,
                                             m.options.engine);
