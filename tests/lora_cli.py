@@ -351,7 +351,9 @@ def serve_batches_adapters(attend, model, peft, peft2):
             fail("serve: /v1/embeddings does not run with the adapter the request names")
         if embed("base", [{"id": 0, "scale": 1}]) != embed("one") or embed("base", []) != embed("base"):
             fail("serve: /v1/embeddings with 'lora' differs from naming the adapter")
-        if embed("base", [{"id": 0, "scale": 0.5}]) in (embed("one"), embed("base")):
+        half_embed = embed("base", [{"id": 0, "scale": 0.5}])  # against the adapter loaded at 0.5, below
+        half = complete("base", [{"id": 0, "scale": 0.5}])
+        if half_embed in (embed("one"), embed("base")):
             fail("serve: /v1/embeddings with an adapter at scale 0.5 is the same as at 1 or without")
 
         # llama-server's POST /lora-adapters: the scales of requests that name neither adapters nor a model (those
@@ -397,16 +399,17 @@ def serve_batches_adapters(attend, model, peft, peft2):
         server.terminate()
         server.wait(timeout=30)
     # llama-server's --lora-init-without-apply: the adapters listed at scale 0 and requests naming no model run
-    # without them; one naming an adapter runs with it.
+    # without them; one naming an adapter runs with it at the scale it was loaded with (0.5 here): the same
+    # completion and embedding, bit for bit, as the requests above that asked for the adapter at 0.5.
     server, port = tiny_runs.start_serve(fail, attend, "--model", model, "--alias", "base", "--weights", "f32",
-                                         "--lora", f"one={peft}", "--lora-init-without-apply")
+                                         "--lora", f"one={peft}:0.5", "--lora-init-without-apply")
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url)
         with urllib.request.urlopen(url + "/lora-adapters", timeout=30) as r:
             if [a["scale"] for a in json.loads(r.read())] != [0.0]:
                 fail("serve --lora-init-without-apply: GET /lora-adapters does not list scale 0")
-        for name, want in ((None, "base"), ("one", "one")):
+        for name, want in ((None, served["base"]), ("one", half)):
             body = {"prompt": "the jury said", "max_tokens": 10, "temperature": 0, "logprobs": 1}
             if name:
                 body["model"] = name
@@ -414,8 +417,13 @@ def serve_batches_adapters(attend, model, peft, peft2):
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as r:
                 choice = json.loads(r.read())["choices"][0]
-            if (choice["logprobs"]["token_logprobs"], choice["text"]) != served[want]:
-                fail(f"serve --lora-init-without-apply: a request for {name} is not the {want} model's")
+            if (choice["logprobs"]["token_logprobs"], choice["text"]) != want:
+                fail(f"serve --lora-init-without-apply: the request for {name} got {choice['text']!r}")
+        req = urllib.request.Request(url + "/v1/embeddings", data=json.dumps({"model": "one", "input": "the jury"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            if json.loads(r.read())["data"][0]["embedding"] != half_embed:
+                fail("serve: an embedding with the adapter loaded at 0.5 differs from one asking for it at 0.5")
     finally:
         server.terminate()
         server.wait(timeout=30)

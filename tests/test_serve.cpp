@@ -126,14 +126,24 @@ TEST(OpenAiRequests, BadBodiesNameTheirField) {
   EXPECT_EQ(serve::parse_lora_adapters_request(R"([{"id":0,"scale":0.25},{"id":3,"scale":0}])"),
             (serve::LoraScales{{0, 0.25}, {3, 0.0}}));
   EXPECT_TRUE(serve::parse_lora_adapters_request("[]").empty());
-  for (const char* body : {R"({"id":0,"scale":1})", R"([{"id":0}])", R"([{"id":0,"scale":1},{"id":0,"scale":1}])",
-                           R"([{"id":-1,"scale":1}])", "[", R"("x")", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]"}) {
+  const std::string deep = std::string(300, '[') + std::string(300, ']');
+  const std::vector<std::pair<std::string, std::string>> bad_lists = {
+      {R"({"id":0,"scale":1})", "expected a list"},
+      {R"([{"id":0}])", "its 'scale' must be"},
+      {R"([{"id":0,"scale":1},{"id":0,"scale":1}])", "twice"},
+      {R"([{"id":-1,"scale":1}])", "adapter's index"},
+      {"[", "not valid JSON"},
+      {R"("x")", "expected a list"},
+      {deep, "nests deeper"},
+  };
+  for (const auto& [body, words] : bad_lists) {
     try {
       serve::parse_lora_adapters_request(body);
       ADD_FAILURE() << body << ": accepted";
     } catch (const serve::ApiError& e) {
       EXPECT_EQ(e.status, 400) << body;
       EXPECT_EQ(e.param, "") << body;
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << body << ": " << e.what();
     }
   }
   EXPECT_THROW(serve::parse_embedding_request(R"({"input":"a","encoding_format":"hex"})"), serve::ApiError);
@@ -391,6 +401,11 @@ TEST(Server, AnswersBrowsersCurlAndBatchesAsClientsExpect) {
   ASSERT_TRUE(wrong_method);
   EXPECT_EQ(wrong_method->status, 405);
   EXPECT_EQ(wrong_method->get_header_value("Allow"), "POST");
+  const auto put = client.Put("/lora-adapters", "[]", "application/json");  // a path served with two methods
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 405);
+  EXPECT_EQ(put->get_header_value("Allow"), "GET, POST");
+  EXPECT_NE(put->body.find("takes GET or POST, not PUT"), std::string::npos) << put->body;
   EXPECT_EQ(client.Get("/v1/nothing")->status, 404);
 
   const std::string big = json{{"prompt", "the cat"}, {"max_tokens", 1}, {"user", std::string(9000, 'x')}}.dump();

@@ -292,6 +292,16 @@ TEST(PreTokenizer, BadRegexIsAnErrorNamingThePattern) {
   expect_error_mentions<Error>([] { tokenize::RegexSplitter r("(unclosed"); }, {"(unclosed"});
 }
 
+// A whole-text match (PEFT's target patterns) runs in PCRE2's interpreter, whose backtracking frames Attend holds to
+// 64 MiB (the library's default allows 20 GB): a capture repeated a million times needs more, an error naming the
+// heap limit rather than gigabytes.
+TEST(PreTokenizer, WholeTextMatchesStayWithinTheirHeap) {
+  const tokenize::RegexSplitter repeated("(a)*", "target");
+  EXPECT_TRUE(repeated.matches_whole("aaaa"));
+  expect_error_mentions<Error>([&] { (void)repeated.matches_whole(std::string(1'000'000, 'a')); },
+                               {"target '(a)*'", "heap limit"});
+}
+
 // ---------------------------------------------------------------------------------------------------
 // BPE training.
 

@@ -735,7 +735,7 @@ struct Server::Impl {
     // Whatever the library answers itself (an unknown path 404, a body over the limit 413) in OpenAI's shape.
     http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      // A path served with the other method: 405 and what it takes.
+      // A path served with another method: 405 and what it takes.
       const auto served_path = methods.find(req.path);
       if (res.status == 404 && served_path != methods.end()) {
         res.status = 405;
@@ -745,7 +745,11 @@ struct Server::Impl {
       const bool form = req.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded");
       std::string message = fmt::format("HTTP {}", res.status);
       if (res.status == 404) message = fmt::format("no such endpoint: {} {}", req.method, req.path);
-      if (res.status == 405) message = fmt::format("{} takes {}, not {}", req.path, served_path->second, req.method);
+      if (res.status == 405) {
+        std::string takes = served_path->second;  // "GET, POST" as "GET or POST"
+        if (const size_t comma = takes.find(", "); comma != std::string::npos) takes.replace(comma, 2, " or ");
+        message = fmt::format("{} takes {}, not {}", req.path, takes, req.method);
+      }
       if (res.status == 413)
         message = form ? "a body sent as application/x-www-form-urlencoded (curl -d's default) is read up to 8,192 bytes: "
                          "send it with 'Content-Type: application/json'"

@@ -4,6 +4,7 @@
 
 #include <attend/error.h>
 
+#include <algorithm>
 #include <array>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -142,31 +143,36 @@ MatchData match_data_for(const pcre2_code* code) {
   return match;
 }
 
-// Limits of Attend's own for every match rather than the library's build defaults (whose heap limit is 20 GB):
-// ten million backtracking steps from one starting point (a fraction of a second; tokenizers' patterns take tens)
-// and 64 MiB. JIT code honours the step limit. A pattern that would backtrack without end is then an error.
+// Limits of Attend's own for every match rather than the library's build defaults: ten million backtracking steps
+// from one starting point (a fraction of a second; tokenizers' patterns take tens), and for the interpreter (a
+// whole-text match, or a build without JIT) 64 MiB of backtracking frames where the default allows 20 GB. JIT code
+// honours the step limit and has a stack of its own (PCRE2's 32 KiB). A pattern that would backtrack without end is
+// then an error. One context for every thread: PCRE2 only reads it. Never freed, so that no thread still matching
+// at exit finds it gone.
 const pcre2_match_context* match_limits() {
-  static const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> limits = [] {
-    std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> l(pcre2_match_context_create(nullptr),
-                                                                               &pcre2_match_context_free);
+  static pcre2_match_context* const limits = [] {
+    pcre2_match_context* l = pcre2_match_context_create(nullptr);
     check(l != nullptr, "out of memory for a regex match");
-    pcre2_set_match_limit(l.get(), 10'000'000);
-    pcre2_set_depth_limit(l.get(), 10'000'000);
-    pcre2_set_heap_limit(l.get(), 64 * 1024);  // KiB
+    pcre2_set_match_limit(l, 10'000'000);
+    pcre2_set_depth_limit(l, 10'000'000);
+    pcre2_set_heap_limit(l, 64 * 1024);  // KiB
     return l;
   }();
-  return limits.get();
+  return limits;
 }
 
-// The error for a failed match: the pattern (`what` it is), where in the text, and PCRE2's reason.
+// The error for a failed match: the pattern (`what` it is), where the search started in the text and what follows
+// there (up to a character's boundary), and PCRE2's reason.
 [[noreturn]] void match_failed(int rc, const std::string& what, const std::string& pattern, std::string_view text,
                                size_t at) {
   PCRE2_UCHAR message[256];
   pcre2_get_error_message(rc, message, sizeof message);
   constexpr size_t kShown = 40;
-  const std::string_view near = text.substr(at, kShown);
-  throw Error(fmt::format("{} '{}' failed at byte {} of a {}-byte text (near '{}{}'): {}", what, pattern, at,
-                          text.size(), near, text.size() - at > kShown ? "..." : "",
+  size_t shown = std::min(kShown, text.size() - at);
+  while (shown > 0 && at + shown < text.size() && (static_cast<unsigned char>(text[at + shown]) & 0xC0) == 0x80)
+    --shown;  // not into the middle of a character
+  throw Error(fmt::format("{} '{}' failed in a search from byte {} of a {}-byte text ('{}{}'): {}", what, pattern, at,
+                          text.size(), text.substr(at, shown), at + shown < text.size() ? "..." : "",
                           reinterpret_cast<const char*>(message)));
 }
 
