@@ -31,7 +31,8 @@ struct ServeSettings {
 void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over HTTP with OpenAI's API: /v1/completions, "
                                           "/v1/chat/completions, /v1/embeddings, /v1/models, /health, /metrics, "
-                                          "/tokenize, /detokenize, and a playground at / (docs/SERVER.md)");
+                                          "/tokenize, /detokenize, /lora-adapters, and a playground at / "
+                                          "(docs/SERVER.md)");
   static ServeSettings s;
   ServerOptions& o = s.server;
   cmd->add_option("--model", s.model, "A model directory (Attend's or a Hugging Face checkpoint) or a GGUF file")->required();
