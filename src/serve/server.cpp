@@ -513,7 +513,10 @@ struct Server::Impl {
 
   void embeddings(const httplib::Request& req, httplib::Response& res) {
     const serve::EmbeddingRequest r = serve::parse_embedding_request(req.body);
-    const auto [adapters, adapter_scales] = request_adapters(r.model, r.lora);
+    // Not a structured binding: the forward below captures them, and clang cannot capture one under OpenMP.
+    const std::pair<uint64_t, std::vector<std::optional<double>>> selected = request_adapters(r.model, r.lora);
+    const uint64_t adapters = selected.first;
+    const std::vector<std::optional<double>>& adapter_scales = selected.second;
     const Model& model = served->model;
     const ModelConfig& c = model.config();
     json data = json::array();
