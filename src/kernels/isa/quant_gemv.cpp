@@ -619,6 +619,12 @@ void x8_rows(const uint8_t* w, const Act32* const* a, int64_t blocks, const floa
   for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b, w += Type::kGroupBlockBytes) {
     if (R >= 4 && far) far_ahead(w, Type::kGroupBlockBytes);
+#if !defined(__AVX512F__)
+    // The AVX2 set: the block's lines about 2 KiB ahead, as Q8_0's (8 streams of GPT-2-124M Q4_0 faster in four
+    // alternating pairs of five on the AVX2 EPYC, 1.03-1.26×; docs/BENCHMARKS.md). Not measured in 512 bits.
+    if constexpr (R >= 4)
+      for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64 * l), _MM_HINT_T0);
+#endif
     const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
     __m256i isum[R];
     Type::template sums<R>(w + 16, a, b, isum);
@@ -737,10 +743,14 @@ struct Q8X8 {
     // rows in the order 0 1 4 5 2 3 6 7 (the scales are put in that order, and the sums back at the end).
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));  // the stored bytes w + 128 back to w
-    (void)far;  // far_ahead measured level or slower here (ATTEND_ISA=avx2 on the Xeon)
+    (void)far;  // far_ahead: level or slower on the Xeon (ATTEND_ISA=avx2); on the AVX2 EPYC slower than the prefetch below
     __m256 acc[R];
     for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
+      // As in 512 bits: four rows' work on a block left the AVX2 EPYC's prefetcher behind the weights (8 streams of
+      // GPT-2-124M Q8_0 379-391 → 474-491 tokens/s, 4 streams 285-362 → 411-455; docs/BENCHMARKS.md).
+      if constexpr (R >= 4)
+        for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(w + 2048 + 64 * l), _MM_HINT_T0);
       const __m256 scales = _mm256_permutevar8x32_ps(
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), order);
       __m256i low[R], high[R];
