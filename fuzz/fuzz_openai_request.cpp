@@ -1,6 +1,6 @@
 // attend serve's request bodies (serve/openai.h): the first byte picks the endpoint (completions, chat completions,
-// embeddings, tokenize, detokenize, POST /lora-adapters), the rest is the body. A body is refused with an ApiError (an attend::Error)
-// naming the field, or parsed into values inside the ranges the parser promises.
+// embeddings, tokenize, detokenize, POST /lora-adapters), the rest is the body. A body is refused with an ApiError
+// (an attend::Error) naming the field, or parsed into values inside the ranges the parser promises.
 #include "fuzz_util.h"
 #include "serve/openai.h"
 

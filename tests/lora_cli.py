@@ -419,8 +419,8 @@ def serve_batches_adapters(attend, model, peft, peft2):
                 choice = json.loads(r.read())["choices"][0]
             if (choice["logprobs"]["token_logprobs"], choice["text"]) != want:
                 fail(f"serve --lora-init-without-apply: the request for {name} got {choice['text']!r}")
-        req = urllib.request.Request(url + "/v1/embeddings", data=json.dumps({"model": "one", "input": "the jury"}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        body = json.dumps({"model": "one", "input": "the jury"}).encode()
+        req = urllib.request.Request(url + "/v1/embeddings", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as r:
             if json.loads(r.read())["data"][0]["embedding"] != half_embed:
                 fail("serve: an embedding with the adapter loaded at 0.5 differs from one asking for it at 0.5")

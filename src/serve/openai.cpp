@@ -117,8 +117,8 @@ LoraScales lora_scales(const json& l, const std::string& param) {
   const std::string what = param.empty() ? "the request body" : "'" + param + "'";
   constexpr size_t kMaxAdapters = 64;  // a model's adapter slots
   if (!l.is_array() || l.size() > kMaxAdapters)
-    bad(param, fmt::format("{} is {}, expected a list of at most {} objects {{\"id\": N, \"scale\": S}}", what, shown(l),
-                           kMaxAdapters));
+    bad(param, fmt::format("{} is {}, expected a list of at most {} objects {{\"id\": N, \"scale\": S}}", what,
+                           shown(l), kMaxAdapters));
   LoraScales out;
   for (const json& a : l) {
     const json* id_field = a.is_object() ? field(a, "id") : nullptr;

@@ -743,7 +743,7 @@ struct Q8X8 {
     // rows in the order 0 1 4 5 2 3 6 7 (the scales are put in that order, and the sums back at the end).
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));  // the stored bytes w + 128 back to w
-    (void)far;  // far_ahead: level or slower on the Xeon (ATTEND_ISA=avx2); on the AVX2 EPYC slower than the prefetch below
+    (void)far;  // far_ahead: level or slower on the Xeon (ATTEND_ISA=avx2); on the AVX2 EPYC, slower than below
     __m256 acc[R];
     for (int n = 0; n < R; ++n) acc[n] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b, w += kGroupBlockBytes) {
