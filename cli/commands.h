@@ -86,8 +86,9 @@ void set_weights(Model& model, const std::string& weights, WeightType fallback);
 // SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name), slot (Model::adapters),
 // SCALE and directory.
 inline constexpr const char* kLoraHelp =
-    "[NAME=]DIR[:SCALE]: a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to run the "
-    "model with, its output times SCALE (default 1); repeat for several at once";
+    "[NAME=]DIR[:SCALE]: a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), or "
+    "llama.cpp's GGUF LoRA file, to run the model with, its output times SCALE (default 1); repeat for several at "
+    "once";
 std::vector<ServedAdapter> apply_lora(Model& model, const std::vector<std::string>& specs);
 // The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, set_weights). A 16-bit type,
 // given or the fallback for a directory, is read straight into 16 bits (load_model's `matrices`: 2 bytes a weight

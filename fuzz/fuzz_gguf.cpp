@@ -3,9 +3,13 @@
 // read through the mapping (ASan sees a tensor the checks let past the end of the file). Then what Attend makes
 // of the metadata: the model configuration (config_from_gguf) and the tokenizer (tokenizer.ggml.*: a gpt2-kind
 // BPE rebuilt as a tokenizer.json, a llama-kind vocabulary as a SentencePiece ModelProto), which encodes a text.
+// A file that says it is a LoRA adapter is read onto a small model of its architecture (gpt2, or llama: load_gguf_lora),
+// which then runs a forward.
 #include "formats/gguf.h"
 #include "formats/gguf_model.h"
 #include "fuzz_util.h"
+
+#include <attend/model.h>
 
 namespace {
 
@@ -19,6 +23,18 @@ size_t walk(const gguf::Value& v) {
     n += walk(e);
   }
   return n;
+}
+
+// A small decoder of llama.cpp's gpt2 or llama layout (d_model 16, 2 layers, 4 heads; llama: 2 KV heads, SwiGLU).
+Model small_model(bool llama) {
+  ModelConfig c;
+  c.vocab_size = 32, c.d_model = 16, c.n_layers = 2, c.n_heads = 4, c.max_seq_len = 8, c.seed = 1;
+  c.activation = FfnKind::GELUTanh;
+  if (llama) {
+    c.norm = NormKind::RMSNorm, c.position = PositionKind::RoPE, c.activation = FfnKind::SwiGLU;
+    c.n_kv_heads = 2, c.bias = false, c.tie_embeddings = false;
+  }
+  return Model(c);
 }
 
 template <typename F>
@@ -67,6 +83,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       return 0;
     });
+    const std::string arch = reader.string_or("general.architecture", "");
+    if (reader.string_or("general.type", "") == "adapter" && (arch == "gpt2" || arch == "llama")) {
+      Model model = small_model(arch == "llama");
+      const int slot = formats::load_gguf_lora(model, file.path(), "", 1.0);
+      if (slot != 0 || model.adapters().size() != 1) fuzz::fail("a GGUF LoRA read into another slot than the first");
+      Batch b;
+      b.B = 1, b.T = 3, b.ids = {1, 2, 3};
+      model.forward(b);
+    }
   } catch (const Error&) {
   }
   return 0;

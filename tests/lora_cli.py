@@ -70,6 +70,9 @@ def main():
     plain = generate(f"{base}/checkpoint")
     if own != adapted:
         fail(f"the base with --lora generates {adapted}, the LoRA checkpoint {own}")
+    # llama.cpp's GGUF LoRA file of the same adapters, read back.
+    if generate(f"{base}/checkpoint", "--lora", lora_gguf) != own:
+        fail("the base with --lora lora.gguf does not generate the LoRA checkpoint's tokens")
 
     valid = os.path.join(work, "valid.txt")
     with open(text) as f, open(valid, "w") as g:

@@ -930,6 +930,59 @@ TEST(Lora, PeftFilesOfTheLlamaFamilyRoundTripAndMergeAsHuggingFaceWould) {
   }
 }
 
+// llama.cpp's GGUF LoRA files (what `attend export --format gguf-lora` writes, and convert_lora_to_gguf.py): read
+// back onto the base, each pair's update multiplier · (alpha / r) · B·A as llama.cpp applies it, the logits are the
+// adapted model's (B carries alpha / r through the file, two roundings: within a few ulps of the update); at
+// multiplier 0.5 those of the PEFT files loaded at 0.5. GPT-2 (one fused attn_qkv for q and v), llama (mistral) and
+// qwen3 (B's rows of q and k in Hugging Face's order in the file).
+TEST(Lora, GgufLoraFilesReadBackAsTheAdaptersTheyHold) {
+  for (const std::string variant : {"hf-gpt2", "hf-llama/mistral", "hf-llama/qwen3"}) {
+    SCOPED_TRACE(variant);
+    const fs::path hf = fs::path(ATTEND_TEST_DATA) / variant;
+    Model m = load_model(hf);
+    const bool gpt2 = variant == "hf-gpt2";
+    m.add_lora({.r = 2, .alpha = 4, .targets = gpt2 ? std::vector<std::string>{"q", "v", "up"} : kEvery, .seed = 3});
+    randomize_b(m, 8);
+    Batch b;
+    b.B = 1, b.T = 5, b.ids = {1, 7, 3, 9, 4};
+    const std::vector<float> adapted = logits_of(m, b);
+    const std::string tag = variant.substr(variant.rfind('/') + 1);
+    const fs::path file = fresh("gguf_lora_" + tag) / "adapter.gguf";
+    fs::create_directories(file.parent_path());
+    export_gguf_lora(m, file);
+
+    Model base = load_model(hf);
+    const std::vector<float> plain = logits_of(base, b);
+    load_peft_adapter(base, file);
+    const std::vector<float> loaded = logits_of(base, b);
+    double largest = 0.0, moved = 0.0;
+    for (size_t i = 0; i < adapted.size(); ++i) {
+      largest = std::max(largest, double(std::abs(adapted[i])));
+      moved = std::max(moved, double(std::abs(adapted[i] - plain[i])));
+    }
+    ASSERT_GT(moved, 1e-3 * largest) << "the adapters change the logits";
+    testing::expect_all_close(loaded, adapted, 1e-5 * largest, "the GGUF LoRA read back");
+
+    const fs::path peft = fresh("gguf_lora_peft_" + tag);
+    save_peft_adapter(m, peft);
+    Model half_peft = load_model(hf), half_gguf = load_model(hf);
+    load_peft_adapter(half_peft, peft, "", 0.5);
+    load_peft_adapter(half_gguf, file, "", 0.5);
+    testing::expect_all_close(logits_of(half_gguf, b), logits_of(half_peft, b), 1e-5 * largest, "at 0.5");
+  }
+  // What is not an adapter for this model is named.
+  const fs::path llama = fs::path(ATTEND_TEST_DATA) / "hf-llama" / "mistral";
+  Model other = load_model(llama);
+  testing::expect_error_mentions<Error>(
+      [&] { load_peft_adapter(other, fs::temp_directory_path() / "attend_test_lora_gguf_lora_qwen3" / "adapter.gguf"); },
+      {"an adapter for qwen3 models; this model is llama"});
+  const fs::path model_file = fresh("gguf_lora_model") / "model.gguf";
+  fs::create_directories(model_file.parent_path());
+  export_gguf(other, model_file);
+  testing::expect_error_mentions<Error>([&] { load_peft_adapter(other, model_file); },
+                                        {"model.gguf", "not a GGUF LoRA adapter", "a model file is --model's"});
+}
+
 TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   const fs::path hf = fs::path(ATTEND_TEST_DATA) / "hf-llama" / "tied-llama3";
   Model m = load_model(hf);

@@ -6,8 +6,11 @@
 #include "kernels/convert.h"
 #include "kernels/position.h"
 #include "nn/layers.h"
+#include "nn/lora.h"
 
 #include <attend/error.h>
+#include <attend/log.h>
+#include <attend/model_dir.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -730,6 +733,101 @@ std::optional<Tokenizer> load_gguf_tokenizer(const fs::path& path) {
                  {"ignore_merges", pre == "llama-bpe" || pre == "llama3"}, {"vocab", std::move(vocab)}, {"merges", merges}}},
   };
   return configured(Tokenizer::from_json(j.dump(), origin + " (tokenizer.ggml.*)"));
+}
+
+int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, double multiplier) {
+  const gguf::Reader file(path);
+  const std::string origin = path.string();
+  const std::string type = file.string_or("general.type", ""), kind = file.string_or("adapter.type", "");
+  check(type == "adapter" && kind == "lora", "{}: not a GGUF LoRA adapter (general.type '{}', adapter.type '{}'; "
+        "expected 'adapter' and 'lora'): a model file is --model's", origin, type, kind);
+  const ModelConfig& c = model.config();
+  const std::string arch = gguf_architecture(c);
+  const std::string file_arch = file.get_string("general.architecture");
+  check(file_arch == arch, "{}: an adapter for {} models; this model is {}", origin, file_arch, arch);
+  const double alpha = file.float_or("adapter.lora.alpha", 0.0);
+  check(std::isfinite(alpha), "{}: adapter.lora.alpha is {}", origin, alpha);
+
+  // The file's pairs by base tensor, and each pair's place among the model's.
+  struct Pair {
+    const gguf::TensorInfo *a = nullptr, *b = nullptr;
+  };
+  std::map<std::string, Pair> pairs;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const bool is_a = t.name.ends_with(".lora_a"), is_b = t.name.ends_with(".lora_b");
+    check(is_a || is_b, "{}: tensor '{}' is neither a .lora_a nor a .lora_b", origin, t.name);
+    Pair& p = pairs[t.name.substr(0, t.name.size() - 7)];
+    (is_a ? p.a : p.b) = &t;
+  }
+  std::map<std::string, const GgufPlace*> place_of;
+  const std::vector<GgufPlace> places = gguf_places(c, arch, arch == "gpt2" || !c.tie_embeddings);
+  for (const GgufPlace& place : places) place_of[place.gguf] = &place;
+  // The targets each tensor adapts: llama.cpp's names of the projections (GPT-2's fused attn_qkv holds q, k and v).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> kTargets = {
+      {".attn_qkv.weight", {"q", "k", "v"}}, {".attn_q.weight", {"q"}},       {".attn_k.weight", {"k"}},
+      {".attn_v.weight", {"v"}},             {".attn_output.weight", {"o"}}, {".ffn_up.weight", {"up"}},
+      {".ffn_gate.weight", {"gate"}},        {".ffn_down.weight", {"down"}}};
+  std::set<std::string> targets;
+  int64_t rank = 0;
+  for (const auto& entry : pairs) {  // not a structured binding: the lambda below takes `base`, and clang cannot
+    const std::string& base = entry.first;  // capture one under OpenMP
+    const Pair& p = entry.second;
+    check(p.a != nullptr && p.b != nullptr, "{}: '{}' has {} but not {}", origin, base,
+          p.a != nullptr ? ".lora_a" : ".lora_b", p.a != nullptr ? ".lora_b" : ".lora_a");
+    const auto at = place_of.find(base);
+    check(at != place_of.end(), "{}: '{}' is no tensor of a {} model of this shape", origin, base, arch);
+    const auto t = std::find_if(kTargets.begin(), kTargets.end(), [&](const auto& k) { return base.ends_with(k.first); });
+    check(t != kTargets.end(), "{}: an adapter on '{}': Attend adapts the attention and FFN projections (attn_q, "
+          "attn_k, attn_v, attn_qkv, attn_output, ffn_up, ffn_gate, ffn_down), not the embeddings or the LM head",
+          origin, base);
+    targets.insert(t->second.begin(), t->second.end());
+    const Parameter* w = model.find(at->second->attend);
+    check(w != nullptr, "{}: the model has no '{}' for '{}'", origin, at->second->attend, base);
+    const int64_t in = w->value.size(1), out = at->second->rows;
+    const int64_t r = p.a->dims.size() == 2 ? p.a->dims[1] : 0;
+    check(p.a->dims == std::vector<int64_t>{in, r} && r >= 1 && p.b->dims == std::vector<int64_t>{r, out},
+          "{}: '{}' has lora_a [{}] and lora_b [{}]; the model's tensor needs [{}, r] and [r, {}]", origin, base,
+          fmt::join(p.a->dims, ", "), fmt::join(p.b->dims, ", "), in, out);
+    rank = std::max(rank, r);
+  }
+  check(!pairs.empty(), "{}: a LoRA adapter without tensors", origin);
+
+  // One rank for the set (the largest: smaller pairs padded with zeros) and unit scale: each pair's alpha / r goes
+  // into its B, so that the update is multiplier · B·A, as llama.cpp's.
+  LoraConfig lora;
+  lora.r = rank, lora.alpha = static_cast<double>(rank), lora.dropout = 0.0;
+  lora.targets.clear();
+  for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
+    if (targets.count(t)) lora.targets.push_back(t);
+  lora.name = name, lora.multiplier = multiplier;
+  const int slot = model.add_lora(lora);
+  for (Parameter* p : model.parameters())  // what the file does not cover adapts nothing (add_lora drew A)
+    for (const LowRankUpdate& u : p->lora)
+      if (u.adapter == slot) std::fill(u.A->value.data(), u.A->value.data() + u.A->value.numel(), 0.0f);
+  for (const auto& [base, p] : pairs) {
+    const GgufPlace& place = *place_of.at(base);
+    const Parameter& w = *model.find(place.attend);
+    const int64_t in = w.value.size(1), r = p.a->dims[1];
+    std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(place.rows * r));
+    values_of(file, *p.a, a.data());
+    values_of(file, *p.b, b.data());
+    const float factor = static_cast<float>(alpha != 0.0 ? alpha / static_cast<double>(r) : 1.0);
+    for (float& x : b) x *= factor;
+    if (place.rope_heads > 0) {  // B's rows in Attend's order, as the weight's (qwen2, qwen3, gemma3)
+      const std::vector<float> file_order = b;
+      rope_rows_from_hf(b.data(), file_order.data(), place.rope_heads, c.d_head(), r);
+    }
+    for (const LowRankUpdate* u : nn::updates_on_rows(w, slot, place.row, place.rows, origin + ": " + base)) {
+      float* ua = u->A->value.data();
+      float* ub = u->B->value.data();
+      const int64_t rows = u->B->value.size(0), first = u->row0 - place.row;
+      for (int64_t i = 0; i < r; ++i) std::copy(a.data() + i * in, a.data() + (i + 1) * in, ua + i * in);
+      for (int64_t row = 0; row < rows; ++row)
+        std::copy(b.data() + (first + row) * r, b.data() + (first + row + 1) * r, ub + row * rank);
+    }
+  }
+  log::info("{}: GGUF LoRA, {} tensor pairs, rank {}, alpha {}", origin, pairs.size(), rank, alpha);
+  return slot;
 }
 
 }  // namespace attend::formats

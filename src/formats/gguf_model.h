@@ -60,6 +60,14 @@ uint32_t gguf_type_id(WeightType type);
 
 // Whether `path` is a file that starts with GGUF's magic.
 bool is_gguf_file(const std::filesystem::path& path);
+
+// A GGUF LoRA adapter (llama.cpp's: general.type "adapter", adapter.type "lora", adapter.lora.alpha, tensors
+// "<base tensor>.lora_a" (rank, in) and ".lora_b" (out, rank), as convert_lora_to_gguf.py and `attend export
+// --format gguf-lora` write them) added to the model as load_peft_adapter adds a PEFT directory's; returns its slot.
+// Each tensor pair's update is multiplier · (alpha / its rank) · B·A, as llama.cpp applies it (alpha 0: multiplier ·
+// B·A). Errors name the file and the tensor: another architecture, a tensor of no projection Attend adapts (the
+// embeddings, the LM head), a shape or a pair that does not fit.
+int load_gguf_lora(Model& model, const std::filesystem::path& path, const std::string& name, double multiplier);
 ModelConfig config_from_gguf(const gguf::Reader& file);
 Model load_gguf_model(const std::filesystem::path& path);
 // The tokenizer a GGUF file holds (tokenizer.ggml.model "gpt2": byte-level BPE with its merges; "llama":

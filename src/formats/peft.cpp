@@ -23,6 +23,7 @@
 // modules_to_save (modules trained whole beside the adapters: a classification head, the embeddings): classifier.*,
 // the pooler's (bert.pooler.dense.*), the token embeddings (transformer.wte, model.embed_tokens, …) and an untied
 // LM head, saved whole as PEFT saves them (base_model.model.classifier.weight).
+#include "formats/gguf_model.h"
 #include "formats/hf_bert.h"
 #include "formats/hf_gpt2.h"
 #include "formats/hf_llama.h"
@@ -405,9 +406,7 @@ PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
 
 int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name, double multiplier) {
   const fs::path config_path = dir / "adapter_config.json";
-  check(!fs::is_regular_file(dir) || !is_gguf_file(dir), "{}: a GGUF file; --lora takes a PEFT adapter directory "
-        "(adapter_config.json, adapter_model.safetensors): llama.cpp's GGUF LoRA files are written, not read",
-        dir.string());
+  if (fs::is_regular_file(dir) && is_gguf_file(dir)) return formats::load_gguf_lora(model, dir, name, multiplier);
   check(fs::exists(dir), "{}: no such adapter directory{}", dir.string(),
         dir.string().find(':') != std::string::npos ? " (a :SCALE after it must be a number)" : "");
   check(fs::exists(config_path), "{}: no adapter_config.json (a PEFT adapter directory holds it and "
