@@ -85,10 +85,10 @@ std::vector<ServedAdapter> apply_lora(Model& model, const std::vector<std::strin
       }
     }
     check(!dir.empty(), "--lora '{}': expected [NAME=]DIR[:SCALE]", spec);
-    if (name.empty()) {  // the directory's own name ("runs/mine/" → "mine")
+    if (name.empty()) {  // the directory's own name ("runs/mine/" → "mine"), a file's without its extension
       std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
       if (p.filename().empty()) p = p.parent_path();
-      name = p.filename().string();
+      name = std::filesystem::is_regular_file(p) ? p.stem().string() : p.filename().string();
     }
     for (const ServedAdapter& other : loaded)
       check(other.name != name, "--lora '{}': a second adapter named '{}' (give NAME=DIR)", spec, name);

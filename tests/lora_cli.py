@@ -176,7 +176,7 @@ def main():
         fail("--lora DIR:0 is not the base model")
     if generate(f"{base}/checkpoint", "--lora", peft, "--lora", f"{peft2}:0") != own:
         fail("a second adapter at scale 0 changed the first's tokens")
-    serve_batches_adapters(attend, f"{base}/checkpoint", peft, peft2)
+    serve_batches_adapters(attend, f"{base}/checkpoint", peft, peft2, lora_gguf)
 
     print(f"lora_cli: greedy tokens with --lora equal the LoRA checkpoint's ({'different from' if plain != own else 'the same as'} "
           f"the base's); eval equal; merge-lora's models evaluate alike; every check passed")
@@ -247,7 +247,7 @@ def wait_ready(url):
     fail(f"{url} did not load its model in 30 s")
 
 
-def serve_batches_adapters(attend, model, peft, peft2):
+def serve_batches_adapters(attend, model, peft, peft2, gguf):
     """`attend serve --lora one=... --lora two=...`: /v1/models lists both; requests for one, two, the base and
     no model named, sent at once (decoded in the same steps), get the log-probabilities each gets alone."""
     server, port = tiny_runs.start_serve(fail, attend, "--model", model, "--alias", "base", "--parallel", "4",
@@ -404,15 +404,17 @@ def serve_batches_adapters(attend, model, peft, peft2):
     # llama-server's --lora-init-without-apply: the adapters listed at scale 0 and requests naming no model run
     # without them; one naming an adapter runs with it at the scale it was loaded with (0.5 here): the same
     # completion and embedding, bit for bit, as the requests above that asked for the adapter at 0.5.
+    # The GGUF LoRA file of `peft`'s adapters beside it, named after the file: the same greedy text as `one` at 1.
     server, port = tiny_runs.start_serve(fail, attend, "--model", model, "--alias", "base", "--weights", "f32",
-                                         "--lora", f"one={peft}:0.5", "--lora-init-without-apply")
+                                         "--lora", f"one={peft}:0.5", "--lora", gguf, "--lora-init-without-apply")
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url)
         with urllib.request.urlopen(url + "/lora-adapters", timeout=30) as r:
-            if [a["scale"] for a in json.loads(r.read())] != [0.0]:
-                fail("serve --lora-init-without-apply: GET /lora-adapters does not list scale 0")
-        for name, want in ((None, served["base"]), ("one", half)):
+            listed = [(a["name"], a["scale"]) for a in json.loads(r.read())]
+            if listed != [("one", 0.0), ("lora", 0.0)]:
+                fail(f"serve --lora-init-without-apply with a GGUF LoRA: GET /lora-adapters lists {listed}")
+        for name, want in ((None, served["base"]), ("one", half), ("lora", served["one"])):
             body = {"prompt": "the jury said", "max_tokens": 10, "temperature": 0, "logprobs": 1}
             if name:
                 body["model"] = name
@@ -420,7 +422,11 @@ def serve_batches_adapters(attend, model, peft, peft2):
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as r:
                 choice = json.loads(r.read())["choices"][0]
-            if (choice["logprobs"]["token_logprobs"], choice["text"]) != want:
+            if name == "lora":  # alpha / r through the file: the same text, log-probabilities within roundings
+                if choice["text"] != want[1] or max(abs(x - y) for x, y in zip(choice["logprobs"]["token_logprobs"],
+                                                                          want[0])) > 1e-4:
+                    fail(f"serve: the GGUF LoRA's request got {choice['text']!r}, the PEFT adapter's {want[1]!r}")
+            elif (choice["logprobs"]["token_logprobs"], choice["text"]) != want:
                 fail(f"serve --lora-init-without-apply: the request for {name} got {choice['text']!r}")
         body = json.dumps({"model": "one", "input": "the jury"}).encode()
         req = urllib.request.Request(url + "/v1/embeddings", data=body, headers={"Content-Type": "application/json"})
