@@ -82,9 +82,9 @@ std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer&
 // with packed matrices (a GGUF file's quantized or 16-bit ones) as it is, and gives any other `fallback`. The
 // matrices held as stored then keep no fp32 values (Model::hold_as_stored).
 void set_weights(Model& model, const std::string& weights, WeightType fallback);
-// --lora [NAME=]DIR[:SCALE], repeatable: PEFT LoRA adapter directories the model runs with, each's output times
-// SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name), slot (Model::adapters),
-// SCALE and directory.
+// --lora [NAME=]DIR[:SCALE], repeatable: PEFT LoRA adapter directories (or llama.cpp's GGUF LoRA files) the model
+// runs with, each's output times SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name
+// or the file's without its extension), slot (Model::adapters), SCALE and path.
 inline constexpr const char* kLoraHelp =
     "[NAME=]DIR[:SCALE]: a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors), or "
     "llama.cpp's GGUF LoRA file, to run the model with, its output times SCALE (default 1); repeat for several at "

@@ -1,6 +1,7 @@
 // LoRA adapters (Model::add_lora): W x + s·B(A x) on the chosen projections of every block. Checked against
 // the merged model (W + s·B·A), finite differences of A and B, PEFT's initialisation, and the frozen rest.
 #include "fixtures.h"
+#include "formats/gguf.h"
 #include "nn/layers.h"
 #include "testing.h"
 #include "kernels/convert.h"
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -981,6 +983,76 @@ TEST(Lora, GgufLoraFilesReadBackAsTheAdaptersTheyHold) {
   export_gguf(other, model_file);
   testing::expect_error_mentions<Error>([&] { load_peft_adapter(other, model_file); },
                                         {"model.gguf", "not a GGUF LoRA adapter", "a model file is --model's"});
+}
+
+// A GGUF LoRA file as others write them: some blocks not covered (their projections adapt nothing), a pair stored
+// in F16, and a norm tensor a LoRA extraction carried along (skipped, as llama.cpp skips it). The file is Attend's
+// own with block 1's pairs left out, one A stored as F16 (its values made F16's first, so the file holds them
+// exactly) and a norm added; the model it must give is the adapted one with block 1's B zeroed.
+TEST(Lora, GgufLoraFilesCoveringSomeBlocksInOtherTypesRead) {
+  const fs::path hf = fs::path(ATTEND_TEST_DATA) / "hf-llama" / "mistral";
+  Model m = load_model(hf);
+  m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 3});
+  randomize_b(m, 8);
+  for (Parameter* p : m.parameters())
+    if (p->role == Role::LoraA) {
+      std::vector<uint16_t> half(static_cast<size_t>(p->numel()));
+      kernels::float_to_half(half.data(), p->value.data(), p->numel());
+      kernels::half_to_float(p->value.data(), half.data(), p->numel());
+    }
+  const fs::path dir = fresh("gguf_lora_partial");
+  fs::create_directories(dir);
+  export_gguf_lora(m, dir / "whole.gguf");
+  const gguf::Reader whole(dir / "whole.gguf");
+  gguf::Writer w;
+  for (const auto& [key, value] : whole.metadata())
+    if (key != "general.alignment") w.set(key, value);
+  for (const gguf::TensorInfo& t : whole.tensors()) {
+    if (t.name.starts_with("blk.1.")) continue;
+    if (t.name == "blk.0.attn_q.weight.lora_a") {
+      std::vector<float> values(static_cast<size_t>(t.numel()));
+      std::memcpy(values.data(), t.data, values.size() * sizeof(float));
+      std::vector<uint8_t> half(values.size() * 2);
+      kernels::float_to_half(reinterpret_cast<uint16_t*>(half.data()), values.data(), t.numel());
+      w.add_tensor(t.name, t.dims, gguf::tensor_type::F16, std::move(half));
+    } else {
+      w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.bytes));
+    }
+  }
+  const std::vector<float> ones(static_cast<size_t>(m.config().d_model), 1.0f);
+  std::vector<uint8_t> norm(ones.size() * sizeof(float));
+  std::memcpy(norm.data(), ones.data(), norm.size());
+  w.add_tensor("blk.0.attn_norm.weight", {m.config().d_model}, gguf::tensor_type::F32, std::move(norm));
+  w.write(dir / "partial.gguf");
+
+  for (Parameter* p : m.parameters())  // what the file leaves out: block 1's adapters add nothing
+    if (p->name.starts_with("decoder.layers.1."))
+      for (const LowRankUpdate& u : p->lora) std::fill(u.B->value.data(), u.B->value.data() + u.B->value.numel(), 0.0f);
+  Batch b;
+  b.B = 1, b.T = 5, b.ids = {1, 7, 3, 9, 4};
+  const std::vector<float> want = logits_of(m, b);
+  Model read = load_model(hf);
+  load_peft_adapter(read, dir / "partial.gguf");
+  double largest = 0.0;
+  for (float x : want) largest = std::max(largest, double(std::abs(x)));
+  testing::expect_all_close(logits_of(read, b), want, 1e-5 * largest, "block 0 alone, one A in F16");
+  int64_t zero_a = 0;
+  for (const Parameter* p : read.parameters())
+    if (p->role == Role::LoraA && p->name.starts_with("decoder.layers.1."))
+      zero_a += std::all_of(p->value.data(), p->value.data() + p->numel(), [](float x) { return x == 0.0f; });
+  EXPECT_GT(zero_a, 0) << "block 1's A left as drawn";
+
+  // An adapter on the LM head: applied by llama.cpp, not by Attend; named.
+  gguf::Writer head;
+  for (const auto& [key, value] : whole.metadata())
+    if (key != "general.alignment") head.set(key, value);
+  const int64_t C = m.config().d_model, V = m.config().vocab_size;
+  head.add_tensor("output.weight.lora_a", {C, 2}, gguf::tensor_type::F32, std::vector<uint8_t>(C * 2 * 4));
+  head.add_tensor("output.weight.lora_b", {2, V}, gguf::tensor_type::F32, std::vector<uint8_t>(2 * V * 4));
+  head.write(dir / "head.gguf");
+  Model again = load_model(hf);
+  testing::expect_error_mentions<Error>([&] { load_peft_adapter(again, dir / "head.gguf"); },
+                                        {"head.gguf", "'output.weight'", "which llama.cpp applies"});
 }
 
 TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {

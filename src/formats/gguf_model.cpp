@@ -739,23 +739,39 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
   const gguf::Reader file(path);
   const std::string origin = path.string();
   const std::string type = file.string_or("general.type", ""), kind = file.string_or("adapter.type", "");
-  check(type == "adapter" && kind == "lora", "{}: not a GGUF LoRA adapter (general.type '{}', adapter.type '{}'; "
-        "expected 'adapter' and 'lora'): a model file is --model's", origin, type, kind);
+  check(type == "adapter", "{}: not a GGUF LoRA adapter (general.type '{}', expected 'adapter'): a model file is "
+        "--model's", origin, type);
+  check(kind == "lora", "{}: a GGUF adapter of type '{}'; Attend reads LoRA adapters ('lora')", origin, kind);
   const ModelConfig& c = model.config();
-  const std::string arch = gguf_architecture(c);
+  std::string arch;
+  try {
+    arch = gguf_architecture(c);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: a GGUF LoRA needs a model of one of llama.cpp's layouts ({})", origin, e.what()));
+  }
+  check(arch != "bert", "{}: llama.cpp's LoRA adapters are for generating models (gpt2, llama, qwen2, qwen3, "
+        "gemma3); this model is a bert encoder", origin);
   const std::string file_arch = file.get_string("general.architecture");
   check(file_arch == arch, "{}: an adapter for {} models; this model is {}", origin, file_arch, arch);
   const double alpha = file.float_or("adapter.lora.alpha", 0.0);
-  check(std::isfinite(alpha), "{}: adapter.lora.alpha is {}", origin, alpha);
+  check(std::isfinite(alpha) && std::abs(alpha) <= 1e6, "{}: adapter.lora.alpha is {}, expected a finite number "
+        "within ±10⁶", origin, alpha);
 
   // The file's pairs by base tensor, and each pair's place among the model's.
   struct Pair {
     const gguf::TensorInfo *a = nullptr, *b = nullptr;
   };
   std::map<std::string, Pair> pairs;
+  std::vector<std::string> skipped;
   for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.name.ends_with("_norm.weight")) {  // norms a LoRA extraction carried along: llama.cpp skips them too
+      skipped.push_back(t.name);
+      continue;
+    }
     const bool is_a = t.name.ends_with(".lora_a"), is_b = t.name.ends_with(".lora_b");
     check(is_a || is_b, "{}: tensor '{}' is neither a .lora_a nor a .lora_b", origin, t.name);
+    check(is_float_type(t.type) || weight_type_of(t.type).has_value(), "{}: tensor '{}' is {}: Attend reads F32, F16, "
+          "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors", origin, t.name, type_name(t.type));
     Pair& p = pairs[t.name.substr(0, t.name.size() - 7)];
     (is_a ? p.a : p.b) = &t;
   }
@@ -777,9 +793,10 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     const auto at = place_of.find(base);
     check(at != place_of.end(), "{}: '{}' is no tensor of a {} model of this shape", origin, base, arch);
     const auto t = std::find_if(kTargets.begin(), kTargets.end(), [&](const auto& k) { return base.ends_with(k.first); });
-    check(t != kTargets.end(), "{}: an adapter on '{}': Attend adapts the attention and FFN projections (attn_q, "
-          "attn_k, attn_v, attn_qkv, attn_output, ffn_up, ffn_gate, ffn_down), not the embeddings or the LM head",
-          origin, base);
+    const bool edge = base == "token_embd.weight" || base == "output.weight";
+    check(t != kTargets.end(), "{}: an adapter on '{}'{}: Attend adapts the attention and FFN projections (attn_q, "
+          "attn_k, attn_v, attn_qkv, attn_output, ffn_up, ffn_gate, ffn_down){}", origin, base,
+          edge ? ", which llama.cpp applies" : "", edge ? "; merge this one into the model (llama-export-lora)" : "");
     targets.insert(t->second.begin(), t->second.end());
     const Parameter* w = model.find(at->second->attend);
     check(w != nullptr, "{}: the model has no '{}' for '{}'", origin, at->second->attend, base);
@@ -788,9 +805,14 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     check(p.a->dims == std::vector<int64_t>{in, r} && r >= 1 && p.b->dims == std::vector<int64_t>{r, out},
           "{}: '{}' has lora_a [{}] and lora_b [{}]; the model's tensor needs [{}, r] and [r, {}]", origin, base,
           fmt::join(p.a->dims, ", "), fmt::join(p.b->dims, ", "), in, out);
+    constexpr int64_t kMaxRank = 65536;  // LoraConfig's
+    check(r <= kMaxRank, "{}: '{}' has rank {}; at most {} is read", origin, base, r, kMaxRank);
     rank = std::max(rank, r);
   }
   check(!pairs.empty(), "{}: a LoRA adapter without tensors", origin);
+  if (!skipped.empty())
+    log::warn("{}: {} norm tensor(s) skipped, as llama.cpp skips them (such as '{}')", origin, skipped.size(),
+              skipped.front());
 
   // One rank for the set (the largest: smaller pairs padded with zeros) and unit scale: each pair's alpha / r goes
   // into its B, so that the update is multiplier · B·A, as llama.cpp's.

@@ -62,7 +62,8 @@ uint32_t gguf_type_id(WeightType type);
 bool is_gguf_file(const std::filesystem::path& path);
 
 // A GGUF LoRA adapter (llama.cpp's: general.type "adapter", adapter.type "lora", adapter.lora.alpha, tensors
-// "<base tensor>.lora_a" (rank, in) and ".lora_b" (out, rank), as convert_lora_to_gguf.py and `attend export
+// "<base tensor>.lora_a" (ggml dims [in, rank]: rank rows of `in`) and ".lora_b" ([rank, out]: out rows of rank),
+// norm tensors skipped as llama.cpp skips them, as convert_lora_to_gguf.py and `attend export
 // --format gguf-lora` write them) added to the model as load_peft_adapter adds a PEFT directory's; returns its slot.
 // Each tensor pair's update is multiplier · (alpha / its rank) · B·A, as llama.cpp applies it (alpha 0: multiplier ·
 // B·A). Errors name the file and the tensor: another architecture, a tensor of no projection Attend adapts (the
