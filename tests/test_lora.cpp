@@ -1070,6 +1070,7 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   auto fails = [&](const std::vector<std::string>& needles) {
     Model fresh_model = load_model(hf);
     testing::expect_error_mentions<Error>([&] { load_peft_adapter(fresh_model, dir); }, needles);
+    EXPECT_TRUE(fresh_model.adapters().empty()) << "a refused file left an adapter set behind";
   };
   with("peft_type", "IA3");
   fails({"peft_type", "LORA"});

@@ -451,22 +451,36 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   check(name.empty() || lora.modules_to_save.empty(), "{}: modules_to_save in a second adapter set (the model has "
         "one classification head)", where);
   lora.name = name, lora.multiplier = multiplier;
-  const int slot = model.add_lora(lora);
 
+  // Every tensor checked before the model changes: a file that cannot be read leaves no adapter set behind.
   const SafetensorsReader file(dir / "adapter_model.safetensors");
   std::set<std::string> used;
-  auto tensor = [&](const std::string& n, const Shape& shape, const std::string& why) {
+  auto expect_tensor = [&](const std::string& n, const Shape& shape, const std::string& why) {
     const TensorInfo* info = file.find(n);
     check(info != nullptr, "{}: no tensor '{}', which {} needs", file.origin(), n, why);
     check(info->shape == shape, "{}: '{}' has shape {}, the model needs {}", file.origin(), n, info->shape, shape);
     used.insert(n);
-    return file.load(n);
   };
+  const auto a_name = [](const Module* m) { return "base_model.model." + m->path + ".lora_A.weight"; };
+  const auto b_name = [](const Module* m) { return "base_model.model." + m->path + ".lora_B.weight"; };
+  for (const Module* m : matched) {
+    const std::string why = fmt::format("r = {} on {}", lora.r, m->suffix);
+    expect_tensor(a_name(m), {lora.r, model.find(m->weight)->value.size(1)}, why);
+    expect_tensor(b_name(m), {m->rows, lora.r}, why);
+  }
+  const std::vector<RowMapping> saved = name.empty() ? saved_module_tensors(c, lora.modules_to_save)
+                                                     : std::vector<RowMapping>{};
+  for (const RowMapping& t : saved) expect_tensor("base_model.model." + t.hf, model.find(t.attend)->value.shape(),
+                                                  "modules_to_save");
+  for (const TensorInfo& t : file.tensors())
+    check(used.count(t.name) > 0, "{}: tensor '{}' is not one of the adapters adapter_config.json describes",
+          file.origin(), t.name);
+
+  const int slot = model.add_lora(lora);
   for (const Module* m : matched) {
     Parameter& w = *model.find(m->weight);
-    const std::string base = "base_model.model." + m->path, why = fmt::format("r = {} on {}", lora.r, m->suffix);
-    const Tensor a = tensor(base + ".lora_A.weight", {lora.r, w.value.size(1)}, why);
-    Tensor b = tensor(base + ".lora_B.weight", {m->rows, lora.r}, why);
+    const Tensor a = file.load(a_name(m));
+    Tensor b = file.load(b_name(m));
     if (m->rope_heads > 0) {
       const Tensor hf = b.clone();
       formats::rope_rows_from_hf(b.data(), hf.data(), m->rope_heads, c.d_head(), lora.r);
@@ -478,18 +492,14 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
       std::copy(b.data() + (u.row0 - m->row0) * lora.r, b.data() + (u.row0 - m->row0 + rows) * lora.r, u.B->value.data());
     }
   }
-  if (name.empty())
-    for (const RowMapping& t : saved_module_tensors(c, lora.modules_to_save)) {
-      Parameter& p = *model.find(t.attend);
-      const Tensor v = tensor("base_model.model." + t.hf, p.value.shape(), "modules_to_save");
-      // A module held as stored (a GGUF file's 16-bit or quantized token table) becomes plain fp32 values first, so
-      // that what multiplies or looks it up reads the adapter's values, not the stored ones.
-      if (nn::held_as_stored(p)) model.set_storage(WeightType::F32, [&](const Parameter& q) { return &q == &p; });
-      std::copy(v.data(), v.data() + v.numel(), p.value.data());
-    }
-  for (const TensorInfo& t : file.tensors())
-    check(used.count(t.name) > 0, "{}: tensor '{}' is not one of the adapters adapter_config.json describes",
-          file.origin(), t.name);
+  for (const RowMapping& t : saved) {
+    Parameter& p = *model.find(t.attend);
+    const Tensor v = file.load("base_model.model." + t.hf);
+    // A module held as stored (a GGUF file's 16-bit or quantized token table) becomes plain fp32 values first, so
+    // that what multiplies or looks it up reads the adapter's values, not the stored ones.
+    if (nn::held_as_stored(p)) model.set_storage(WeightType::F32, [&](const Parameter& q) { return &q == &p; });
+    std::copy(v.data(), v.data() + v.numel(), p.value.data());
+  }
   return slot;
 }
 
