@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import tiny_runs
@@ -37,16 +36,7 @@ def llama_tokens(llama_bin, base, adapter, prompts, n):
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            if server.poll() is not None:
-                fail(f"llama-server exited with {server.returncode}:\n{server.stderr.read()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                    if json.loads(r.read()).get("status") == "ok":
-                        break
-            except Exception:
-                pass
-            time.sleep(0.1)
+        tiny_runs.wait_ready(fail, url, server, seconds=60)
         out = {}
         for scale in (1.0, 0.0):
             for prompt in prompts:

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import urllib.request
 
 import tiny_runs
@@ -234,19 +233,6 @@ def classifier_with_peft(attend, work, text):
         fail("eval-seq2seq: the LoRA run scores as its base does (the adapters changed nothing)")
 
 
-def wait_ready(url):
-    """Waits up to 30 s for the server at `url` to say its model is loaded."""
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=30) as r:
-                if json.loads(r.read()).get("status") == "ok":
-                    return
-        except Exception:
-            pass
-        time.sleep(0.1)
-    fail(f"{url} did not load its model in 30 s")
-
-
 def serve_batches_adapters(attend, model, peft, peft2, gguf):
     """`attend serve --lora one=... --lora two=...`: /v1/models lists both; requests for one, two, the base and
     no model named, sent at once (decoded in the same steps), get the log-probabilities each gets alone."""
@@ -259,7 +245,7 @@ def serve_batches_adapters(attend, model, peft, peft2, gguf):
             with urllib.request.urlopen(url + path, timeout=30) as r:
                 return json.loads(r.read())
 
-        wait_ready(url)
+        tiny_runs.wait_ready(fail, url, server)
         ids = sorted(m["id"] for m in get("/v1/models")["data"])
         if ids != ["base", "one", "two"]:
             fail(f"/v1/models lists {ids}, expected base, one, two")
@@ -409,7 +395,7 @@ def serve_batches_adapters(attend, model, peft, peft2, gguf):
                                          "--lora", f"one={peft}:0.5", "--lora", gguf, "--lora-init-without-apply")
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_ready(url)
+        tiny_runs.wait_ready(fail, url, server)
         with urllib.request.urlopen(url + "/lora-adapters", timeout=30) as r:
             listed = [(a["name"], a["scale"]) for a in json.loads(r.read())]
             if listed != [("one", 0.0), ("lora", 0.0)]:

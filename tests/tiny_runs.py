@@ -7,8 +7,11 @@ import os
 import random
 import re
 import shutil
+import json
 import subprocess
 import sys
+import time
+import urllib.request
 
 
 def paths(doc, *names):
@@ -34,6 +37,22 @@ def checks(name):
         return proc.stdout
 
     return fail, run
+
+
+def wait_ready(fail, url, server=None, seconds=30):
+    """Waits for the server at `url` to say its model is loaded (/health "ok"); fails after `seconds`, or at once when
+    `server` (its process) exits first."""
+    for _ in range(seconds * 10):
+        if server is not None and server.poll() is not None:
+            fail(f"the server at {url} exited with {server.returncode}:\n{server.stderr.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if json.loads(r.read()).get("status") == "ok":
+                    return
+        except Exception:
+            pass
+        time.sleep(0.1)
+    fail(f"{url} did not load its model in {seconds} s")
 
 
 def start_serve(fail, attend, *args):

@@ -805,8 +805,7 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     check(p.a->dims == std::vector<int64_t>{in, r} && r >= 1 && p.b->dims == std::vector<int64_t>{r, out},
           "{}: '{}' has lora_a [{}] and lora_b [{}]; the model's tensor needs [{}, r] and [r, {}]", origin, base,
           fmt::join(p.a->dims, ", "), fmt::join(p.b->dims, ", "), in, out);
-    constexpr int64_t kMaxRank = 65536;  // LoraConfig's
-    check(r <= kMaxRank, "{}: '{}' has rank {}; at most {} is read", origin, base, r, kMaxRank);
+    check(r <= nn::kMaxLoraRank, "{}: '{}' has rank {}; at most {} is read", origin, base, r, nn::kMaxLoraRank);
     rank = std::max(rank, r);
   }
   check(!pairs.empty(), "{}: a LoRA adapter without tensors", origin);

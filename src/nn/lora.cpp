@@ -26,7 +26,7 @@ bool LoraConfig::adapts_ffn() const {
 }
 
 void LoraConfig::validate() const {
-  check(r >= 1 && r <= 65536, "lora: r is {}, expected a rank from 1 to 65536", r);
+  check(r >= 1 && r <= nn::kMaxLoraRank, "lora: r is {}, expected a rank from 1 to {}", r, nn::kMaxLoraRank);
   check(alpha > 0.0 && std::isfinite(alpha), "lora: alpha is {}, expected a positive number", alpha);
   check(!targets.empty(), "lora: targets is empty: name projections among q, k, v, o, up, gate, down");
   for (const std::string& t : targets) {
@@ -167,6 +167,12 @@ std::vector<double> adapter_multipliers(const Model& model, std::span<const std:
     if (scales[k]) multipliers[k] = *scales[k];
   if (std::all_of(multipliers.begin(), multipliers.end(), [](double s) { return std::isnan(s); })) multipliers.clear();
   return multipliers;
+}
+
+SameAdapters::SameAdapters(const Model& model, uint64_t mask, const std::vector<double>& multipliers, int64_t rows) {
+  if (adapter_mask(model, mask) != adapter_mask(model, ~uint64_t{0}) || !multipliers.empty())
+    masks.assign(static_cast<size_t>(rows), mask);
+  if (!multipliers.empty()) scales.assign(static_cast<size_t>(rows), multipliers.data());
 }
 
 int own_adapter_slot(const Model& model) {

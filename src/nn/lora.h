@@ -52,6 +52,16 @@ uint64_t adapter_mask(const Model& model, uint64_t wanted);
 // SessionOptions::adapter_scales checked (finite) and laid out one per slot of the model, NaN where a slot runs at
 // the multiplier it was loaded with; empty when every slot does (lora_forward's row_scales then needs none).
 std::vector<double> adapter_multipliers(const Model& model, std::span<const std::optional<double>> scales);
+// What SelectAdapters takes for `rows` rows that all run with the adapter sets of `mask` at `multipliers`
+// (adapter_multipliers'): each row's mask and multipliers, or nothing where that is every set of the model at the
+// scale it was loaded with.
+struct SameAdapters {
+  SameAdapters(const Model& model, uint64_t mask, const std::vector<double>& multipliers, int64_t rows);
+  std::vector<uint64_t> masks;
+  std::vector<const double*> scales;
+};
+// LoraConfig::r's bound.
+inline constexpr int64_t kMaxLoraRank = 65536;
 
 // The slot of the model's own adapter set (Model::adapters' ""), or adapters().size() when it has none.
 int own_adapter_slot(const Model& model);

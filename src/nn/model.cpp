@@ -569,12 +569,8 @@ Tensor Model::hidden_states(const Batch& batch, uint64_t adapters,
   const Tensor x = w.embed(nullptr, batch.ids, batch.token_types, B, T, false, nullptr);
   const StackCall call{B, T, lengths.data(), valid.data()};
   const std::vector<double> multipliers = nn::adapter_multipliers(*this, adapter_scales);
-  std::vector<uint64_t> rows;  // every row with `adapters`, where that is not all of them at their loaded scales
-  std::vector<const double*> row_scales;
-  if (nn::adapter_mask(*this, adapters) != nn::adapter_mask(*this, ~uint64_t{0}) || !multipliers.empty())
-    rows.assign(static_cast<size_t>(B * T), adapters);
-  if (!multipliers.empty()) row_scales.assign(static_cast<size_t>(B * T), multipliers.data());
-  const nn::SelectAdapters select(rows, row_scales);
+  const nn::SameAdapters rows(*this, adapters, multipliers, B * T);
+  const nn::SelectAdapters select(rows.masks, rows.scales);
   Tensor top = (c.has_encoder() ? *w.encoder : *w.decoder).forward(x, call, nullptr);
   top.reshape({B, T, c.d_model});
   return top;

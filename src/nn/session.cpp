@@ -138,12 +138,8 @@ Session::Session(const Model& model, std::span<const int32_t> source, const Sess
   const Tensor x = m.embed(nullptr, ids, {}, 1, T, false, nullptr);
   const nn::StackCall call{1, T, lengths.data(), valid.data()};
   // The encoder and the cross-attention's keys and values with the session's adapters too (T rows each).
-  std::vector<uint64_t> rows;
-  std::vector<const double*> row_scales;
-  if (state_->adapters != nn::adapter_mask(model, ~uint64_t{0}) || !state_->scales.empty())
-    rows.assign(static_cast<size_t>(T), state_->adapters);
-  if (!state_->scales.empty()) row_scales.assign(static_cast<size_t>(T), state_->scales.data());
-  const nn::SelectAdapters select(rows, row_scales);
+  const nn::SameAdapters rows(model, state_->adapters, state_->scales, T);
+  const nn::SelectAdapters select(rows.masks, rows.scales);
   Tensor encoded = m.encoder->forward(x, call, nullptr);
   encoded.reshape({1, T, c.d_model});
   m.decoder->project_context(encoded, state_->context_keys, state_->context_values);
