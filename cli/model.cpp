@@ -33,6 +33,14 @@ std::string adapted_targets(const ModelConfig& c) {
   return fmt::format("{}", fmt::join(out, ", "));
 }
 
+// "r = 8 on q, v", or for adapters read with ranks module by module (a PEFT rank_pattern, a GGUF LoRA file's pairs)
+// "ranks module by module on q, v".
+std::string lora_summary(const Model& model) {
+  const ModelConfig& c = model.config();
+  return model.lora_per_module() ? fmt::format("ranks module by module on {}", adapted_targets(c))
+                                 : fmt::format("r = {} on {}", c.lora_r, adapted_targets(c));
+}
+
 // 124439808 → "124,439,808"
 std::string grouped(int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -138,8 +146,8 @@ void add_inspect(CLI::App& app) {
     fmt::print("{:<12} {:>14}\n", "norms", grouped(n.norms));
     fmt::print("{:<12} {:>14}   {}\n", "heads", grouped(n.heads), c.tie_embeddings ? "LM head tied to the embedding" : "");
     if (n.adapters > 0)
-      fmt::print("{:<12} {:>14}   LoRA r = {} on {}: {:.2f}% of the model, the only part that trains\n", "adapters",
-                 grouped(n.adapters), c.lora_r, adapted_targets(c),
+      fmt::print("{:<12} {:>14}   LoRA {}: {:.2f}% of the model, the only part that trains\n", "adapters",
+                 grouped(n.adapters), lora_summary(model),
                  100.0 * double(n.adapters) / double(n.total()));
     fmt::print("{:<12} {:>14}\n", "total", grouped(n.total()));
     fmt::print("\nmemory (fp32): weights {}, gradients {}, AdamW moments {}; training {} before activations\n",
@@ -209,10 +217,9 @@ void finish_hf_export(const std::string& source, const fs::path& out) {
 // A model with LoRA adapters written by a format that holds no adapters would lose them silently (its exports ran as
 // the base): say what writes them.
 void check_no_adapters(const Model& model, const std::string& dir, const std::string& writer) {
-  check(!model.has_lora(), "{}: the model carries LoRA adapters (r = {} on {}), which {} does not write: `attend "
+  check(!model.has_lora(), "{}: the model carries LoRA adapters ({}), which {} does not write: `attend "
         "merge-lora` writes the model with them merged in (then export that), `attend export --format peft` or "
-        "`--format gguf-lora` the adapters alone", dir, model.config().lora_r, adapted_targets(model.config()),
-        writer);
+        "`--format gguf-lora` the adapters alone", dir, lora_summary(model), writer);
 }
 
 void add_export(CLI::App& app) {
@@ -250,14 +257,12 @@ void add_export(CLI::App& app) {
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
     if (format == "gguf-lora") {
       export_gguf_lora(model, out);
-      fmt::print("{}: GGUF LoRA for {} (r = {} on {})\n", out, gguf_architecture(model.config()), model.config().lora_r,
-                 adapted_targets(model.config()));
+      fmt::print("{}: GGUF LoRA for {} ({})\n", out, gguf_architecture(model.config()), lora_summary(model));
       return;
     }
     if (format == "peft") {  // a LoRA model's adapters alone, as PEFT saves them
       save_peft_adapter(model, out);
-      fmt::print("{}: PEFT LoRA adapter (r = {} on {})\n", out, model.config().lora_r,
-                 adapted_targets(model.config()));
+      fmt::print("{}: PEFT LoRA adapter ({})\n", out, lora_summary(model));
       return;
     }
     check_no_adapters(model, dir, "--format " + format);
@@ -356,14 +361,13 @@ void add_merge_lora(CLI::App& app) {
     apply_lora(model, lora);
     check(model.has_lora(), "{}: the model has no LoRA adapters to merge (give --lora DIR for a PEFT adapter)", dir);
     const size_t sets = model.adapters().size();
-    const int64_t r = model.config().lora_r;
-    const std::string targets = adapted_targets(model.config());
+    const std::string first = lora_summary(model);
     model.merge_lora();
     const std::optional<Tokenizer> tok = model_tokenizer(dir);
     save_model(model, out, tok ? &*tok : nullptr);
     copy_generation_files(dir, out);  // its EOS ids and chat template, as the base had them
-    fmt::print("{}: merged {} LoRA adapter set{} (the first r = {} on {}); {} parameters{}\n", out, sets,
-               sets == 1 ? "" : "s", r, targets, grouped(model.count().total()),
+    fmt::print("{}: merged {} LoRA adapter set{} (the first {}); {} parameters{}\n", out, sets,
+               sets == 1 ? "" : "s", first, grouped(model.count().total()),
                tok ? ", with its tokenizer" : "");
   });
 }

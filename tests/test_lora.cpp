@@ -1036,11 +1036,14 @@ TEST(Lora, GgufLoraFilesCoveringSomeBlocksInOtherTypesRead) {
   double largest = 0.0;
   for (float x : want) largest = std::max(largest, double(std::abs(x)));
   testing::expect_all_close(logits_of(read, b), want, 1e-5 * largest, "block 0 alone, one A in F16");
-  int64_t zero_a = 0;
+  int64_t adapters[2] = {0, 0};  // block 1, which the file leaves out, takes none
   for (const Parameter* p : read.parameters())
-    if (p->role == Role::LoraA && p->name.starts_with("decoder.layers.1."))
-      zero_a += std::all_of(p->value.data(), p->value.data() + p->numel(), [](float x) { return x == 0.0f; });
-  EXPECT_GT(zero_a, 0) << "block 1's A left as drawn";
+    if (p->role == Role::LoraA) {
+      EXPECT_EQ(p->value.size(0), 2) << p->name;
+      ++adapters[p->name.starts_with("decoder.layers.1.") ? 1 : 0];
+    }
+  EXPECT_EQ(adapters[0], 7);
+  EXPECT_EQ(adapters[1], 0);
 
   // An adapter on the LM head: applied by llama.cpp, not by Attend; named.
   gguf::Writer head;
@@ -1095,6 +1098,38 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   fails({"v_proj", "not one of the adapters"});
   with("target_modules", nlohmann::json({"q_proj", "c_attn"}));
   fails({"'c_attn'"});
+  // PEFT's options that give modules their own ranks and alphas or leave some out: bad values name themselves, and
+  // an adapter they leave out (or give another rank) no longer fits the file's tensors.
+  with("rank_pattern", nlohmann::json({{"q_proj", 0}}));
+  fails({"rank_pattern", "'q_proj'", "rank 0"});
+  with("rank_pattern", nlohmann::json({{"layers.1.self_attn.q_proj", 4}}));  // the file's are of rank 2
+  fails({"'base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight' has shape", "r = 4"});
+  with("rank_pattern", nlohmann::json({{"(q_proj", 2}}));
+  fails({"rank_pattern '(q_proj'", "missing closing parenthesis"});
+  with("alpha_pattern", nlohmann::json({{"v_proj", "big"}}));
+  fails({"alpha_pattern", "'v_proj'", "positive number"});
+  with("alpha_pattern", nlohmann::json({{"(.*.*)*q", 2.0}}));
+  fails({"alpha_pattern '(.*.*)*q'", "limit"});
+  with("exclude_modules", nlohmann::json({"layers.0.self_attn.v_proj"}));
+  fails({"'base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight' is not one of the adapters"});
+  with("layers_to_transform", nlohmann::json({0, -1}));
+  fails({"layers_to_transform", "-1", "layer numbers"});
+  with("layers_to_transform", 0);
+  fails({"model.layers.1.self_attn", "is not one of the adapters"});
+  with("layers_pattern", nlohmann::json({1}));
+  fails({"layers_pattern", "holds 1"});
+  {  // a layers_pattern whose first group is not the number: an error (PEFT's int() of it raises)
+    auto j = nlohmann::json::parse(good);
+    j["layers_to_transform"] = {0, 1};
+    j["layers_pattern"] = "(layers)";
+    write_file_atomic(dir / "adapter_config.json", j.dump());
+    fails({"layers_pattern '.*\\.(layers)", "finds 'layers'", "not a layer's number"});
+    j["layers_pattern"] = nlohmann::json({"h", "layers"});  // each name in turn: every layer of the file
+    write_file_atomic(dir / "adapter_config.json", j.dump());
+    Model both = load_model(hf);
+    EXPECT_NO_THROW(load_peft_adapter(both, dir));
+    EXPECT_FALSE(both.lora_per_module()) << "every block at the one rank: adapters as a LoRA run's own";
+  }
   with("r", 3);
   fails({"shape", "lora_A"});
   with("target_modules", nlohmann::json({"q_proj", "v_proj", "o_proj"}));
@@ -1141,12 +1176,21 @@ TEST(Lora, PeftTargetModulesAsAPatternAdaptWhatTheListAdapts) {
 // logits of W + s·B·A computed in plain PyTorch in float64 (tools/make_peft_fixtures.py): GPT-2's fused c_attn
 // (fan_in_fan_out), BERT's query, value and output.dense (which PEFT also matches in attention.output.dense) with
 // the classifier saved whole, T5's q and v of self and cross attention and its gated FFN's wi_1 and wo, and
-// Mistral's every projection under rsLoRA. Attend's fp32 logits agree to 1e-4 of the largest.
+// Mistral's every projection under rsLoRA; and PEFT's options that choose modules, ranks and alphas one by one, the
+// reference deciding as PEFT's own functions do: Mistral's with rank_pattern, alpha_pattern and exclude_modules
+// (ranks 1 to 4), GPT-2's block 1 alone (layers_to_transform with layers_pattern "h"), T5's sub-layer 1 alone
+// (layers_to_transform without layers_pattern: PEFT then takes the number after "layer", so the encoder's FFN and
+// the decoder's cross-attention). Attend's fp32 logits agree to 1e-4 of the largest.
 TEST(Lora, PeftAdaptersOfEveryFamilyGiveTheLogitsOfPyTorchsReference) {
   const fs::path data(ATTEND_TEST_DATA);
   const std::map<std::string, std::vector<std::string>> targets = {
       {"gpt2", {"q", "k", "v", "down"}}, {"bert", {"q", "v", "o", "down"}}, {"t5", {"q", "v", "up", "down"}},
-      {"mistral", kEvery}};
+      {"mistral", kEvery}, {"mistral_patterns", kEvery}, {"gpt2_layers", {"q", "k", "v", "o", "down"}},
+      {"t5_layers", {"q", "v", "down"}}};
+  const std::map<std::string, std::map<int64_t, int64_t>> adapters_by_rank = {  // the per-module cases' adapters
+      {"mistral_patterns", {{1, 1}, {2, 9}, {3, 1}, {4, 2}}},  // 14 projections less gate of block 1
+      {"gpt2_layers", {{3, 5}}},                               // block 1's q, k, v, o and down
+      {"t5_layers", {{2, 8}}}};                                // the encoder's 2 FFN downs, the decoder's 3 × q, v
   for (const auto& [name, want_targets] : targets) {
     SCOPED_TRACE(name);
     const fs::path dir = data / "peft" / name;
@@ -1154,6 +1198,15 @@ TEST(Lora, PeftAdaptersOfEveryFamilyGiveTheLogitsOfPyTorchsReference) {
     Model m = load_model(data / golden["base"].get<std::string>());
     EXPECT_EQ(load_peft_adapter(m, dir), 0);
     EXPECT_EQ(m.config().lora_targets, want_targets);
+    EXPECT_EQ(m.lora_per_module(), adapters_by_rank.count(name) > 0);
+    if (adapters_by_rank.count(name)) {
+      std::map<int64_t, int64_t> by_rank;
+      for (const Parameter* p : m.parameters())
+        if (p->role == Role::LoraA) ++by_rank[p->value.size(0)];
+      EXPECT_EQ(by_rank, adapters_by_rank.at(name));
+      testing::expect_error_mentions<Error>([&] { save_model(m, fresh("peft_per_module_model")); },
+                                            {"module by module", "merge-lora"});
+    }
     Batch b;
     if (name == "bert") {
       b.B = 2, b.T = 9;
@@ -1161,11 +1214,13 @@ TEST(Lora, PeftAdaptersOfEveryFamilyGiveTheLogitsOfPyTorchsReference) {
       b.lengths = golden["lengths"].get<std::vector<int32_t>>();
       b.labels = {0, 0};  // the classification head's logits
       EXPECT_EQ(m.config().lora_modules_to_save, (std::vector<std::string>{"classifier"}));
-    } else if (name == "t5") {
+    } else if (name.starts_with("t5")) {
       b.src_ids = golden["src_ids"].get<std::vector<int32_t>>();
       b.ids = golden["decoder_ids"].get<std::vector<int32_t>>();
       b.B = 1, b.src_T = static_cast<int64_t>(b.src_ids.size()), b.T = static_cast<int64_t>(b.ids.size());
-      EXPECT_EQ(m.config().lora_dropout, 0.1);
+      if (name == "t5") {
+        EXPECT_EQ(m.config().lora_dropout, 0.1);
+      }
     } else {
       b.ids = golden["prompt_ids"].get<std::vector<int32_t>>();
       b.B = 1, b.T = static_cast<int64_t>(b.ids.size());
@@ -1190,6 +1245,28 @@ TEST(Lora, PeftAdaptersOfEveryFamilyGiveTheLogitsOfPyTorchsReference) {
     again.forward(b, again_state);
     EXPECT_EQ(std::vector<float>(again_state.logits().span().begin(), again_state.logits().span().end()),
               std::vector<float>(state.logits().span().begin(), state.logits().span().end()));
+    EXPECT_EQ(again.lora_per_module(), m.lora_per_module());
+
+    // As llama.cpp's LoRA file (each tensor pair at its own rank, one alpha: each pair's scale folded into its B)
+    // and read back: the same logits to fp32's rounding of the folding.
+    if (name == "mistral_patterns" || name == "gpt2_layers") {
+      const fs::path gguf = fresh("peft_family_gguf_" + name) / "adapter.gguf";
+      fs::create_directories(gguf.parent_path());
+      export_gguf_lora(m, gguf);
+      Model from_gguf = load_model(data / golden["base"].get<std::string>());
+      load_peft_adapter(from_gguf, gguf);
+      std::map<int64_t, int64_t> by_rank;
+      for (const Parameter* p : from_gguf.parameters())
+        if (p->role == Role::LoraA) ++by_rank[p->value.size(0)];
+      EXPECT_EQ(by_rank, adapters_by_rank.at(name)) << "each pair at its own rank, nothing where the file is silent";
+      ForwardState gguf_state(/*for_backward=*/false);
+      from_gguf.forward(b, gguf_state);
+      double largest = 0.0;
+      for (float x : state.logits().span()) largest = std::max(largest, double(std::abs(x)));
+      testing::expect_all_close(std::vector<float>(gguf_state.logits().span().begin(), gguf_state.logits().span().end()),
+                                std::vector<float>(state.logits().span().begin(), state.logits().span().end()),
+                                1e-5 * largest, "through a GGUF LoRA");
+    }
   }
 }
 

@@ -13,6 +13,15 @@ Conv1D (fan_in_fan_out, W stored [in, out]) W += s·(B·A)ᵀ. The logits come f
                                         classifier saved whole (modules_to_save)
   t5       tests/data/hf-t5/v1_1        q, v (self and cross attention), wi_1 (gated up), wo; lora_dropout 0.1
   mistral  tests/data/hf-llama/mistral  every projection, rsLoRA: B's rows of q_proj and k_proj in the HF order
+  mistral_patterns  the same with rank_pattern, alpha_pattern and exclude_modules: ranks 1-4 and alphas module
+                    by module, one projection of block 1 left out
+  gpt2_layers       c_attn and c_proj (attention's and the MLP's) in block 1 alone: layers_to_transform [1],
+                    layers_pattern "h"
+  t5_layers         q, v and wo with layers_to_transform [1] and no layers_pattern: PEFT then reads the number
+                    after "layer" (a block's sub-layer: 1 is cross-attention or the FFN), not the block's
+
+Which modules take an adapter, and each one's rank and alpha, follow PEFT's own functions, copied below as PEFT
+writes them (check_target_module_exists, get_pattern_key) on Python's re.
 
 Each directory: adapter_config.json, adapter_model.safetensors, golden.json (the inputs and the logits).
 
@@ -22,6 +31,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 
 import torch
@@ -52,11 +62,49 @@ CASES = {
     "mistral": dict(base="hf-llama/mistral", r=2, alpha=4.0, rslora=True, dropout=0.0, fan_in_fan_out=False,
                     targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], save=[],
                     task="CAUSAL_LM", seed=84),
+    "mistral_patterns": dict(base="hf-llama/mistral", r=2, alpha=4.0, rslora=True, dropout=0.0, fan_in_fan_out=False,
+                             targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                             save=[], task="CAUSAL_LM", seed=85,
+                             rank_pattern={"k_proj": 4, "model.layers.1.self_attn.q_proj": 3, r"layers\.0\..*up_proj": 1},
+                             alpha_pattern={"v_proj": 7.0, r"mlp\.down_proj": 1.5},
+                             exclude=["layers.1.mlp.gate_proj"]),
+    "gpt2_layers": dict(base="hf-gpt2", r=3, alpha=6.0, rslora=False, dropout=0.0, fan_in_fan_out=True,
+                        targets=["c_attn", "c_proj"], save=[], task="CAUSAL_LM", seed=86, layers=[1],
+                        layers_pattern="h"),
+    "t5_layers": dict(base="hf-t5/v1_1", r=2, alpha=8.0, rslora=False, dropout=0.0, fan_in_fan_out=False,
+                      targets=["q", "v", "wo"], save=[], task="SEQ_2_SEQ_LM", seed=87, layers=[1]),
 }
 
 
-def matched(module, targets):
-    return any(module == t or module.endswith("." + t) for t in targets)
+def matched(module, case):
+    """PEFT's check_target_module_exists for a list of target_modules (peft/tuners/tuners_utils.py)."""
+    exclude = case.get("exclude", [])
+    if module in exclude or any(module.endswith("." + e) for e in exclude):
+        return False
+    targets = case["targets"]
+    if module in targets:
+        return True
+    found = any(module.endswith("." + t) for t in targets)
+    layers = case.get("layers")
+    if layers is None or not found:
+        return found
+    pattern = case.get("layers_pattern")
+    if not pattern:
+        index = re.match(r".*\.[^.]*\.(\d+)\.", module)
+    else:
+        for p in [pattern] if isinstance(pattern, str) else pattern:
+            index = re.match(rf".*\.{p}\.(\d+)\.", module)
+            if index is not None:
+                break
+    return index is not None and int(index.group(1)) in layers
+
+
+def pattern_value(patterns, module, default):
+    """PEFT's get_pattern_key, then the value of the key found."""
+    for key in patterns:
+        if re.match(rf"(.*\.)?({key})$", module):
+            return patterns[key]
+    return default
 
 
 def make(name, case):
@@ -67,17 +115,18 @@ def make(name, case):
         golden = json.load(f)
     w = safetensors_py.read(os.path.join(base_dir, "model.safetensors"))
     g = torch.Generator().manual_seed(case["seed"])
-    r = case["r"]
-    scale = case["alpha"] / (math.sqrt(r) if case["rslora"] else r)
     adapter, merged = {}, dict(w)
     for key in sorted(w):
         if not key.endswith(".weight") or w[key].dim() != 2:
             continue
         module = key[:-len(".weight")]
-        hf_module = "transformer." + module if name == "gpt2" else module  # GPT2LMHeadModel's path
-        if not matched(hf_module, case["targets"]) or "embed" in module or module.endswith("wte") or \
+        hf_module = "transformer." + module if name.startswith("gpt2") else module  # GPT2LMHeadModel's path
+        if not matched(hf_module, case) or "embed" in module or module.endswith("wte") or \
                 module.endswith("wpe") or module.endswith("relative_attention_bias") or module == "lm_head":
             continue
+        r = pattern_value(case.get("rank_pattern", {}), hf_module, case["r"])
+        alpha = pattern_value(case.get("alpha_pattern", {}), hf_module, case["alpha"])
+        scale = alpha / (math.sqrt(r) if case["rslora"] else r)
         out_features, in_features = (w[key].shape[1], w[key].shape[0]) if case["fan_in_fan_out"] else w[key].shape
         a = (torch.randn(r, in_features, generator=g) / math.sqrt(in_features)).float().double()
         b = (0.3 * torch.randn(out_features, r, generator=g)).float().double()
@@ -92,11 +141,11 @@ def make(name, case):
             adapter[f"base_model.model.{key}"] = merged[key]
     assert adapter, name
 
-    if name == "gpt2":
+    if name.startswith("gpt2"):
         tool = load_tool("make_gpt2_fixtures")
         inputs = {"prompt_ids": golden["prompt_ids"]}
         logits = tool.forward(merged, golden["prompt_ids"])
-    elif name == "bert":
+    elif name.startswith("bert"):
         tool = load_tool("make_bert_fixtures")
         v = tool.VARIANTS["classifier"]
         rows = []
@@ -106,7 +155,7 @@ def make(name, case):
             rows.append(pooled @ merged["classifier.weight"].T + merged["classifier.bias"])
         inputs = {"ids": golden["ids"], "lengths": golden["lengths"]}
         logits = torch.stack(rows)
-    elif name == "t5":
+    elif name.startswith("t5"):
         tool = load_tool("make_t5_fixtures")
         v = tool.VARIANTS["v1_1"]
         enc = tool.encode(config, v, merged, golden["src_ids"])
@@ -127,7 +176,9 @@ def make(name, case):
         "lora_alpha": case["alpha"], "lora_dropout": case["dropout"], "target_modules": case["targets"],
         "use_rslora": case["rslora"], "use_dora": False, "bias": "none", "fan_in_fan_out": case["fan_in_fan_out"],
         "modules_to_save": case["save"] or None, "init_lora_weights": True, "inference_mode": True,
-        "rank_pattern": {}, "alpha_pattern": {}, "layers_to_transform": None,
+        "rank_pattern": case.get("rank_pattern", {}), "alpha_pattern": case.get("alpha_pattern", {}),
+        "layers_to_transform": case.get("layers"), "layers_pattern": case.get("layers_pattern"),
+        "exclude_modules": case.get("exclude"),
     }
     with open(os.path.join(d, "adapter_config.json"), "w") as f:
         json.dump(adapter_config, f, indent=2)

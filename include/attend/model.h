@@ -70,6 +70,15 @@ struct LoraConfig {
   // adapters), tensors "….lora_A.<name>.weight", not recorded in config.json.
   std::string name;
   double multiplier = 1.0;  // DIR:SCALE on the command line: scale()'s factor
+  // Ranks and alphas module by module (a PEFT adapter's rank_pattern, alpha_pattern or layers_to_transform; a GGUF
+  // LoRA file's pairs): when not empty, exactly the modules it names take adapters, each at its own rank and alpha
+  // (r and alpha above are then unused). A module's key is its adapter's name before ".lora_A"
+  // (nn::lora_module_key): "decoder.blocks.3.attn.qkv.q", "decoder.blocks.3.ffn.down".
+  struct Rank {
+    int64_t r = 8;
+    double alpha = 16.0;
+  };
+  std::map<std::string, Rank> per_module;
   double unit_scale() const;  // alpha / r, or alpha / √r with rslora
   double scale() const;       // unit_scale() · multiplier
   bool adapts_ffn() const;  // a target is up, gate or down
@@ -300,6 +309,9 @@ class Model {
   int add_lora(const LoraConfig& config);
   void merge_lora();
   bool has_lora() const;
+  // The model's own adapters came with ranks or alphas module by module (LoraConfig::per_module): config.json's
+  // lora_* cannot describe them, so the model is saved only once they are merged (merge_lora) or as an adapter file.
+  bool lora_per_module() const;
   const std::vector<std::string>& adapters() const;  // by slot: "" for the model's own, else the name
   // Loading without a copy: the parameter values become `values` (laid out as parameter_buffer), memory that
   // `owner` keeps alive, such as a private writable mapping of model.safetensors (pages are read from the

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -122,7 +123,8 @@ void export_hf(const Model& model, const std::filesystem::path& dir, const Token
 // `PeftModel.save_pretrained` writes them) for each family's Hugging Face layout: GPT-2, the Llama family, BERT
 // and T5 (formats/peft.cpp lists the modules). save writes the model's own adapters (Model::add_lora, or a LoRA
 // run's checkpoint) and the modules trained beside them (a classification head); load adds the directory's
-// adapters (its r, lora_alpha, target_modules, use_rslora, lora_dropout) to the model, as its own (name "") or
+// adapters (its r, lora_alpha, target_modules, exclude_modules, rank_pattern, alpha_pattern, layers_to_transform,
+// layers_pattern, use_rslora, lora_dropout) to the model, as its own (name "") or
 // beside them (LoraConfig::name), their scale times `multiplier`, and returns their slot (Model::adapters).
 // Errors name the file and the field or tensor.
 void save_peft_adapter(const Model& model, const std::filesystem::path& dir, const std::string& base_model = "");
@@ -134,9 +136,37 @@ struct PeftConfig {
   LoraConfig lora;
   std::vector<std::string> target_modules;  // names a module's name ends with (PEFT's list form)
   // Or target_modules as one string, as PEFT takes it: a regular expression that a module's whole name must match
-  // (re.fullmatch; ECMAScript's syntax, which Python's common patterns share), or "all-linear".
+  // (re.fullmatch, on PCRE2, which reads Python's syntax), or "all-linear".
   std::string target_pattern;
+  // exclude_modules: names a module's name ends with, or one regular expression for the whole name; those modules
+  // take no adapter.
+  std::vector<std::string> exclude_modules;
+  std::string exclude_pattern;
+  // rank_pattern and alpha_pattern in the file's order: a module takes the value of the first key (a regular
+  // expression) that matches the end of its name after a dot, or all of it (PEFT's re.match(rf"(.*\.)?({key})$")),
+  // else lora.r or lora.alpha.
+  std::vector<std::pair<std::string, int64_t>> rank_pattern;
+  std::vector<std::pair<std::string, double>> alpha_pattern;
+  // layers_to_transform (empty: every layer): with target_modules as a list, a module its list names by the end of
+  // its name is adapted only in these layers: the number after layers_pattern's name (any of them, in turn) in the
+  // module's name, or without layers_pattern the last number between two names after the first two (PEFT's
+  // re.match(r".*\.[^.]*\.(\d+)\.")).
+  std::vector<int64_t> layers_to_transform;
+  std::vector<std::string> layers_pattern;
 };
 PeftConfig parse_peft_config(std::string_view text, std::string_view origin);
+// Which modules a PeftConfig adapts, each with its rank and alpha, as PEFT decides (check_target_module_exists,
+// get_pattern_key), its patterns compiled once: adapter("model.layers.0.self_attn.q_proj") is nullopt for a module
+// it leaves alone. Errors name `where` and the pattern (one that backtracks without end: PCRE2's match limit).
+class PeftModules {
+ public:
+  PeftModules(PeftConfig peft, std::string where);
+  ~PeftModules();
+  std::optional<LoraConfig::Rank> adapter(const std::string& module) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace attend

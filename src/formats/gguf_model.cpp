@@ -784,7 +784,7 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
       {".attn_v.weight", {"v"}},             {".attn_output.weight", {"o"}}, {".ffn_up.weight", {"up"}},
       {".ffn_gate.weight", {"gate"}},        {".ffn_down.weight", {"down"}}};
   std::set<std::string> targets;
-  int64_t rank = 0;
+  std::map<std::string, LoraConfig::Rank> per_module;  // each pair at its own rank, alpha / r folded into B below
   for (const auto& entry : pairs) {  // not a structured binding: the lambda below takes `base`, and clang cannot
     const std::string& base = entry.first;  // capture one under OpenMP
     const Pair& p = entry.second;
@@ -806,25 +806,24 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
           "{}: '{}' has lora_a [{}] and lora_b [{}]; the model's tensor needs [{}, r] and [r, {}]", origin, base,
           fmt::join(p.a->dims, ", "), fmt::join(p.b->dims, ", "), in, out);
     check(r <= nn::kMaxLoraRank, "{}: '{}' has rank {}; at most {} is read", origin, base, r, nn::kMaxLoraRank);
-    rank = std::max(rank, r);
+    for (const std::string& target : t->second)  // the projections whose rows the tensor holds
+      per_module[nn::lora_module_key(at->second->attend, target)] = {.r = r, .alpha = static_cast<double>(r)};
   }
   check(!pairs.empty(), "{}: a LoRA adapter without tensors", origin);
   if (!skipped.empty())
     log::warn("{}: {} norm tensor(s) skipped, as llama.cpp skips them (such as '{}')", origin, skipped.size(),
               skipped.front());
 
-  // One rank for the set (the largest: smaller pairs padded with zeros) and unit scale: each pair's alpha / r goes
-  // into its B, so that the update is multiplier · B·A, as llama.cpp's.
+  // Each pair's projections at its rank and unit scale (alpha = r): the pair's alpha / r goes into its B, so that the
+  // update is multiplier · B·A, as llama.cpp's; what the file does not cover takes no adapter.
   LoraConfig lora;
-  lora.r = rank, lora.alpha = static_cast<double>(rank), lora.dropout = 0.0;
+  lora.per_module = std::move(per_module);
+  lora.dropout = 0.0;
   lora.targets.clear();
   for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
     if (targets.count(t)) lora.targets.push_back(t);
   lora.name = name, lora.multiplier = multiplier;
   const int slot = model.add_lora(lora);
-  for (Parameter* p : model.parameters())  // what the file does not cover adapts nothing (add_lora drew A)
-    for (const LowRankUpdate& u : p->lora)
-      if (u.adapter == slot) std::fill(u.A->value.data(), u.A->value.data() + u.A->value.numel(), 0.0f);
   for (const auto& [base, p] : pairs) {
     const GgufPlace& place = *place_of.at(base);
     const Parameter& w = *model.find(place.attend);
@@ -842,12 +841,13 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
       float* ua = u->A->value.data();
       float* ub = u->B->value.data();
       const int64_t rows = u->B->value.size(0), first = u->row0 - place.row;
-      for (int64_t i = 0; i < r; ++i) std::copy(a.data() + i * in, a.data() + (i + 1) * in, ua + i * in);
-      for (int64_t row = 0; row < rows; ++row)
-        std::copy(b.data() + (first + row) * r, b.data() + (first + row + 1) * r, ub + row * rank);
+      check(u->A->value.size(0) == r, "{}: '{}' took rank {} for the file's {}", origin, u->A->name,
+            u->A->value.size(0), r);
+      std::copy(a.begin(), a.end(), ua);
+      std::copy(b.data() + first * r, b.data() + (first + rows) * r, ub);
     }
   }
-  log::info("{}: GGUF LoRA, {} tensor pairs, rank {}, alpha {}", origin, pairs.size(), rank, alpha);
+  log::info("{}: GGUF LoRA, {} tensor pairs, alpha {}", origin, pairs.size(), alpha);
   return slot;
 }
 

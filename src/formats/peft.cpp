@@ -233,13 +233,40 @@ void check_target_pattern(const std::string& pattern, const std::string& where) 
   if (!all_linear(pattern)) target_regex(pattern, where);
 }
 
-// Whether PEFT adapts the module of this name: one of the list's names ends it, or the pattern matches all of it
-// ("all-linear": every projection Attend adapts. PEFT's takes every linear layer but the output layer, which on
-// BERT also includes the pooler's and the MLM head's dense layers and the classifier; an adapter on those is
-// refused by name when its tensors are read).
-bool targeted(const std::string& path, const PeftConfig& peft, const tokenize::RegexSplitter* pattern) {
-  if (peft.target_pattern.empty()) return matches(path, peft.target_modules);
-  return pattern == nullptr || pattern->matches_whole(path);
+// PEFT's other options that name modules (exclude_modules as a pattern, rank_pattern's and alpha_pattern's keys,
+// layers_pattern's names) are regular expressions too, bounded alike; a file gives at most this many keys or names.
+constexpr size_t kMaxPatternKeys = 4096;
+
+// The regular expressions PEFT builds from a rank_pattern or alpha_pattern key (get_pattern_key, for re.match) and
+// from a layers_pattern name (check_target_module_exists; "" for none given), its first group the layer's number.
+std::string pattern_key_regex(const std::string& key) { return "(.*\\.)?(" + key + ")$"; }
+std::string layer_regex(const std::string& name) {
+  return name.empty() ? ".*\\.[^.]*\\.(\\d+)\\." : ".*\\." + name + "\\.(\\d+)\\.";
+}
+
+// `option`'s pattern `text` as `regex` (what PEFT matches with it): an error names it if it is too long or does not
+// compile.
+tokenize::RegexSplitter module_regex(const std::string& text, const std::string& regex, const std::string& where,
+                                     std::string_view option) {
+  check(text.size() <= kMaxTargetPattern, "{}: {} has a pattern of {} characters, at most {} are read", where, option,
+        text.size(), kMaxTargetPattern);
+  return tokenize::RegexSplitter(regex, fmt::format("{}: {} '{}'", where, option, text));
+}
+
+
+// A rank_pattern or alpha_pattern key for module `m` that PEFT matches with this module alone among the model's
+// (pattern_key_regex): the shortest end of its name after a dot that does and starts with a name (which older PEFT,
+// matching rf".*\.{key}$", takes too), else its whole name.
+std::string pattern_key_for(const std::vector<Module>& modules, const Module& m) {
+  const std::string& path = m.path;
+  for (size_t at = path.rfind('.'); at != std::string::npos && at > 0; at = path.rfind('.', at - 1)) {
+    const std::string key = path.substr(at + 1);
+    if (std::isdigit(static_cast<unsigned char>(key.front()))) continue;  // "layers.0.…" reads better than "0.…"
+    const tokenize::RegexSplitter regex(pattern_key_regex(key), "rank_pattern key");
+    if (std::count_if(modules.begin(), modules.end(), [&](const Module& o) { return regex.matches_start(o.path); }) == 1)
+      return key;
+  }
+  return path;
 }
 
 }  // namespace
@@ -249,35 +276,58 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
   check(model.has_lora() && c.lora_r > 0, "peft: the model has no LoRA adapters of its own to save");
   const int slot = nn::own_adapter_slot(model);
   const std::vector<Module> modules = modules_of(model);
-  // The file's one rank: the largest a module needs (a fused one holds several adapters).
+  // The file's one rank: the largest a module needs (a fused one holds several adapters). Adapters with ranks and
+  // alphas module by module (Model::lora_per_module) keep each module's: r and lora_alpha are the first module's,
+  // rank_pattern and alpha_pattern give the others theirs.
+  const bool per_module = model.lora_per_module();
   int64_t R = 0;
   double scale = 0.0;
-  std::vector<std::pair<const Module*, std::vector<const LowRankUpdate*>>> adapted;
+  struct Adapted {
+    const Module* m;
+    std::vector<const LowRankUpdate*> us;
+    int64_t rank;
+    double scale;
+  };
+  std::vector<Adapted> adapted;
   for (const Module& m : modules) {
     std::vector<const LowRankUpdate*> us =
         nn::updates_on_rows(*model.find(m.weight), slot, m.row0, m.rows, "the module " + m.path);
     if (us.empty()) continue;
     for (const LowRankUpdate* u : us) {
-      check(scale == 0.0 || u->scale == scale, "peft: '{}' has an adapter scale of its own", m.weight);
-      scale = u->scale;
+      check(per_module || scale == 0.0 || u->scale == scale, "peft: '{}' has an adapter scale of its own", m.weight);
+      if (!per_module) scale = u->scale;
     }
-    R = std::max(R, nn::stacked_rank(us, m.rows));
-    adapted.emplace_back(&m, std::move(us));
+    const int64_t rank = nn::stacked_rank(us, m.rows);
+    R = std::max(R, rank);
+    adapted.push_back({&m, std::move(us), rank, 0.0});
+    adapted.back().scale = adapted.back().us.front()->scale;
   }
   check(!adapted.empty(), "peft: none of the model's adapters lies on a module of its Hugging Face layout");
-  const double alpha = c.lora_rslora ? scale * std::sqrt(static_cast<double>(R)) : scale * static_cast<double>(R);
+  auto alpha_of = [&](double s, int64_t r) {
+    return c.lora_rslora ? s * std::sqrt(static_cast<double>(r)) : s * static_cast<double>(r);
+  };
+  if (per_module) R = adapted.front().rank, scale = adapted.front().scale;
+  const double alpha = alpha_of(scale, R);
+  json rank_pattern = json::object(), alpha_pattern = json::object();
 
   std::vector<Tensor> stored;
   stored.reserve(2 * adapted.size() + 4);
   std::vector<NamedTensor> tensors;
   std::vector<std::string> targets;  // target_modules: module names after the block, unless one names more
-  for (const auto& [m, us] : adapted) {
-    Tensor a({R, model.find(m->weight)->value.size(1)}), b({m->rows, R});  // zeros where no adapter is
-    nn::stack_updates(us, m->row0, m->rows, R, a.data(), b.data());
+  for (const auto& [m, us, own_rank, own_scale] : adapted) {
+    const int64_t r = per_module ? own_rank : R;
+    Tensor a({r, model.find(m->weight)->value.size(1)}), b({m->rows, r});  // zeros where no adapter is
+    // A fused module's adapters at scales of their own: each one's B rows scaled to the module's.
+    const double module_scale = per_module ? own_scale : scale;
+    nn::stack_updates(us, m->row0, m->rows, r, a.data(), b.data(), [&](const LowRankUpdate& u) {
+      return static_cast<float>(u.scale / module_scale);
+    });
     if (m->rope_heads > 0) {
       const Tensor pairs = b.clone();
-      formats::rope_rows_to_hf(b.data(), pairs.data(), m->rope_heads, c.d_head(), R);
+      formats::rope_rows_to_hf(b.data(), pairs.data(), m->rope_heads, c.d_head(), r);
     }
+    if (per_module && r != R) rank_pattern[pattern_key_for(modules, *m)] = r;
+    if (per_module && alpha_of(module_scale, r) != alpha) alpha_pattern[pattern_key_for(modules, *m)] = alpha_of(module_scale, r);
     const std::string name = "base_model.model." + m->path;
     stored.push_back(std::move(a));
     tensors.push_back({name + ".lora_A.weight", &stored.back()});
@@ -295,7 +345,7 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
   auto unadapted_match = [&](const std::string& name) {
     return std::any_of(modules.begin(), modules.end(), [&](const Module& m) {
       return matches(m.path, {name}) &&
-             std::none_of(adapted.begin(), adapted.end(), [&](const auto& a) { return a.first == &m; });
+             std::none_of(adapted.begin(), adapted.end(), [&](const Adapted& a) { return a.m == &m; });
     });
   };
   for (const std::string& t : targets) {
@@ -308,8 +358,8 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
       add(*end);
       continue;
     }
-    for (const auto& [m, us] : adapted)
-      if (m->suffix == t) add(m->path);
+    for (const Adapted& a : adapted)
+      if (a.m->suffix == t) add(a.m->path);
   }
   for (const RowMapping& t : saved_module_tensors(c, c.lora_modules_to_save)) {
     stored.push_back(model.find(t.attend)->value.clone());
@@ -329,10 +379,91 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
                  {"modules_to_save", c.lora_modules_to_save.empty() ? json(nullptr) : json(peft_modules_to_save(c))},
                  {"init_lora_weights", true},
                  {"inference_mode", true}};
+  if (!rank_pattern.empty()) config["rank_pattern"] = rank_pattern;
+  if (!alpha_pattern.empty()) config["alpha_pattern"] = alpha_pattern;
   fs::create_directories(dir);
   write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
   write_file_atomic(dir / "adapter_config.json", config.dump(2) + "\n");
 }
+
+namespace {
+
+// A list of names or one pattern (target_modules' and exclude_modules' two forms), or null.
+void read_names(const nlohmann::json& j, const char* key, const std::string& where, std::vector<std::string>& names,
+                std::string& pattern) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  if (it->is_string()) {
+    pattern = it->get<std::string>();
+    module_regex(pattern, pattern, where, key);
+    return;
+  }
+  check(it->is_array(), "{}: {} is {}, expected a list of module names or a regular expression", where, key,
+        it->dump());
+  for (const auto& m : *it) {
+    check(m.is_string() && !m.get<std::string>().empty(), "{}: {} holds {}, expected names", where, key, m.dump());
+    check(std::find(names.begin(), names.end(), m.get<std::string>()) == names.end(), "{}: {} names '{}' twice", where,
+          key, m.get<std::string>());
+    names.push_back(m.get<std::string>());
+  }
+}
+
+// exclude_modules, rank_pattern, alpha_pattern, layers_to_transform, layers_pattern.
+void read_module_options(std::string_view text, const nlohmann::json& j, const std::string& where, PeftConfig& peft) {
+  read_names(j, "exclude_modules", where, peft.exclude_modules, peft.exclude_pattern);
+  check(peft.exclude_modules.size() <= kMaxPatternKeys, "{}: exclude_modules names {} modules, at most {} are read",
+        where, peft.exclude_modules.size(), kMaxPatternKeys);
+  // The patterns' order is the file's (the first key that matches a module gives its value): read them again in it.
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text, nullptr, false);
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    const auto it = ordered.find(key);
+    if (it == ordered.end() || it->is_null()) continue;
+    check(it->is_object(), "{}: {} is {}, expected an object of module patterns and values", where, key, it->dump());
+    check(it->size() <= kMaxPatternKeys, "{}: {} has {} keys, at most {} are read", where, key, it->size(),
+          kMaxPatternKeys);
+    const bool ranks = std::string_view(key) == "rank_pattern";
+    for (const auto& [pattern, value] : it->items()) {
+      check(!pattern.empty(), "{}: {} has an empty key", where, key);
+      module_regex(pattern, pattern_key_regex(pattern), where, key);
+      if (ranks) {
+        check(value.is_number_integer() && value.get<int64_t>() >= 1 && value.get<int64_t>() <= nn::kMaxLoraRank,
+              "{}: {} gives '{}' the rank {}, expected a whole number from 1 to {}", where, key, pattern, value.dump(),
+              nn::kMaxLoraRank);
+        peft.rank_pattern.emplace_back(pattern, value.get<int64_t>());
+      } else {
+        check(value.is_number() && value.get<double>() > 0.0 && std::isfinite(value.get<double>()),
+              "{}: {} gives '{}' the alpha {}, expected a positive number", where, key, pattern, value.dump());
+        peft.alpha_pattern.emplace_back(pattern, value.get<double>());
+      }
+    }
+  }
+  const auto layers = j.find("layers_to_transform");
+  if (layers != j.end() && !layers->is_null()) {
+    const nlohmann::json list = layers->is_array() ? *layers : nlohmann::json::array({*layers});
+    check(list.size() <= kMaxPatternKeys, "{}: layers_to_transform names {} layers, at most {} are read", where,
+          list.size(), kMaxPatternKeys);
+    for (const auto& l : list) {
+      check(l.is_number_integer() && l.get<int64_t>() >= 0, "{}: layers_to_transform holds {}, expected layer "
+            "numbers", where, l.dump());
+      peft.layers_to_transform.push_back(l.get<int64_t>());
+    }
+  }
+  const auto pattern = j.find("layers_pattern");
+  // None, "" and [] alike: any name before the number (PEFT's len(layers_pattern) == 0).
+  if (pattern != j.end() && !pattern->is_null() && *pattern != "") {
+    const nlohmann::json list = pattern->is_array() ? *pattern : nlohmann::json::array({*pattern});
+    check(list.size() <= kMaxPatternKeys, "{}: layers_pattern has {} names, at most {} are read", where, list.size(),
+          kMaxPatternKeys);
+    for (const auto& l : list) {
+      check(l.is_string(), "{}: layers_pattern holds {}, expected the name of the model's list of layers (such as "
+            "\"layers\" or \"h\")", where, l.dump());
+      module_regex(l.get<std::string>(), layer_regex(l.get<std::string>()), where, "layers_pattern");
+      peft.layers_pattern.push_back(l.get<std::string>());
+    }
+  }
+}
+
+}  // namespace
 
 PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
   const nlohmann::json j = parse_json(text, origin);
@@ -354,11 +485,6 @@ PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
   check(!get("use_dora", false), "{}: use_dora: DoRA adapters are not supported", where);
   check(get("bias", std::string("none")) == "none", "{}: bias '{}': adapters that train biases are not supported",
         where, get("bias", std::string()));
-  for (const char* key : {"rank_pattern", "alpha_pattern"})
-    check(!j.contains(key) || j[key].is_null() || j[key].empty(), "{}: '{}' (ranks or alphas per module) is not "
-          "supported", where, key);
-  check(!j.contains("layers_to_transform") || j["layers_to_transform"].is_null(),
-        "{}: layers_to_transform (adapters on some layers only) is not supported", where);
   check(j.contains("target_modules") && (j["target_modules"].is_array() || j["target_modules"].is_string()),
         "{}: target_modules must be a list of module names or a regular expression", where);
   PeftConfig peft;
@@ -379,6 +505,7 @@ PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
     peft.target_modules.push_back(m.get<std::string>());
   }
   check(!peft.target_modules.empty() || !peft.target_pattern.empty(), "{}: target_modules is empty", where);
+  read_module_options(text, j, where, peft);
   if (j.contains("modules_to_save") && !j["modules_to_save"].is_null()) {
     check(j["modules_to_save"].is_array(), "{}: modules_to_save is {}, expected a list of names", where,
           j["modules_to_save"].dump());
@@ -404,6 +531,73 @@ PeftConfig parse_peft_config(std::string_view text, std::string_view origin) {
   return peft;
 }
 
+struct PeftModules::Impl {
+  PeftConfig peft;
+  std::string where;
+  std::optional<tokenize::RegexSplitter> target, exclude;
+  std::vector<tokenize::RegexSplitter> ranks, alphas, layers;
+
+  // Not excluded, and named by target_modules: the list's names end it (in the layers of layers_to_transform unless
+  // it names the module whole), or the pattern matches all of it ("all-linear": every projection Attend adapts.
+  // PEFT's takes every linear layer but the output layer, which on BERT also includes the pooler's and the MLM
+  // head's dense layers and the classifier; an adapter on those is refused by name when its tensors are read).
+  bool adapted(const std::string& path) const {
+    if (exclude ? exclude->matches_whole(path) : matches(path, peft.exclude_modules)) return false;
+    if (!peft.target_pattern.empty()) return !target || target->matches_whole(path);
+    const auto& list = peft.target_modules;
+    if (std::find(list.begin(), list.end(), path) != list.end()) return true;
+    if (!matches(path, list)) return false;
+    if (peft.layers_to_transform.empty()) return true;
+    for (const tokenize::RegexSplitter& layer : layers) {
+      std::string_view digits;
+      if (!layer.matches_start(path, &digits)) continue;
+      check(!digits.empty() && digits.size() <= 18 && std::all_of(digits.begin(), digits.end(), [](char ch) {
+              return ch >= '0' && ch <= '9';
+            }), "{}: layers_pattern '{}' finds '{}' in the module {}, not a layer's number", where, layer.pattern(),
+            digits, path);
+      const int64_t index = std::stoll(std::string(digits));
+      const auto& wanted = peft.layers_to_transform;
+      return std::find(wanted.begin(), wanted.end(), index) != wanted.end();
+    }
+    return false;  // no layer number in its name
+  }
+};
+
+PeftModules::PeftModules(PeftConfig peft, std::string where) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.peft = std::move(peft), m.where = std::move(where);
+  const PeftConfig& p = m.peft;
+  if (!p.target_pattern.empty() && !all_linear(p.target_pattern)) m.target.emplace(target_regex(p.target_pattern, m.where));
+  if (!p.exclude_pattern.empty())
+    m.exclude.emplace(module_regex(p.exclude_pattern, p.exclude_pattern, m.where, "exclude_modules"));
+  for (const auto& entry : p.rank_pattern)
+    m.ranks.push_back(module_regex(entry.first, pattern_key_regex(entry.first), m.where, "rank_pattern"));
+  for (const auto& entry : p.alpha_pattern)
+    m.alphas.push_back(module_regex(entry.first, pattern_key_regex(entry.first), m.where, "alpha_pattern"));
+  for (const std::string& name : p.layers_pattern)
+    m.layers.push_back(module_regex(name, layer_regex(name), m.where, "layers_pattern"));
+  if (m.layers.empty()) m.layers.push_back(module_regex("", layer_regex(""), m.where, "layers_to_transform"));
+}
+
+PeftModules::~PeftModules() = default;
+
+std::optional<LoraConfig::Rank> PeftModules::adapter(const std::string& module) const {
+  const Impl& m = *impl_;
+  if (!m.adapted(module)) return std::nullopt;
+  LoraConfig::Rank rank{.r = m.peft.lora.r, .alpha = m.peft.lora.alpha};
+  for (size_t i = 0; i < m.ranks.size(); ++i)
+    if (m.ranks[i].matches_start(module)) {
+      rank.r = m.peft.rank_pattern[i].second;
+      break;
+    }
+  for (size_t i = 0; i < m.alphas.size(); ++i)
+    if (m.alphas[i].matches_start(module)) {
+      rank.alpha = m.peft.alpha_pattern[i].second;
+      break;
+    }
+  return rank;
+}
+
 int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name, double multiplier) {
   const fs::path config_path = dir / "adapter_config.json";
   if (fs::is_regular_file(dir) && is_gguf_file(dir)) return formats::load_gguf_lora(model, dir, name, multiplier);
@@ -415,18 +609,22 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   const PeftConfig peft = parse_peft_config(read_file(config_path), where);
   const ModelConfig& c = model.config();
   const std::vector<Module> modules = modules_of(model);
-  // Attend's targets: those of the modules target_modules names, each named in every block or in none.
-  const bool by_pattern = !peft.target_pattern.empty() && !all_linear(peft.target_pattern);
-  const std::optional<tokenize::RegexSplitter> pattern =
-      by_pattern ? std::optional(target_regex(peft.target_pattern, where)) : std::nullopt;
-  const tokenize::RegexSplitter* const pattern_or_all = pattern ? &*pattern : nullptr;
+  // Attend's targets: those of the modules PEFT adapts.
+  const PeftModules choice(peft, where);
   std::vector<const Module*> matched;
   std::set<std::string> targets;
+  auto targets_in = [&](const Module& m) {
+    std::vector<TargetRows> in;
+    for (const TargetRows& t : targets_of(c, m.weight, model.find(m.weight)->value.size(0)))
+      if (t.row0 >= m.row0 && t.row0 < m.row0 + m.rows) in.push_back(t);
+    return in;
+  };
+  std::map<const Module*, LoraConfig::Rank> rank_of;
   for (const Module& m : modules)
-    if (targeted(m.path, peft, pattern_or_all)) {
+    if (const std::optional<LoraConfig::Rank> rank = choice.adapter(m.path)) {
       matched.push_back(&m);
-      for (const TargetRows& t : targets_of(c, m.weight, model.find(m.weight)->value.size(0)))
-        if (t.row0 >= m.row0 && t.row0 < m.row0 + m.rows) targets.insert(t.target);
+      rank_of[&m] = *rank;
+      for (const TargetRows& t : targets_in(m)) targets.insert(t.target);
     }
   for (const std::string& t : peft.target_modules)
     check(std::any_of(modules.begin(), modules.end(), [&](const Module& m) { return matches(m.path, {t}); }),
@@ -436,13 +634,25 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
               if (std::find(ends.begin(), ends.end(), m.suffix) == ends.end()) ends.push_back(m.suffix);
             return fmt::format("{}", fmt::join(ends, ", "));
           }());
-  check(!matched.empty(), "{}: target_modules '{}' matches none of this model's modules (such as {})", where,
-        peft.target_pattern, modules.empty() ? std::string("none") : modules.front().path);
+  check(!matched.empty(), "{}: target_modules{} matches none of this model's modules (such as {}){}", where,
+        peft.target_pattern.empty() ? "" : " '" + peft.target_pattern + "'",
+        modules.empty() ? std::string("none") : modules.front().path,
+        peft.layers_to_transform.empty() ? "" : " in layers_to_transform's layers");
+  // One rank and alpha on a target's every block, as a LoRA run's own adapters; else each module's own
+  // (LoraConfig::per_module): some blocks only (layers_to_transform, a pattern), rank_pattern, alpha_pattern.
+  std::map<std::string, LoraConfig::Rank> per_module;
+  bool uniform = true;
   for (const Module& m : modules) {
-    if (targeted(m.path, peft, pattern_or_all)) continue;
-    for (const TargetRows& t : targets_of(c, m.weight, model.find(m.weight)->value.size(0)))
-      check(!(targets.count(t.target) && t.row0 >= m.row0 && t.row0 < m.row0 + m.rows), "{}: target_modules adapts "
-            "'{}' in some blocks but not {} (Attend adapts a projection in every block)", where, t.target, m.path);
+    const bool adapted = rank_of.count(&m) > 0;
+    const LoraConfig::Rank rank = adapted ? rank_of.at(&m) : LoraConfig::Rank{};
+    for (const TargetRows& t : targets_in(m)) {
+      if (!adapted) {
+        uniform = uniform && !targets.count(t.target);
+        continue;
+      }
+      uniform = uniform && rank.r == peft.lora.r && rank.alpha == peft.lora.alpha;
+      per_module[nn::lora_module_key(m.weight, t.target)] = rank;
+    }
   }
   LoraConfig lora = peft.lora;
   lora.targets.clear();
@@ -451,6 +661,7 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   check(name.empty() || lora.modules_to_save.empty(), "{}: modules_to_save in a second adapter set (the model has "
         "one classification head)", where);
   lora.name = name, lora.multiplier = multiplier;
+  if (!uniform) lora.per_module = std::move(per_module);
 
   // Every tensor checked before the model changes: a file that cannot be read leaves no adapter set behind.
   const SafetensorsReader file(dir / "adapter_model.safetensors");
@@ -458,15 +669,17 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   auto expect_tensor = [&](const std::string& n, const Shape& shape, const std::string& why) {
     const TensorInfo* info = file.find(n);
     check(info != nullptr, "{}: no tensor '{}', which {} needs", file.origin(), n, why);
-    check(info->shape == shape, "{}: '{}' has shape {}, the model needs {}", file.origin(), n, info->shape, shape);
+    check(info->shape == shape, "{}: '{}' has shape {}, the model needs {} ({})", file.origin(), n, info->shape, shape,
+          why);
     used.insert(n);
   };
   const auto a_name = [](const Module* m) { return "base_model.model." + m->path + ".lora_A.weight"; };
   const auto b_name = [](const Module* m) { return "base_model.model." + m->path + ".lora_B.weight"; };
   for (const Module* m : matched) {
-    const std::string why = fmt::format("r = {} on {}", lora.r, m->suffix);
-    expect_tensor(a_name(m), {lora.r, model.find(m->weight)->value.size(1)}, why);
-    expect_tensor(b_name(m), {m->rows, lora.r}, why);
+    const int64_t r = rank_of.at(m).r;
+    const std::string why = fmt::format("r = {} on {}", r, m->path);
+    expect_tensor(a_name(m), {r, model.find(m->weight)->value.size(1)}, why);
+    expect_tensor(b_name(m), {m->rows, r}, why);
   }
   const std::vector<RowMapping> saved = name.empty() ? saved_module_tensors(c, lora.modules_to_save)
                                                      : std::vector<RowMapping>{};
@@ -481,15 +694,18 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
     Parameter& w = *model.find(m->weight);
     const Tensor a = file.load(a_name(m));
     Tensor b = file.load(b_name(m));
+    const int64_t r = a.size(0);
     if (m->rope_heads > 0) {
       const Tensor hf = b.clone();
-      formats::rope_rows_from_hf(b.data(), hf.data(), m->rope_heads, c.d_head(), lora.r);
+      formats::rope_rows_from_hf(b.data(), hf.data(), m->rope_heads, c.d_head(), r);
     }
     for (const LowRankUpdate& u : w.lora) {
       if (u.adapter != slot || u.row0 < m->row0 || u.row0 >= m->row0 + m->rows) continue;
+      check(u.A->value.numel() == a.numel(), "peft: '{}' took rank {} for the file's {}", u.A->name,
+            u.A->value.size(0), r);
       std::copy(a.data(), a.data() + a.numel(), u.A->value.data());
       const int64_t rows = u.B->value.size(0);
-      std::copy(b.data() + (u.row0 - m->row0) * lora.r, b.data() + (u.row0 - m->row0 + rows) * lora.r, u.B->value.data());
+      std::copy(b.data() + (u.row0 - m->row0) * r, b.data() + (u.row0 - m->row0 + rows) * r, u.B->value.data());
     }
   }
   for (const RowMapping& t : saved) {

@@ -37,6 +37,11 @@ void LoraConfig::validate() const {
   for (const std::string& m : modules_to_save)
     check(m == "classifier" || m == "pooler" || m == "embeddings",
           "lora: modules_to_save names '{}' (expected classifier, pooler or embeddings)", m);
+  for (const auto& [key, m] : per_module) {
+    check(m.r >= 1 && m.r <= nn::kMaxLoraRank, "lora: '{}' has r {}, expected a rank from 1 to {}", key, m.r,
+          nn::kMaxLoraRank);
+    check(m.alpha > 0.0 && std::isfinite(m.alpha), "lora: '{}' has alpha {}, expected a positive number", key, m.alpha);
+  }
   check(dropout >= 0.0 && dropout < 1.0, "lora: dropout is {}, expected a probability in [0, 1)", dropout);
   check(std::isfinite(multiplier), "lora: the scale multiplier is {}, expected a finite number", multiplier);
   // The name goes into tensor names: "….lora_A.<name>.weight".
@@ -232,19 +237,33 @@ void stack_updates(const std::vector<const LowRankUpdate*>& updates, int64_t row
   }
 }
 
+std::string lora_module_key(std::string_view weight, std::string_view target) {
+  std::string key(weight);
+  if (key.ends_with(".weight")) key.resize(key.size() - 7);
+  // The fused matrices hold several targets' rows, each its own adapter (MultiHeadAttention::add_lora's labels).
+  if (weight.ends_with("attn.qkv.weight") || weight.ends_with("cross_attn.kv.weight")) key += "." + std::string(target);
+  return key;
+}
+
 void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0, int64_t rows,
                        const LoraConfig& config) {
   check(weight.value.rank() == 2 && row0 >= 0 && rows >= 1 && row0 + rows <= weight.value.size(0),
         "lora: rows [{}, {}) of '{}' ({})", row0, row0 + rows, weight.name, weight.value.shape());
   std::string base = weight.name;
   if (base.ends_with(".weight")) base.resize(base.size() - 7);
+  LoraConfig own = config;  // this module's rank and alpha: the set's, or per_module's entry for it
+  if (!config.per_module.empty()) {
+    const auto it = config.per_module.find(label.empty() ? base : base + "." + label.substr(0, label.size() - 1));
+    if (it == config.per_module.end()) return;
+    own.r = it->second.r, own.alpha = it->second.alpha;
+  }
   const int64_t in = weight.value.size(1);
   const std::string suffix = config.name.empty() ? ".weight" : "." + config.name + ".weight";
-  Entry e{&weight, std::make_unique<Parameter>(base + "." + label + "lora_A" + suffix, Shape{config.r, in}, Role::LoraA),
-          std::make_unique<Parameter>(base + "." + label + "lora_B" + suffix, Shape{rows, config.r}, Role::LoraB)};
+  Entry e{&weight, std::make_unique<Parameter>(base + "." + label + "lora_A" + suffix, Shape{own.r, in}, Role::LoraA),
+          std::make_unique<Parameter>(base + "." + label + "lora_B" + suffix, Shape{rows, own.r}, Role::LoraB)};
   e.A->stack_blocks = e.B->stack_blocks = weight.stack_blocks;
-  weight.lora.push_back({e.A.get(), e.B.get(), row0, config.scale(), static_cast<float>(config.dropout)});
-  weight.lora.back().unit = config.unit_scale();
+  weight.lora.push_back({e.A.get(), e.B.get(), row0, own.scale(), static_cast<float>(config.dropout)});
+  weight.lora.back().unit = own.unit_scale();
   entries_.push_back(std::move(e));
 }
 

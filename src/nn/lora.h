@@ -79,11 +79,16 @@ int64_t stacked_rank(const std::vector<const LowRankUpdate*>& updates, int64_t r
 void stack_updates(const std::vector<const LowRankUpdate*>& updates, int64_t row0, int64_t rows, int64_t rank,
                    float* a, float* b, const std::function<float(const LowRankUpdate&)>& factor = nullptr);
 
+// The key of LoraConfig::per_module for the adapter of `target` (q, k, v, o, up, gate, down) on `weight` (a name
+// such as "decoder.blocks.3.attn.qkv.weight"): its adapter's name before ".lora_A".
+std::string lora_module_key(std::string_view weight, std::string_view target);
+
 // The adapters a layer owns. Adding one registers it on its weight (Parameter::lora).
 class LoraAdapters {
  public:
   // An adapter on `weight`'s output rows [row0, row0 + rows), named "<weight without .weight>.<label>lora_A.weight"
-  // (label "" or "q." for a part of a fused matrix).
+  // (label "" or "q." for a part of a fused matrix); where config.per_module is not empty, at the rank and alpha it
+  // gives this module, or none where it names the module not.
   void add(Parameter& weight, const std::string& label, int64_t row0, int64_t rows, const LoraConfig& config);
   // `weight`'s adapters' parameters, A then B each, in the order they were added.
   void collect(const Parameter& weight, std::vector<Parameter*>& out) const;

@@ -412,6 +412,12 @@ int Model::add_lora(const LoraConfig& config) {
   if (m.encoder) m.encoder->add_lora(config);
   if (m.decoder) m.decoder->add_lora(config);
   m.collect_parameters();
+  std::set<std::string> made;  // per_module's keys: each must have found its module
+  for (const Parameter* p : m.params)
+    if (p->role == Role::LoraA && !before.count(p)) made.insert(p->name.substr(0, p->name.find(".lora_A")));
+  for (const auto& [key, rank] : config.per_module)
+    check(made.count(key) > 0, "lora: an adapter on '{}', which is no projection of this model among the targets "
+          "{}", key, fmt::join(config.targets, ", "));
   m.relay_out([](const Parameter& p) { return !p.has_values(); });  // quantized-only weights stay so
   const auto slot = static_cast<int32_t>(m.adapters.size());
   m.adapters.push_back(config.name);
@@ -421,6 +427,7 @@ int Model::add_lora(const LoraConfig& config) {
     m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
     m.config.lora_rslora = config.rslora, m.config.lora_dropout = config.dropout;
     m.config.lora_modules_to_save = modules;
+    m.own_lora_per_module = !config.per_module.empty();
   }
   uint64_t offset = 0;  // the new A drawn as PEFT draws it; B stays 0
   for (Parameter* p : m.params) {
@@ -447,10 +454,12 @@ void Model::merge_lora() {
   m.config.lora_r = 0;
   m.config.lora_modules_to_save.clear();
   m.adapters.clear();
+  m.own_lora_per_module = false;
   freeze([](const Parameter&) { return false; });
 }
 
 const std::vector<std::string>& Model::adapters() const { return impl_->adapters; }
+bool Model::lora_per_module() const { return impl_->own_lora_per_module; }
 
 bool Model::has_lora() const {
   return std::any_of(impl_->params.begin(), impl_->params.end(),

@@ -234,6 +234,20 @@ bool RegexSplitter::matches_whole(std::string_view text) const {
   return true;
 }
 
+bool RegexSplitter::matches_start(std::string_view text, std::string_view* group1) const {
+  const MatchData match = match_data_for(compiled_->code);
+  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
+                             PCRE2_ANCHORED, match.get(), const_cast<pcre2_match_context*>(match_limits()));
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) match_failed(rc, what_, pattern_, text, 0);
+  if (group1 != nullptr) {
+    const PCRE2_SIZE* at = pcre2_get_ovector_pointer(match.get());
+    const bool took_part = rc > 1 && at[2] != PCRE2_UNSET;
+    *group1 = took_part ? text.substr(at[2], at[3] - at[2]) : std::string_view();
+  }
+  return true;
+}
+
 namespace {
 
 constexpr std::string_view kWhiteSpaceClass = R"(\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";

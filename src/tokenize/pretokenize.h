@@ -47,6 +47,9 @@ class RegexSplitter {
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;
   // Whether the pattern matches all of `text`, as Python's re.fullmatch asks.
   bool matches_whole(std::string_view text) const;
+  // Whether the pattern matches a beginning of `text`, as Python's re.match asks; where it does and `group1` is
+  // given, the text of the first capture group goes there (empty where it took no part).
+  bool matches_start(std::string_view text, std::string_view* group1 = nullptr) const;
 
  private:
   struct Compiled;

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""PEFT adapters whose modules have ranks and alphas of their own (rank_pattern, alpha_pattern), or that leave some
+modules out (layers_to_transform, exclude_modules), as `attend export` writes them back: PEFT, deciding with its own
+functions (check_target_module_exists, get_pattern_key: the same lines as tools/make_peft_fixtures.py, on Python's
+re), must find in Attend's adapter_config.json the same modules, each with the update scale·B·A of the adapter read.
+Checked for the PEFT directories of tests/data/peft written back as PEFT's files directly, and through a GGUF LoRA
+file (each tensor pair at its own rank, one alpha).
+
+  python3 tests/peft_patterns.py --attend build/attend --data tests/data --work /tmp/attend_peft_patterns
+
+Exits 0 when every check passed, 1 with the first failure.
+"""
+import json
+import math
+import os
+import re
+import shutil
+import struct
+
+import tiny_runs
+
+fail, run = tiny_runs.checks("peft_patterns")
+
+
+def matched(module, config):
+    """PEFT's check_target_module_exists, target_modules a list (tools/make_peft_fixtures.py)."""
+    exclude = config.get("exclude_modules") or []
+    if module in exclude or any(module.endswith("." + e) for e in exclude):
+        return False
+    targets = config["target_modules"]
+    if module in targets:
+        return True
+    found = any(module.endswith("." + t) for t in targets)
+    layers = config.get("layers_to_transform")
+    if layers is None or not found:
+        return found
+    layers = [layers] if isinstance(layers, int) else layers
+    pattern = config.get("layers_pattern")
+    if not pattern:
+        index = re.match(r".*\.[^.]*\.(\d+)\.", module)
+    else:
+        for p in [pattern] if isinstance(pattern, str) else pattern:
+            index = re.match(rf".*\.{p}\.(\d+)\.", module)
+            if index is not None:
+                break
+    return index is not None and int(index.group(1)) in layers
+
+
+def pattern_value(patterns, module, default):
+    """PEFT's get_pattern_key, then the value of the key found."""
+    for key in patterns or {}:
+        if re.match(rf"(.*\.)?({key})$", module):
+            return patterns[key]
+    return default
+
+
+def tensors(path, values=True):
+    """{name: (shape, [floats])} of a safetensors file of F32 tensors (or its shapes alone)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, base = json.loads(raw[8:8 + n]), 8 + n
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        if not values:
+            out[k] = (v["shape"], None)
+            continue
+        if v["dtype"] != "F32":
+            fail(f"{path}: {k} is {v['dtype']}, expected F32")
+        begin, end = v["data_offsets"]
+        out[k] = (v["shape"], struct.unpack(f"<{(end - begin) // 4}f", raw[base + begin:base + end]))
+    return out
+
+
+def updates(adapter_dir, modules):
+    """{module: (rank, scale·B·A as a flat list)} of the modules PEFT adapts with this directory."""
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        config = json.load(f)
+    file = tensors(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    out = {}
+    for module in modules:
+        if not matched(module, config):
+            continue
+        r = pattern_value(config.get("rank_pattern"), module, config["r"])
+        alpha = pattern_value(config.get("alpha_pattern"), module, config["lora_alpha"])
+        scale = alpha / (math.sqrt(r) if config.get("use_rslora") else r)
+        (a_shape, a), (b_shape, b) = (file[f"base_model.model.{module}.lora_{x}.weight"] for x in "AB")
+        if a_shape[0] != r or b_shape[1] != r:
+            fail(f"{adapter_dir}: {module} has A {a_shape} and B {b_shape}, PEFT takes r = {r}")
+        inp, outp = a_shape[1], b_shape[0]
+        delta = [scale * sum(b[i * r + k] * a[k * inp + j] for k in range(r)) for i in range(outp) for j in range(inp)]
+        out[module] = (r, delta)
+    return out
+
+
+def same_updates(want, got, what):
+    if sorted(want) != sorted(got):
+        fail(f"{what}: PEFT adapts {sorted(set(got) ^ set(want))} on one side only")
+    for module, (r, delta) in want.items():
+        largest = max(abs(x) for x in delta)
+        worst = max(abs(x - y) for x, y in zip(delta, got[module][1]))
+        if worst > 1e-5 * largest:
+            fail(f"{what}: {module}'s update differs by {worst:.3g} (largest {largest:.3g})")
+
+
+def main():
+    attend, work, data = tiny_runs.paths(__doc__, "data")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    for case in ("mistral_patterns", "gpt2_layers", "t5_layers"):
+        source = os.path.join(data, "peft", case)
+        with open(os.path.join(source, "golden.json")) as f:
+            base = os.path.join(data, json.load(f)["base"])
+        with open(os.path.join(base, "config.json")) as f:
+            gpt2 = json.load(f).get("model_type") == "gpt2"
+        # Every linear layer's name as PEFT sees it in the model (GPT2LMHeadModel's under "transformer.").
+        modules = [("transformer." if gpt2 else "") + name[:-len(".weight")]
+                   for name, (shape, _) in tensors(os.path.join(base, "model.safetensors"), values=False).items()
+                   if name.endswith(".weight") and len(shape) == 2]
+        want = updates(source, modules)
+        if not want:
+            fail(f"{case}: the fixture adapts nothing")
+        written = os.path.join(work, case)
+        run([attend, "export", "--format", "peft", "--model", base, "--lora", source, "-o", written])
+        same_updates(want, updates(written, modules), f"{case} written as PEFT's files")
+        with open(os.path.join(written, "adapter_config.json")) as f:
+            config = json.load(f)
+        if case == "mistral_patterns" and not config.get("rank_pattern"):
+            fail(f"{case}: no rank_pattern written for ranks 1 to 4")
+        if case != "t5_layers":  # llama.cpp's LoRA files are for generating models
+            gguf = os.path.join(work, case + ".gguf")
+            run([attend, "export", "--format", "gguf-lora", "--model", base, "--lora", source, "-o", gguf])
+            back = os.path.join(work, case + "_from_gguf")
+            run([attend, "export", "--format", "peft", "--model", base, "--lora", gguf, "-o", back])
+            same_updates(want, updates(back, modules), f"{case} through a GGUF LoRA")
+        print(f"{case}: {len(want)} modules adapted as PEFT reads Attend's files")
+    print("every check passed")
+
+
+if __name__ == "__main__":
+    main()
