@@ -243,7 +243,8 @@ std::vector<std::vector<float>> step_alone(Session& session, std::vector<int32_t
   return got;
 }
 
-// A server's requests: sessions with different adapter sets (none, the model's own, a named one, both) step
+// A server's requests: sessions with different adapter sets (none, the model's own, a named one held module by
+// module: every other projection, at ranks 1 and 3, as a PEFT rank_pattern or a GGUF LoRA file gives them; both) step
 // together, and each gets exactly what it gets stepping alone; a session without adapters is the bare model's;
 // the prefix cache shares blocks only between sessions of the same sets.
 TEST(Lora, SessionsWithDifferentAdaptersStepTogetherAsAlone) {
@@ -253,7 +254,19 @@ TEST(Lora, SessionsWithDifferentAdaptersStepTogetherAsAlone) {
     c.max_seq_len = 80;
     Model plain(c), m(c);
     m.add_lora({.r = 4, .alpha = 8, .targets = {"q", "k", "v", "o"}, .seed = 9});
-    m.add_lora({.r = 2, .alpha = 4, .targets = kEvery, .seed = 7, .name = "b"});
+    LoraConfig b{.r = 2, .alpha = 4, .targets = kEvery, .seed = 7, .name = "b"};
+    {
+      Model scratch(c);  // the modules' keys: a whole set's adapters' names before ".lora_A"
+      scratch.add_lora(b);
+      int64_t k = 0;
+      for (const Parameter* p : scratch.parameters())
+        if (p->role == Role::LoraA && k++ % 2 == 0)
+          b.per_module[p->name.substr(0, p->name.find(".lora_A"))] = {.r = k % 4 == 1 ? 1 : 3, .alpha = 2.5};
+    }
+    m.add_lora(b);
+    int64_t held = 0;
+    for (const Parameter* p : m.parameters()) held += p->role == Role::LoraA && p->name.find(".b.") != std::string::npos;
+    EXPECT_EQ(held, static_cast<int64_t>(b.per_module.size()));
     randomize_b(m, 4);
     const std::vector<uint64_t> masks = {0, 1, 2, 3};
     const int64_t V = c.vocab_size;
