@@ -32,7 +32,7 @@ def matched(module, config):
         return True
     found = any(module.endswith("." + t) for t in targets)
     layers = config.get("layers_to_transform")
-    if layers is None or not found:
+    if layers is None or layers == [] or not found:
         return found
     layers = [layers] if isinstance(layers, int) else layers
     pattern = config.get("layers_pattern")

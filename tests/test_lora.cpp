@@ -1087,6 +1087,7 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
     Model fresh_model = load_model(hf);
     testing::expect_error_mentions<Error>([&] { load_peft_adapter(fresh_model, dir); }, needles);
     EXPECT_TRUE(fresh_model.adapters().empty()) << "a refused file left an adapter set behind";
+    EXPECT_FALSE(fresh_model.has_lora()) << "a refused file left adapters behind";
   };
   with("peft_type", "IA3");
   fails({"peft_type", "LORA"});
@@ -1125,14 +1126,25 @@ TEST(Lora, PeftFilesWithWhatAttendCannotRunAreErrors) {
   fails({"alpha_pattern '(.*.*)*q'", "limit"});
   with("exclude_modules", nlohmann::json({"layers.0.self_attn.v_proj"}));
   fails({"'base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight' is not one of the adapters"});
-  with("layers_to_transform", nlohmann::json({0, -1}));
-  fails({"layers_to_transform", "-1", "layer numbers"});
-  with("layers_to_transform", 0);
+  with("layers_to_transform", nlohmann::json({0, "1"}));
+  fails({"layers_to_transform", "\"1\"", "layer numbers"});
+  with("layers_to_transform", nlohmann::json({0, -1}));  // -1 is no layer's (PEFT's too): block 0 alone
   fails({"model.layers.1.self_attn", "is not one of the adapters"});
-  with("layers_pattern", nlohmann::json({1}));
-  fails({"layers_pattern", "holds 1"});
-  {  // a layers_pattern whose first group is not the number: an error (PEFT's int() of it raises)
+  with("layers_pattern", "layers");
+  fails({"layers_pattern without layers_to_transform"});
+  {  // what else PEFT's LoraConfig refuses, or finds nothing with; a layers_pattern whose first group is not the
+     // number (PEFT's int() of it raises)
     auto j = nlohmann::json::parse(good);
+    auto fails_with = [&](const nlohmann::json& changes, const std::vector<std::string>& needles) {
+      auto k = j;
+      k.update(changes);
+      write_file_atomic(dir / "adapter_config.json", k.dump());
+      fails(needles);
+    };
+    fails_with({{"target_modules", ".*_proj"}, {"layers_to_transform", {0}}}, {"layers_to_transform with "
+               "target_modules as a pattern"});
+    fails_with({{"layers_to_transform", {0}}, {"layers_pattern", {1}}}, {"layers_pattern", "holds 1"});
+    fails_with({{"layers_to_transform", {0}}, {"layers_pattern", {""}}}, {"matches none", "layers_to_transform"});
     j["layers_to_transform"] = {0, 1};
     j["layers_pattern"] = "(layers)";
     write_file_atomic(dir / "adapter_config.json", j.dump());
@@ -1367,6 +1379,17 @@ TEST(Lora, AdaptersTrainUnderMixedPrecision) {
 
 TEST(Lora, BadConfigurationsNameTheField) {
   Model m(family("gpt"));
+  // Ranks module by module: a bad rank, or a key that is no adapted projection (here o, not among the targets), is
+  // an error before the model changes.
+  const size_t parameters = m.parameters().size();
+  LoraConfig by_module{.targets = {"q", "v"}};
+  by_module.per_module = {{"decoder.layers.0.attn.qkv.q", {.r = 0, .alpha = 1}}};
+  testing::expect_error_mentions<Error>([&] { m.add_lora(by_module); }, {"'decoder.layers.0.attn.qkv.q' has r 0"});
+  by_module.per_module = {{"decoder.layers.0.attn.qkv.q", {.r = 2, .alpha = 1}}, {"decoder.layers.0.attn.o", {}}};
+  testing::expect_error_mentions<Error>([&] { m.add_lora(by_module); },
+                                        {"'decoder.layers.0.attn.o'", "no projection", "targets q, v"});
+  EXPECT_FALSE(m.has_lora());
+  EXPECT_EQ(m.parameters().size(), parameters);
   testing::expect_error_mentions<Error>([&] { m.add_lora({.r = 0}); }, {"r is 0"});
   testing::expect_error_mentions<Error>([&] { m.add_lora({.alpha = -1}); }, {"alpha"});
   testing::expect_error_mentions<Error>([&] { m.add_lora({.targets = {"qq"}}); }, {"unknown target 'qq'"});

@@ -86,7 +86,7 @@ def matched(module, case):
         return True
     found = any(module.endswith("." + t) for t in targets)
     layers = case.get("layers")
-    if layers is None or not found:
+    if layers is None or layers == [] or not found:
         return found
     pattern = case.get("layers_pattern")
     if not pattern:

@@ -72,8 +72,9 @@ struct LoraConfig {
   double multiplier = 1.0;  // DIR:SCALE on the command line: scale()'s factor
   // Ranks and alphas module by module (a PEFT adapter's rank_pattern, alpha_pattern or layers_to_transform; a GGUF
   // LoRA file's pairs): when not empty, exactly the modules it names take adapters, each at its own rank and alpha
-  // (r and alpha above are then unused). A module's key is its adapter's name before ".lora_A"
-  // (nn::lora_module_key): "decoder.blocks.3.attn.qkv.q", "decoder.blocks.3.ffn.down".
+  // (r and alpha above adapt none of them; for the model's own set config.json records them all the same). A
+  // module's key is its adapter's name before ".lora_A": "decoder.layers.3.attn.qkv.q", "decoder.layers.3.ffn.down";
+  // a key that is no projection of config.targets in the model is an error before the model changes.
   struct Rank {
     int64_t r = 8;
     double alpha = 16.0;

@@ -16,7 +16,10 @@
 // A module holding several of Attend's adapters (GPT-2's c_attn with q and v adapted) is written as one adapter of
 // their summed rank: A stacked, B block-diagonal. Every module is written with the file's one rank (the largest;
 // smaller ones padded with zero rows of A and columns of B, which change nothing) and lora_alpha chosen so that
-// PEFT's alpha / r (or alpha / √r) is the adapters' scale. Reading a fused module gives each target it holds the
+// PEFT's alpha / r (or alpha / √r) is the adapters' scale; adapters held module by module (LoraConfig::per_module)
+// keep each module's rank and scale, the others' in rank_pattern and alpha_pattern. Which modules a file adapts, and
+// at which rank and alpha, is PEFT's own choice (PeftModules: target_modules, exclude_modules, layers_to_transform,
+// layers_pattern, rank_pattern, alpha_pattern). Reading a fused module gives each target it holds the
 // module's A and its rows of B: the same W + s·B·A. B's rows of the Llama family's q_proj and k_proj are in
 // Hugging Face's order, permuted per head as the weights are (hf_llama.h); A's are not.
 //
@@ -44,6 +47,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -76,11 +80,10 @@ struct TargetRows {
 
 std::vector<TargetRows> targets_of(const ModelConfig& c, const std::string& weight, int64_t rows) {
   const int64_t q = c.n_heads * c.d_head(), kv = c.kv_heads() * c.d_head();
-  if (weight.ends_with("attn.qkv.weight")) return {{"q", 0, q}, {"k", q, kv}, {"v", q + kv, kv}};
-  if (weight.ends_with("cross_attn.kv.weight")) return {{"k", 0, kv}, {"v", kv, kv}};
-  if (weight.ends_with("cross_attn.q.weight")) return {{"q", 0, rows}};
-  for (const char* t : {"o", "up", "gate", "down"})
-    if (weight.ends_with(std::string(".") + t + ".weight")) return {{t, 0, rows}};
+  const std::vector<std::string> targets = nn::lora_targets_of(weight);
+  if (targets.size() == 3) return {{"q", 0, q}, {"k", q, kv}, {"v", q + kv, kv}};
+  if (targets.size() == 2) return {{"k", 0, kv}, {"v", kv, kv}};
+  if (targets.size() == 1) return {{targets.front(), 0, rows}};
   return {};
 }
 
@@ -240,9 +243,8 @@ constexpr size_t kMaxPatternKeys = 4096;
 // The regular expressions PEFT builds from a rank_pattern or alpha_pattern key (get_pattern_key, for re.match) and
 // from a layers_pattern name (check_target_module_exists; "" for none given), its first group the layer's number.
 std::string pattern_key_regex(const std::string& key) { return "(.*\\.)?(" + key + ")$"; }
-std::string layer_regex(const std::string& name) {
-  return name.empty() ? ".*\\.[^.]*\\.(\\d+)\\." : ".*\\." + name + "\\.(\\d+)\\.";
-}
+std::string layer_regex(const std::string& name) { return ".*\\." + name + "\\.(\\d+)\\."; }
+constexpr const char* kAnyLayerRegex = ".*\\.[^.]*\\.(\\d+)\\.";
 
 // `option`'s pattern `text` as `regex` (what PEFT matches with it): an error names it if it is too long or does not
 // compile.
@@ -310,8 +312,7 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
   const double alpha = alpha_of(scale, R);
   json rank_pattern = json::object(), alpha_pattern = json::object();
 
-  std::vector<Tensor> stored;
-  stored.reserve(2 * adapted.size() + 4);
+  std::deque<Tensor> stored;  // the written tensors point into it: a deque keeps them where they are as it grows
   std::vector<NamedTensor> tensors;
   std::vector<std::string> targets;  // target_modules: module names after the block, unless one names more
   for (const auto& [m, us, own_rank, own_scale] : adapted) {
@@ -320,14 +321,16 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
     // A fused module's adapters at scales of their own: each one's B rows scaled to the module's.
     const double module_scale = per_module ? own_scale : scale;
     nn::stack_updates(us, m->row0, m->rows, r, a.data(), b.data(), [&](const LowRankUpdate& u) {
-      return static_cast<float>(u.scale / module_scale);
+      return u.scale == module_scale ? 1.0f : static_cast<float>(u.scale / module_scale);  // (a set at scale 0: 1)
     });
     if (m->rope_heads > 0) {
       const Tensor pairs = b.clone();
       formats::rope_rows_to_hf(b.data(), pairs.data(), m->rope_heads, c.d_head(), r);
     }
     if (per_module && r != R) rank_pattern[pattern_key_for(modules, *m)] = r;
-    if (per_module && alpha_of(module_scale, r) != alpha) alpha_pattern[pattern_key_for(modules, *m)] = alpha_of(module_scale, r);
+    // An alpha of its own where the file's lora_alpha would not give this module its scale at its rank.
+    const double unit = c.lora_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+    if (per_module && unit != module_scale) alpha_pattern[pattern_key_for(modules, *m)] = alpha_of(module_scale, r);
     const std::string name = "base_model.model." + m->path;
     stored.push_back(std::move(a));
     tensors.push_back({name + ".lora_A.weight", &stored.back()});
@@ -401,9 +404,7 @@ void read_names(const nlohmann::json& j, const char* key, const std::string& whe
   check(it->is_array(), "{}: {} is {}, expected a list of module names or a regular expression", where, key,
         it->dump());
   for (const auto& m : *it) {
-    check(m.is_string() && !m.get<std::string>().empty(), "{}: {} holds {}, expected names", where, key, m.dump());
-    check(std::find(names.begin(), names.end(), m.get<std::string>()) == names.end(), "{}: {} names '{}' twice", where,
-          key, m.get<std::string>());
+    check(m.is_string(), "{}: {} holds {}, expected names", where, key, m.dump());
     names.push_back(m.get<std::string>());
   }
 }
@@ -442,13 +443,23 @@ void read_module_options(std::string_view text, const nlohmann::json& j, const s
     const nlohmann::json list = layers->is_array() ? *layers : nlohmann::json::array({*layers});
     check(list.size() <= kMaxPatternKeys, "{}: layers_to_transform names {} layers, at most {} are read", where,
           list.size(), kMaxPatternKeys);
-    for (const auto& l : list) {
-      check(l.is_number_integer() && l.get<int64_t>() >= 0, "{}: layers_to_transform holds {}, expected layer "
-            "numbers", where, l.dump());
+    for (const auto& l : list) {  // (a negative number is no layer's: PEFT keeps it and matches nothing with it)
+      check(l.is_number_integer(), "{}: layers_to_transform holds {}, expected layer numbers", where, l.dump());
       peft.layers_to_transform.push_back(l.get<int64_t>());
     }
   }
+  // What PEFT's LoraConfig refuses (its __post_init__): the layer options beside target_modules as a pattern, and
+  // layers_pattern without layers_to_transform.
+  const bool has_layers = layers != j.end() && !layers->is_null();
   const auto pattern = j.find("layers_pattern");
+  const bool has_pattern = pattern != j.end() && !pattern->is_null();
+  check(peft.target_pattern.empty() || (!has_layers && !has_pattern), "{}: {} with target_modules as a pattern (PEFT "
+        "refuses it: the pattern says which layers)", where, has_layers ? "layers_to_transform" : "layers_pattern");
+  auto truthy = [](const nlohmann::json& v) {  // Python's bool() of the field
+    return v.is_array() ? !v.empty() : v.is_string() ? !v.get<std::string>().empty() : v.is_number() ? v != 0 : !v.is_null();
+  };
+  check(!(has_pattern && truthy(*pattern)) || (has_layers && truthy(*layers)), "{}: layers_pattern without "
+        "layers_to_transform (PEFT refuses it)", where);
   // None, "" and [] alike: any name before the number (PEFT's len(layers_pattern) == 0).
   if (pattern != j.end() && !pattern->is_null() && *pattern != "") {
     const nlohmann::json list = pattern->is_array() ? *pattern : nlohmann::json::array({*pattern});
@@ -576,7 +587,7 @@ PeftModules::PeftModules(PeftConfig peft, std::string where) : impl_(std::make_u
     m.alphas.push_back(module_regex(entry.first, pattern_key_regex(entry.first), m.where, "alpha_pattern"));
   for (const std::string& name : p.layers_pattern)
     m.layers.push_back(module_regex(name, layer_regex(name), m.where, "layers_pattern"));
-  if (m.layers.empty()) m.layers.push_back(module_regex("", layer_regex(""), m.where, "layers_to_transform"));
+  if (m.layers.empty()) m.layers.push_back(module_regex("", kAnyLayerRegex, m.where, "layers_to_transform"));
 }
 
 PeftModules::~PeftModules() = default;

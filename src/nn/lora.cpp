@@ -237,6 +237,16 @@ void stack_updates(const std::vector<const LowRankUpdate*>& updates, int64_t row
   }
 }
 
+std::vector<std::string> lora_targets_of(std::string_view weight) {
+  if (weight.ends_with(".attn.qkv.weight")) return {"q", "k", "v"};  // self-attention's rows q, then k, then v
+  if (weight.ends_with(".cross_attn.q.weight")) return {"q"};
+  if (weight.ends_with(".cross_attn.kv.weight")) return {"k", "v"};
+  if (weight.ends_with("attn.o.weight")) return {"o"};
+  for (const char* t : {"up", "gate", "down"})
+    if (weight.ends_with(".ffn." + std::string(t) + ".weight")) return {t};
+  return {};
+}
+
 std::string lora_module_key(std::string_view weight, std::string_view target) {
   std::string key(weight);
   if (key.ends_with(".weight")) key.resize(key.size() - 7);
@@ -251,7 +261,8 @@ void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0
         "lora: rows [{}, {}) of '{}' ({})", row0, row0 + rows, weight.name, weight.value.shape());
   std::string base = weight.name;
   if (base.ends_with(".weight")) base.resize(base.size() - 7);
-  LoraConfig own = config;  // this module's rank and alpha: the set's, or per_module's entry for it
+  // This module's rank and alpha: the set's, or per_module's entry for it.
+  LoraConfig own{.r = config.r, .alpha = config.alpha, .rslora = config.rslora, .multiplier = config.multiplier};
   if (!config.per_module.empty()) {
     const auto it = config.per_module.find(label.empty() ? base : base + "." + label.substr(0, label.size() - 1));
     if (it == config.per_module.end()) return;

@@ -79,8 +79,11 @@ int64_t stacked_rank(const std::vector<const LowRankUpdate*>& updates, int64_t r
 void stack_updates(const std::vector<const LowRankUpdate*>& updates, int64_t row0, int64_t rows, int64_t rank,
                    float* a, float* b, const std::function<float(const LowRankUpdate&)>& factor = nullptr);
 
-// The key of LoraConfig::per_module for the adapter of `target` (q, k, v, o, up, gate, down) on `weight` (a name
-// such as "decoder.blocks.3.attn.qkv.weight"): its adapter's name before ".lora_A".
+// The targets (q, k, v, o, up, gate, down) whose rows the weight of this name holds, as the layers adapt them
+// (self-attention's qkv: q, k and v; cross-attention's q and kv; o; the FFN's up, gate and down); none for others.
+std::vector<std::string> lora_targets_of(std::string_view weight);
+// The key of LoraConfig::per_module for the adapter of `target` on `weight` (a name such as
+// "decoder.layers.3.attn.qkv.weight"): its adapter's name before ".lora_A" ("decoder.layers.3.attn.qkv.q").
 std::string lora_module_key(std::string_view weight, std::string_view target);
 
 // The adapters a layer owns. Adding one registers it on its weight (Parameter::lora).

@@ -406,18 +406,23 @@ int Model::add_lora(const LoraConfig& config) {
           "are up and down; gate is SwiGLU's or GeGLU's, as in Llama, Qwen, Gemma and T5 v1.1)");
     log::info("lora: this model's FFN is not gated: target gate adapts nothing");
   }
+  if (!config.per_module.empty()) {  // each key a projection the layers below will adapt, before they change
+    std::set<std::string> keys;
+    for (const Parameter* p : m.params)
+      for (const std::string& t : nn::lora_targets_of(p->name))
+        if (std::find(config.targets.begin(), config.targets.end(), t) != config.targets.end())
+          keys.insert(nn::lora_module_key(p->name, t));
+    for (const auto& entry : config.per_module)
+      check(keys.count(entry.first) > 0, "lora: an adapter on '{}', which is no projection of this model among the "
+            "targets {} (keys such as '{}')", entry.first, fmt::join(config.targets, ", "),
+            keys.empty() ? std::string("none") : *keys.begin());
+  }
   std::set<const Parameter*> before;
   for (const Parameter* p : m.params)
     if (p->role == Role::LoraA) before.insert(p);
   if (m.encoder) m.encoder->add_lora(config);
   if (m.decoder) m.decoder->add_lora(config);
   m.collect_parameters();
-  std::set<std::string> made;  // per_module's keys: each must have found its module
-  for (const Parameter* p : m.params)
-    if (p->role == Role::LoraA && !before.count(p)) made.insert(p->name.substr(0, p->name.find(".lora_A")));
-  for (const auto& [key, rank] : config.per_module)
-    check(made.count(key) > 0, "lora: an adapter on '{}', which is no projection of this model among the targets "
-          "{}", key, fmt::join(config.targets, ", "));
   m.relay_out([](const Parameter& p) { return !p.has_values(); });  // quantized-only weights stay so
   const auto slot = static_cast<int32_t>(m.adapters.size());
   m.adapters.push_back(config.name);
