@@ -849,6 +849,24 @@ TEST(Lora, EmbeddingsTrainBesideTheAdaptersAndTravelInPeftFiles) {
     }
     EXPECT_TRUE(held.find("decoder.layers.0.attn.qkv.weight")->packed.size() > 0);
   }
+  // A classifier with its pooler and the embeddings beside the adapters: five whole tensors in the file (the writer
+  // once kept them where a vector's growth could move them: under AddressSanitizer, a read after free).
+  const ModelConfig c = family("bert");
+  Model m(c);
+  m.add_lora({.r = 2, .alpha = 4, .targets = {"q", "v"}, .seed = 9,
+              .modules_to_save = {"classifier", "pooler", "embeddings"}});
+  randomize_b(m, 2);
+  for (float& x : m.find("embed.tokens.weight")->value.span()) x *= 1.5f;
+  const Batch b = batch_for(c, 3);
+  const fs::path dir = fresh("peft_embeddings_bert");
+  save_peft_adapter(m, dir);
+  const SafetensorsReader file(dir / "adapter_model.safetensors");
+  int64_t whole = 0;
+  for (const TensorInfo& t : file.tensors()) whole += t.name.find("lora_") == std::string::npos;
+  EXPECT_EQ(whole, 5);
+  Model back(c);
+  load_peft_adapter(back, dir);
+  EXPECT_EQ(logits_of(back, b), logits_of(m, b));
 }
 
 // run.json's train.lora section: read, written back, set with --set train.lora.FIELD, and checked.
