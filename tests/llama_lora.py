@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Attend's GGUF LoRA files in llama.cpp: for a llama-layout and a gpt2-layout model (gpt2's fused attn_qkv takes
-the q and v adapters as one adapter of rank 2r), a base trained, LoRA adapters trained on it, the base exported
-with `attend export --format gguf` and the adapters with `--format gguf-lora`; llama.cpp's llama-server loads the
-base with --lora and generates greedily from token ids: the tokens Attend generates from the base with the PEFT
-adapter (--lora), and, with the adapter's scale set to 0 in the request, the base's own tokens.
+"""Attend's GGUF LoRA files in llama.cpp: for a llama-layout, a gpt2-layout (gpt2's fused attn_qkv takes the q and
+v adapters as one adapter of rank 2r) and a qwen2-layout model (q and k rows in Hugging Face's order), a base
+trained, LoRA adapters trained on it, the base exported with `attend export --format gguf` and the adapters with
+`--format gguf-lora`; llama.cpp's llama-server loads the base with --lora and generates greedily from token ids:
+the tokens Attend generates from the base with the PEFT adapter (--lora), and, with the adapter's scale set to 0
+in the request, the base's own tokens.
 
   python3 tests/llama_lora.py --attend build/attend --llama-bin /path/to/llama.cpp/build/bin --work /tmp/w
 
@@ -70,6 +71,9 @@ def main():
                   "--set", "model.bias=false", "--set", "model.n_kv_heads=2"],
         "gpt2": ["--set", "model.position=learned", "--set", "model.norm=layernorm",
                  "--set", "model.activation=gelu_tanh", "--set", "model.bias=true"],
+        # qwen2 (q, k and v biases): its q and k rows stay in Hugging Face's halves in the file, as B's rows must
+        "qwen2": ["--set", "model.position=rope", "--set", "model.norm=rmsnorm", "--set", "model.activation=swiglu",
+                  "--set", "model.bias=false", "--set", "model.n_kv_heads=2", "--set", "model.qkv_bias=true"],
     }
     prompts = [[5, 17, 40], [100, 3, 9, 12, 60]]
     n = 16
