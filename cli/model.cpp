@@ -89,12 +89,16 @@ void add_init(CLI::App& app) {
 void add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Print a model's parameters with their shapes, totals by part, and memory");
   static std::string dir;
+  static std::vector<std::string> lora;
   static bool json_output = false, summary = false;
   cmd->add_option("model", dir, "A model directory (Attend's or a Hugging Face checkpoint) or a GGUF file")->required();
+  cmd->add_option("--lora", lora, "[NAME=]DIR[:SCALE]: a PEFT LoRA adapter directory or llama.cpp's GGUF LoRA file on "
+                  "the model: its adapters counted and listed (repeat for several)");
   cmd->add_flag("--json", json_output, "Print one JSON object instead of tables");
   cmd->add_flag("--summary", summary, "Leave out the per-tensor table");
   cmd->callback([] {
-    const Model model = load_model(dir);
+    Model model = load_model(dir);
+    apply_lora(model, lora);
     const ModelConfig& c = model.config();
     const ParameterCount n = model.count();
     const double weights = 4.0 * double(n.total());

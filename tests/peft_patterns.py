@@ -129,6 +129,18 @@ def main():
             config = json.load(f)
         if case == "mistral_patterns" and not config.get("rank_pattern"):
             fail(f"{case}: no rank_pattern written for ranks 1 to 4")
+        # `attend inspect --lora`: the adapters counted, each module at the rank PEFT gives it.
+        inspected = json.loads(run([attend, "inspect", base, "--lora", source, "--json"]))
+        ranks = {t["name"][:t["name"].index(".lora_A")]: t["shape"][0] for t in inspected["tensors"]
+                 if t["role"] == "lora_a"}
+        if sorted(ranks.values()) != sorted(r for r, _ in want.values()) if case != "gpt2_layers" else len(ranks) != 5:
+            fail(f"{case}: inspect lists adapters of ranks {sorted(ranks.values())}, PEFT's are "
+                 f"{sorted(r for r, _ in want.values())}")
+        if inspected["parameters"]["adapters"] != sum(t["shape"][0] * t["shape"][1] for t in inspected["tensors"]
+                                                      if t["role"] in ("lora_a", "lora_b")):
+            fail(f"{case}: inspect counts {inspected['parameters']['adapters']} adapter parameters")
+        if "ranks module by module" not in run([attend, "inspect", base, "--lora", source, "--summary"]):
+            fail(f"{case}: inspect's summary does not say the ranks are module by module")
         if case != "t5_layers":  # llama.cpp's LoRA files are for generating models
             gguf = os.path.join(work, case + ".gguf")
             run([attend, "export", "--format", "gguf-lora", "--model", base, "--lora", source, "-o", gguf])
