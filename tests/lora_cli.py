@@ -43,6 +43,32 @@ def main():
         config = json.load(f)
     if config["peft_type"] != "LORA" or config["r"] != 4 or config["lora_alpha"] != 8:
         fail(f"adapter_config.json: {config}")
+    # Training goes on from the PEFT files on the base (train.lora.from) exactly as from the LoRA checkpoint itself:
+    # the same losses, step for step, and the same adapters after.
+    more = ["--set", "train.lora.r=4", "--set", "train.lora.alpha=8", "--set", "train.lora.targets=q,k,v,o,up,gate,down",
+            "--set", "train.lr=1e-2", *common, "--set", "train.steps=3"]
+    on_checkpoint, on_peft = os.path.join(work, "more-checkpoint"), os.path.join(work, "more-peft")
+    run([attend, "train", "--set", f"train.init_from={lora}/checkpoint", *more, "--set", f"out={on_checkpoint}"])
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", f"train.lora.from={peft}", *more,
+         "--set", f"out={on_peft}"])
+
+    def losses(out):
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            return [json.loads(line)["loss"] for line in f if '"loss"' in line]
+
+    if not losses(on_peft) or losses(on_peft) != losses(on_checkpoint):
+        fail(f"train.lora.from: losses {losses(on_peft)}, from the LoRA checkpoint {losses(on_checkpoint)}")
+    for a, b in ((on_peft, on_checkpoint),):
+        with open(os.path.join(a, "checkpoint", "model.safetensors"), "rb") as f, \
+                open(os.path.join(b, "checkpoint", "model.safetensors"), "rb") as g:
+            if f.read() != g.read():
+                fail("train.lora.from: the adapters after three steps differ from the LoRA checkpoint's")
+    proc = subprocess.run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set",
+                           f"train.lora.from={peft}", "--set", "train.lora.r=2", *more[2:], "--set", "train.lora.r=2",
+                           "--set", f"out={os.path.join(work, 'more-wrong')}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode == 0 or "r 4 (train.lora 2)" not in proc.stderr:
+        fail(f"train.lora.from with another rank: exit {proc.returncode}, {proc.stderr[-400:]!r}")
     # Formats without adapters refuse a LoRA checkpoint (they wrote the base, silently) and name what writes them.
     for cmd in ([attend, "export", "--model", f"{lora}/checkpoint", "--format", "hf", "-o", os.path.join(work, "no")],
                 [attend, "export", "--model", f"{lora}/checkpoint", "--format", "gguf", "-o", os.path.join(work, "no.gguf")],

@@ -893,6 +893,14 @@ TEST(Lora, RunJsonTrainLoraSection) {
       "dropout": 1.5}}})", "run.json");
   testing::expect_error_mentions<Error>([&] { bad.validate(); }, {"train.lora: dropout"});
   EXPECT_EQ(RunConfig().to_json().find("lora\": {"), std::string::npos) << "no section without LoRA";
+  // train.lora.from: read, written back, and only with a base and train.lora's options.
+  run.set("train.lora.from", "adapters/mine");
+  EXPECT_EQ(RunConfig::from_json(run.to_json(), "written").train.lora_from, "adapters/mine");
+  RunConfig from = RunConfig::from_json(R"({"data": {"train": ["x"], "tokenizer": "t"}, "train": {"lora": {"r": 4,
+      "from": "adapter"}}})", "run.json");
+  testing::expect_error_mentions<Error>([&] { from.validate(); }, {"train.lora.from (adapter)", "train.init_from"});
+  from.set("train.init_from", "base");
+  EXPECT_NO_THROW(from.validate());
 }
 
 // PEFT's files for the Llama family: PEFT's names and shapes, read back to the same logits bit for bit; and an

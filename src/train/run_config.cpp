@@ -95,13 +95,15 @@ void for_each_train_field(TrainConfig& t, F&& f) {
 }
 
 template <typename F>
-void for_each_lora_field(LoraConfig& l, F&& f) {
+void for_each_lora_field(TrainConfig& t, F&& f) {
+  LoraConfig& l = t.lora;
   f("r", l.r, "the adapters' rank (0: no LoRA, the whole model trains)");
   f("alpha", l.alpha, "the adapters' output is scaled by alpha / r");
   f("dropout", l.dropout, "dropout on the adapters' input while training (PEFT's lora_dropout)");
   f("targets", l.targets, "the projections adapted, among q, k, v, o (attention), up, gate, down (FFN)");
   f("rslora", l.rslora, "scale by alpha / √r (rsLoRA) instead");
   f("modules_to_save", l.modules_to_save, "modules that train whole beside the adapters: classifier, pooler, embeddings (a classification head's by default)");
+  f("from", t.lora_from, "a PEFT adapter directory or GGUF LoRA file to go on training, on train.init_from's base (r, alpha, targets, rslora and modules_to_save as it has them)");
 }
 
 }  // namespace
@@ -121,7 +123,7 @@ RunConfig RunConfig::from_json(std::string_view text, std::string_view origin) {
     json train = j["train"];
     if (train.is_object() && train.contains("lora")) {  // a section of its own
       read_fields(train["lora"], fmt::format("{}: train.lora", origin),
-                  [&](auto&& f) { for_each_lora_field(c.train.lora, f); });
+                  [&](auto&& f) { for_each_lora_field(c.train, f); });
       train.erase("lora");
     }
     read_fields(train, fmt::format("{}: train", origin), [&](auto&& f) { for_each_train_field(c.train, f); });
@@ -136,7 +138,7 @@ std::string RunConfig::to_json() const {
   j["model"] = nlohmann::ordered_json::parse(model.to_json());
   j["data"] = write_fields([&](auto&& f) { for_each_data_field(copy.data, f); });
   j["train"] = write_fields([&](auto&& f) { for_each_train_field(copy.train, f); });
-  if (train.lora.r > 0) j["train"]["lora"] = write_fields([&](auto&& f) { for_each_lora_field(copy.train.lora, f); });
+  if (train.lora.r > 0) j["train"]["lora"] = write_fields([&](auto&& f) { for_each_lora_field(copy.train, f); });
   j["out"] = out;
   return j.dump(2) + "\n";
 }
@@ -154,7 +156,7 @@ void RunConfig::set(std::string_view key, std::string_view value) {
   } else if (section == "data") {
     found = set_field(field, value, "--set data", [&](auto&& f) { for_each_data_field(data, f); });
   } else if (section == "train" && field.starts_with("lora.")) {
-    found = set_field(field.substr(5), value, "--set train.lora", [&](auto&& f) { for_each_lora_field(train.lora, f); });
+    found = set_field(field.substr(5), value, "--set train.lora", [&](auto&& f) { for_each_lora_field(train, f); });
   } else if (section == "train") {
     found = set_field(field, value, "--set train", [&](auto&& f) { for_each_train_field(train, f); });
   }
@@ -185,6 +187,9 @@ void RunConfig::validate() const {
   check(train.allreduce != Precision::F16, "run: train.allreduce must be f32 or bf16, got f16");
   check(train.bucket_mb >= 0.0, "run: train.bucket_mb must be non-negative, got {}", train.bucket_mb);
   check(train.lora.r >= 0, "run: train.lora.r is {}, expected 0 (no LoRA) or a rank", train.lora.r);
+  check(train.lora_from.empty() || (train.lora.r > 0 && !train.init_from.empty()), "run: train.lora.from ({}) needs "
+        "train.init_from, the base the adapter was trained on, and train.lora's r, alpha and targets as the adapter "
+        "has them", train.lora_from);
   if (train.lora.r > 0) {
     try {
       train.lora.validate();
@@ -203,7 +208,7 @@ std::string RunConfig::help() {
   out += ModelConfig::help("model.");
   out += "\ndata\n" + describe_fields("data.", [&](auto&& f) { for_each_data_field(d.data, f); });
   out += "\ntrain\n" + describe_fields("train.", [&](auto&& f) { for_each_train_field(d.train, f); });
-  out += describe_fields("train.lora.", [&](auto&& f) { for_each_lora_field(d.train.lora, f); });
+  out += describe_fields("train.lora.", [&](auto&& f) { for_each_lora_field(d.train, f); });
   out += fmt::format("\n  {:<28} {:<14} {}\n", "out", "\"runs/run\"", "the run directory: checkpoint/, metrics.jsonl");
   return out;
 }

@@ -33,6 +33,34 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
+// train.lora.from: the adapter file's adapters onto `base` (init_from's model), as the run's own; their options must
+// be the run's (`run`: the model train.lora made), each that differs named with the adapter's value.
+void adapters_from(Model& base, const std::string& adapter, const ModelConfig& run) {
+  try {
+    load_peft_adapter(base, adapter);
+  } catch (const Error& e) {
+    throw Error(fmt::format("train.lora.from: {}", e.what()));
+  }
+  check(!base.lora_per_module(), "train.lora.from {}: its modules have ranks or alphas of their own, or some blocks "
+        "none; train.lora trains one rank and alpha on every block", adapter);
+  const ModelConfig& a = base.config();
+  std::vector<std::string> differ;
+  if (a.lora_r != run.lora_r) differ.push_back(fmt::format("r {} (train.lora {})", a.lora_r, run.lora_r));
+  if (a.lora_alpha != run.lora_alpha)
+    differ.push_back(fmt::format("alpha {} (train.lora {})", a.lora_alpha, run.lora_alpha));
+  if (a.lora_rslora != run.lora_rslora)
+    differ.push_back(fmt::format("rslora {} (train.lora {})", a.lora_rslora, run.lora_rslora));
+  if (a.lora_targets != run.lora_targets)
+    differ.push_back(fmt::format("targets {} (train.lora {})", fmt::join(a.lora_targets, ","),
+                                 fmt::join(run.lora_targets, ",")));
+  if (a.lora_modules_to_save != run.lora_modules_to_save)
+    differ.push_back(fmt::format("modules_to_save {} (train.lora {})", fmt::join(a.lora_modules_to_save, ","),
+                                 fmt::join(run.lora_modules_to_save, ",")));
+  check(differ.empty(), "train.lora.from {}: the adapter has {}: give train.lora as the adapter has it", adapter,
+        fmt::join(differ, "; "));
+}
+
+
 // Whether token target i counts towards the loss: it has a target, at a real (not padded) position.
 bool is_scored(const Batch& b, int64_t i) {
   return b.targets[i] != Batch::kIgnore && (b.lengths.empty() || i % b.T < b.lengths[i / b.T]);
@@ -284,6 +312,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       if (!c.init_from.empty()) {
         Model source = load_model(c.init_from);
         source.ensure_values();  // a GGUF file's quantized matrices start the run as their blocks' values
+        if (!c.lora_from.empty()) adapters_from(source, c.lora_from, s.model.config());
         std::vector<std::string> kept;
         try {
           kept = s.model.copy_parameters_from(source);
