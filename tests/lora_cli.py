@@ -81,6 +81,12 @@ def main():
     # A GGUF LoRA file given as a model is named for what it is (it was "no 2-dimensional tensor 'token_embd.weight'").
     lora_gguf = os.path.join(work, "lora.gguf")
     run([attend, "export", "--model", f"{lora}/checkpoint", "--format", "gguf-lora", "-o", lora_gguf])
+    # ... and from the GGUF LoRA file (one rank on every block: a set as the run's own, alpha / r its scale).
+    on_gguf = os.path.join(work, "more-gguf")
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", f"train.lora.from={lora_gguf}",
+         *more, "--set", f"out={on_gguf}"])
+    if losses(on_gguf) != losses(on_checkpoint):
+        fail(f"train.lora.from a GGUF LoRA: losses {losses(on_gguf)}, from the LoRA checkpoint {losses(on_checkpoint)}")
     proc = subprocess.run([attend, "inspect", lora_gguf], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode == 0 or "a GGUF LoRA adapter, not a model" not in proc.stderr:
         fail(f"inspect of a GGUF LoRA file: exit {proc.returncode}, {proc.stderr!r}")

@@ -784,7 +784,7 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
       {".attn_v.weight", {"v"}},             {".attn_output.weight", {"o"}}, {".ffn_up.weight", {"up"}},
       {".ffn_gate.weight", {"gate"}},        {".ffn_down.weight", {"down"}}};
   std::set<std::string> targets;
-  std::map<std::string, LoraConfig::Rank> per_module;  // each pair at its own rank, alpha / r folded into B below
+  std::map<std::string, LoraConfig::Rank> per_module;  // each pair at its own rank and the file's alpha
   for (const auto& entry : pairs) {  // not a structured binding: the lambda below takes `base`, and clang cannot
     const std::string& base = entry.first;  // capture one under OpenMP
     const Pair& p = entry.second;
@@ -807,21 +807,33 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
           fmt::join(p.a->dims, ", "), fmt::join(p.b->dims, ", "), in, out);
     check(r <= nn::kMaxLoraRank, "{}: '{}' has rank {}; at most {} is read", origin, base, r, nn::kMaxLoraRank);
     for (const std::string& target : t->second)  // the projections whose rows the tensor holds
-      per_module[nn::lora_module_key(at->second->attend, target)] = {.r = r, .alpha = static_cast<double>(r)};
+      per_module[nn::lora_module_key(at->second->attend, target)] = {.r = r, .alpha = alpha > 0.0 ? alpha : double(r)};
   }
   check(!pairs.empty(), "{}: a LoRA adapter without tensors", origin);
   if (!skipped.empty())
     log::warn("{}: {} norm tensor(s) skipped, as llama.cpp skips them (such as '{}')", origin, skipped.size(),
               skipped.front());
 
-  // Each pair's projections at its rank and unit scale (alpha = r): the pair's alpha / r goes into its B, so that the
-  // update is multiplier · B·A, as llama.cpp's; what the file does not cover takes no adapter.
+  // Each pair's projections at its rank with the file's alpha (alpha 0: r), so that the update is multiplier ·
+  // (alpha / r) · B·A, as llama.cpp's; what the file does not cover takes no adapter.
   LoraConfig lora;
-  lora.per_module = std::move(per_module);
   lora.dropout = 0.0;
   lora.targets.clear();
   for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
     if (targets.count(t)) lora.targets.push_back(t);
+  // A file with one rank on every block of each projection it adapts is a set as a LoRA run's own (config.json can
+  // describe it: it saves, trains on); any other keeps its pairs module by module.
+  std::set<std::string> every;
+  for (const Parameter* p : model.parameters())
+    for (const std::string& t : nn::lora_targets_of(p->name))
+      if (targets.count(t)) every.insert(nn::lora_module_key(p->name, t));
+  const int64_t first = per_module.begin()->second.r;
+  const bool uniform = every.size() == per_module.size() &&
+                       std::all_of(per_module.begin(), per_module.end(), [&](const auto& m) {
+                         return every.count(m.first) > 0 && m.second.r == first;
+                       });
+  if (uniform) lora.r = first, lora.alpha = per_module.begin()->second.alpha;
+  else lora.per_module = std::move(per_module);
   lora.name = name, lora.multiplier = multiplier;
   const int slot = model.add_lora(lora);
   for (const auto& [base, p] : pairs) {
@@ -831,8 +843,10 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(place.rows * r));
     values_of(file, *p.a, a.data());
     values_of(file, *p.b, b.data());
-    const float factor = static_cast<float>(alpha != 0.0 ? alpha / static_cast<double>(r) : 1.0);
-    for (float& x : b) x *= factor;
+    // The update's alpha / r is the adapter's own scale (alpha 0: 1, llama.cpp's); a negative alpha, which no scale
+    // of Attend's takes, goes into B instead.
+    if (alpha < 0.0)
+      for (float& x : b) x *= static_cast<float>(alpha / static_cast<double>(r));
     if (place.rope_heads > 0) {  // B's rows in Attend's order, as the weight's (qwen2, qwen3, gemma3)
       const std::vector<float> file_order = b;
       rope_rows_from_hf(b.data(), file_order.data(), place.rope_heads, c.d_head(), r);

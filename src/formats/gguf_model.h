@@ -66,8 +66,10 @@ bool is_gguf_file(const std::filesystem::path& path);
 // norm tensors skipped as llama.cpp skips them, as convert_lora_to_gguf.py and `attend export
 // --format gguf-lora` write them) added to the model as load_peft_adapter adds a PEFT directory's; returns its slot.
 // Each tensor pair's update is multiplier · (alpha / its rank) · B·A, as llama.cpp applies it (alpha 0: multiplier ·
-// B·A). Errors name the file and the tensor: another architecture, a tensor of no projection Attend adapts (the
-// embeddings, the LM head), a shape or a pair that does not fit.
+// B·A). A file with one rank on every block of each projection it adapts loads as a LoRA run's own set (r, the file's
+// alpha); any other module by module (LoraConfig::per_module). Errors name the file and the tensor: another
+// architecture, a tensor of no projection Attend adapts (the embeddings, the LM head), a shape or a pair that does
+// not fit.
 int load_gguf_lora(Model& model, const std::filesystem::path& path, const std::string& name, double multiplier);
 ModelConfig config_from_gguf(const gguf::Reader& file);
 Model load_gguf_model(const std::filesystem::path& path);
