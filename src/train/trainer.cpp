@@ -60,7 +60,6 @@ void adapters_from(Model& base, const std::string& adapter, const ModelConfig& r
         fmt::join(differ, "; "));
 }
 
-
 // Whether token target i counts towards the loss: it has a target, at a real (not padded) position.
 bool is_scored(const Batch& b, int64_t i) {
   return b.targets[i] != Batch::kIgnore && (b.lengths.empty() || i % b.T < b.lengths[i / b.T]);
