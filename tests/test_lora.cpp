@@ -1223,6 +1223,48 @@ TEST(Lora, PeftTargetModulesAsAPatternAdaptWhatTheListAdapts) {
   }
 }
 
+// PeftModules decides as PEFT's check_target_module_exists and get_pattern_key do, worked by hand from their code:
+// rank_pattern's first key in the file's order wins; a key matches from a name's start or after a dot
+// (rf"(.*\.)?({key})$"); alpha_pattern apart from rank_pattern; exclude_modules first; a target_modules entry naming
+// the module whole ignores layers_to_transform; the layer is the number after layers_pattern's names in turn, or
+// without them the last number between two names after the first two (T5's sub-layer, not its block).
+TEST(Lora, PeftModulesDecideAsPeftDoes) {
+  auto modules = [](const std::string& config) { return PeftModules(parse_peft_config(config, "test"), "test"); };
+  auto rank = [](const PeftModules& m, const std::string& module) {
+    const std::optional<LoraConfig::Rank> r = m.adapter(module);
+    return r ? std::pair<int64_t, double>(r->r, r->alpha) : std::pair<int64_t, double>(0, 0.0);
+  };
+  const std::string q0 = "model.layers.0.self_attn.q_proj", q1 = "model.layers.1.self_attn.q_proj";
+  const std::string v0 = "model.layers.0.self_attn.v_proj", v1 = "model.layers.1.self_attn.v_proj";
+  const PeftModules first = modules(R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj",
+      "v_proj"], "rank_pattern": {"q_proj": 4, "layers.0.self_attn.q_proj": 2, "attn.v_proj": 3},
+      "alpha_pattern": {"layers.1.self_attn.q_proj": 5}})");
+  EXPECT_EQ(rank(first, q0), std::make_pair(int64_t{4}, 16.0)) << "the first key in the file's order";
+  EXPECT_EQ(rank(first, q1), std::make_pair(int64_t{4}, 5.0)) << "alpha_pattern on its own";
+  EXPECT_EQ(rank(first, v0), std::make_pair(int64_t{8}, 16.0)) << "'attn.v_proj' starts inside 'self_attn'";
+  const PeftModules reversed = modules(R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"],
+      "rank_pattern": {"layers.0.self_attn.q_proj": 2, "q_proj": 4}})");
+  EXPECT_EQ(rank(reversed, q0).first, 2);
+  EXPECT_EQ(rank(reversed, q1).first, 4);
+  const PeftModules layers = modules(R"({"peft_type": "LORA", "r": 8, "target_modules": [")" + q1 + R"(", "v_proj"],
+      "layers_to_transform": 0, "exclude_modules": ["layers.0.self_attn.q_proj"]})");
+  EXPECT_EQ(rank(layers, q1).first, 8) << "named whole: any layer";
+  EXPECT_EQ(rank(layers, v0).first, 8);
+  EXPECT_EQ(rank(layers, v1).first, 0) << "layer 1 is not in layers_to_transform";
+  EXPECT_EQ(rank(layers, q0).first, 0) << "excluded, and not named";
+  const PeftModules t5 = modules(R"({"peft_type": "LORA", "r": 2, "target_modules": ["q", "wo"],
+      "layers_to_transform": [1]})");
+  EXPECT_EQ(rank(t5, "encoder.block.3.layer.1.DenseReluDense.wo").first, 2) << "sub-layer 1 of block 3";
+  EXPECT_EQ(rank(t5, "encoder.block.1.layer.0.SelfAttention.q").first, 0) << "sub-layer 0 of block 1";
+  EXPECT_EQ(rank(t5, "decoder.block.0.layer.1.EncDecAttention.q").first, 2);
+  const PeftModules by_block = modules(R"({"peft_type": "LORA", "r": 2, "target_modules": ["q", "c_attn"],
+      "layers_to_transform": [1], "layers_pattern": ["h", "block"], "exclude_modules": ".*decoder.*"})");
+  EXPECT_EQ(rank(by_block, "encoder.block.1.layer.0.SelfAttention.q").first, 2);
+  EXPECT_EQ(rank(by_block, "encoder.block.3.layer.1.SelfAttention.q").first, 0);
+  EXPECT_EQ(rank(by_block, "decoder.block.1.layer.0.SelfAttention.q").first, 0) << "excluded by the pattern";
+  EXPECT_EQ(rank(by_block, "transformer.h.1.attn.c_attn").first, 2);
+}
+
 // PEFT adapters as PEFT writes and applies them, for each family's Hugging Face layout: adapter directories and the
 // logits of W + s·B·A computed in plain PyTorch in float64 (tools/make_peft_fixtures.py): GPT-2's fused c_attn
 // (fan_in_fan_out), BERT's query, value and output.dense (which PEFT also matches in attention.output.dense) with
