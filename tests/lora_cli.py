@@ -21,6 +21,12 @@ import tiny_runs
 fail, run = tiny_runs.checks("lora_cli")
 
 
+def losses(out):
+    """The training losses of a run directory, step by step."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
+
+
 def main():
     attend, work = tiny_runs.paths(__doc__)
     text, common = tiny_runs.corpus(run, attend, work, documents=True)
@@ -51,10 +57,6 @@ def main():
     run([attend, "train", "--set", f"train.init_from={lora}/checkpoint", *more, "--set", f"out={on_checkpoint}"])
     run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", f"train.lora.from={peft}", *more,
          "--set", f"out={on_peft}"])
-
-    def losses(out):
-        with open(os.path.join(out, "metrics.jsonl")) as f:
-            return [json.loads(line)["loss"] for line in f if '"loss"' in line]
 
     if not losses(on_peft) or losses(on_peft) != losses(on_checkpoint):
         fail(f"train.lora.from: losses {losses(on_peft)}, from the LoRA checkpoint {losses(on_checkpoint)}")
@@ -240,6 +242,15 @@ def classifier_with_peft(attend, work, text):
         fail(f"eval-classify: the base with --lora scores {adapted}, the LoRA checkpoint {own}")
     if own == plain:
         fail("eval-classify: the LoRA run scores as its base does (the adapters changed nothing)")
+    # train.lora.from the classifier's PEFT files (adapters and head) goes on as from its LoRA checkpoint.
+    more = ["--set", "train.lora.r=2", "--set", "train.lr=1e-2", *data, "--set", "train.steps=3"]
+    on_checkpoint, on_peft = os.path.join(work, "cls_more_checkpoint"), os.path.join(work, "cls_more_peft")
+    run([attend, "train", "--set", f"train.init_from={tuned}/checkpoint", *more, "--set", f"out={on_checkpoint}"])
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", f"train.lora.from={peft}", *more,
+         "--set", f"out={on_peft}"])
+    if not losses(on_peft) or losses(on_peft) != losses(on_checkpoint):
+        fail(f"train.lora.from a classifier's adapter: losses {losses(on_peft)}, from its checkpoint "
+             f"{losses(on_checkpoint)}")
     # eval-seq2seq --lora: a small encoder-decoder learning to say a line's first three words backwards.
     pairs = os.path.join(work, "pairs.tsv")
     with open(text) as f, open(pairs, "w") as g:

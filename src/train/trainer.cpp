@@ -33,8 +33,10 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// train.lora.from: the adapter file's adapters onto `base` (init_from's model), as the run's own; their options must
-// be the run's (`run`: the model train.lora made), each that differs named with the adapter's value.
+// train.lora.from: the adapter file's adapters onto `base` (init_from's model, made the run's: its head too), as the
+// run's own; their options must be the run's (`run`: the model train.lora made), each that differs named with the
+// adapter's value. The scale is compared, not alpha and rsLoRA apart (a GGUF file holds rsLoRA's as alpha·√r, in
+// float32), and the targets as a set of what the model has.
 void adapters_from(Model& base, const std::string& adapter, const ModelConfig& run) {
   try {
     load_peft_adapter(base, adapter);
@@ -44,15 +46,24 @@ void adapters_from(Model& base, const std::string& adapter, const ModelConfig& r
   check(!base.lora_per_module(), "train.lora.from {}: its modules have ranks or alphas of their own, or some blocks "
         "none; train.lora trains one rank and alpha on every block", adapter);
   const ModelConfig& a = base.config();
+  auto unit = [](const ModelConfig& m) {
+    return m.lora_rslora ? m.lora_alpha / std::sqrt(double(m.lora_r)) : m.lora_alpha / double(m.lora_r);
+  };
+  auto targets = [](const ModelConfig& m) {  // in canonical order, gate only where the FFN has one
+    std::vector<std::string> out;
+    for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
+      if (std::find(m.lora_targets.begin(), m.lora_targets.end(), t) != m.lora_targets.end() &&
+          (std::string_view(t) != "gate" || is_gated(m.activation)))
+        out.push_back(t);
+    return out;
+  };
   std::vector<std::string> differ;
   if (a.lora_r != run.lora_r) differ.push_back(fmt::format("r {} (train.lora {})", a.lora_r, run.lora_r));
-  if (a.lora_alpha != run.lora_alpha)
-    differ.push_back(fmt::format("alpha {} (train.lora {})", a.lora_alpha, run.lora_alpha));
-  if (a.lora_rslora != run.lora_rslora)
-    differ.push_back(fmt::format("rslora {} (train.lora {})", a.lora_rslora, run.lora_rslora));
-  if (a.lora_targets != run.lora_targets)
-    differ.push_back(fmt::format("targets {} (train.lora {})", fmt::join(a.lora_targets, ","),
-                                 fmt::join(run.lora_targets, ",")));
+  if (std::abs(unit(a) - unit(run)) > 1e-6 * std::abs(unit(run)))
+    differ.push_back(fmt::format("the scale {}{} = {} (train.lora {})", a.lora_alpha,
+                                 a.lora_rslora ? " / √r" : " / r", unit(a), unit(run)));
+  if (targets(a) != targets(run))
+    differ.push_back(fmt::format("targets {} (train.lora {})", fmt::join(targets(a), ","), fmt::join(targets(run), ",")));
   if (a.lora_modules_to_save != run.lora_modules_to_save)
     differ.push_back(fmt::format("modules_to_save {} (train.lora {})", fmt::join(a.lora_modules_to_save, ","),
                                  fmt::join(run.lora_modules_to_save, ",")));
@@ -311,7 +322,18 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       if (!c.init_from.empty()) {
         Model source = load_model(c.init_from);
         source.ensure_values();  // a GGUF file's quantized matrices start the run as their blocks' values
-        if (!c.lora_from.empty()) adapters_from(source, c.lora_from, s.model.config());
+        if (!c.lora_from.empty()) {  // onto the run's model without adapters (a new head: a classifier adapter's)
+          ModelConfig plain = s.model.config();
+          plain.lora_r = 0, plain.lora_modules_to_save.clear();
+          Model headed(plain);
+          try {
+            headed.copy_parameters_from(source);
+          } catch (const Error& e) {
+            throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
+          }
+          adapters_from(headed, c.lora_from, s.model.config());
+          source = std::move(headed);
+        }
         std::vector<std::string> kept;
         try {
           kept = s.model.copy_parameters_from(source);
