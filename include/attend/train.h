@@ -216,9 +216,9 @@ struct TrainConfig {
   // adapters of its own must have these.
   LoraConfig lora{.r = 0};
   // LoRA: a PEFT adapter directory or llama.cpp GGUF LoRA file (train.lora.from) whose adapters start the run's, on
-  // init_from's base (required): the run goes on training a downloaded adapter. Its rank, alpha, rsLoRA, targets and
-  // saved modules must be train.lora's (an error names each that differs, with the adapter's value). Ignored on
-  // resume.
+  // init_from's base (required): the run goes on training a downloaded adapter. Its rank, scale (alpha / r or / √r),
+  // targets and saved modules must be train.lora's (an error names each that differs, with the adapter's value).
+  // Ignored on resume.
   std::string lora_from;
   // How the frozen projections are held while training: F32, BF16 or F16 (the base's numbers rounded so; BF16's
   // products forward and their input gradients run the bf16 GEMM where the CPU has one, as QLoRA computes in
