@@ -823,17 +823,10 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     if (targets.count(t)) lora.targets.push_back(t);
   // A file with one rank on every block of each projection it adapts is a set as a LoRA run's own (config.json can
   // describe it: it saves, trains on); any other keeps its pairs module by module.
-  std::set<std::string> every;
-  for (const Parameter* p : model.parameters())
-    for (const std::string& t : nn::lora_targets_of(p->name))
-      if (targets.count(t)) every.insert(nn::lora_module_key(p->name, t));
-  const int64_t first = per_module.begin()->second.r;
-  const bool uniform = every.size() == per_module.size() &&
-                       std::all_of(per_module.begin(), per_module.end(), [&](const auto& m) {
-                         return every.count(m.first) > 0 && m.second.r == first;
-                       });
-  if (uniform) lora.r = first, lora.alpha = per_module.begin()->second.alpha;
-  else lora.per_module = std::move(per_module);
+  if (const std::optional<LoraConfig::Rank> one = nn::one_rank_on_every_block(model, lora.targets, per_module))
+    lora.r = one->r, lora.alpha = one->alpha;
+  else
+    lora.per_module = std::move(per_module);
   lora.name = name, lora.multiplier = multiplier;
   const int slot = model.add_lora(lora);
   for (const auto& [base, p] : pairs) {

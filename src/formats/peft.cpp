@@ -255,7 +255,6 @@ tokenize::RegexSplitter module_regex(const std::string& text, const std::string&
   return tokenize::RegexSplitter(regex, fmt::format("{}: {} '{}'", where, option, text));
 }
 
-
 // A rank_pattern or alpha_pattern key for module `m` that PEFT matches with this module alone among the model's
 // (pattern_key_regex): the shortest end of its name after a dot that does and starts with a name (which older PEFT,
 // matching rf".*\.{key}$", takes too), else its whole name.
@@ -327,10 +326,13 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
       const Tensor pairs = b.clone();
       formats::rope_rows_to_hf(b.data(), pairs.data(), m->rope_heads, c.d_head(), r);
     }
-    if (per_module && r != R) rank_pattern[pattern_key_for(modules, *m)] = r;
-    // An alpha of its own where the file's lora_alpha would not give this module its scale at its rank.
+    // A rank of its own, and an alpha where the file's lora_alpha would not give this module its scale at its rank.
     const double unit = c.lora_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
-    if (per_module && unit != module_scale) alpha_pattern[pattern_key_for(modules, *m)] = alpha_of(module_scale, r);
+    if (per_module && (r != R || unit != module_scale)) {
+      const std::string key = pattern_key_for(modules, *m);
+      if (r != R) rank_pattern[key] = r;
+      if (unit != module_scale) alpha_pattern[key] = alpha_of(module_scale, r);
+    }
     const std::string name = "base_model.model." + m->path;
     stored.push_back(std::move(a));
     tensors.push_back({name + ".lora_A.weight", &stored.back()});
@@ -391,7 +393,7 @@ void save_peft_adapter(const Model& model, const fs::path& dir, const std::strin
 
 namespace {
 
-// A list of names or one pattern (target_modules' and exclude_modules' two forms), or null.
+// exclude_modules: a list of names or one pattern (the two forms target_modules has too), or null.
 void read_names(const nlohmann::json& j, const char* key, const std::string& where, std::vector<std::string>& names,
                 std::string& pattern) {
   const auto it = j.find(key);
@@ -649,22 +651,9 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
         peft.target_pattern.empty() ? "" : " '" + peft.target_pattern + "'",
         modules.empty() ? std::string("none") : modules.front().path,
         peft.layers_to_transform.empty() ? "" : " in layers_to_transform's layers");
-  // One rank and alpha on a target's every block, as a LoRA run's own adapters; else each module's own
-  // (LoraConfig::per_module): some blocks only (layers_to_transform, a pattern), rank_pattern, alpha_pattern.
   std::map<std::string, LoraConfig::Rank> per_module;
-  bool uniform = true;
-  for (const Module& m : modules) {
-    const bool adapted = rank_of.count(&m) > 0;
-    const LoraConfig::Rank rank = adapted ? rank_of.at(&m) : LoraConfig::Rank{};
-    for (const TargetRows& t : targets_in(m)) {
-      if (!adapted) {
-        uniform = uniform && !targets.count(t.target);
-        continue;
-      }
-      uniform = uniform && rank.r == peft.lora.r && rank.alpha == peft.lora.alpha;
-      per_module[nn::lora_module_key(m.weight, t.target)] = rank;
-    }
-  }
+  for (const Module* m : matched)
+    for (const TargetRows& t : targets_in(*m)) per_module[nn::lora_module_key(m->weight, t.target)] = rank_of.at(m);
   LoraConfig lora = peft.lora;
   lora.targets.clear();
   for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
@@ -672,7 +661,10 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   check(name.empty() || lora.modules_to_save.empty(), "{}: modules_to_save in a second adapter set (the model has "
         "one classification head)", where);
   lora.name = name, lora.multiplier = multiplier;
-  if (!uniform) lora.per_module = std::move(per_module);
+  // r and lora_alpha on a target's every block, as a LoRA run's own adapters; else each module's own
+  // (LoraConfig::per_module): some blocks only (layers_to_transform, a pattern), rank_pattern, alpha_pattern.
+  const std::optional<LoraConfig::Rank> one = nn::one_rank_on_every_block(model, lora.targets, per_module);
+  if (!one || one->r != lora.r || one->alpha != lora.alpha) lora.per_module = std::move(per_module);
 
   // Every tensor checked before the model changes: a file that cannot be read leaves no adapter set behind.
   const SafetensorsReader file(dir / "adapter_model.safetensors");

@@ -255,6 +255,25 @@ std::string lora_module_key(std::string_view weight, std::string_view target) {
   return key;
 }
 
+std::set<std::string> lora_module_keys(const Model& model, const std::vector<std::string>& targets) {
+  std::set<std::string> keys;
+  for (const Parameter* p : model.parameters())
+    for (const std::string& t : lora_targets_of(p->name))
+      if (std::find(targets.begin(), targets.end(), t) != targets.end()) keys.insert(lora_module_key(p->name, t));
+  return keys;
+}
+
+std::optional<LoraConfig::Rank> one_rank_on_every_block(const Model& model, const std::vector<std::string>& targets,
+                                                        const std::map<std::string, LoraConfig::Rank>& per_module) {
+  if (per_module.empty()) return std::nullopt;
+  const std::set<std::string> every = lora_module_keys(model, targets);
+  const LoraConfig::Rank one = per_module.begin()->second;
+  const bool uniform = every.size() == per_module.size() && std::all_of(per_module.begin(), per_module.end(), [&](const auto& m) {
+    return every.count(m.first) > 0 && m.second.r == one.r && m.second.alpha == one.alpha;
+  });
+  return uniform ? std::optional(one) : std::nullopt;
+}
+
 void LoraAdapters::add(Parameter& weight, const std::string& label, int64_t row0, int64_t rows,
                        const LoraConfig& config) {
   check(weight.value.rank() == 2 && row0 >= 0 && rows >= 1 && row0 + rows <= weight.value.size(0),

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,6 +86,13 @@ std::vector<std::string> lora_targets_of(std::string_view weight);
 // The key of LoraConfig::per_module for the adapter of `target` on `weight` (a name such as
 // "decoder.layers.3.attn.qkv.weight"): its adapter's name before ".lora_A" ("decoder.layers.3.attn.qkv.q").
 std::string lora_module_key(std::string_view weight, std::string_view target);
+// The keys of every projection of `targets` the model holds, each block's: what a set adapting `targets` on every
+// block adapts.
+std::set<std::string> lora_module_keys(const Model& model, const std::vector<std::string>& targets);
+// The one rank and alpha of `per_module`, where it names exactly those projections (every block of `targets`) and
+// gives them all the same: a set a LoRA run's own config can describe. nullopt otherwise.
+std::optional<LoraConfig::Rank> one_rank_on_every_block(const Model& model, const std::vector<std::string>& targets,
+                                                        const std::map<std::string, LoraConfig::Rank>& per_module);
 
 // The adapters a layer owns. Adding one registers it on its weight (Parameter::lora).
 class LoraAdapters {

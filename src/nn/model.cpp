@@ -407,11 +407,7 @@ int Model::add_lora(const LoraConfig& config) {
     log::info("lora: this model's FFN is not gated: target gate adapts nothing");
   }
   if (!config.per_module.empty()) {  // each key a projection the layers below will adapt, before they change
-    std::set<std::string> keys;
-    for (const Parameter* p : m.params)
-      for (const std::string& t : nn::lora_targets_of(p->name))
-        if (std::find(config.targets.begin(), config.targets.end(), t) != config.targets.end())
-          keys.insert(nn::lora_module_key(p->name, t));
+    const std::set<std::string> keys = nn::lora_module_keys(*this, config.targets);
     for (const auto& entry : config.per_module)
       check(keys.count(entry.first) > 0, "lora: an adapter on '{}', which is no projection of this model among the "
             "targets {} (keys such as '{}')", entry.first, fmt::join(config.targets, ", "),
