@@ -13,45 +13,16 @@ Exits 0 when every check passed, 1 with the first failure.
 import json
 import math
 import os
-import re
 import shutil
 import struct
+import sys
 
 import tiny_runs
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from peft_rules import matched, pattern_value  # noqa: E402
+
 fail, run = tiny_runs.checks("peft_patterns")
-
-
-def matched(module, config):
-    """PEFT's check_target_module_exists, target_modules a list (tools/make_peft_fixtures.py)."""
-    exclude = config.get("exclude_modules") or []
-    if module in exclude or any(module.endswith("." + e) for e in exclude):
-        return False
-    targets = config["target_modules"]
-    if module in targets:
-        return True
-    found = any(module.endswith("." + t) for t in targets)
-    layers = config.get("layers_to_transform")
-    if layers is None or layers == [] or not found:
-        return found
-    layers = [layers] if isinstance(layers, int) else layers
-    pattern = config.get("layers_pattern")
-    if not pattern:
-        index = re.match(r".*\.[^.]*\.(\d+)\.", module)
-    else:
-        for p in [pattern] if isinstance(pattern, str) else pattern:
-            index = re.match(rf".*\.{p}\.(\d+)\.", module)
-            if index is not None:
-                break
-    return index is not None and int(index.group(1)) in layers
-
-
-def pattern_value(patterns, module, default):
-    """PEFT's get_pattern_key, then the value of the key found."""
-    for key in patterns or {}:
-        if re.match(rf"(.*\.)?({key})$", module):
-            return patterns[key]
-    return default
 
 
 def tensors(path, values=True):

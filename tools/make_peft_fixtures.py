@@ -20,8 +20,8 @@ Conv1D (fan_in_fan_out, W stored [in, out]) W += s·(B·A)ᵀ. The logits come f
   t5_layers         q, v and wo with layers_to_transform [1] and no layers_pattern: PEFT then reads the number
                     after "layer" (a block's sub-layer: 1 is cross-attention or the FFN), not the block's
 
-Which modules take an adapter, and each one's rank and alpha, follow PEFT's own functions, copied below as PEFT
-writes them (check_target_module_exists, get_pattern_key) on Python's re.
+Which modules take an adapter, and each one's rank and alpha, follow PEFT's own functions (tools/peft_rules.py:
+check_target_module_exists, get_pattern_key, on Python's re).
 
 Each directory: adapter_config.json, adapter_model.safetensors, golden.json (the inputs and the logits).
 
@@ -31,7 +31,6 @@ import importlib.util
 import json
 import math
 import os
-import re
 import sys
 
 import torch
@@ -39,6 +38,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import safetensors_py  # noqa: E402
+from peft_rules import matched, pattern_value  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 DATA = os.path.join(HERE, "..", "tests", "data")
@@ -76,37 +76,6 @@ CASES = {
 }
 
 
-def matched(module, case):
-    """PEFT's check_target_module_exists for a list of target_modules (peft/tuners/tuners_utils.py)."""
-    exclude = case.get("exclude", [])
-    if module in exclude or any(module.endswith("." + e) for e in exclude):
-        return False
-    targets = case["targets"]
-    if module in targets:
-        return True
-    found = any(module.endswith("." + t) for t in targets)
-    layers = case.get("layers")
-    if layers is None or layers == [] or not found:
-        return found
-    pattern = case.get("layers_pattern")
-    if not pattern:
-        index = re.match(r".*\.[^.]*\.(\d+)\.", module)
-    else:
-        for p in [pattern] if isinstance(pattern, str) else pattern:
-            index = re.match(rf".*\.{p}\.(\d+)\.", module)
-            if index is not None:
-                break
-    return index is not None and int(index.group(1)) in layers
-
-
-def pattern_value(patterns, module, default):
-    """PEFT's get_pattern_key, then the value of the key found."""
-    for key in patterns:
-        if re.match(rf"(.*\.)?({key})$", module):
-            return patterns[key]
-    return default
-
-
 def make(name, case):
     base_dir = os.path.join(DATA, case["base"])
     with open(os.path.join(base_dir, "config.json")) as f:
@@ -115,17 +84,26 @@ def make(name, case):
         golden = json.load(f)
     w = safetensors_py.read(os.path.join(base_dir, "model.safetensors"))
     g = torch.Generator().manual_seed(case["seed"])
+    adapter_config = {
+        "peft_type": "LORA", "task_type": case["task"], "base_model_name_or_path": None, "r": case["r"],
+        "lora_alpha": case["alpha"], "lora_dropout": case["dropout"], "target_modules": case["targets"],
+        "use_rslora": case["rslora"], "use_dora": False, "bias": "none", "fan_in_fan_out": case["fan_in_fan_out"],
+        "modules_to_save": case["save"] or None, "init_lora_weights": True, "inference_mode": True,
+        "rank_pattern": case.get("rank_pattern", {}), "alpha_pattern": case.get("alpha_pattern", {}),
+        "layers_to_transform": case.get("layers"), "layers_pattern": case.get("layers_pattern"),
+        "exclude_modules": case.get("exclude"),
+    }
     adapter, merged = {}, dict(w)
     for key in sorted(w):
         if not key.endswith(".weight") or w[key].dim() != 2:
             continue
         module = key[:-len(".weight")]
         hf_module = "transformer." + module if name.startswith("gpt2") else module  # GPT2LMHeadModel's path
-        if not matched(hf_module, case) or "embed" in module or module.endswith("wte") or \
+        if not matched(hf_module, adapter_config) or "embed" in module or module.endswith("wte") or \
                 module.endswith("wpe") or module.endswith("relative_attention_bias") or module == "lm_head":
             continue
-        r = pattern_value(case.get("rank_pattern", {}), hf_module, case["r"])
-        alpha = pattern_value(case.get("alpha_pattern", {}), hf_module, case["alpha"])
+        r = pattern_value(adapter_config["rank_pattern"], hf_module, case["r"])
+        alpha = pattern_value(adapter_config["alpha_pattern"], hf_module, case["alpha"])
         scale = alpha / (math.sqrt(r) if case["rslora"] else r)
         out_features, in_features = (w[key].shape[1], w[key].shape[0]) if case["fan_in_fan_out"] else w[key].shape
         a = (torch.randn(r, in_features, generator=g) / math.sqrt(in_features)).float().double()
@@ -171,15 +149,6 @@ def make(name, case):
 
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
-    adapter_config = {
-        "peft_type": "LORA", "task_type": case["task"], "base_model_name_or_path": None, "r": r,
-        "lora_alpha": case["alpha"], "lora_dropout": case["dropout"], "target_modules": case["targets"],
-        "use_rslora": case["rslora"], "use_dora": False, "bias": "none", "fan_in_fan_out": case["fan_in_fan_out"],
-        "modules_to_save": case["save"] or None, "init_lora_weights": True, "inference_mode": True,
-        "rank_pattern": case.get("rank_pattern", {}), "alpha_pattern": case.get("alpha_pattern", {}),
-        "layers_to_transform": case.get("layers"), "layers_pattern": case.get("layers_pattern"),
-        "exclude_modules": case.get("exclude"),
-    }
     with open(os.path.join(d, "adapter_config.json"), "w") as f:
         json.dump(adapter_config, f, indent=2)
         f.write("\n")
