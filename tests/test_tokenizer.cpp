@@ -292,14 +292,30 @@ TEST(PreTokenizer, BadRegexIsAnErrorNamingThePattern) {
   expect_error_mentions<Error>([] { tokenize::RegexSplitter r("(unclosed"); }, {"(unclosed"});
 }
 
-// A whole-text match (PEFT's target patterns) runs in PCRE2's interpreter, whose backtracking frames Attend holds to
-// 64 MiB (the library's default allows 20 GB): a capture repeated a million times needs more, an error naming the
-// heap limit rather than gigabytes.
-TEST(PreTokenizer, WholeTextMatchesStayWithinTheirHeap) {
-  const tokenize::RegexSplitter repeated("(a)*", "target");
-  EXPECT_TRUE(repeated.matches_whole("aaaa"));
-  expect_error_mentions<Error>([&] { (void)repeated.matches_whole(std::string(1'000'000, 'a')); },
-                               {"target '(a)*'", "heap limit"});
+// Anchored patterns (PEFT's re.match and re.fullmatch): anchored where they compile, so a match starts at the text's
+// start and a whole one ends at its end. Matching stays bounded: a capture repeated a million times is an error
+// naming the pattern (JIT's stack, or in the interpreter the 64 MiB of frames Attend allows), not gigabytes.
+TEST(PreTokenizer, AnchoredMatchesAsPythonsMatchAndFullmatch) {
+  using Anchor = tokenize::RegexSplitter::Anchor;
+  const tokenize::RegexSplitter start(R"((.*\.)?(q_proj)$)", "key", Anchor::start);
+  std::string_view group;
+  EXPECT_TRUE(start.matches("model.layers.0.self_attn.q_proj", &group));
+  EXPECT_EQ(group, "model.layers.0.self_attn.");
+  EXPECT_TRUE(start.matches("q_proj", &group));
+  EXPECT_EQ(group, "");
+  EXPECT_FALSE(start.matches("model.q_proj.lora"));
+  const tokenize::RegexSplitter layer(R"(.*\.layers\.(\d+)\.)", "layers", Anchor::start);
+  EXPECT_TRUE(layer.matches("model.layers.12.mlp.up_proj", &group));  // re.match: the rest of the text may follow
+  EXPECT_EQ(group, "12");
+  const tokenize::RegexSplitter whole("q_proj|v_proj", "target", Anchor::whole);
+  EXPECT_TRUE(whole.matches("v_proj"));       // the alternatives as a group: fullmatch
+  EXPECT_FALSE(whole.matches("q_proj.lora"));  // not a prefix
+  EXPECT_FALSE(whole.matches("xv_proj"));      // nor a suffix
+  const tokenize::RegexSplitter search("q_proj");
+  expect_error_mentions<Error>([&] { (void)search.matches("q_proj"); }, {"'q_proj'", "not anchored"});
+  const tokenize::RegexSplitter repeated("(a)*", "target", Anchor::whole);
+  EXPECT_TRUE(repeated.matches("aaaa"));
+  expect_error_mentions<Error>([&] { (void)repeated.matches(std::string(1'000'000, 'a')); }, {"target '(a)*'"});
 }
 
 // ---------------------------------------------------------------------------------------------------

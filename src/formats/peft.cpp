@@ -225,9 +225,11 @@ bool all_linear(const std::string& pattern) {
 // (".*\.(q_proj|v_proj)$"); a bound on the length keeps a file from asking for a huge compiled pattern.
 constexpr size_t kMaxTargetPattern = 256;
 
+using Anchor = tokenize::RegexSplitter::Anchor;
+
 // A pattern that does not compile: "<where>: target_modules '(q_proj': missing closing parenthesis at offset 7".
 tokenize::RegexSplitter target_regex(const std::string& pattern, const std::string& where) {
-  return tokenize::RegexSplitter(pattern, where + ": target_modules");
+  return tokenize::RegexSplitter(pattern, where + ": target_modules", Anchor::whole);
 }
 
 void check_target_pattern(const std::string& pattern, const std::string& where) {
@@ -249,10 +251,10 @@ constexpr const char* kAnyLayerRegex = ".*\\.[^.]*\\.(\\d+)\\.";
 // `option`'s pattern `text` as `regex` (what PEFT matches with it): an error names it if it is too long or does not
 // compile.
 tokenize::RegexSplitter module_regex(const std::string& text, const std::string& regex, const std::string& where,
-                                     std::string_view option) {
+                                     std::string_view option, Anchor anchor) {
   check(text.size() <= kMaxTargetPattern, "{}: {} has a pattern of {} characters, at most {} are read", where, option,
         text.size(), kMaxTargetPattern);
-  return tokenize::RegexSplitter(regex, fmt::format("{}: {} '{}'", where, option, text));
+  return tokenize::RegexSplitter(regex, fmt::format("{}: {} '{}'", where, option, text), anchor);
 }
 
 // A rank_pattern or alpha_pattern key for module `m` that PEFT matches with this module alone among the model's
@@ -263,8 +265,8 @@ std::string pattern_key_for(const std::vector<Module>& modules, const Module& m)
   for (size_t at = path.rfind('.'); at != std::string::npos && at > 0; at = path.rfind('.', at - 1)) {
     const std::string key = path.substr(at + 1);
     if (std::isdigit(static_cast<unsigned char>(key.front()))) continue;  // "layers.0.…" reads better than "0.…"
-    const tokenize::RegexSplitter regex(pattern_key_regex(key), "rank_pattern key");
-    if (std::count_if(modules.begin(), modules.end(), [&](const Module& o) { return regex.matches_start(o.path); }) == 1)
+    const tokenize::RegexSplitter regex(pattern_key_regex(key), "rank_pattern key", Anchor::start);
+    if (std::count_if(modules.begin(), modules.end(), [&](const Module& o) { return regex.matches(o.path); }) == 1)
       return key;
   }
   return path;
@@ -400,7 +402,7 @@ void read_names(const nlohmann::json& j, const char* key, const std::string& whe
   if (it == j.end() || it->is_null()) return;
   if (it->is_string()) {
     pattern = it->get<std::string>();
-    module_regex(pattern, pattern, where, key);
+    module_regex(pattern, pattern, where, key, Anchor::whole);
     return;
   }
   check(it->is_array(), "{}: {} is {}, expected a list of module names or a regular expression", where, key,
@@ -427,7 +429,7 @@ void read_module_options(std::string_view text, const nlohmann::json& j, const s
     const bool ranks = std::string_view(key) == "rank_pattern";
     for (const auto& [pattern, value] : it->items()) {
       check(!pattern.empty(), "{}: {} has an empty key", where, key);
-      module_regex(pattern, pattern_key_regex(pattern), where, key);
+      module_regex(pattern, pattern_key_regex(pattern), where, key, Anchor::start);
       if (ranks) {
         check(value.is_number_integer() && value.get<int64_t>() >= 1 && value.get<int64_t>() <= nn::kMaxLoraRank,
               "{}: {} gives '{}' the rank {}, expected a whole number from 1 to {}", where, key, pattern, value.dump(),
@@ -470,7 +472,7 @@ void read_module_options(std::string_view text, const nlohmann::json& j, const s
     for (const auto& l : list) {
       check(l.is_string(), "{}: layers_pattern holds {}, expected the name of the model's list of layers (such as "
             "\"layers\" or \"h\")", where, l.dump());
-      module_regex(l.get<std::string>(), layer_regex(l.get<std::string>()), where, "layers_pattern");
+      module_regex(l.get<std::string>(), layer_regex(l.get<std::string>()), where, "layers_pattern", Anchor::start);
       peft.layers_pattern.push_back(l.get<std::string>());
     }
   }
@@ -555,15 +557,15 @@ struct PeftModules::Impl {
   // PEFT's takes every linear layer but the output layer, which on BERT also includes the pooler's and the MLM
   // head's dense layers and the classifier; an adapter on those is refused by name when its tensors are read).
   bool adapted(const std::string& path) const {
-    if (exclude ? exclude->matches_whole(path) : matches(path, peft.exclude_modules)) return false;
-    if (!peft.target_pattern.empty()) return !target || target->matches_whole(path);
+    if (exclude ? exclude->matches(path) : matches(path, peft.exclude_modules)) return false;
+    if (!peft.target_pattern.empty()) return !target || target->matches(path);
     const auto& list = peft.target_modules;
     if (std::find(list.begin(), list.end(), path) != list.end()) return true;
     if (!matches(path, list)) return false;
     if (peft.layers_to_transform.empty()) return true;
     for (const tokenize::RegexSplitter& layer : layers) {
       std::string_view digits;
-      if (!layer.matches_start(path, &digits)) continue;
+      if (!layer.matches(path, &digits)) continue;
       check(!digits.empty() && digits.size() <= 18 && std::all_of(digits.begin(), digits.end(), [](char ch) {
               return ch >= '0' && ch <= '9';
             }), "{}: layers_pattern '{}' finds '{}' in the module {}, not a layer's number", where, layer.pattern(),
@@ -582,14 +584,17 @@ PeftModules::PeftModules(PeftConfig peft, std::string where) : impl_(std::make_u
   const PeftConfig& p = m.peft;
   if (!p.target_pattern.empty() && !all_linear(p.target_pattern)) m.target.emplace(target_regex(p.target_pattern, m.where));
   if (!p.exclude_pattern.empty())
-    m.exclude.emplace(module_regex(p.exclude_pattern, p.exclude_pattern, m.where, "exclude_modules"));
+    m.exclude.emplace(module_regex(p.exclude_pattern, p.exclude_pattern, m.where, "exclude_modules", Anchor::whole));
   for (const auto& entry : p.rank_pattern)
-    m.ranks.push_back(module_regex(entry.first, pattern_key_regex(entry.first), m.where, "rank_pattern"));
+    m.ranks.push_back(
+        module_regex(entry.first, pattern_key_regex(entry.first), m.where, "rank_pattern", Anchor::start));
   for (const auto& entry : p.alpha_pattern)
-    m.alphas.push_back(module_regex(entry.first, pattern_key_regex(entry.first), m.where, "alpha_pattern"));
+    m.alphas.push_back(
+        module_regex(entry.first, pattern_key_regex(entry.first), m.where, "alpha_pattern", Anchor::start));
   for (const std::string& name : p.layers_pattern)
-    m.layers.push_back(module_regex(name, layer_regex(name), m.where, "layers_pattern"));
-  if (m.layers.empty()) m.layers.push_back(module_regex("", kAnyLayerRegex, m.where, "layers_to_transform"));
+    m.layers.push_back(module_regex(name, layer_regex(name), m.where, "layers_pattern", Anchor::start));
+  if (m.layers.empty())
+    m.layers.push_back(module_regex("", kAnyLayerRegex, m.where, "layers_to_transform", Anchor::start));
 }
 
 PeftModules::~PeftModules() = default;
@@ -599,12 +604,12 @@ std::optional<LoraConfig::Rank> PeftModules::adapter(const std::string& module) 
   if (!m.adapted(module)) return std::nullopt;
   LoraConfig::Rank rank{.r = m.peft.lora.r, .alpha = m.peft.lora.alpha};
   for (size_t i = 0; i < m.ranks.size(); ++i)
-    if (m.ranks[i].matches_start(module)) {
+    if (m.ranks[i].matches(module)) {
       rank.r = m.peft.rank_pattern[i].second;
       break;
     }
   for (size_t i = 0; i < m.alphas.size(); ++i)
-    if (m.alphas[i].matches_start(module)) {
+    if (m.alphas[i].matches(module)) {
       rank.alpha = m.peft.alpha_pattern[i].second;
       break;
     }

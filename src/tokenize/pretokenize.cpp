@@ -110,12 +110,16 @@ struct RegexSplitter::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
-RegexSplitter::RegexSplitter(std::string pattern, std::string what)
-    : pattern_(std::move(pattern)), what_(std::move(what)), compiled_(new Compiled) {
+RegexSplitter::RegexSplitter(std::string pattern, std::string what, Anchor anchor)
+    : pattern_(std::move(pattern)), what_(std::move(what)), anchor_(anchor), compiled_(new Compiled) {
+  const uint32_t anchoring = anchor == Anchor::whole    ? PCRE2_ANCHORED | PCRE2_ENDANCHORED
+                             : anchor == Anchor::start ? PCRE2_ANCHORED
+                                                       : 0;
   int error = 0;
   PCRE2_SIZE offset = 0;
-  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(),
-                                  PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+  const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | anchoring;
+  compiled_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(), options, &error, &offset, nullptr);
   if (!compiled_->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
@@ -145,7 +149,7 @@ MatchData match_data_for(const pcre2_code* code) {
 
 // Limits of Attend's own for every match rather than the library's build defaults: ten million backtracking steps
 // from one starting point (a fraction of a second; tokenizers' patterns take tens), and for the interpreter (a
-// whole-text match, or a build without JIT) 64 MiB of backtracking frames where the default allows 20 GB. JIT code
+// build without JIT) 64 MiB of backtracking frames where the default allows 20 GB. JIT code
 // honours the step limit and has a stack of its own (PCRE2's 32 KiB). A pattern that would backtrack without end is
 // then an error. One context for every thread: PCRE2 only reads it. Never freed, so that no thread still matching
 // at exit finds it gone.
@@ -223,21 +227,11 @@ void RegexSplitter::find_all(std::string_view text, std::vector<std::pair<size_t
   });
 }
 
-bool RegexSplitter::matches_whole(std::string_view text) const {
+bool RegexSplitter::matches(std::string_view text, std::string_view* group1) const {
+  check(anchor_ != Anchor::anywhere, "{} '{}' is not anchored: a match would be searched for", what_, pattern_);
   const MatchData match = match_data_for(compiled_->code);
-  // Anchored at both ends: the interpreter runs (JIT code takes neither option), under the same limits.
-  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
-                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, match.get(),
-                             const_cast<pcre2_match_context*>(match_limits()));
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
-  if (rc < 0) match_failed(rc, what_, pattern_, text, 0);
-  return true;
-}
-
-bool RegexSplitter::matches_start(std::string_view text, std::string_view* group1) const {
-  const MatchData match = match_data_for(compiled_->code);
-  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
-                             PCRE2_ANCHORED, match.get(), const_cast<pcre2_match_context*>(match_limits()));
+  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0,
+                             match.get(), const_cast<pcre2_match_context*>(match_limits()));
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) match_failed(rc, what_, pattern_, text, 0);
   if (group1 != nullptr) {

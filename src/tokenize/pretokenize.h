@@ -32,7 +32,13 @@ bool is_gpt2_cut_point(std::string_view text, size_t i);
 // not a hang. `what` names the pattern in errors.
 class RegexSplitter {
  public:
-  explicit RegexSplitter(std::string pattern, std::string what = "pre-tokeniser pattern");
+  // Where a match may lie: anywhere in a text (split, find_all), at its start (Python's re.match) or over all of it
+  // (re.fullmatch). Fixed when the pattern compiles, where PCRE2's JIT takes it; as a match-time option only the
+  // interpreter does, many times slower.
+  enum class Anchor { anywhere, start, whole };
+
+  explicit RegexSplitter(std::string pattern, std::string what = "pre-tokeniser pattern",
+                         Anchor anchor = Anchor::anywhere);
   ~RegexSplitter();
   RegexSplitter(RegexSplitter&&) noexcept;
   RegexSplitter& operator=(RegexSplitter&&) noexcept;
@@ -45,15 +51,14 @@ class RegexSplitter {
   // regexes): after an empty match the search moves on one character; an empty match right where the
   // previous match ended is skipped.
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;
-  // Whether the pattern matches all of `text`, as Python's re.fullmatch asks.
-  bool matches_whole(std::string_view text) const;
-  // Whether the pattern matches a beginning of `text`, as Python's re.match asks; where it does and `group1` is
-  // given, the text of the first capture group goes there (empty where it took no part).
-  bool matches_start(std::string_view text, std::string_view* group1 = nullptr) const;
+  // For a pattern anchored at the start or whole: whether it matches `text`; where it does and `group1` is given,
+  // the text of the first capture group goes there (empty where it took no part).
+  bool matches(std::string_view text, std::string_view* group1 = nullptr) const;
 
  private:
   struct Compiled;
   std::string pattern_, what_;
+  Anchor anchor_;
   std::unique_ptr<Compiled> compiled_;
 };
 
