@@ -973,8 +973,8 @@ TEST(Lora, PeftFilesOfTheLlamaFamilyRoundTripAndMergeAsHuggingFaceWould) {
 
 // llama.cpp's GGUF LoRA files (what `attend export --format gguf-lora` writes, and convert_lora_to_gguf.py): read
 // back onto the base, each pair's update multiplier · (alpha / r) · B·A as llama.cpp applies it, the logits are the
-// adapted model's (B carries alpha / r through the file, two roundings: within a few ulps of the update); at
-// multiplier 0.5 those of the PEFT files loaded at 0.5. GPT-2 (one fused attn_qkv for q and v), llama (mistral) and
+// adapted model's, the adapters those written; at multiplier 0.5 the logits are those of the PEFT files loaded at
+// 0.5. GPT-2 (one fused attn_qkv for q and v), llama (mistral) and
 // qwen3 (B's rows of q and k in Hugging Face's order in the file).
 TEST(Lora, GgufLoraFilesReadBackAsTheAdaptersTheyHold) {
   for (const std::string variant : {"hf-gpt2", "hf-llama/mistral", "hf-llama/qwen3"}) {
@@ -1003,6 +1003,25 @@ TEST(Lora, GgufLoraFilesReadBackAsTheAdaptersTheyHold) {
     }
     ASSERT_GT(moved, 1e-3 * largest) << "the adapters change the logits";
     testing::expect_all_close(loaded, adapted, 1e-5 * largest, "the GGUF LoRA read back");
+    // The adapters the file was written from, at their rank and alpha: GPT-2's fused pair (q and v stacked at rank
+    // 4, each block of B twice its own) splits back into q's and v's, k taking none; B's factors are powers of two
+    // and qwen3's rows a permutation, so every number comes back as it was.
+    EXPECT_EQ(base.config().lora_r, 2);
+    EXPECT_EQ(base.config().lora_alpha, 4.0);
+    EXPECT_EQ(base.config().lora_targets, m.config().lora_targets);
+    std::map<std::string, const Parameter*> written;
+    for (const Parameter* p : m.parameters())
+      if (p->role == Role::LoraA || p->role == Role::LoraB) written[p->name] = p;
+    size_t read = 0;
+    for (const Parameter* p : base.parameters()) {
+      if (p->role != Role::LoraA && p->role != Role::LoraB) continue;
+      ++read;
+      const auto it = written.find(p->name);
+      ASSERT_NE(it, written.end()) << p->name << " is not among the adapters written";
+      ASSERT_EQ(p->value.shape(), it->second->value.shape()) << p->name;
+      EXPECT_EQ(std::memcmp(p->value.data(), it->second->value.data(), p->numel() * sizeof(float)), 0) << p->name;
+    }
+    EXPECT_EQ(read, written.size());
 
     const fs::path peft = fresh("gguf_lora_peft_" + tag);
     save_peft_adapter(m, peft);

@@ -757,9 +757,16 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
   check(std::isfinite(alpha) && std::abs(alpha) <= 1e6, "{}: adapter.lora.alpha is {}, expected a finite number "
         "within ±10⁶", origin, alpha);
 
-  // The file's pairs by base tensor, and each pair's place among the model's.
+  // The file's pairs by base tensor, and each pair's place among the model's. A pair updates the rows of one
+  // projection, or of several in a fused tensor (GPT-2's attn_qkv: q, k and v), its parts.
+  struct Part {
+    std::string target;
+    int64_t first = 0, rows = 0;   // the part's rows of the tensor
+    std::vector<int64_t> columns;  // the file's ranks (A's rows, B's columns) that make its adapter
+  };
   struct Pair {
     const gguf::TensorInfo *a = nullptr, *b = nullptr;
+    std::vector<Part> parts;
   };
   std::map<std::string, Pair> pairs;
   std::vector<std::string> skipped;
@@ -783,11 +790,12 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
       {".attn_qkv.weight", {"q", "k", "v"}}, {".attn_q.weight", {"q"}},       {".attn_k.weight", {"k"}},
       {".attn_v.weight", {"v"}},             {".attn_output.weight", {"o"}}, {".ffn_up.weight", {"up"}},
       {".ffn_gate.weight", {"gate"}},        {".ffn_down.weight", {"down"}}};
+  const int64_t q_rows = c.n_heads * c.d_head(), kv_rows = c.kv_heads() * c.d_head();
   std::set<std::string> targets;
-  std::map<std::string, LoraConfig::Rank> per_module;  // each pair at its own rank and the file's alpha
-  for (const auto& entry : pairs) {  // not a structured binding: the lambda below takes `base`, and clang cannot
+  std::map<std::string, LoraConfig::Rank> per_module;  // each part at its own rank and the file's alpha
+  for (auto& entry : pairs) {  // not a structured binding: the lambda below takes `base`, and clang cannot
     const std::string& base = entry.first;  // capture one under OpenMP
-    const Pair& p = entry.second;
+    Pair& p = entry.second;
     check(p.a != nullptr && p.b != nullptr, "{}: '{}' has {} but not {}", origin, base,
           p.a != nullptr ? ".lora_a" : ".lora_b", p.a != nullptr ? ".lora_b" : ".lora_a");
     const auto at = place_of.find(base);
@@ -797,25 +805,62 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     check(t != kTargets.end(), "{}: an adapter on '{}'{}: Attend adapts the attention and FFN projections (attn_q, "
           "attn_k, attn_v, attn_qkv, attn_output, ffn_up, ffn_gate, ffn_down){}", origin, base,
           edge ? ", which llama.cpp applies" : "", edge ? "; merge this one into the model (llama-export-lora)" : "");
-    targets.insert(t->second.begin(), t->second.end());
-    const Parameter* w = model.find(at->second->attend);
-    check(w != nullptr, "{}: the model has no '{}' for '{}'", origin, at->second->attend, base);
-    const int64_t in = w->value.size(1), out = at->second->rows;
+    const GgufPlace& place = *at->second;
+    const Parameter* w = model.find(place.attend);
+    check(w != nullptr, "{}: the model has no '{}' for '{}'", origin, place.attend, base);
+    const int64_t in = w->value.size(1), out = place.rows;
     const int64_t r = p.a->dims.size() == 2 ? p.a->dims[1] : 0;
     check(p.a->dims == std::vector<int64_t>{in, r} && r >= 1 && p.b->dims == std::vector<int64_t>{r, out},
           "{}: '{}' has lora_a [{}] and lora_b [{}]; the model's tensor needs [{}, r] and [r, {}]", origin, base,
           fmt::join(p.a->dims, ", "), fmt::join(p.b->dims, ", "), in, out);
     check(r <= nn::kMaxLoraRank, "{}: '{}' has rank {}; at most {} is read", origin, base, r, nn::kMaxLoraRank);
-    for (const std::string& target : t->second)  // the projections whose rows the tensor holds
-      per_module[nn::lora_module_key(at->second->attend, target)] = {.r = r, .alpha = alpha > 0.0 ? alpha : double(r)};
+    std::vector<int64_t> every(static_cast<size_t>(r));
+    for (int64_t j = 0; j < r; ++j) every[static_cast<size_t>(j)] = j;
+    if (t->second.size() == 1) {
+      p.parts.push_back({t->second.front(), 0, out, every});
+    } else {
+      // A fused tensor's parts: q, k, v. Where each of B's columns is non-zero in one part's rows only (the
+      // projections' own adapters stacked, as Attend writes them), each part takes its columns, at their number's
+      // rank, and a part with none takes no adapter; else (an adapter trained on the fused tensor, or B all zero)
+      // every part takes the whole pair.
+      check(q_rows + 2 * kv_rows == out, "{}: '{}' has {} rows; q, k and v take {}", origin, base, out,
+            q_rows + 2 * kv_rows);
+      p.parts = {{"q", 0, q_rows, {}}, {"k", q_rows, kv_rows, {}}, {"v", q_rows + kv_rows, kv_rows, {}}};
+      std::vector<float> b(static_cast<size_t>(out * r));
+      values_of(file, *p.b, b.data());
+      bool disjoint = true;
+      for (int64_t j = 0; j < r && disjoint; ++j) {
+        Part* owner = nullptr;
+        for (Part& part : p.parts)
+          for (int64_t row = part.first; row < part.first + part.rows; ++row)
+            if (b[static_cast<size_t>(row * r + j)] != 0.0f) {
+              disjoint = owner == nullptr || owner == &part;
+              owner = &part;
+              break;
+            }
+        if (owner == nullptr) disjoint = false;
+        if (disjoint) owner->columns.push_back(j);
+      }
+      for (Part& part : p.parts)
+        if (!disjoint) part.columns = every;
+      std::erase_if(p.parts, [](const Part& part) { return part.columns.empty(); });
+    }
+    for (const Part& part : p.parts) {
+      // The update (alpha / r)·B·A of the file's r over the part's rank: alpha / rank is the part's scale, its B
+      // columns times rank / r (alpha 0 or negative: a scale of 1, the file's scale in B; below).
+      const auto rank = static_cast<int64_t>(part.columns.size());
+      targets.insert(part.target);
+      per_module[nn::lora_module_key(place.attend, part.target)] = {.r = rank,
+                                                                    .alpha = alpha > 0.0 ? alpha : double(rank)};
+    }
   }
   check(!pairs.empty(), "{}: a LoRA adapter without tensors", origin);
   if (!skipped.empty())
     log::warn("{}: {} norm tensor(s) skipped, as llama.cpp skips them (such as '{}')", origin, skipped.size(),
               skipped.front());
 
-  // Each pair's projections at its rank with the file's alpha (alpha 0: r), so that the update is multiplier ·
-  // (alpha / r) · B·A, as llama.cpp's; what the file does not cover takes no adapter.
+  // Each part at its rank with the file's alpha (alpha 0: the rank), so that the update is multiplier · (alpha /
+  // r) · B·A, as llama.cpp's; what the file does not cover takes no adapter.
   LoraConfig lora;
   lora.dropout = 0.0;
   lora.targets.clear();
@@ -836,22 +881,29 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(place.rows * r));
     values_of(file, *p.a, a.data());
     values_of(file, *p.b, b.data());
-    // The update's alpha / r is the adapter's own scale (alpha 0: 1, llama.cpp's); a negative alpha, which no scale
-    // of Attend's takes, goes into B instead.
-    if (alpha < 0.0)
-      for (float& x : b) x *= static_cast<float>(alpha / static_cast<double>(r));
     if (place.rope_heads > 0) {  // B's rows in Attend's order, as the weight's (qwen2, qwen3, gemma3)
       const std::vector<float> file_order = b;
       rope_rows_from_hf(b.data(), file_order.data(), place.rope_heads, c.d_head(), r);
     }
     for (const LowRankUpdate* u : nn::updates_on_rows(w, slot, place.row, place.rows, origin + ": " + base)) {
+      const int64_t rows = u->B->value.size(0), first = u->row0 - place.row;
+      const auto part = std::find_if(p.parts.begin(), p.parts.end(), [&](const Part& x) { return x.first == first; });
+      check(part != p.parts.end() && part->rows == rows, "{}: '{}' is on rows the file's '{}' does not adapt", origin,
+            u->A->name, base);
+      const auto rank = static_cast<int64_t>(part->columns.size());
+      check(u->A->value.size(0) == rank, "{}: '{}' took rank {} for the file's {}", origin, u->A->name,
+            u->A->value.size(0), rank);
+      // B's part as the part's own scale wants it: alpha / r of the file over alpha / rank; with alpha 0 the
+      // scale is 1 in both; a negative alpha, which no scale of Attend's takes, goes into B whole.
+      const double factor = alpha > 0.0 ? double(rank) / double(r) : alpha < 0.0 ? alpha / double(r) : 1.0;
       float* ua = u->A->value.data();
       float* ub = u->B->value.data();
-      const int64_t rows = u->B->value.size(0), first = u->row0 - place.row;
-      check(u->A->value.size(0) == r, "{}: '{}' took rank {} for the file's {}", origin, u->A->name,
-            u->A->value.size(0), r);
-      std::copy(a.begin(), a.end(), ua);
-      std::copy(b.data() + first * r, b.data() + (first + rows) * r, ub);
+      for (int64_t k = 0; k < rank; ++k) {
+        const int64_t j = part->columns[static_cast<size_t>(k)];
+        std::copy(a.data() + j * in, a.data() + (j + 1) * in, ua + k * in);
+        for (int64_t row = 0; row < rows; ++row)
+          ub[row * rank + k] = static_cast<float>(b[static_cast<size_t>((first + row) * r + j)] * factor);
+      }
     }
   }
   log::info("{}: GGUF LoRA, {} tensor pairs, alpha {}", origin, pairs.size(), alpha);
