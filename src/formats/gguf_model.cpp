@@ -863,9 +863,7 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
   // r) · B·A, as llama.cpp's; what the file does not cover takes no adapter.
   LoraConfig lora;
   lora.dropout = 0.0;
-  lora.targets.clear();
-  for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
-    if (targets.count(t)) lora.targets.push_back(t);
+  lora.targets = nn::in_target_order(targets);
   // A file with one rank on every block of each projection it adapts is a set as a LoRA run's own (config.json can
   // describe it: it saves, trains on); any other keeps its pairs module by module.
   if (const std::optional<LoraConfig::Rank> one = nn::one_rank_on_every_block(model, lora.targets, per_module))

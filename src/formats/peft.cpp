@@ -660,9 +660,7 @@ int load_peft_adapter(Model& model, const fs::path& dir, const std::string& name
   for (const Module* m : matched)
     for (const TargetRows& t : targets_in(*m)) per_module[nn::lora_module_key(m->weight, t.target)] = rank_of.at(m);
   LoraConfig lora = peft.lora;
-  lora.targets.clear();
-  for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
-    if (targets.count(t)) lora.targets.push_back(t);
+  lora.targets = nn::in_target_order(targets);
   check(name.empty() || lora.modules_to_save.empty(), "{}: modules_to_save in a second adapter set (the model has "
         "one classification head)", where);
   lora.name = name, lora.multiplier = multiplier;

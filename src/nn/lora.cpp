@@ -14,10 +14,6 @@
 
 namespace attend {
 
-namespace {
-const std::string kTargets[] = {"q", "k", "v", "o", "up", "gate", "down"};
-}  // namespace
-
 double LoraConfig::unit_scale() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
 double LoraConfig::scale() const { return unit_scale() * multiplier; }
 
@@ -30,7 +26,7 @@ void LoraConfig::validate() const {
   check(alpha > 0.0 && std::isfinite(alpha), "lora: alpha is {}, expected a positive number", alpha);
   check(!targets.empty(), "lora: targets is empty: name projections among q, k, v, o, up, gate, down");
   for (const std::string& t : targets) {
-    check(std::find(std::begin(kTargets), std::end(kTargets), t) != std::end(kTargets),
+    check(std::find(nn::kLoraTargets.begin(), nn::kLoraTargets.end(), t) != nn::kLoraTargets.end(),
           "lora: unknown target '{}' (expected q, k, v, o, up, gate or down)", t);
     check(std::count(targets.begin(), targets.end(), t) == 1, "lora: target '{}' is named twice", t);
   }
@@ -245,6 +241,13 @@ std::vector<std::string> lora_targets_of(std::string_view weight) {
   for (const char* t : {"up", "gate", "down"})
     if (weight.ends_with(".ffn." + std::string(t) + ".weight")) return {t};
   return {};
+}
+
+std::vector<std::string> in_target_order(const std::set<std::string>& targets) {
+  std::vector<std::string> out;
+  for (std::string_view t : kLoraTargets)
+    if (targets.count(std::string(t))) out.emplace_back(t);
+  return out;
 }
 
 std::string lora_module_key(std::string_view weight, std::string_view target) {

@@ -10,6 +10,7 @@
 #include <attend/parameter.h>
 #include <attend/rng.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -63,6 +64,10 @@ struct SameAdapters {
 };
 // LoraConfig::r's bound.
 inline constexpr int64_t kMaxLoraRank = 65536;
+// The projections LoRA adapts (LoraConfig::targets), in Attend's order.
+inline constexpr std::array<std::string_view, 7> kLoraTargets = {"q", "k", "v", "o", "up", "gate", "down"};
+// Those of `targets`, in that order.
+std::vector<std::string> in_target_order(const std::set<std::string>& targets);
 
 // The slot of the model's own adapter set (Model::adapters' ""), or adapters().size() when it has none.
 int own_adapter_slot(const Model& model);

@@ -10,6 +10,7 @@
 #include <attend/model_dir.h>
 
 #include "core/json_fields.h"
+#include "nn/lora.h"
 #include "train/clip.h"
 #include "train/collective.h"
 #include "train/optimizer.h"
@@ -49,13 +50,10 @@ void adapters_from(Model& base, const std::string& adapter, const ModelConfig& r
   auto unit = [](const ModelConfig& m) {
     return m.lora_rslora ? m.lora_alpha / std::sqrt(double(m.lora_r)) : m.lora_alpha / double(m.lora_r);
   };
-  auto targets = [](const ModelConfig& m) {  // in canonical order, gate only where the FFN has one
-    std::vector<std::string> out;
-    for (const char* t : {"q", "k", "v", "o", "up", "gate", "down"})
-      if (std::find(m.lora_targets.begin(), m.lora_targets.end(), t) != m.lora_targets.end() &&
-          (std::string_view(t) != "gate" || is_gated(m.activation)))
-        out.push_back(t);
-    return out;
+  auto targets = [](const ModelConfig& m) {  // in Attend's order, gate only where the FFN has one
+    std::set<std::string> has(m.lora_targets.begin(), m.lora_targets.end());
+    if (!is_gated(m.activation)) has.erase("gate");
+    return nn::in_target_order(has);
   };
   std::vector<std::string> differ;
   if (a.lora_r != run.lora_r) differ.push_back(fmt::format("r {} (train.lora {})", a.lora_r, run.lora_r));
