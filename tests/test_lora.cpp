@@ -1271,6 +1271,12 @@ TEST(Lora, PeftModulesDecideAsPeftDoes) {
   EXPECT_EQ(rank(layers, v0).first, 8);
   EXPECT_EQ(rank(layers, v1).first, 0) << "layer 1 is not in layers_to_transform";
   EXPECT_EQ(rank(layers, q0).first, 0) << "excluded, and not named";
+  const PeftModules negative = modules(R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"],
+      "layers_to_transform": [-1, 1]})");  // PEFT keeps -1, which no layer's number is
+  EXPECT_EQ(rank(negative, q1).first, 8);
+  EXPECT_EQ(rank(negative, q0).first, 0);
+  EXPECT_EQ(rank(PeftModules(parse_peft_config(R"({"peft_type": "LORA", "target_modules": ["q_proj"],
+      "layers_to_transform": -1})", "test"), "test"), q0).first, 0);
   const PeftModules t5 = modules(R"({"peft_type": "LORA", "r": 2, "target_modules": ["q", "wo"],
       "layers_to_transform": [1]})");
   EXPECT_EQ(rank(t5, "encoder.block.3.layer.1.DenseReluDense.wo").first, 2) << "sub-layer 1 of block 3";
