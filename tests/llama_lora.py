@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import socket
-import struct
 import subprocess
 import sys
 import urllib.request
@@ -125,34 +124,7 @@ def per_module(llama_bin, attend, work, base, base_gguf, peft, prompts, n):
     another alpha (alpha_pattern): its GGUF LoRA holds pairs of two ranks and none for block 0, and llama.cpp applies
     it as Attend runs the PEFT directory."""
     cut = os.path.join(work, "llama-peft-cut")
-    os.makedirs(cut, exist_ok=True)
-    with open(os.path.join(peft, "adapter_config.json")) as f:
-        config = json.load(f)
-    config.update(layers_to_transform=[1], layers_pattern="layers", rank_pattern={"v_proj": 2},
-                  alpha_pattern={"o_proj": 3.0})
-    with open(os.path.join(cut, "adapter_config.json"), "w") as f:
-        json.dump(config, f)
-    with open(os.path.join(peft, "adapter_model.safetensors"), "rb") as f:
-        raw = f.read()
-    size = struct.unpack("<Q", raw[:8])[0]
-    header, data = json.loads(raw[8:8 + size]), raw[8 + size:]
-    kept, blob = {}, b""
-    for name, info in header.items():
-        if name == "__metadata__" or ".layers.0." in name:
-            continue
-        begin, end = info["data_offsets"]
-        shape, values = list(info["shape"]), data[begin:end]
-        if ".v_proj." in name:  # the first two of the four ranks: A's first rows, B's first columns
-            if ".lora_A." in name:
-                values, shape[0] = values[:2 * shape[1] * 4], 2
-            else:
-                values = b"".join(values[row * shape[1] * 4:row * shape[1] * 4 + 8] for row in range(shape[0]))
-                shape[1] = 2
-        kept[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(values)]}
-        blob += values
-    text = json.dumps(kept).encode()
-    with open(os.path.join(cut, "adapter_model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + blob)
+    tiny_runs.cut_peft_adapter(peft, cut)
     cut_gguf = os.path.join(work, "llama-lora-cut.gguf")
     run([attend, "export", "--model", f"{base}/checkpoint", "--lora", cut, "--format", "gguf-lora", "-o", cut_gguf])
     theirs = llama_tokens(llama_bin, base_gguf, cut_gguf, prompts, n)

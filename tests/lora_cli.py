@@ -27,6 +27,46 @@ def losses(out):
         return [json.loads(line)["loss"] for line in f if '"loss"' in line]
 
 
+def per_module(attend, work, base, peft, more):
+    """An adapter with ranks module by module (block 1 alone, v_proj at rank 2, o_proj at alpha 3) trains on
+    (train.lora.from): the checkpoint holds the file's modules (config.json's lora_per_module); a run of two steps
+    resumed to three gives the straight run's losses and bytes; exported as PEFT, the trained adapter has the file's
+    modules at their ranks; a checkpoint of it starts another run (train.init_from) with those adapters."""
+    cut = os.path.join(work, "peft-cut")
+    tiny_runs.cut_peft_adapter(peft, cut)
+    steady = [*more, "--set", "train.schedule=warmup"]  # the same rate at each step whatever train.steps says
+    straight, halted = os.path.join(work, "cut-straight"), os.path.join(work, "cut-halted")
+    for out, steps, resume in ((straight, 3, []), (halted, 2, []), (halted, 3, ["--resume"])):
+        run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", f"train.lora.from={cut}",
+             *steady, "--set", f"train.steps={steps}", "--set", f"out={out}", *resume])
+    if len(losses(straight)) != 3 or losses(halted) != losses(straight):
+        fail(f"train.lora.from a per-module adapter: resumed losses {losses(halted)}, straight {losses(straight)}")
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        with open(os.path.join(straight, "checkpoint", name), "rb") as f, \
+                open(os.path.join(halted, "checkpoint", name), "rb") as g:
+            if f.read() != g.read():
+                fail(f"train.lora.from a per-module adapter: the resumed run's {name} differs from the straight run's")
+    with open(os.path.join(straight, "checkpoint", "config.json")) as f:
+        ranks = json.load(f)["lora_per_module"]
+    want = {f"decoder.layers.1.{m}": r for m, r in (("attn.qkv.q", 4), ("attn.qkv.k", 4), ("attn.qkv.v", 2),
+                                                        ("attn.o", 4), ("ffn.up", 4), ("ffn.gate", 4), ("ffn.down", 4))}
+    if {k: v["r"] for k, v in ranks.items()} != want or ranks["decoder.layers.1.attn.o"]["alpha"] != 3.0:
+        fail(f"train.lora.from a per-module adapter: the checkpoint's lora_per_module is {ranks}")
+    again = os.path.join(work, "peft-cut-trained")
+    run([attend, "export", "--model", f"{straight}/checkpoint", "--format", "peft", "-o", again])
+    with open(os.path.join(again, "adapter_config.json")) as f:
+        config = json.load(f)
+    if [r for key, r in config["rank_pattern"].items() if key.endswith("v_proj")] != [2] or \
+            any(".layers.0." in t or t.endswith("_proj") and "." not in t for t in config["target_modules"]):
+        fail(f"the trained per-module adapter exported as PEFT: adapter_config.json {config}")
+    proc = subprocess.run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set",
+                           f"train.lora.from={cut}", *steady, "--set", "train.lora.rslora=true",
+                           "--set", f"out={os.path.join(work, 'cut-wrong')}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode == 0 or "rslora false (train.lora true)" not in proc.stderr:
+        fail(f"train.lora.from a per-module adapter with rslora: exit {proc.returncode}, {proc.stderr[-400:]!r}")
+
+
 def main():
     attend, work = tiny_runs.paths(__doc__)
     text, common = tiny_runs.corpus(run, attend, work, documents=True)
@@ -92,6 +132,7 @@ def main():
     proc = subprocess.run([attend, "inspect", lora_gguf], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode == 0 or "a GGUF LoRA adapter, not a model" not in proc.stderr:
         fail(f"inspect of a GGUF LoRA file: exit {proc.returncode}, {proc.stderr!r}")
+    per_module(attend, work, base, peft, more)
 
     def generate(model, *extra):
         result = run([attend, "generate", "--model", model, "--prompt", "the jury said", "--max-new-tokens", "12",

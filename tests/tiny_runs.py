@@ -7,6 +7,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import json
 import subprocess
 import sys
@@ -88,3 +89,38 @@ def corpus(run, attend, work, documents):
                "--set", "data.seq_len=32", "--set", "data.max_valid_batches=2", "--set", "train.eval_every=0",
                "--set", "train.warmup_steps=2"]
     return text, options
+
+
+def cut_peft_adapter(peft, cut):
+    """Writes into `cut` the PEFT adapter of a two-block Llama-layout model (r = 4, v_proj and o_proj among its
+    targets; tests/lora_cli.py's and llama_lora.py's) cut to ranks module by module: block 1 alone
+    (layers_to_transform), v_proj at rank 2 of 4 (rank_pattern: A's first two rows, B's first two columns) and
+    o_proj at alpha 3 (alpha_pattern)."""
+    os.makedirs(cut, exist_ok=True)
+    with open(os.path.join(peft, "adapter_config.json")) as f:
+        config = json.load(f)
+    config.update(layers_to_transform=[1], layers_pattern="layers", rank_pattern={"v_proj": 2},
+                  alpha_pattern={"o_proj": 3.0})
+    with open(os.path.join(cut, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(peft, "adapter_model.safetensors"), "rb") as f:
+        raw = f.read()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + size]), raw[8 + size:]
+    kept, blob = {}, b""
+    for name, info in header.items():
+        if name == "__metadata__" or ".layers.0." in name:
+            continue
+        begin, end = info["data_offsets"]
+        shape, values = list(info["shape"]), data[begin:end]
+        if ".v_proj." in name:
+            if ".lora_A." in name:
+                values, shape[0] = values[:2 * shape[1] * 4], 2
+            else:
+                values = b"".join(values[row * shape[1] * 4:row * shape[1] * 4 + 8] for row in range(shape[0]))
+                shape[1] = 2
+        kept[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(values)]}
+        blob += values
+    text = json.dumps(kept).encode()
+    with open(os.path.join(cut, "adapter_model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + blob)

@@ -78,6 +78,7 @@ struct LoraConfig {
   struct Rank {
     int64_t r = 8;
     double alpha = 16.0;
+    bool operator==(const Rank&) const = default;
   };
   std::map<std::string, Rank> per_module;
   double unit_scale() const;  // alpha / r, or alpha / √r with rslora
@@ -158,6 +159,10 @@ struct ModelConfig {
   bool lora_rslora = false;
   double lora_dropout = 0.0;
   std::vector<std::string> lora_modules_to_save;
+  // Ranks and alphas module by module (LoraConfig::per_module): when not empty, exactly these modules have
+  // adapters, each at its own rank and alpha (a PEFT adapter's rank_pattern or layers, a GGUF LoRA's pairs, trained
+  // on); lora_r and lora_alpha then only say the set has adapters.
+  std::map<std::string, LoraConfig::Rank> lora_per_module;
   LoraConfig lora() const;  // the fields above, A drawn from seed
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
@@ -310,8 +315,8 @@ class Model {
   int add_lora(const LoraConfig& config);
   void merge_lora();
   bool has_lora() const;
-  // The model's own adapters came with ranks or alphas module by module (LoraConfig::per_module): config.json's
-  // lora_* cannot describe them, so the model is saved only once they are merged (merge_lora) or as an adapter file.
+  // The model's own adapters have ranks or alphas module by module (LoraConfig::per_module; config.json's
+  // lora_per_module).
   bool lora_per_module() const;
   const std::vector<std::string>& adapters() const;  // by slot: "" for the model's own, else the name
   // Loading without a copy: the parameter values become `values` (laid out as parameter_buffer), memory that

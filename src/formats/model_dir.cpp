@@ -33,9 +33,6 @@ void copy_generation_files(const fs::path& source, const fs::path& out) {
 }
 
 void save_model(const Model& model, const fs::path& dir, const Tokenizer* tokenizer, WeightType weights) {
-  check(!model.lora_per_module(), "{}: the model's adapters have ranks or alphas module by module, which config.json "
-        "cannot describe: merge them (attend merge-lora) or write them as an adapter (attend export --format peft or "
-        "gguf-lora)", dir.string());
   std::error_code ec;
   fs::create_directories(dir, ec);
   check(!ec && fs::is_directory(dir), "{}: cannot create the model directory: {}", dir.string(), ec.message());

@@ -68,6 +68,28 @@ struct Placement {
   ordered_json write() const { return pre_norm ? "pre" : "post"; }
 };
 
+// "lora_per_module": {"decoder.layers.1.attn.qkv.q": {"r": 4, "alpha": 8}, ...}; {} for none.
+struct PerModule {
+  std::map<std::string, LoraConfig::Rank>& ranks;
+  void read(const json& v, const std::string& where) {
+    check(v.is_object(), "{} is {}, expected an object of modules, each {{\"r\": rank, \"alpha\": alpha}}", where,
+          v.dump());
+    std::map<std::string, LoraConfig::Rank> out;
+    for (const auto& [key, m] : v.items()) {
+      check(m.is_object() && m.size() == 2 && m.contains("r") && m.contains("alpha") && m["r"].is_number_integer() &&
+                m["alpha"].is_number(),
+            "{}: '{}' is {}, expected {{\"r\": rank, \"alpha\": alpha}}", where, key, m.dump());
+      out[key] = {.r = m["r"].get<int64_t>(), .alpha = m["alpha"].get<double>()};
+    }
+    ranks = std::move(out);
+  }
+  ordered_json write() const {
+    ordered_json j = ordered_json::object();
+    for (const auto& [key, m] : ranks) j[key] = {{"r", m.r}, {"alpha", m.alpha}};
+    return j;
+  }
+};
+
 // Calls f(name, field, description) for every field of config.json, in the file's order. The descriptions
 // are docs/FORMATS.md's.
 template <typename Config, typename F>
@@ -143,6 +165,8 @@ void for_each_field(Config& c, F&& f) {
   f("lora_rslora", c.lora_rslora, "LoRA: scale by lora_alpha / √lora_r (rsLoRA) instead");
   f("lora_dropout", c.lora_dropout, "LoRA: dropout on the adapters' input while training (PEFT's lora_dropout)");
   f("lora_modules_to_save", c.lora_modules_to_save, "LoRA: modules that train whole beside the adapters (classifier, pooler; a classification head's by default)");
+  PerModule per_module{c.lora_per_module};
+  f("lora_per_module", per_module, "LoRA: ranks and alphas module by module, {\"decoder.layers.1.attn.qkv.q\": {\"r\": 4, \"alpha\": 8}, ...}: exactly these modules (of lora_targets) have adapters; {}: every block's, at lora_r and lora_alpha");
 }
 
 }  // namespace
@@ -209,11 +233,12 @@ int64_t ModelConfig::decoder_layers() const {
 
 LoraConfig ModelConfig::lora() const {
   return {.r = lora_r, .alpha = lora_alpha, .targets = lora_targets, .rslora = lora_rslora, .seed = seed,
-          .dropout = lora_dropout, .modules_to_save = lora_modules_to_save};
+          .dropout = lora_dropout, .modules_to_save = lora_modules_to_save, .per_module = lora_per_module};
 }
 
 void ModelConfig::validate() const {
   check(lora_r >= 0, "model: lora_r is {}, expected 0 (no adapters) or a rank", lora_r);
+  check(lora_r > 0 || lora_per_module.empty(), "model: lora_per_module without lora_r: a model without adapters");
   if (lora_r > 0) {
     lora().validate();
     check(!(lora().adapts_ffn() && n_experts > 0), "model: lora_targets up, gate or down on a Mixture-of-Experts FFN are not "

@@ -233,6 +233,15 @@ std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::functio
     impl = std::make_unique<Model::Impl>(config);
   }
   impl->lay_out(blocks_only);
+  if (!config.lora_per_module.empty()) {  // each module config.json names took its adapter
+    std::set<std::string> adapted;
+    for (const Parameter* p : impl->params)
+      if (p->role == Role::LoraA) adapted.insert(p->name.substr(0, p->name.rfind(".lora_A.")));
+    for (const auto& entry : config.lora_per_module)
+      check(adapted.count(entry.first) > 0, "config: lora_per_module names '{}', which is no projection of this model "
+            "among lora_targets {} (keys such as '{}')", entry.first, fmt::join(config.lora_targets, ", "),
+            adapted.empty() ? std::string("none") : *adapted.begin());
+  }
   if (config.lora_r > 0) {  // a LoRA model trains its adapters alone, and the modules saved beside them
     const std::vector<std::string> modules = modules_to_save(config, config.lora_modules_to_save);
     for (Parameter* p : impl->params) p->frozen = !trains_with_adapters(*p, modules);
@@ -428,7 +437,7 @@ int Model::add_lora(const LoraConfig& config) {
     m.config.lora_r = config.r, m.config.lora_alpha = config.alpha, m.config.lora_targets = config.targets;
     m.config.lora_rslora = config.rslora, m.config.lora_dropout = config.dropout;
     m.config.lora_modules_to_save = modules;
-    m.own_lora_per_module = !config.per_module.empty();
+    m.config.lora_per_module = config.per_module;
   }
   uint64_t offset = 0;  // the new A drawn as PEFT draws it; B stays 0
   for (Parameter* p : m.params) {
@@ -455,12 +464,12 @@ void Model::merge_lora() {
   m.config.lora_r = 0;
   m.config.lora_modules_to_save.clear();
   m.adapters.clear();
-  m.own_lora_per_module = false;
+  m.config.lora_per_module.clear();
   freeze([](const Parameter&) { return false; });
 }
 
 const std::vector<std::string>& Model::adapters() const { return impl_->adapters; }
-bool Model::lora_per_module() const { return impl_->own_lora_per_module; }
+bool Model::lora_per_module() const { return !impl_->config.lora_per_module.empty(); }
 
 bool Model::has_lora() const {
   return std::any_of(impl_->params.begin(), impl_->params.end(),

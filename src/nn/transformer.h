@@ -163,7 +163,6 @@ struct Model::Impl {
   nn::Linear classifier;        // encoder with n_classes > 0
   std::vector<Parameter*> params;
   std::vector<std::string> adapters;  // LoRA adapter sets by slot (Model::adapters): "" for the model's own
-  bool own_lora_per_module = false;  // Model::lora_per_module
   // Every parameter's value and gradient in one buffer each (llm.c's layout, and model.safetensors' data as
   // save_model writes it): params[i] borrows the slice after the previous one's, without gaps; a matrix held
   // only as quantized blocks has no slice. The values are `values`, or a private mapping of the weights file

@@ -37,15 +37,14 @@ namespace {
 // train.lora.from: the adapter file's adapters onto `base` (init_from's model, made the run's: its head too), as the
 // run's own; their options must be the run's (`run`: the model train.lora made), each that differs named with the
 // adapter's value. The scale is compared, not alpha and rsLoRA apart (a GGUF file holds rsLoRA's as alpha·√r, in
-// float32), and the targets as a set of what the model has.
+// float32), and the targets as a set of what the model has. An adapter with ranks or alphas module by module (some
+// blocks, rank_pattern) trains as it is: its ranks and alphas replace train.lora's r and alpha.
 void adapters_from(Model& base, const std::string& adapter, const ModelConfig& run) {
   try {
     load_peft_adapter(base, adapter);
   } catch (const Error& e) {
     throw Error(fmt::format("train.lora.from: {}", e.what()));
   }
-  check(!base.lora_per_module(), "train.lora.from {}: its modules have ranks or alphas of their own, or some blocks "
-        "none; train.lora trains one rank and alpha on every block", adapter);
   const ModelConfig& a = base.config();
   auto unit = [](const ModelConfig& m) {
     return m.lora_rslora ? m.lora_alpha / std::sqrt(double(m.lora_r)) : m.lora_alpha / double(m.lora_r);
@@ -56,8 +55,17 @@ void adapters_from(Model& base, const std::string& adapter, const ModelConfig& r
     return nn::in_target_order(has);
   };
   std::vector<std::string> differ;
-  if (a.lora_r != run.lora_r) differ.push_back(fmt::format("r {} (train.lora {})", a.lora_r, run.lora_r));
-  if (std::abs(unit(a) - unit(run)) > 1e-6 * std::abs(unit(run)))
+  const bool per_module = base.lora_per_module();
+  if (per_module) {
+    std::set<int64_t> ranks;
+    for (const auto& entry : a.lora_per_module) ranks.insert(entry.second.r);
+    log::info("train.lora.from {}: ranks and alphas module by module ({} modules, ranks {}): they train as they are, "
+              "in place of train.lora's r and alpha", adapter, a.lora_per_module.size(), fmt::join(ranks, ", "));
+    if (a.lora_rslora != run.lora_rslora)
+      differ.push_back(fmt::format("rslora {} (train.lora {})", a.lora_rslora, run.lora_rslora));
+  }
+  if (!per_module && a.lora_r != run.lora_r) differ.push_back(fmt::format("r {} (train.lora {})", a.lora_r, run.lora_r));
+  if (!per_module && std::abs(unit(a) - unit(run)) > 1e-6 * std::abs(unit(run)))
     differ.push_back(fmt::format("the scale {}{} = {} (train.lora {})", a.lora_alpha,
                                  a.lora_rslora ? " / √r" : " / r", unit(a), unit(run)));
   if (targets(a) != targets(run))
@@ -304,7 +312,9 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     if (resume) {
       check(fs::exists(s.checkpoint() / "trainer.json"), "{}: no checkpoint to resume from", s.checkpoint().string());
       Model saved = load_model(s.checkpoint());
-      const std::string want = s.model.config().to_json(), have = saved.config().to_json();
+      ModelConfig run_model = s.model.config();
+      if (!c.lora_from.empty()) run_model.lora_per_module = saved.config().lora_per_module;  // the file's, trained on
+      const std::string want = run_model.to_json(), have = saved.config().to_json();
       check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
             first_difference(have, want));
       std::set<std::string> frozen;  // the run's choice of what trains holds for the loaded weights too
@@ -330,6 +340,11 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
             throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
           }
           adapters_from(headed, c.lora_from, s.model.config());
+          if (headed.lora_per_module()) {  // the run's adapters are the file's, module by module
+            ModelConfig per = s.model.config();
+            per.lora_per_module = headed.config().lora_per_module;
+            s.model = Model(per);
+          }
           source = std::move(headed);
         }
         std::vector<std::string> kept;
@@ -349,6 +364,15 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     }
   }
   if (s.parallel()) {
+    if (!c.lora_from.empty()) {  // train.lora.from's ranks module by module, which rank 0 alone read
+      const ModelConfig leaders =
+          ModelConfig::from_json(train::broadcast(*group, s.model.config().to_json()), "rank 0's model");
+      if (leaders.lora_per_module != s.model.config().lora_per_module) {
+        ModelConfig per = s.model.config();
+        per.lora_per_module = leaders.lora_per_module;
+        s.model = Model(per);
+      }
+    }
     // Every rank must build the same model; then all start from rank 0's parameters.
     const std::string mine = s.model.config().to_json(), leaders = train::broadcast(*group, mine);
     check(mine == leaders, "rank {}: the model differs from rank 0's: {}", s.rank(), first_difference(leaders, mine));
