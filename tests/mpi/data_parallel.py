@@ -6,6 +6,7 @@ network namespaces.
   tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi death     # kill -9 of rank 1
   tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi stop      # SIGTERM to both ranks
   tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi netns     # two hosts over a veth pair
+  tests/mpi/data_parallel.py --attend build/attend --work /tmp/attend_mpi lora      # a per-module adapter on 2 ranks
 
 same: a tiny GPT (LM, 200 steps; ZeRO-1 off and on) and a tiny T5-style encoder-decoder (seq2seq, 100 steps,
 ZeRO-1 on) trained by one process and by two ranks with the same global batch: every step's loss within
@@ -24,9 +25,14 @@ rank started by mpirun's remote-shell agent set to `ip netns exec` (the host nam
 ranks talking TCP over the veth: the same losses as one process. Needs root (ip netns); exits 77 (skipped)
 without it.
 
+lora: a PEFT adapter on block 1's c_attn alone (layers_to_transform), which rank 0 alone reads (train.lora.from),
+trained on for 20 steps by one process and by two ranks: the other rank takes its modules from rank 0's model, the
+same losses within 1e-6 and the same adapters in the checkpoint's config.json.
+
 Exits 0 when every check passed, 1 with the first failure.
 """
 import argparse
+import array
 import json
 import os
 import random
@@ -131,7 +137,6 @@ def compare(one, many, what, bound=1e-6):
 
 def safetensors_f32(path):
     """{name: array('f')} of an F32 safetensors file (Attend's model.safetensors)."""
-    import array
     with open(path, "rb") as f:
         data = f.read()
     n = int.from_bytes(data[:8], "little")
@@ -348,11 +353,46 @@ def netns(args, tok, text):
         subprocess.run(["ip", "netns", "del", b], stderr=subprocess.DEVNULL)
 
 
+def lora(args, tok, text):
+    base = os.path.join(args.work, "base")
+    run(lm_command(args, tok, text, base, 20), "the base")
+    peft = os.path.join(args.work, "peft")
+    os.makedirs(peft)
+    with open(os.path.join(peft, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["c_attn"], "fan_in_fan_out": True,
+                   "layers_to_transform": [1], "layers_pattern": "h"}, f)
+    rng = random.Random(5)
+    tensors = {"base_model.model.transformer.h.1.attn.c_attn.lora_A.weight": [2, 32],
+               "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight": [96, 2]}
+    header, blob = {}, b""
+    for name, shape in tensors.items():
+        values = array.array("f", (rng.uniform(-0.2, 0.2) for _ in range(shape[0] * shape[1]))).tobytes()
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(values)]}
+        blob += values
+    text_header = json.dumps(header).encode()
+    with open(os.path.join(peft, "adapter_model.safetensors"), "wb") as f:
+        f.write(len(text_header).to_bytes(8, "little") + text_header + blob)
+    extra = ["--set", f"train.init_from={base}/checkpoint", "--set", f"train.lora.from={peft}", "--set",
+             "train.lora.r=2", "--set", "train.lora.alpha=4", "--set", "train.lora.targets=q,k,v", "--set",
+             "train.lr=1e-2"]
+    one, two = os.path.join(args.work, "lora_one"), os.path.join(args.work, "lora_two")
+    run(lm_command(args, tok, text, one, 20, extra), "one process")
+    run(mpirun() + lm_command(args, tok, text, two, 20, extra), "mpirun -np 2")
+    compare(one, two, "train.lora.from a per-module adapter")
+    configs = []
+    for out in (one, two):
+        with open(os.path.join(out, "checkpoint", "config.json")) as f:
+            configs.append(json.load(f)["lora_per_module"])
+    if configs[0] != configs[1] or sorted(configs[0]) != [f"decoder.layers.1.attn.qkv.{t}" for t in "kqv"]:
+        fail(f"train.lora.from a per-module adapter: lora_per_module {configs[0]} in one process, {configs[1]} on "
+             "the ranks")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attend", required=True)
     parser.add_argument("--work", required=True)
-    parser.add_argument("check", choices=["same", "death", "stop", "netns"])
+    parser.add_argument("check", choices=["same", "death", "stop", "netns", "lora"])
     args = parser.parse_args()
     args.attend = os.path.abspath(args.attend)
     work = args.work = os.path.join(os.path.abspath(args.work), args.check)
@@ -362,7 +402,7 @@ def main():
     tok = tokenizer(args, text)
     {"same": lambda: same(args, tok, text, pairs), "death": lambda: death(args, tok, text),
      "stop": lambda: stop(args, tok, text),
-     "netns": lambda: netns(args, tok, text)}[args.check]()
+     "netns": lambda: netns(args, tok, text), "lora": lambda: lora(args, tok, text)}[args.check]()
     print(f"data_parallel {args.check}: every check passed")
 
 
