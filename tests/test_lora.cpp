@@ -518,6 +518,41 @@ TEST(Lora, ASavedModelLoadsWithItsAdapters) {
   EXPECT_FALSE(load_model(merged).has_lora());
 }
 
+// LoraConfig::layers (PEFT's layers_to_transform; run.json's train.lora.layers): those blocks' projections of the
+// targets alone take adapters, in each stack of an encoder-decoder; config.json records them module by module. Every
+// block named is a plain set; a block the model lacks, a block named twice, or layers beside per_module is an error.
+TEST(Lora, LayersAdaptThoseBlocksAlone) {
+  ModelConfig c = family("t5");
+  c.n_layers = 3;
+  Model m(c);
+  m.add_lora({.r = 2, .alpha = 4, .targets = {"q", "down"}, .seed = 1, .layers = {0, 2}});
+  std::set<std::string> adapted;
+  for (const Parameter* p : m.parameters())
+    if (p->role == Role::LoraA) adapted.insert(p->name.substr(0, p->name.rfind(".lora_A")));
+  std::set<std::string> want;
+  for (const char* stack : {"encoder", "decoder"})
+    for (int layer : {0, 2})
+      for (const char* module : {"attn.qkv.q", "ffn.down"}) want.insert(fmt::format("{}.layers.{}.{}", stack, layer, module));
+  for (int layer : {0, 2}) want.insert(fmt::format("decoder.layers.{}.cross_attn.q", layer));
+  EXPECT_EQ(adapted, want);
+  EXPECT_TRUE(m.lora_per_module());
+  EXPECT_EQ(m.config().lora_per_module.size(), want.size());
+  EXPECT_EQ(m.config().lora_per_module.at("encoder.layers.2.ffn.down"), (LoraConfig::Rank{.r = 2, .alpha = 4}));
+
+  Model every(c);
+  every.add_lora({.r = 2, .alpha = 4, .targets = {"q"}, .seed = 1, .layers = {2, 0, 1}});
+  EXPECT_FALSE(every.lora_per_module()) << "every block: a plain set";
+  Model other(c);
+  testing::expect_error_mentions<Error>([&] { other.add_lora({.r = 2, .targets = {"q"}, .layers = {3}}); },
+                                        {"layers holds 3", "0 to 2"});
+  testing::expect_error_mentions<Error>([&] { other.add_lora({.r = 2, .targets = {"q"}, .layers = {1, 1}}); },
+                                        {"layers holds 1 twice"});
+  testing::expect_error_mentions<Error>(
+      [&] { other.add_lora({.r = 2, .targets = {"q"}, .per_module = {{"decoder.layers.0.attn.qkv.q", {}}}, .layers = {1}}); },
+      {"layers and ranks module by module"});
+  EXPECT_FALSE(other.has_lora()) << "a refused set changed the model";
+}
+
 // config.json's lora_per_module: exactly the modules it names take adapters, each at its rank and alpha; such a
 // model saves and loads with them, bit for bit; a key that names no projection among lora_targets, a value of the
 // wrong shape, a bad rank, or the map without lora_r is an error naming it.
@@ -932,6 +967,17 @@ TEST(Lora, RunJsonTrainLoraSection) {
   EXPECT_EQ(run.train.lora.targets, (std::vector<std::string>{"q", "v", "down"}));
   EXPECT_EQ(run.train.lora.r, 4);
   testing::expect_error_mentions<Error>([&] { run.set("train.lora.rank", "4"); }, {"train.lora.rank"});
+  run.set("train.lora.layers", "1,3");
+  EXPECT_EQ(run.train.lora.layers, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(RunConfig::from_json(run.to_json(), "written").train.lora.layers, (std::vector<int64_t>{1, 3}));
+  run.set("train.lora.layers", "[2]");
+  EXPECT_EQ(run.train.lora.layers, (std::vector<int64_t>{2}));
+  testing::expect_error_mentions<Error>([&] { run.set("train.lora.layers", "1,x"); }, {"train.lora", "'layers'", "'x'"});
+  EXPECT_EQ(RunConfig::from_json(R"({"train": {"lora": {"r": 4, "layers": 0}}})", "run.json").train.lora.layers,
+            (std::vector<int64_t>{0})) << "one number, as PEFT's layers_to_transform takes it";
+  testing::expect_error_mentions<Error>(
+      [] { RunConfig::from_json(R"({"train": {"lora": {"r": 4, "layers": [1.5]}}})", "run.json"); },
+      {"train.lora", "layers", "1.5", "integers"});
   testing::expect_error_mentions<Error>([] { RunConfig::from_json(R"({"train": {"lora": {"r": "8"}}})", "run.json"); },
                                  {"train.lora"});
   RunConfig bad = RunConfig::from_json(R"({"data": {"train": ["x"], "tokenizer": "t"}, "train": {"lora": {"r": 4,

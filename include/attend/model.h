@@ -81,6 +81,9 @@ struct LoraConfig {
     bool operator==(const Rank&) const = default;
   };
   std::map<std::string, Rank> per_module;
+  // The blocks to adapt, numbered from 0 in each stack (PEFT's layers_to_transform); empty: every block. add_lora
+  // makes them per_module's entries at r and alpha.
+  std::vector<int64_t> layers;
   double unit_scale() const;  // alpha / r, or alpha / √r with rslora
   double scale() const;       // unit_scale() · multiplier
   bool adapts_ffn() const;  // a target is up, gate or down

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
@@ -96,6 +98,15 @@ void read_field(T& field, const nlohmann::json& v, const std::string& where) {
   } else if constexpr (std::is_same_v<T, std::string>) {
     check(v.is_string(), "{} is {}, expected a string", where, v.dump());
     field = v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    check(v.is_array() || v.is_number_integer(), "{} is {}, expected a list of integers", where, v.dump());
+    field.clear();
+    if (v.is_number_integer()) field.push_back(v.get<int64_t>());
+    else
+      for (const auto& e : v) {
+        check(e.is_number_integer(), "{} has {}, expected integers", where, e.dump());
+        field.push_back(e.get<int64_t>());
+      }
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
     check(v.is_array() || v.is_string(), "{} is {}, expected a list of strings", where, v.dump());
     field.clear();
@@ -156,14 +167,24 @@ bool set_field(std::string_view key, std::string_view value, std::string_view wh
   for_each([&](const char* k, auto& field, const char*) {
     if (key != k) return;
     nlohmann::json given = v;
-    // A list on the command line: q,v (or JSON's ["q","v"]).
-    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::vector<std::string>>) {
+    // A list on the command line: q,v or 1,3 (or JSON's ["q","v"] and [1,3]).
+    using Field = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<Field, std::vector<std::string>> || std::is_same_v<Field, std::vector<int64_t>>) {
       if (v.is_string()) {
         given = nlohmann::json::array();
         const std::string text = v.get<std::string>();
         for (size_t at = 0; at <= text.size();) {
           const size_t comma = std::min(text.find(',', at), text.size());
-          given.push_back(text.substr(at, comma - at));
+          const std::string item = text.substr(at, comma - at);
+          if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {
+            int64_t n = 0;
+            const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+            check(ec == std::errc() && end == item.data() + item.size(), "{}: '{}' = '{}': '{}' is not an integer",
+                  where, k, text, item);
+            given.push_back(n);
+          } else {
+            given.push_back(item);
+          }
           at = comma + 1;
         }
       }

@@ -8,6 +8,7 @@
 #include <attend/rng.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -38,6 +39,13 @@ void LoraConfig::validate() const {
           nn::kMaxLoraRank);
     check(m.alpha > 0.0 && std::isfinite(m.alpha), "lora: '{}' has alpha {}, expected a positive number", key, m.alpha);
   }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    check(layers[i] >= 0 && layers[i] < (int64_t{1} << 16), "lora: layers holds {}, expected block numbers from 0",
+          layers[i]);
+    check(std::count(layers.begin(), layers.end(), layers[i]) == 1, "lora: layers holds {} twice", layers[i]);
+  }
+  check(layers.empty() || per_module.empty(), "lora: layers and ranks module by module (per_module) both given: "
+        "per_module names the modules itself");
   check(dropout >= 0.0 && dropout < 1.0, "lora: dropout is {}, expected a probability in [0, 1)", dropout);
   check(std::isfinite(multiplier), "lora: the scale multiplier is {}, expected a finite number", multiplier);
   // The name goes into tensor names: "….lora_A.<name>.weight".
@@ -241,6 +249,15 @@ std::vector<std::string> lora_targets_of(std::string_view weight) {
   for (const char* t : {"up", "gate", "down"})
     if (weight.ends_with(".ffn." + std::string(t) + ".weight")) return {t};
   return {};
+}
+
+int64_t lora_module_layer(std::string_view key) {
+  const size_t at = key.find(".layers.");
+  if (at == std::string_view::npos) return -1;
+  int64_t layer = 0;
+  const char* begin = key.data() + at + 8;
+  const auto [end, ec] = std::from_chars(begin, key.data() + key.size(), layer);
+  return ec == std::errc() && end != begin && end < key.data() + key.size() && *end == '.' ? layer : -1;
 }
 
 std::vector<std::string> in_target_order(const std::set<std::string>& targets) {

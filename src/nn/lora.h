@@ -91,6 +91,8 @@ std::vector<std::string> lora_targets_of(std::string_view weight);
 // The key of LoraConfig::per_module for the adapter of `target` on `weight` (a name such as
 // "decoder.layers.3.attn.qkv.weight"): its adapter's name before ".lora_A" ("decoder.layers.3.attn.qkv.q").
 std::string lora_module_key(std::string_view weight, std::string_view target);
+// The block of a module key ("decoder.layers.3.attn.qkv.q": 3), -1 for none.
+int64_t lora_module_layer(std::string_view key);
 // The keys of every projection of `targets` the model holds, each block's: what a set adapting `targets` on every
 // block adapts.
 std::set<std::string> lora_module_keys(const Model& model, const std::vector<std::string>& targets);

@@ -102,6 +102,7 @@ void for_each_lora_field(TrainConfig& t, F&& f) {
   f("dropout", l.dropout, "dropout on the adapters' input while training (PEFT's lora_dropout)");
   f("targets", l.targets, "the projections adapted, among q, k, v, o (attention), up, gate, down (FFN)");
   f("rslora", l.rslora, "scale by alpha / √r (rsLoRA) instead");
+  f("layers", l.layers, "the blocks adapted, from 0 (in each stack of an encoder-decoder; PEFT's layers_to_transform); []: every block");
   f("modules_to_save", l.modules_to_save, "modules that train whole beside the adapters: classifier, pooler, embeddings (a classification head's by default)");
   f("from", t.lora_from, "a PEFT adapter directory or GGUF LoRA file to go on training, on train.init_from's base (r, alpha, targets, rslora and modules_to_save as it has them)");
 }

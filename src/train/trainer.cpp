@@ -70,6 +70,14 @@ void adapters_from(Model& base, const std::string& adapter, const ModelConfig& r
                                  a.lora_rslora ? " / √r" : " / r", unit(a), unit(run)));
   if (targets(a) != targets(run))
     differ.push_back(fmt::format("targets {} (train.lora {})", fmt::join(targets(a), ","), fmt::join(targets(run), ",")));
+  if (!run.lora_per_module.empty()) {  // train.lora.layers: the adapter's modules must be those blocks'
+    std::vector<std::string> theirs, ours;
+    for (const auto& entry : a.lora_per_module) theirs.push_back(entry.first);
+    for (const auto& entry : run.lora_per_module) ours.push_back(entry.first);
+    if (theirs != ours)
+      differ.push_back(fmt::format("{} (train.lora.layers: {})", theirs.empty() ? "every block" :
+                                   fmt::format("the modules {}", fmt::join(theirs, ", ")), fmt::join(ours, ", ")));
+  }
   if (a.lora_modules_to_save != run.lora_modules_to_save)
     differ.push_back(fmt::format("modules_to_save {} (train.lora {})", fmt::join(a.lora_modules_to_save, ","),
                                  fmt::join(run.lora_modules_to_save, ",")));
