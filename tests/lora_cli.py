@@ -59,12 +59,25 @@ def per_module(attend, work, base, peft, more):
     if [r for key, r in config["rank_pattern"].items() if key.endswith("v_proj")] != [2] or \
             any(".layers.0." in t or t.endswith("_proj") and "." not in t for t in config["target_modules"]):
         fail(f"the trained per-module adapter exported as PEFT: adapter_config.json {config}")
-    proc = subprocess.run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set",
-                           f"train.lora.from={cut}", *steady, "--set", "train.lora.rslora=true",
-                           "--set", f"out={os.path.join(work, 'cut-wrong')}"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode == 0 or "rslora false (train.lora true)" not in proc.stderr:
-        fail(f"train.lora.from a per-module adapter with rslora: exit {proc.returncode}, {proc.stderr[-400:]!r}")
+    # train.lora.layers naming the adapter's block trains it the same; naming another is refused, naming the modules;
+    # and the trained checkpoint (block 1's adapters) does not go on as train.lora.layers' block 0.
+    layered = os.path.join(work, "cut-layered")
+    run([attend, "train", "--set", f"train.init_from={base}/checkpoint", "--set", f"train.lora.from={cut}", *steady,
+         "--set", "train.lora.layers=1", "--set", f"out={layered}"])
+    if losses(layered) != losses(straight):
+        fail(f"train.lora.from with train.lora.layers=1: losses {losses(layered)}, without {losses(straight)}")
+    for what, options, message in (
+            ("rslora", [f"train.init_from={base}/checkpoint", f"train.lora.from={cut}", "train.lora.rslora=true"],
+             "rslora false (train.lora true)"),
+            ("layers 0", [f"train.init_from={base}/checkpoint", f"train.lora.from={cut}", "train.lora.layers=0"],
+             "decoder.layers.1.attn.o"),
+            ("layers 0 on its checkpoint", [f"train.init_from={straight}/checkpoint", "train.lora.layers=0"],
+             "train.lora.layers' decoder.layers.0.")):
+        proc = subprocess.run([attend, "train", *[x for o in options for x in ("--set", o)], *steady,
+                               "--set", f"out={os.path.join(work, 'cut-wrong')}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if proc.returncode == 0 or message not in proc.stderr:
+            fail(f"train.lora.from a per-module adapter, {what}: exit {proc.returncode}, {proc.stderr[-400:]!r}")
 
 
 def main():

@@ -972,6 +972,10 @@ TEST(Lora, RunJsonTrainLoraSection) {
   EXPECT_EQ(RunConfig::from_json(run.to_json(), "written").train.lora.layers, (std::vector<int64_t>{1, 3}));
   run.set("train.lora.layers", "[2]");
   EXPECT_EQ(run.train.lora.layers, (std::vector<int64_t>{2}));
+  run.set("train.lora.layers", " 4, 5");
+  EXPECT_EQ(run.train.lora.layers, (std::vector<int64_t>{4, 5}));
+  run.set("train.lora.layers", "");
+  EXPECT_TRUE(run.train.lora.layers.empty());
   testing::expect_error_mentions<Error>([&] { run.set("train.lora.layers", "1,x"); }, {"train.lora", "'layers'", "'x'"});
   EXPECT_EQ(RunConfig::from_json(R"({"train": {"lora": {"r": 4, "layers": 0}}})", "run.json").train.lora.layers,
             (std::vector<int64_t>{0})) << "one number, as PEFT's layers_to_transform takes it";
@@ -1120,6 +1124,31 @@ TEST(Lora, GgufLoraFilesReadBackAsTheAdaptersTheyHold) {
     load_peft_adapter(half_peft, peft, "", 0.5);
     load_peft_adapter(half_gguf, file, "", 0.5);
     testing::expect_all_close(logits_of(half_gguf, b), logits_of(half_peft, b), 1e-5 * largest, "at 0.5");
+    if (gpt2) {
+      // A column of B that is zero (here q's second, in block 0) adds nothing: it goes with the block it lies in,
+      // so the pair still splits into q's and v's adapters at rank 2. With B zero throughout (adapters not yet
+      // trained) nothing tells the parts apart: q, k and v each take the whole pair, which adds nothing either.
+      Parameter* qb = m.find("decoder.layers.0.attn.qkv.q.lora_B.weight");
+      for (int64_t row = 0; row < qb->value.size(0); ++row) qb->value.data()[row * 2 + 1] = 0.0f;
+      const fs::path zero_column = fresh("gguf_lora_zero_column") / "adapter.gguf";
+      fs::create_directories(zero_column.parent_path());
+      export_gguf_lora(m, zero_column);
+      Model split = load_model(hf);
+      load_peft_adapter(split, zero_column);
+      EXPECT_FALSE(split.lora_per_module());
+      EXPECT_EQ(split.config().lora_targets, m.config().lora_targets);
+      EXPECT_EQ(logits_of(split, b), logits_of(m, b));
+      Model untrained = load_model(hf);
+      untrained.add_lora({.r = 2, .alpha = 4, .targets = {"q", "v"}, .seed = 3});
+      const fs::path zero = fresh("gguf_lora_zero") / "adapter.gguf";
+      fs::create_directories(zero.parent_path());
+      export_gguf_lora(untrained, zero);
+      Model whole = load_model(hf);
+      load_peft_adapter(whole, zero);
+      EXPECT_EQ(whole.config().lora_targets, (std::vector<std::string>{"q", "k", "v"}));
+      EXPECT_EQ(whole.config().lora_r, 4);
+      EXPECT_EQ(logits_of(whole, b), plain);
+    }
   }
   // What is not an adapter for this model is named.
   const fs::path llama = fs::path(ATTEND_TEST_DATA) / "hf-llama" / "mistral";

@@ -313,6 +313,8 @@ TEST(PreTokenizer, AnchoredMatchesAsPythonsMatchAndFullmatch) {
   EXPECT_FALSE(whole.matches("xv_proj"));      // nor a suffix
   const tokenize::RegexSplitter search("q_proj");
   expect_error_mentions<Error>([&] { (void)search.matches("q_proj"); }, {"'q_proj'", "not anchored"});
+  std::vector<std::string_view> pieces;
+  expect_error_mentions<Error>([&] { start.split("a.q_proj", pieces); }, {"anchored", "cannot split"});
   const tokenize::RegexSplitter repeated("(a)*", "target", Anchor::whole);
   EXPECT_TRUE(repeated.matches("aaaa"));
   expect_error_mentions<Error>([&] { (void)repeated.matches(std::string(1'000'000, 'a')); }, {"target '(a)*'"});

@@ -173,10 +173,12 @@ bool set_field(std::string_view key, std::string_view value, std::string_view wh
       if (v.is_string()) {
         given = nlohmann::json::array();
         const std::string text = v.get<std::string>();
-        for (size_t at = 0; at <= text.size();) {
+        for (size_t at = 0; at <= text.size() && !(text.empty() && std::is_same_v<Field, std::vector<int64_t>>);) {
           const size_t comma = std::min(text.find(',', at), text.size());
-          const std::string item = text.substr(at, comma - at);
-          if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {
+          std::string item = text.substr(at, comma - at);
+          if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {  // "1, 3" too; "" is no number
+            item.erase(0, item.find_first_not_of(' '));
+            item.erase(item.find_last_not_of(' ') + 1);
             int64_t n = 0;
             const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
             check(ec == std::errc() && end == item.data() + item.size(), "{}: '{}' = '{}': '{}' is not an integer",

@@ -821,25 +821,29 @@ int load_gguf_lora(Model& model, const fs::path& path, const std::string& name, 
     } else {
       // A fused tensor's parts: q, k, v. Where each of B's columns is non-zero in one part's rows only (the
       // projections' own adapters stacked, as Attend writes them), each part takes its columns, at their number's
-      // rank, and a part with none takes no adapter; else (an adapter trained on the fused tensor, or B all zero)
-      // every part takes the whole pair.
+      // rank, and a part with none takes no adapter; a column zero in every row (it adds nothing) goes with the
+      // nearest column before it that a part holds (after it, at the start), as stacked blocks lie. Else (an
+      // adapter trained on the fused tensor, or B all zero) every part takes the whole pair.
       check(q_rows + 2 * kv_rows == out, "{}: '{}' has {} rows; q, k and v take {}", origin, base, out,
             q_rows + 2 * kv_rows);
       p.parts = {{"q", 0, q_rows, {}}, {"k", q_rows, kv_rows, {}}, {"v", q_rows + kv_rows, kv_rows, {}}};
       std::vector<float> b(static_cast<size_t>(out * r));
       values_of(file, *p.b, b.data());
+      std::vector<Part*> owner(static_cast<size_t>(r), nullptr);  // the one part whose rows use column j
       bool disjoint = true;
-      for (int64_t j = 0; j < r && disjoint; ++j) {
-        Part* owner = nullptr;
+      for (int64_t j = 0; j < r && disjoint; ++j)
         for (Part& part : p.parts)
           for (int64_t row = part.first; row < part.first + part.rows; ++row)
             if (b[static_cast<size_t>(row * r + j)] != 0.0f) {
-              disjoint = owner == nullptr || owner == &part;
-              owner = &part;
+              disjoint = disjoint && (owner[j] == nullptr || owner[j] == &part);
+              owner[j] = &part;
               break;
             }
-        if (owner == nullptr) disjoint = false;
-        if (disjoint) owner->columns.push_back(j);
+      const auto first_owned = std::find_if(owner.begin(), owner.end(), [](const Part* o) { return o != nullptr; });
+      disjoint = disjoint && first_owned != owner.end();
+      for (int64_t j = 0; j < r && disjoint; ++j) {
+        if (owner[j] == nullptr) owner[j] = j == 0 ? *first_owned : owner[j - 1];
+        owner[j]->columns.push_back(j);
       }
       for (Part& part : p.parts)
         if (!disjoint) part.columns = every;

@@ -260,6 +260,22 @@ int64_t lora_module_layer(std::string_view key) {
   return ec == std::errc() && end != begin && end < key.data() + key.size() && *end == '.' ? layer : -1;
 }
 
+std::map<std::string, LoraConfig::Rank> modules_of_layers(const Model& model, const LoraConfig& config) {
+  std::map<std::string, LoraConfig::Rank> out;
+  int64_t blocks = 0;
+  const std::set<std::string> keys = lora_module_keys(model, config.targets);
+  for (const std::string& key : keys) {
+    const int64_t layer = lora_module_layer(key);
+    blocks = std::max(blocks, layer + 1);
+    if (std::find(config.layers.begin(), config.layers.end(), layer) != config.layers.end())
+      out[key] = {.r = config.r, .alpha = config.alpha};
+  }
+  for (int64_t layer : config.layers)
+    check(layer < blocks, "lora: layers holds {}, but the model's blocks are numbered 0 to {}", layer, blocks - 1);
+  if (out.size() == keys.size()) out.clear();  // every block: a plain set
+  return out;
+}
+
 std::vector<std::string> in_target_order(const std::set<std::string>& targets) {
   std::vector<std::string> out;
   for (std::string_view t : kLoraTargets)

@@ -93,6 +93,9 @@ std::vector<std::string> lora_targets_of(std::string_view weight);
 std::string lora_module_key(std::string_view weight, std::string_view target);
 // The block of a module key ("decoder.layers.3.attn.qkv.q": 3), -1 for none.
 int64_t lora_module_layer(std::string_view key);
+// The modules of config.targets in the blocks config.layers names, each at config's r and alpha (per_module's
+// entries); empty when it names every block. A block the model lacks is an error.
+std::map<std::string, LoraConfig::Rank> modules_of_layers(const Model& model, const LoraConfig& config);
 // The keys of every projection of `targets` the model holds, each block's: what a set adapting `targets` on every
 // block adapts.
 std::set<std::string> lora_module_keys(const Model& model, const std::vector<std::string>& targets);

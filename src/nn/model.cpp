@@ -403,17 +403,7 @@ int Model::add_lora(const LoraConfig& config) {
   if (!config.layers.empty()) {  // those blocks' projections, each at r and alpha
     LoraConfig by_module = config;
     by_module.layers.clear();
-    int64_t blocks = 0;
-    const std::set<std::string> keys = nn::lora_module_keys(*this, config.targets);
-    for (const std::string& key : keys) {
-      const int64_t layer = nn::lora_module_layer(key);
-      blocks = std::max(blocks, layer + 1);
-      if (std::find(config.layers.begin(), config.layers.end(), layer) != config.layers.end())
-        by_module.per_module[key] = {.r = config.r, .alpha = config.alpha};
-    }
-    for (int64_t layer : config.layers)
-      check(layer < blocks, "lora: layers holds {}, but the model's blocks are numbered 0 to {}", layer, blocks - 1);
-    if (by_module.per_module.size() == keys.size()) by_module.per_module.clear();  // every block: a plain set
+    by_module.per_module = nn::modules_of_layers(*this, config);
     return add_lora(by_module);
   }
   Impl& m = *impl_;

@@ -208,6 +208,7 @@ void for_each_match(const pcre2_code* code, const std::string& pattern, const st
 }  // namespace
 
 void RegexSplitter::split(std::string_view text, const std::function<void(std::string_view)>& emit) const {
+  check(anchor_ == Anchor::anywhere, "{} '{}' is anchored: it cannot split a text", what_, pattern_);
   size_t done = 0;  // text before this is already in pieces
   for_each_match(compiled_->code, pattern_, what_, text, [&](size_t begin, size_t end) {
     if (end == begin) return;  // empty matches cut nothing
@@ -219,6 +220,7 @@ void RegexSplitter::split(std::string_view text, const std::function<void(std::s
 }
 
 void RegexSplitter::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const {
+  check(anchor_ == Anchor::anywhere, "{} '{}' is anchored: it cannot find every match", what_, pattern_);
   size_t previous_end = std::string_view::npos;
   for_each_match(compiled_->code, pattern_, what_, text, [&](size_t begin, size_t end) {
     // An empty match right where the previous match ended is not reported.

@@ -301,6 +301,15 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       if (m.lora_rslora != c.lora.rslora) differ.push_back(fmt::format("rslora {} against {}", m.lora_rslora, c.lora.rslora));
       if (m.lora_dropout != c.lora.dropout)
         differ.push_back(fmt::format("dropout {} against {}", m.lora_dropout, c.lora.dropout));
+      if (!c.lora.layers.empty()) {  // the modules train.lora.layers picks against those the model adapts
+        std::vector<std::string> have, want;
+        for (const auto& entry : m.lora_per_module) have.push_back(entry.first);
+        for (const auto& entry : nn::modules_of_layers(s.model, c.lora)) want.push_back(entry.first);
+        if (have != want)
+          differ.push_back(fmt::format("the modules {} against train.lora.layers' {}",
+                                       have.empty() ? "of every block" : fmt::format("{}", fmt::join(have, ", ")),
+                                       want.empty() ? "every block" : fmt::format("{}", fmt::join(want, ", "))));
+      }
       check(differ.empty(), "train.lora: the model has adapters of its own already, not train.lora's: {} (the model's "
             "config.json lora_* against train.lora; give train.lora as the model has it, or train from its base)",
             fmt::join(differ, "; "));
@@ -321,7 +330,13 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       check(fs::exists(s.checkpoint() / "trainer.json"), "{}: no checkpoint to resume from", s.checkpoint().string());
       Model saved = load_model(s.checkpoint());
       ModelConfig run_model = s.model.config();
-      if (!c.lora_from.empty()) run_model.lora_per_module = saved.config().lora_per_module;  // the file's, trained on
+      if (!c.lora_from.empty()) {  // the file's ranks and alphas, trained on; the modules train.lora.layers' if given
+        std::map<std::string, LoraConfig::Rank>& mine = run_model.lora_per_module;
+        const std::map<std::string, LoraConfig::Rank>& theirs = saved.config().lora_per_module;
+        const bool same_modules = std::equal(mine.begin(), mine.end(), theirs.begin(), theirs.end(),
+                                             [](const auto& a, const auto& b) { return a.first == b.first; });
+        if (mine.empty() || same_modules) mine = theirs;
+      }
       const std::string want = run_model.to_json(), have = saved.config().to_json();
       check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
             first_difference(have, want));
@@ -340,7 +355,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
         source.ensure_values();  // a GGUF file's quantized matrices start the run as their blocks' values
         if (!c.lora_from.empty()) {  // onto the run's model without adapters (a new head: a classifier adapter's)
           ModelConfig plain = s.model.config();
-          plain.lora_r = 0, plain.lora_modules_to_save.clear();
+          plain.lora_r = 0, plain.lora_modules_to_save.clear(), plain.lora_per_module.clear();
           Model headed(plain);
           try {
             headed.copy_parameters_from(source);
