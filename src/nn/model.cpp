@@ -225,6 +225,16 @@ bool trains_with_adapters(const Parameter& p, const std::vector<std::string>& mo
          });
 }
 
+// Each key of `per_module` a projection of `targets` the model holds; `what` starts the error naming one that is not.
+void check_module_keys(const Model& model, const std::map<std::string, LoraConfig::Rank>& per_module,
+                       const std::vector<std::string>& targets, std::string_view what) {
+  if (per_module.empty()) return;
+  const std::set<std::string> keys = nn::lora_module_keys(model, targets);
+  for (const auto& entry : per_module)
+    check(keys.count(entry.first) > 0, "{} '{}', which is no projection of this model among the targets {} (keys such "
+          "as '{}')", what, entry.first, fmt::join(targets, ", "), keys.empty() ? std::string("none") : *keys.begin());
+}
+
 // The network's layers, built without memory for their parameters, then laid out in one buffer.
 std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::function<bool(const Parameter&)>& blocks_only) {
   std::unique_ptr<Model::Impl> impl;
@@ -233,15 +243,6 @@ std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::functio
     impl = std::make_unique<Model::Impl>(config);
   }
   impl->lay_out(blocks_only);
-  if (!config.lora_per_module.empty()) {  // each module config.json names took its adapter
-    std::set<std::string> adapted;
-    for (const Parameter* p : impl->params)
-      if (p->role == Role::LoraA) adapted.insert(p->name.substr(0, p->name.rfind(".lora_A.")));
-    for (const auto& entry : config.lora_per_module)
-      check(adapted.count(entry.first) > 0, "config: lora_per_module names '{}', which is no projection of this model "
-            "among lora_targets {} (keys such as '{}')", entry.first, fmt::join(config.lora_targets, ", "),
-            adapted.empty() ? std::string("none") : *adapted.begin());
-  }
   if (config.lora_r > 0) {  // a LoRA model trains its adapters alone, and the modules saved beside them
     const std::vector<std::string> modules = modules_to_save(config, config.lora_modules_to_save);
     for (Parameter* p : impl->params) p->frozen = !trains_with_adapters(*p, modules);
@@ -251,9 +252,14 @@ std::unique_ptr<Model::Impl> build(const ModelConfig& config, const std::functio
 
 }  // namespace
 
-Model::Model(const ModelConfig& config) : impl_(build(config, nullptr)) { initialize(config.seed); }
+Model::Model(const ModelConfig& config) : impl_(build(config, nullptr)) {
+  check_module_keys(*this, config.lora_per_module, config.lora_targets, "config: lora_per_module names");
+  initialize(config.seed);
+}
 Model::Model(const ModelConfig& config, Uninitialized, const std::function<bool(const Parameter&)>& blocks_only)
-    : impl_(build(config, blocks_only)) {}
+    : impl_(build(config, blocks_only)) {
+  check_module_keys(*this, config.lora_per_module, config.lora_targets, "config: lora_per_module names");
+}
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
@@ -421,13 +427,8 @@ int Model::add_lora(const LoraConfig& config) {
           "are up and down; gate is SwiGLU's or GeGLU's, as in Llama, Qwen, Gemma and T5 v1.1)");
     log::info("lora: this model's FFN is not gated: target gate adapts nothing");
   }
-  if (!config.per_module.empty()) {  // each key a projection the layers below will adapt, before they change
-    const std::set<std::string> keys = nn::lora_module_keys(*this, config.targets);
-    for (const auto& entry : config.per_module)
-      check(keys.count(entry.first) > 0, "lora: an adapter on '{}', which is no projection of this model among the "
-            "targets {} (keys such as '{}')", entry.first, fmt::join(config.targets, ", "),
-            keys.empty() ? std::string("none") : *keys.begin());
-  }
+  // Each key a projection the layers below will adapt, before they change.
+  check_module_keys(*this, config.per_module, config.targets, "lora: an adapter on");
   std::set<const Parameter*> before;
   for (const Parameter* p : m.params)
     if (p->role == Role::LoraA) before.insert(p);

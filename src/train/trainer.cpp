@@ -34,6 +34,20 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
+// The modules of ranks module by module (ModelConfig::lora_per_module), in order.
+std::vector<std::string> module_names(const std::map<std::string, LoraConfig::Rank>& per_module) {
+  std::vector<std::string> names;
+  for (const auto& entry : per_module) names.push_back(entry.first);
+  return names;
+}
+
+// `model` rebuilt with ranks and alphas module by module `per_module` (train.lora.from's): its adapters drawn anew.
+void adopt_modules(Model& model, const std::map<std::string, LoraConfig::Rank>& per_module) {
+  ModelConfig config = model.config();
+  config.lora_per_module = per_module;
+  model = Model(config);
+}
+
 // train.lora.from: the adapter file's adapters onto `base` (init_from's model, made the run's: its head too), as the
 // run's own; their options must be the run's (`run`: the model train.lora made), each that differs named with the
 // adapter's value. The scale is compared, not alpha and rsLoRA apart (a GGUF file holds rsLoRA's as alpha·√r, in
@@ -71,9 +85,7 @@ void adapters_from(Model& base, const std::string& adapter, const ModelConfig& r
   if (targets(a) != targets(run))
     differ.push_back(fmt::format("targets {} (train.lora {})", fmt::join(targets(a), ","), fmt::join(targets(run), ",")));
   if (!run.lora_per_module.empty()) {  // train.lora.layers: the adapter's modules must be those blocks'
-    std::vector<std::string> theirs, ours;
-    for (const auto& entry : a.lora_per_module) theirs.push_back(entry.first);
-    for (const auto& entry : run.lora_per_module) ours.push_back(entry.first);
+    const std::vector<std::string> theirs = module_names(a.lora_per_module), ours = module_names(run.lora_per_module);
     if (theirs != ours)
       differ.push_back(fmt::format("{} (train.lora.layers: {})", theirs.empty() ? "every block" :
                                    fmt::format("the modules {}", fmt::join(theirs, ", ")), fmt::join(ours, ", ")));
@@ -302,9 +314,8 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       if (m.lora_dropout != c.lora.dropout)
         differ.push_back(fmt::format("dropout {} against {}", m.lora_dropout, c.lora.dropout));
       if (!c.lora.layers.empty()) {  // the modules train.lora.layers picks against those the model adapts
-        std::vector<std::string> have, want;
-        for (const auto& entry : m.lora_per_module) have.push_back(entry.first);
-        for (const auto& entry : nn::modules_of_layers(s.model, c.lora)) want.push_back(entry.first);
+        const std::vector<std::string> have = module_names(m.lora_per_module),
+                                       want = module_names(nn::modules_of_layers(s.model, c.lora));
         if (have != want)
           differ.push_back(fmt::format("the modules {} against train.lora.layers' {}",
                                        have.empty() ? "of every block" : fmt::format("{}", fmt::join(have, ", ")),
@@ -333,9 +344,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
       if (!c.lora_from.empty()) {  // the file's ranks and alphas, trained on; the modules train.lora.layers' if given
         std::map<std::string, LoraConfig::Rank>& mine = run_model.lora_per_module;
         const std::map<std::string, LoraConfig::Rank>& theirs = saved.config().lora_per_module;
-        const bool same_modules = std::equal(mine.begin(), mine.end(), theirs.begin(), theirs.end(),
-                                             [](const auto& a, const auto& b) { return a.first == b.first; });
-        if (mine.empty() || same_modules) mine = theirs;
+        if (mine.empty() || module_names(mine) == module_names(theirs)) mine = theirs;
       }
       const std::string want = run_model.to_json(), have = saved.config().to_json();
       check(want == have, "{}: the checkpoint is of a different model: {}", s.checkpoint().string(),
@@ -363,11 +372,7 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
             throw Error(fmt::format("train.init_from {}: {}", c.init_from, e.what()));
           }
           adapters_from(headed, c.lora_from, s.model.config());
-          if (headed.lora_per_module()) {  // the run's adapters are the file's, module by module
-            ModelConfig per = s.model.config();
-            per.lora_per_module = headed.config().lora_per_module;
-            s.model = Model(per);
-          }
+          if (headed.lora_per_module()) adopt_modules(s.model, headed.config().lora_per_module);  // the file's
           source = std::move(headed);
         }
         std::vector<std::string> kept;
@@ -387,17 +392,14 @@ Trainer::Trainer(Model model, const Dataset& data, const TrainConfig& config, fs
     }
   }
   if (s.parallel()) {
-    if (!c.lora_from.empty()) {  // train.lora.from's ranks module by module, which rank 0 alone read
-      const ModelConfig leaders =
-          ModelConfig::from_json(train::broadcast(*group, s.model.config().to_json()), "rank 0's model");
-      if (leaders.lora_per_module != s.model.config().lora_per_module) {
-        ModelConfig per = s.model.config();
-        per.lora_per_module = leaders.lora_per_module;
-        s.model = Model(per);
-      }
+    // Every rank must build the same model (train.lora.from's ranks module by module, which rank 0 alone read, are
+    // rank 0's); then all start from rank 0's parameters.
+    const std::string leaders = train::broadcast(*group, s.model.config().to_json());
+    if (!c.lora_from.empty()) {
+      const ModelConfig theirs = ModelConfig::from_json(leaders, "rank 0's model");
+      if (theirs.lora_per_module != s.model.config().lora_per_module) adopt_modules(s.model, theirs.lora_per_module);
     }
-    // Every rank must build the same model; then all start from rank 0's parameters.
-    const std::string mine = s.model.config().to_json(), leaders = train::broadcast(*group, mine);
+    const std::string mine = s.model.config().to_json();
     check(mine == leaders, "rank {}: the model differs from rank 0's: {}", s.rank(), first_difference(leaders, mine));
     train::broadcast(*group, s.model.parameter_buffer());
   }
