@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -147,19 +148,32 @@ MatchData match_data_for(const pcre2_code* code) {
   return match;
 }
 
+// The backtracking memory a match may take: the interpreter's frames (a build without JIT), and JIT code's stack.
+constexpr size_t kMatchMemoryBytes = size_t{64} << 20;
+
+// JIT code's stack for the matches of the calling thread, grown as a match needs up to kMatchMemoryBytes (address
+// space reserved, pages taken as touched). PCRE2's own is 32 KiB of the machine stack: a group repeated over a few
+// KiB of text, `(?:ab|cd)+` on 4 KB, ran out of it where Hugging Face's tokenizers encode the text. Null (out of
+// memory) leaves PCRE2 its own.
+pcre2_jit_stack* thread_jit_stack(void*) {
+  thread_local const std::unique_ptr<pcre2_jit_stack, decltype(&pcre2_jit_stack_free)> stack(
+      pcre2_jit_stack_create(32 * 1024, kMatchMemoryBytes, nullptr), &pcre2_jit_stack_free);
+  return stack.get();
+}
+
 // Limits of Attend's own for every match rather than the library's build defaults: ten million backtracking steps
-// from one starting point (a fraction of a second; tokenizers' patterns take tens), and for the interpreter (a
-// build without JIT) 64 MiB of backtracking frames where the default allows 20 GB. JIT code
-// honours the step limit and has a stack of its own (PCRE2's 32 KiB). A pattern that would backtrack without end is
-// then an error. One context for every thread: PCRE2 only reads it. Never freed, so that no thread still matching
-// at exit finds it gone.
+// from one starting point (a fraction of a second; tokenizers' patterns take tens), and kMatchMemoryBytes of
+// backtracking memory, JIT's stack or the interpreter's frames (whose default allows 20 GB). A pattern that would
+// backtrack without end is then an error. One context for every thread: PCRE2 only reads it (the stack comes from
+// the matching thread). Never freed, so that no thread still matching at exit finds it gone.
 const pcre2_match_context* match_limits() {
   static pcre2_match_context* const limits = [] {
     pcre2_match_context* l = pcre2_match_context_create(nullptr);
     check(l != nullptr, "out of memory for a regex match");
     pcre2_set_match_limit(l, 10'000'000);
     pcre2_set_depth_limit(l, 10'000'000);
-    pcre2_set_heap_limit(l, 64 * 1024);  // KiB
+    pcre2_set_heap_limit(l, kMatchMemoryBytes >> 10);  // KiB
+    pcre2_jit_stack_assign(l, thread_jit_stack, nullptr);
     return l;
   }();
   return limits;
