@@ -252,8 +252,9 @@ TEST(Matmul, DecodeGemvMatchesDoubleForAnyThreadCount) {
 // three weight rows is widened into fp32 once for blocks of four input rows, the input rows in tiles of 1 MiB
 // (252 rows of 1,031 channels: 260 make a whole tile and a short one). On AVX2, from four rows, blocks of three
 // weight rows (37 and 38 leave one and two) and groups of three and two input rows in tiles of 24 (40 = 24 + 5·3 + 1
-// takes the last four rows as two twos; 25 and 49 leave a tile of one row), the channels in chunks of 256 (800: a
-// short last chunk; 1,031 and 4,099: several and a tail; 20: the tail alone).
+// takes the last four rows as two twos; 25 and 49 leave a tile of one row), the channels in chunks of 96 for fp32
+// and 256 for 16-bit rows (64: one short chunk; 800: a short last chunk; 1,031 and 4,099: several and a tail; 20:
+// the tail alone).
 TEST(Matmul, RowsOfAGemvAreTheirOneRowResults) {
   for (int64_t OC : {37, 38}) {
     for (int64_t C : {20, 64, 77, 768, 800, 1031, 4099}) {

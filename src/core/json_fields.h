@@ -173,7 +173,8 @@ bool set_field(std::string_view key, std::string_view value, std::string_view wh
       if (v.is_string()) {
         given = nlohmann::json::array();
         const std::string text = v.get<std::string>();
-        for (size_t at = 0; at <= text.size() && !(text.empty() && std::is_same_v<Field, std::vector<int64_t>>);) {
+        const bool none = text.empty() && std::is_same_v<Field, std::vector<int64_t>>;  // "": no numbers
+        for (size_t at = 0; !none && at <= text.size();) {
           const size_t comma = std::min(text.find(',', at), text.size());
           std::string item = text.substr(at, comma - at);
           if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {  // "1, 3" too; "" is no number

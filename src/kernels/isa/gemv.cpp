@@ -214,7 +214,12 @@ constexpr bool kChains = lanes::kLanes == 8;
 constexpr int64_t kChainsFrom = 4;
 constexpr int64_t kChainWeightRows = 3;
 constexpr int64_t kChainTileRows = 24;      // input rows whose accumulators wait between chunks
-constexpr int64_t kChainChunk = 8 * kStep;  // channels a chunk (256: 16 and 32 steps were slower)
+// Channels a chunk: 96 for fp32 weights, 256 for 16-bit ones (384 and 512 bytes of each weight row). On the Zen 3
+// EPYC, 8 fp32 streams 214-221 tokens/s at 256 channels, 241-248 at 192, 258-259 at 96 (4 streams +20%, 16 +10%);
+// 16-bit rows slower so (F16 8 streams 309-330 against 346-366 at 256; bf16 level). On the Zen 4, 16 and 32 steps
+// were slower than 8 (docs/BENCHMARKS.md).
+template <typename W>
+constexpr int64_t kChainChunk = (sizeof(W) == 4 ? 3 : 8) * kStep;
 constexpr int64_t kChainBlocksAhead = 2;
 
 // out rows [0, N) × K weight rows from o, by dots_chains: input rows in tiles, channels in chunks, each chunk's
@@ -227,8 +232,8 @@ void chains_block(float* out, const float* inp, const W* weight, const float* bi
   const int64_t whole = C / kStep * kStep;
   for (int64_t n0 = 0; n0 < N; n0 += kChainTileRows) {
     const int64_t n1 = std::min(N, n0 + kChainTileRows);
-    for (int64_t c0 = 0; c0 < whole; c0 += kChainChunk) {
-      const int64_t c1 = std::min(whole, c0 + kChainChunk);
+    for (int64_t c0 = 0; c0 < whole; c0 += kChainChunk<W>) {
+      const int64_t c1 = std::min(whole, c0 + kChainChunk<W>);
       if (n0 == 0 && o + (kChainBlocksAhead + 1) * K <= OC)  // the same chunk of the block kChainBlocksAhead ahead
         for (int64_t k = 0; k < K; ++k)
           lanes::prefetch_l2(w + (kChainBlocksAhead * K + k) * C + c0, (c1 - c0) * int64_t{sizeof(W)});
