@@ -90,8 +90,9 @@ inline constexpr const char* kLoraHelp =
     "llama.cpp's GGUF LoRA file, to run the model with, its output times SCALE (default 1); repeat for several at "
     "once";
 std::vector<ServedAdapter> apply_lora(Model& model, const std::vector<std::string>& specs);
-// The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, set_weights). A 16-bit type,
-// given or the fallback for a directory, is read straight into 16 bits (load_model's `matrices`: 2 bytes a weight
+// The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, set_weights). Without `weights`
+// a GGUF file runs as it stores its matrices (F32, F16, BF16 or quantized) and a directory in `fallback`. A 16-bit
+// type, given or the fallback for a directory, is read straight into 16 bits (load_model's `matrices`: 2 bytes a weight
 // while loading, not 6), and the adapters then join it in fp32 (small; a PEFT module saved beside them stays fp32
 // too). The adapters (apply_lora's list) go to *adapters when given.
 Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
