@@ -1,7 +1,7 @@
 """What the command-line tests (lora_cli.py, llama_lora.py, generate_cli.py, export_cli.py, serve_load_interrupt.py,
-gguf_weights_cli.py) share: their paths from the command line, failing with the script's name, running a command that must succeed,
-starting `attend serve`, and a fresh work directory with a tiny corpus of Brown-like words, its BPE tokenizer
-and the `attend train` options for short runs on it."""
+gguf_weights_cli.py) share: their paths from the command line, failing with the script's name, running a command
+that must succeed, starting `attend serve`, and a fresh work directory with a tiny corpus of Brown-like words, its
+BPE tokenizer and the `attend train` options for short runs on it."""
 import argparse
 import os
 import random
