@@ -78,10 +78,6 @@ ChatTemplate model_chat_template(const std::string& model, const Tokenizer& toke
 // tokenizer's EOS; or the ids of `eos` ("1,2") when given.
 std::vector<int32_t> reply_end_tokens(const std::string& model, const Tokenizer& tokenizer, const ChatTemplate* tmpl,
                                       const std::string& eos);
-// How the weights are held for running (Model::set_storage): `weights` names a type; empty keeps a model loaded
-// with packed matrices (a GGUF file's quantized or 16-bit ones) as it is, and gives any other `fallback`. The
-// matrices held as stored then keep no fp32 values (Model::hold_as_stored).
-void set_weights(Model& model, const std::string& weights, WeightType fallback);
 // --lora [NAME=]DIR[:SCALE], repeatable: PEFT LoRA adapter directories (or llama.cpp's GGUF LoRA files) the model
 // runs with, each's output times SCALE (default 1). Returns each adapter's name (NAME, else the directory's own name
 // or the file's without its extension), slot (Model::adapters), SCALE and path.
@@ -90,10 +86,10 @@ inline constexpr const char* kLoraHelp =
     "llama.cpp's GGUF LoRA file, to run the model with, its output times SCALE (default 1); repeat for several at "
     "once";
 std::vector<ServedAdapter> apply_lora(Model& model, const std::vector<std::string>& specs);
-// The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, set_weights). Without `weights`
-// a GGUF file runs as it stores its matrices (F32, F16, BF16 or quantized) and a directory in `fallback`. A 16-bit
-// type, given or the fallback for a directory, is read straight into 16 bits (load_model's `matrices`: 2 bytes a weight
-// while loading, not 6), and the adapters then join it in fp32 (small; a PEFT module saved beside them stays fp32
+// The model at `dir` for running with `lora` and `weights` (load_model, apply_lora, then Model::set_storage and
+// hold_as_stored): `weights` names a type; without it a GGUF file runs as it stores its matrices (F32, F16, BF16 or
+// quantized) and a directory in `fallback`. A 16-bit type, given or the fallback for a directory, is read straight
+// into 16 bits (load_model's `matrices`: 2 bytes a weight while loading, not 6), and the adapters then join it in fp32 (small; a PEFT module saved beside them stays fp32
 // too). The adapters (apply_lora's list) go to *adapters when given.
 Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
                        WeightType fallback, std::vector<ServedAdapter>* adapters = nullptr);

@@ -44,29 +44,20 @@ void settle_sampling(SamplingOptions& sampling) {
   }
 }
 
-void set_weights(Model& model, const std::string& weights, WeightType fallback) {
-  if (weights.empty()) {  // as loaded (a GGUF file's quantized or 16-bit matrices stay as they are), else `fallback`
-    if (!model.holds_packed()) model.set_storage(fallback);
-  } else {
-    model.set_storage(weights_type(weights));
-  }
-  model.hold_as_stored();  // for running: a 16-bit matrix keeps no fp32 copy of its values
-}
-
 Model load_for_running(const std::string& dir, const std::vector<std::string>& lora, const std::string& weights,
                        WeightType fallback, std::vector<ServedAdapter>* adapters) {
   // A GGUF file keeps its own types (F32 ones too: an F32 file had run in the fallback's bf16) unless --weights names
-  // one.
+  // one; a directory takes `fallback`.
   const bool as_stored = weights.empty() && is_gguf_file(dir);
   const WeightType type = weights.empty() ? fallback : weights_type(weights);
   const bool direct = (type == WeightType::BF16 || type == WeightType::F16) && !as_stored;
   Model model = direct ? load_model(dir, type) : load_model(dir);
   auto names = apply_lora(model, lora);
   if (adapters != nullptr) *adapters = std::move(names);
-  if (direct || as_stored)
-    model.hold_as_stored();  // a module saved beside the adapters took values for its own fp32 copy only
-  else
-    set_weights(model, weights, fallback);
+  if (!direct && !as_stored) model.set_storage(type);
+  // For running: a matrix held as stored keeps no fp32 copy of its values (a module saved beside the adapters took
+  // values for its own fp32 copy only).
+  model.hold_as_stored();
   return model;
 }
 
